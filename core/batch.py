@@ -1,0 +1,75 @@
+"""What the scheduler hands a model runner each step, and what comes back (no torch here).
+
+The scheduler sees integers only: token ids, positions, block ids. A runner turns a `ScheduledBatch` into
+device tensors, runs the model and the sampler, and returns a `StepOutput`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from tgi.core.sampling_params import SamplingParams
+
+
+@dataclass(frozen=True)
+class ScheduledSequence:
+    """One sequence's share of a step: a prompt chunk (prefill) or one decode token."""
+
+    request_id: str
+    token_ids: Sequence[int]  # the tokens fed this step, at positions start_pos .. start_pos+len-1
+    start_pos: int  # tokens of this sequence already in the KV cache (the chunk attends to them)
+    block_table: Sequence[int]  # physical KV blocks, enough for start_pos + len(token_ids) tokens
+    is_prefill: bool  # True: prompt chunk or recomputation after preemption; False: one decode token
+    sample: bool  # True when the runner must sample a token after the last position of this chunk
+    sampling: SamplingParams
+    seed: int  # resolved seed: the request's, or one drawn at arrival (sampling reproducibility)
+    num_prompt_tokens: int  # length of the prompt within all_token_ids
+    all_token_ids: Sequence[int]  # prompt + generated so far (penalties read it; do not mutate)
+    want_prompt_logprobs: bool = False  # return logprobs of token_ids[1:] and of the next prompt token
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_generated(self) -> int:
+        return len(self.all_token_ids) - self.num_prompt_tokens
+
+
+@dataclass
+class ScheduledBatch:
+    """A step's work. Prefill chunks come first, then decode tokens, so a runner can split the flat token
+    axis at `num_prefill_tokens` without sorting."""
+
+    step: int  # monotonically increasing step counter
+    sequences: list[ScheduledSequence]  # prefill chunks first, then decodes
+    num_prefill_seqs: int  # sequences[:num_prefill_seqs] are prefills
+    freed_request_ids: list[str] = field(default_factory=list)  # finished/preempted/cancelled since last step
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(s.token_ids) for s in self.sequences)
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return sum(len(s.token_ids) for s in self.sequences[: self.num_prefill_seqs])
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.sequences
+
+
+@dataclass
+class StepOutput:
+    """Columnar results of one step, aligned with the batch's sequences that had `sample=True`."""
+
+    request_ids: list[str]  # sequences that produced a token, in batch order
+    token_ids: list[int]  # the sampled token of each
+    logprobs: list[float]  # log-probability of that token under the (processed) distribution
+    top_token_ids: list[list[int]] | None = None  # per row, the top-n alternatives (if any row asked)
+    top_logprobs: list[list[float]] | None = None
+    # request_id -> logprobs of the prompt tokens at positions start_pos+1 .. min(start_pos+len,
+    # num_prompt_tokens-1), so that over all chunks every prompt token but the first gets exactly one;
+    # only for sequences with want_prompt_logprobs. Position 0 has no logprob (TGI reports null).
+    prompt_logprobs: dict[str, list[float]] = field(default_factory=dict)

@@ -1,0 +1,68 @@
+"""Engine configuration: the limits TGI's launcher takes, validated once (no torch here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class ConfigError(ValueError):
+    """Contradictory or out-of-range settings; the message names the settings and why."""
+
+
+@dataclass
+class EngineConfig:
+    model_id: str | None = None  # local folder, .gguf file, or hub id; None: the default model
+    revision: str | None = None
+    backend: str = "auto"
+    dtype: str | None = None  # None: the backend's default
+    block_size: int = 16  # tokens per KV block
+    max_input_tokens: int | None = None  # None: derived from the model's context length
+    max_total_tokens: int | None = None  # prompt + generated, per request
+    max_batch_prefill_tokens: int | None = None  # token budget of one step (chunked prefill)
+    max_batch_total_tokens: int | None = None  # KV budget in tokens; None: from free memory at warm-up
+    kv_cache_memory_fraction: float = 0.9  # of the memory the backend reports free, when sizing from memory
+    max_num_seqs: int = 256  # sequences running at once
+    num_shard: int = 1
+    quantize: str | None = None
+    seed: int = 0  # for requests that give none: a per-request seed is drawn from this
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise `ConfigError` for contradictory limits; `None` limits are checked once they are derived."""
+        if self.block_size <= 0 or self.block_size & (self.block_size - 1):
+            raise ConfigError(f"block size must be a positive power of two, got {self.block_size}")
+        if self.num_shard < 1:
+            raise ConfigError(f"--num-shard must be >= 1, got {self.num_shard}")
+        if self.max_num_seqs < 1:
+            raise ConfigError(f"max number of sequences must be >= 1, got {self.max_num_seqs}")
+        if not 0 < self.kv_cache_memory_fraction <= 1:
+            raise ConfigError("the KV-cache memory fraction must be in (0, 1]")
+        for name in (
+            "max_input_tokens",
+            "max_total_tokens",
+            "max_batch_prefill_tokens",
+            "max_batch_total_tokens",
+        ):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+        if self.max_input_tokens is not None and self.max_total_tokens is not None:
+            if self.max_input_tokens >= self.max_total_tokens:
+                raise ConfigError(
+                    f"--max-input-tokens ({self.max_input_tokens}) must be < --max-total-tokens "
+                    f"({self.max_total_tokens}): a request needs room for at least one generated token"
+                )
+        if self.max_total_tokens is not None and self.max_batch_total_tokens is not None:
+            if self.max_total_tokens > self.max_batch_total_tokens:
+                raise ConfigError(
+                    f"--max-total-tokens ({self.max_total_tokens}) must be <= --max-batch-total-tokens "
+                    f"({self.max_batch_total_tokens}): one request must fit in the KV cache"
+                )
+        if self.max_batch_prefill_tokens is not None and self.max_batch_total_tokens is not None:
+            if self.max_batch_prefill_tokens > self.max_batch_total_tokens:
+                raise ConfigError(
+                    f"--max-batch-prefill-tokens ({self.max_batch_prefill_tokens}) must be <= "
+                    f"--max-batch-total-tokens ({self.max_batch_total_tokens})"
+                )

@@ -1,0 +1,102 @@
+"""The hardware backend: what every plugin provides, and the extra parts a torch backend provides."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, ClassVar
+
+from tgi.core.interfaces.collective import Collective, SingleProcessCollective
+from tgi.core.interfaces.types import DeviceInfo, KVCacheSpec, MemoryInfo
+
+if TYPE_CHECKING:
+    import torch
+
+    from tgi.core.config import EngineConfig
+    from tgi.core.interfaces.attention import AttentionBackend
+    from tgi.core.interfaces.kv_cache import KVCache
+    from tgi.core.interfaces.runner import ModelRunner
+    from tgi.core.interfaces.sampler import Sampler
+    from tgi.core.loading.source import ModelSource
+
+
+class Backend(ABC):
+    """A hardware backend, created by its `BackendSpec.create` after `probe` said it is available.
+
+    Every backend states its devices, memory and dtypes and creates the model runner. Backends that run
+    core's torch models derive from `TorchBackend` instead and get core's runner for free.
+    """
+
+    #: the name users select it by (`--backend NAME`); equal to its BackendSpec's name
+    name: ClassVar[str]
+
+    @abstractmethod
+    def devices(self) -> list[DeviceInfo]:
+        """The devices this backend will use (one per rank under tensor parallelism)."""
+
+    @abstractmethod
+    def memory_info(self) -> MemoryInfo:
+        """Memory of the current device now. Called after the weights load, to size the KV cache."""
+
+    @abstractmethod
+    def supported_dtypes(self) -> tuple[str, ...]:
+        """Dtype names (see `tgi.core.interfaces.types.DTYPES`) this backend computes in."""
+
+    @abstractmethod
+    def default_dtype(self) -> str:
+        """The dtype used when the user does not ask for one."""
+
+    @abstractmethod
+    def create_runner(self, source: ModelSource, config: EngineConfig, collective: Collective) -> ModelRunner:
+        """A runner for `source` on this backend (not yet loaded)."""
+
+    def create_collective(self, rank: int, world_size: int, init_method: str | None = None) -> Collective:
+        """The collective for tensor parallelism; a single process gets the identity collective."""
+        if world_size == 1:
+            return SingleProcessCollective()
+        raise NotImplementedError(f"backend '{self.name}' does not support tensor parallelism yet")
+
+    def check_dtype(self, dtype: str) -> None:
+        """Raise `UnsupportedError` if `dtype` cannot be used (never fall back silently)."""
+        from tgi.core.interfaces.attention import UnsupportedError
+
+        if dtype not in self.supported_dtypes():
+            raise UnsupportedError(
+                f"backend '{self.name}' does not support dtype {dtype} (supported: {', '.join(self.supported_dtypes())})"
+            )
+
+
+class TorchBackend(Backend):
+    """A backend that runs core's torch model definitions (CPU, CUDA, ROCm, XPU, Gaudi).
+
+    It provides a device, attention kernels, KV storage and a sampler; core's `TorchModelRunner` does the
+    rest (loading, batching tensors, the forward pass).
+    """
+
+    #: `torch.distributed` process-group backend for tensor parallelism (gloo, nccl, hccl, xccl)
+    process_group_backend: ClassVar[str] = "gloo"
+
+    @abstractmethod
+    def torch_device(self) -> torch.device:
+        """The device model weights and the KV cache live on."""
+
+    @abstractmethod
+    def attention(self) -> AttentionBackend:
+        """The attention kernels."""
+
+    @abstractmethod
+    def create_kv_cache(self, spec: KVCacheSpec, num_blocks: int) -> KVCache:
+        """Allocate the paged KV cache on the device."""
+
+    def sampler(self) -> Sampler:
+        """The sampler; core's vectorised torch reference by default."""
+        from tgi.core.sampling.sampler import TorchSampler
+
+        return TorchSampler()
+
+    def synchronize(self) -> None:
+        """Wait for queued device work (for timing and warm-up)."""
+
+    def create_runner(self, source: ModelSource, config: EngineConfig, collective: Collective) -> ModelRunner:
+        from tgi.core.runner import TorchModelRunner
+
+        return TorchModelRunner(self, source, config, collective)

@@ -1,0 +1,63 @@
+"""The model runner: loads a model onto a backend and executes scheduled batches."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from tgi.core.batch import ScheduledBatch, StepOutput
+from tgi.core.interfaces.types import KVCacheSpec, RunnerConstraints
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the engine and server need to know of a loaded model."""
+
+    architecture: str  # e.g. "LlamaForCausalLM"
+    vocab_size: int
+    max_position_embeddings: int  # context length
+    eos_token_ids: tuple[int, ...]
+    dtype: str
+    num_parameters: int
+
+
+class ModelRunner(ABC):
+    """Runs one model on one backend (one rank of it, under tensor parallelism).
+
+    Lifecycle, driven by the engine: `load()` -> `kv_cache_spec()` -> the engine sizes the cache from the
+    backend's free memory or `--max-batch-total-tokens` -> `initialize_cache(num_blocks)` -> `warmup()` ->
+    `execute(batch)` once per step -> `shutdown()`.
+
+    Torch backends get core's `TorchModelRunner`, which runs core's model definitions on the backend's
+    attention, KV cache and sampler. Backends that compile whole models (static shapes) bring their own and
+    declare their `constraints()`, which the scheduler honours.
+    """
+
+    @abstractmethod
+    def load(self) -> ModelInfo:
+        """Load weights onto the device; return what the engine must know of the model."""
+
+    @abstractmethod
+    def kv_cache_spec(self) -> KVCacheSpec:
+        """Shape of the KV cache this model needs (per rank)."""
+
+    @abstractmethod
+    def initialize_cache(self, num_blocks: int) -> None:
+        """Allocate the KV cache with `num_blocks` blocks."""
+
+    def warmup(self, max_batch_tokens: int, max_num_seqs: int) -> None:  # noqa: B027 - optional
+        """Run the largest step the scheduler may build, so that compilation, graph capture and peak memory
+        happen before serving; raise with the reason if it does not fit."""
+
+    def constraints(self) -> RunnerConstraints:
+        """Shape constraints the scheduler must honour (default: none)."""
+        return RunnerConstraints()
+
+    @abstractmethod
+    def execute(self, batch: ScheduledBatch) -> StepOutput:
+        """Run one step: write the batch's keys/values, compute logits, sample the sequences with
+        `sample=True`. Must not keep references to `batch` past the call, except per-request state it
+        drops when the request id appears in a later batch's `freed_request_ids`."""
+
+    def shutdown(self) -> None:  # noqa: B027 - optional
+        """Release device memory and worker processes."""

@@ -1,0 +1,87 @@
+"""Plain data that crosses the core <-> backend boundary (no torch here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: dtype names used across the boundary; torch backends map them with `tgi.core.dtypes`.
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """Whether a backend can run on this machine. `reason` is shown to the user when it cannot."""
+
+    available: bool
+    reason: str = ""  # why not (or, when available, a short description of what was found)
+
+    @classmethod
+    def ok(cls, detail: str = "") -> ProbeResult:
+        return cls(True, detail)
+
+    @classmethod
+    def unavailable(cls, reason: str) -> ProbeResult:
+        return cls(False, reason)
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """One device a backend can run on."""
+
+    index: int
+    name: str  # human-readable, e.g. "Intel(R) Xeon(R) ... (2 cores, AMX)" or "NVIDIA H100 80GB HBM3"
+    total_memory: int  # bytes
+
+
+@dataclass(frozen=True)
+class MemoryInfo:
+    """Device memory, read after the weights are loaded, to size the KV cache at warm-up."""
+
+    total: int  # bytes
+    free: int  # bytes that may be used for the KV cache and activations
+
+
+@dataclass(frozen=True)
+class AttentionCaps:
+    """What an attention backend supports, so the engine can refuse a model it cannot run, with a reason."""
+
+    head_sizes: tuple[int, ...] | None  # None: any head size
+    dtypes: tuple[str, ...]
+    block_sizes: tuple[int, ...]  # KV block sizes (tokens per block) it can use
+    sliding_window: bool = False
+    softcap: bool = False
+    chunked_prefill: bool = True  # prefill chunks that attend to earlier cached pages
+
+
+@dataclass(frozen=True)
+class KVCacheSpec:
+    """Shape of the paged KV cache for one model (all layers)."""
+
+    num_layers: int
+    num_kv_heads: int  # per rank
+    head_dim: int
+    block_size: int  # tokens per block
+    dtype: str
+
+    @property
+    def bytes_per_block(self) -> int:
+        itemsize = 4 if self.dtype == "float32" else 2
+        # keys and values, every layer
+        return 2 * self.num_layers * self.block_size * self.num_kv_heads * self.head_dim * itemsize
+
+
+@dataclass(frozen=True)
+class RunnerConstraints:
+    """Shape constraints that a runner declares and the scheduler honours.
+
+    Torch backends with dynamic shapes leave the defaults. Runners that compile whole graphs with static
+    shapes (Neuron, TPU via JAX, Gaudi graphs) declare them: the scheduler never builds a batch they cannot
+    run, and pads to what they need.
+    """
+
+    max_batch_size: int | None = None  # at most this many sequences per step (None: no limit)
+    static_batch_size: bool = False  # batches are padded to max_batch_size by the runner
+    prefill_buckets: tuple[int, ...] | None = None  # allowed prefill chunk lengths (padded up to a bucket)
+    chunked_prefill: bool = True  # may split a prompt over steps (needs attention over cached pages)
+    mixed_batches: bool = True  # prefill chunks and decode tokens may share one step
+    block_size: int | None = None  # KV block size the runner requires (None: the engine's choice)

@@ -1,0 +1,16 @@
+"""Where a model's files are, once resolved (no torch here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A model resolved to local files."""
+
+    model_id: str  # what the user asked for (or the default model's name)
+    format: Literal["gguf", "safetensors"]
+    path: str  # the .gguf file, or the folder holding config.json and *.safetensors
+    tokenizer_path: str  # folder with tokenizer files, or the .gguf file (its tokenizer is embedded)

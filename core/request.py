@@ -1,0 +1,99 @@
+"""What goes into the engine and what comes out of it, as the server sees it (no torch here)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Protocol
+
+from tgi.core.sampling_params import SamplingParams
+
+
+class FinishReason(str, Enum):
+    """Why a sequence ended; the values are TGI's."""
+
+    LENGTH = "length"  # max_new_tokens reached (or max total tokens)
+    EOS = "eos_token"  # an end-of-sequence token
+    STOP = "stop_sequence"  # a stop sequence matched
+    CANCELLED = "cancelled"  # the client went away (never sent to a client)
+
+
+@dataclass(frozen=True)
+class TopToken:
+    """One alternative at a step (TGI `top_tokens` entry)."""
+
+    id: int
+    text: str
+    logprob: float
+    special: bool
+
+
+@dataclass(frozen=True)
+class PromptToken:
+    """One prompt token with its logprob (TGI `details.prefill`); the first has logprob None."""
+
+    id: int
+    text: str
+    logprob: float | None
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One generated token of one request, in order. The last event of a request has `finish_reason`."""
+
+    request_id: str
+    index: int  # 0-based position among generated tokens
+    token_id: int
+    token_text: str  # this token's own text (TGI `token.text`)
+    text: str  # new, complete text to append to the output (never a broken UTF-8 sequence; may be "")
+    logprob: float | None  # when details/logprobs were asked
+    special: bool  # an EOS or other special token
+    top_tokens: tuple[TopToken, ...] = ()
+    finish_reason: FinishReason | None = None
+    # set on the last event only
+    generated_text: str | None = None  # the whole output text, stop sequence trimmed
+    num_prompt_tokens: int = 0
+    prompt_tokens: tuple[PromptToken, ...] | None = None  # when prompt logprobs were asked
+    seed: int | None = None  # the seed used, when sampling
+    queue_time: float = 0.0  # seconds from arrival to the first scheduled step
+    inference_time: float = 0.0  # seconds from the first scheduled step to the end
+
+
+@dataclass
+class GenerationResult:
+    """A whole request's output (what `Engine.generate` returns)."""
+
+    request_id: str
+    generated_text: str
+    token_ids: list[int]
+    finish_reason: FinishReason
+    events: list[TokenEvent] = field(default_factory=list)
+
+    @property
+    def final(self) -> TokenEvent:
+        return self.events[-1]
+
+
+class EngineError(RuntimeError):
+    """The engine failed while running a request; the message is safe to show a client."""
+
+
+class ValidationError(ValueError):
+    """A request the engine refuses before it is queued (TGI answers 422)."""
+
+
+class OverloadedError(RuntimeError):
+    """Too many requests in flight (TGI answers 429)."""
+
+
+class EngineClient(Protocol):
+    """What the server needs from an engine (implemented by `tgi.core.engine.AsyncEngine`)."""
+
+    def stream(
+        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
+    ) -> AsyncIterator[TokenEvent]:
+        """Queue a request and yield its tokens. Raises `ValidationError` before queueing when the request
+        does not fit the limits. Closing the iterator early (client gone) cancels the request and frees
+        its KV blocks within one engine step."""
+        ...

@@ -1,0 +1,60 @@
+"""Per-request generation parameters, as TGI and OpenAI clients send them (no torch here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to pick each next token and when to stop. Validated by `validate()`; the server turns a
+    `ValueError` from it into a 422. Defaults mean greedy decoding, as TGI's `do_sample=false`."""
+
+    do_sample: bool = False
+    temperature: float = 1.0  # > 0; with do_sample=False it is ignored (greedy)
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # in (0, 1]; 1 = off
+    typical_p: float = 1.0  # in (0, 1]; 1 = off
+    repetition_penalty: float = 1.0  # > 0; 1 = off (CTRL-style, over prompt and output tokens)
+    frequency_penalty: float = 0.0  # in [-2, 2]; subtracts penalty x count of each output token
+    presence_penalty: float = 0.0  # in [-2, 2]; subtracts penalty once per output token seen
+    seed: int | None = None  # same seed, same tokens, whatever else shares the batch
+    max_new_tokens: int = 20
+    min_new_tokens: int = 0  # EOS and stop sequences are ignored before this many tokens
+    stop: tuple[str, ...] = ()  # stop sequences, matched on the detokenized text (may span tokens)
+    stop_token_ids: tuple[int, ...] = ()  # extra token ids that end the sequence (EOS is always one)
+    ignore_eos: bool = False  # keep generating through EOS (benchmarks use fixed output lengths)
+    logprobs: bool = False  # report the chosen token's logprob (TGI `details`)
+    top_n_tokens: int = 0  # also report this many most likely alternatives per step
+    prompt_logprobs: bool = False  # logprobs of the prompt tokens (TGI `decoder_input_details`)
+    priority: int = 0  # higher runs first; equal priorities are FIFO
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def validate(self) -> None:
+        """Raise `ValueError` with a user-facing message if any field is out of range."""
+        if self.temperature <= 0:
+            raise ValueError("`temperature` must be strictly positive")
+        if self.top_k < 0:
+            raise ValueError("`top_k` must be strictly positive")
+        if not 0 < self.top_p <= 1:
+            raise ValueError("`top_p` must be > 0.0 and <= 1.0")
+        if not 0 < self.typical_p <= 1:
+            raise ValueError("`typical_p` must be > 0.0 and <= 1.0")
+        if self.repetition_penalty <= 0:
+            raise ValueError("`repetition_penalty` must be strictly positive")
+        if not -2 <= self.frequency_penalty <= 2:
+            raise ValueError("`frequency_penalty` must be >= -2.0 and <= 2.0")
+        if not -2 <= self.presence_penalty <= 2:
+            raise ValueError("`presence_penalty` must be >= -2.0 and <= 2.0")
+        if self.max_new_tokens < 1:
+            raise ValueError("`max_new_tokens` must be strictly positive")
+        if self.min_new_tokens < 0 or self.min_new_tokens > self.max_new_tokens:
+            raise ValueError("`min_new_tokens` must be >= 0 and <= `max_new_tokens`")
+        if self.top_n_tokens < 0:
+            raise ValueError("`top_n_tokens` must be >= 0")
+        if self.seed is not None and not 0 <= self.seed < 2**64:
+            raise ValueError("`seed` must be in [0, 2^64)")
+
+    @property
+    def is_greedy(self) -> bool:
+        return not self.do_sample
