@@ -1,0 +1,1 @@
+"""In-tree hardware backends. Each registers through the ``tgi.backends`` entry-point group."""

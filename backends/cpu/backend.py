@@ -1,0 +1,62 @@
+"""The CPU backend: the reference every test runs, and a fast path for AVX-512/AMX machines."""
+
+from __future__ import annotations
+
+import torch
+
+from tgi.backends.cpu.cpuinfo import cpu_info
+from tgi.core.interfaces import (
+    AttentionBackend,
+    Collective,
+    DeviceInfo,
+    KVCache,
+    KVCacheSpec,
+    MemoryInfo,
+    SingleProcessCollective,
+    TorchBackend,
+)
+
+
+class CpuBackend(TorchBackend):
+    name = "cpu"
+    process_group_backend = "gloo"
+
+    def __init__(self, num_threads: int | None = None) -> None:
+        self._info = cpu_info()
+        # one intra-op thread per core we may run on; more only adds contention with the server's threads
+        torch.set_num_threads(num_threads or self._info.cores)
+        self._attention: AttentionBackend | None = None
+
+    def devices(self) -> list[DeviceInfo]:
+        return [DeviceInfo(0, self._info.describe(), self._info.total_memory)]
+
+    def memory_info(self) -> MemoryInfo:
+        info = cpu_info()
+        return MemoryInfo(total=info.total_memory, free=info.available_memory)
+
+    def supported_dtypes(self) -> tuple[str, ...]:
+        return ("float32", "bfloat16")
+
+    def default_dtype(self) -> str:
+        # bfloat16 matrix products run on AMX (or AVX512-BF16); without them float32 is faster and exact
+        return "bfloat16" if self._info.has_amx_bf16 else "float32"
+
+    def torch_device(self) -> torch.device:
+        return torch.device("cpu")
+
+    def attention(self) -> AttentionBackend:
+        if self._attention is None:
+            from tgi.backends.cpu.attention import CpuAttention
+
+            self._attention = CpuAttention()
+        return self._attention
+
+    def create_kv_cache(self, spec: KVCacheSpec, num_blocks: int) -> KVCache:
+        from tgi.backends.cpu.kv_cache import CpuKVCache
+
+        return CpuKVCache(spec, num_blocks)
+
+    def create_collective(self, rank: int, world_size: int, init_method: str | None = None) -> Collective:
+        if world_size == 1:
+            return SingleProcessCollective()
+        return super().create_collective(rank, world_size, init_method)
