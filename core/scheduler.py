@@ -1,0 +1,315 @@
+"""Continuous batching with chunked prefill and preemption by recomputation (no torch here).
+
+Each step (`schedule`) first gives every running sequence its share, decodes before prefill chunks, then
+admits waiting sequences while the token budget, the sequence limit and the free blocks allow. A prompt
+longer than the budget left is fed in chunks, so a long prompt never stalls running decodes. When a running
+sequence cannot get a block for its next tokens, the lowest-ranked running sequence is preempted: its
+blocks are freed and it goes back to the waiting queue, to be recomputed (prompt + output so far) later.
+
+Rank: higher `params.priority` first, then arrival order (FIFO within a priority).
+
+Engine contract, once per step: `batch = schedule()` -> `out = runner.execute(batch)` (skip when
+`batch.is_empty`) -> `new = update(batch, out)` -> stop checks on `new` -> `finish(id, reason)`. `abort`
+may be called between steps. `update` must be called for a batch before the next `schedule`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections import deque
+
+from tgi.core.batch import ScheduledBatch, ScheduledSequence, StepOutput
+from tgi.core.block_manager import BlockManager
+from tgi.core.config import ConfigError, EngineConfig
+from tgi.core.interfaces.types import RunnerConstraints
+from tgi.core.request import FinishReason
+from tgi.core.sequence import Sequence, SequenceStatus
+
+
+class SchedulerError(RuntimeError):
+    """The scheduler cannot make progress (a request larger than the KV cache); the engine refuses such
+    requests up front, so this means a sizing bug."""
+
+
+def _rank(seq: Sequence) -> tuple[int, int]:
+    return (-seq.priority, seq.arrival_index)
+
+
+class Scheduler:
+    """Decides, each step, which tokens of which sequences run (see the module docstring).
+
+    `max_num_seqs`: sequences running at once (also capped by `constraints.max_batch_size`).
+    `max_batch_tokens`: tokens fed per step, prefill chunks and decodes together.
+    """
+
+    def __init__(
+        self,
+        block_manager: BlockManager,
+        max_num_seqs: int,
+        max_batch_tokens: int,
+        constraints: RunnerConstraints | None = None,
+    ) -> None:
+        c = constraints if constraints is not None else RunnerConstraints()
+        if max_num_seqs < 1 or max_batch_tokens < 1:
+            raise ConfigError("max_num_seqs and max_batch_tokens must be >= 1")
+        if c.block_size is not None and c.block_size != block_manager.block_size:
+            raise ConfigError(f"the runner needs block size {c.block_size}, got {block_manager.block_size}")
+        self.block_manager = block_manager
+        self.constraints = c
+        self.max_num_seqs = min(max_num_seqs, c.max_batch_size or max_num_seqs)
+        self.max_batch_tokens = max_batch_tokens
+        # A prefill chunk may not exceed the largest bucket (the runner pads up to a bucket).
+        self.max_chunk_tokens = min(max_batch_tokens, max(c.prefill_buckets or (max_batch_tokens,)))
+        self.waiting: list[Sequence] = []  # sorted by _rank
+        self.running: list[Sequence] = []
+        self._seqs: dict[str, Sequence] = {}  # every unfinished sequence, by request id
+        self._freed: list[str] = []  # ids freed since the last non-empty batch
+        self._arrivals = 0
+        self._step = 0
+        self._last_step_prefill = False  # mixed_batches=False: alternate kinds when both have work
+        self.num_preemptions = 0  # total, for metrics
+
+    @classmethod
+    def from_config(
+        cls, config: EngineConfig, block_manager: BlockManager, constraints: RunnerConstraints | None = None
+    ) -> Scheduler:
+        if config.max_batch_prefill_tokens is None:
+            raise ConfigError("max_batch_prefill_tokens must be derived before building the scheduler")
+        return cls(block_manager, config.max_num_seqs, config.max_batch_prefill_tokens, constraints)
+
+    # ---- counters -----------------------------------------------------------------------------------
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.block_manager.num_used_blocks
+
+    @property
+    def num_cached_tokens(self) -> int:
+        """Tokens whose keys/values are in the cache, over running sequences."""
+        return sum(s.num_computed_tokens for s in self.running)
+
+    def has_unfinished(self) -> bool:
+        return bool(self._seqs)
+
+    def get(self, request_id: str) -> Sequence | None:
+        return self._seqs.get(request_id)
+
+    # ---- queue ----------------------------------------------------------------------------------------
+    def add(self, seq: Sequence) -> None:
+        """Queue a new sequence. Raises `ValueError` for one that could never run."""
+        if seq.request_id in self._seqs:
+            raise ValueError(f"request id {seq.request_id!r} is already scheduled")
+        if seq.status is not SequenceStatus.WAITING or seq.num_computed_tokens or seq.block_table:
+            raise ValueError(f"{seq.request_id}: only a fresh sequence can be added")
+        # The most tokens ever cached: the last sampled token is never fed.
+        peak = self.block_manager.blocks_needed(seq.num_prompt_tokens + seq.params.max_new_tokens - 1)
+        if peak > self.block_manager.num_blocks:
+            raise ValueError(
+                f"{seq.request_id}: prompt + max_new_tokens needs {peak} KV blocks, the cache has "
+                f"{self.block_manager.num_blocks}"
+            )
+        if not self.constraints.chunked_prefill and seq.num_prompt_tokens > self.max_chunk_tokens:
+            raise ValueError(
+                f"{seq.request_id}: a {seq.num_prompt_tokens}-token prompt exceeds the largest prefill "
+                f"({self.max_chunk_tokens} tokens) and this runner cannot chunk prefills"
+            )
+        seq.arrival_index = self._arrivals
+        self._arrivals += 1
+        self._seqs[seq.request_id] = seq
+        self._enqueue(seq)
+
+    def finish(self, request_id: str, reason: FinishReason) -> Sequence:
+        """End a sequence now: free its blocks and drop it from the queues. Raises `KeyError` if unknown."""
+        seq = self._seqs.pop(request_id)
+        if seq.status is SequenceStatus.RUNNING:
+            self.running.remove(seq)
+        else:
+            self.waiting.remove(seq)
+        self.block_manager.free(seq)
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = reason
+        self._freed.append(request_id)
+        return seq
+
+    def abort(self, request_id: str) -> bool:
+        """Cancel a request in any state; idempotent. Returns whether it was live."""
+        if request_id not in self._seqs:
+            return False
+        self.finish(request_id, FinishReason.CANCELLED)
+        return True
+
+    # ---- one step -------------------------------------------------------------------------------------
+    def schedule(self) -> ScheduledBatch:
+        """Build the next step's batch: prefill chunks first, then decodes. Allocates the blocks it needs,
+        preempting running sequences when the cache is full. May return an empty batch (nothing to do)."""
+        self._step += 1
+        if self.constraints.mixed_batches:
+            prefills, decodes = self._plan(allow_decode=True, allow_prefill=True)
+        else:
+            # One kind per step; alternate when both have work, so neither starves.
+            kinds = [(False, True), (True, False)]
+            if self._last_step_prefill:
+                kinds.reverse()
+            for allow_decode, allow_prefill in kinds:
+                prefills, decodes = self._plan(allow_decode, allow_prefill)
+                if prefills or decodes:
+                    break
+        self._last_step_prefill = bool(prefills)
+        sequences = [self._scheduled(s, n, True) for s, n in prefills]
+        sequences += [self._scheduled(s, n, False) for s, n in decodes]
+        batch = ScheduledBatch(self._step, sequences, len(prefills))
+        if sequences:  # freed ids ride on the next batch the runner actually executes
+            batch.freed_request_ids, self._freed = self._freed, []
+        return batch
+
+    def update(self, batch: ScheduledBatch, output: StepOutput) -> list[Sequence]:
+        """Apply a step's results: advance each scheduled sequence by its chunk, append sampled tokens.
+        Returns the sequences that got a new token, in batch order. Sequences finished or aborted since
+        `schedule` are skipped."""
+        sampled = dict(zip(output.request_ids, output.token_ids, strict=True))
+        new_tokens: list[Sequence] = []
+        for s in batch.sequences:
+            seq = self._seqs.get(s.request_id)
+            if seq is None or seq.status is not SequenceStatus.RUNNING:
+                continue
+            if seq.num_computed_tokens != s.start_pos:
+                raise SchedulerError(f"{s.request_id}: update out of order (call it once per batch)")
+            seq.num_computed_tokens += s.num_tokens
+            if s.want_prompt_logprobs:
+                seq.prompt_logprobs_upto = s.start_pos + s.num_tokens
+            if s.sample:
+                if s.request_id not in sampled:
+                    raise SchedulerError(f"{s.request_id}: the runner returned no token for a sample row")
+                seq.append_token(sampled[s.request_id])
+                new_tokens.append(seq)
+        return new_tokens
+
+    # ---- internals ------------------------------------------------------------------------------------
+    def _enqueue(self, seq: Sequence) -> None:
+        # Ranking by original arrival puts a preempted sequence ahead of every later arrival of its priority.
+        bisect.insort(self.waiting, seq, key=_rank)
+
+    def _chunk_len(self, seq: Sequence, budget: int) -> int:
+        """Tokens of `seq` to feed this step within `budget`; 0 when it must wait for a step with room."""
+        remaining = seq.num_uncomputed_tokens
+        n = min(remaining, budget, self.max_chunk_tokens)
+        # A recomputation that reaches prompt positions whose logprobs were already returned stops at the
+        # first position not yet reported, so the chunk after it asks for exactly the rest.
+        upto = seq.prompt_logprobs_upto
+        if seq.want_prompt_logprobs and seq.num_computed_tokens < upto < seq.num_prompt_tokens:
+            n = min(n, upto - seq.num_computed_tokens)
+        if n < remaining and not self.constraints.chunked_prefill:
+            return 0
+        return n
+
+    def _recomputable(self, seq: Sequence) -> bool:
+        # Without chunked prefill a recomputation must fit in one prefill.
+        return self.constraints.chunked_prefill or seq.num_tokens <= self.max_chunk_tokens
+
+    def _plan(
+        self, allow_decode: bool, allow_prefill: bool
+    ) -> tuple[list[tuple[Sequence, int]], list[tuple[Sequence, int]]]:
+        bm = self.block_manager
+        budget = self.max_batch_tokens
+        prefills: list[tuple[Sequence, int]] = []
+        decodes: list[tuple[Sequence, int]] = []
+        ranked = sorted(self.running, key=_rank)
+        todo = deque([s for s in ranked if s.is_decode] + [s for s in ranked if not s.is_decode])
+        preempted = False
+        scheduled: set[str] = set()  # ids given tokens this step: never preempted
+        while todo and budget > 0:
+            seq = todo.popleft()
+            is_decode = seq.is_decode
+            if not (allow_decode if is_decode else allow_prefill):
+                continue
+            n = self._chunk_len(seq, budget)
+            if n == 0:
+                continue
+            while not bm.can_allocate(seq, n):
+                fits = bm.max_new_tokens(seq)
+                if not is_decode and self.constraints.chunked_prefill and fits > 0:
+                    n = fits  # a smaller prefill chunk beats preempting someone
+                    break
+                victim = self._pick_victim(seq, scheduled)
+                # When `seq` itself ranks lowest it waits instead, provided someone else still runs.
+                lowest = victim is None or _rank(victim) < _rank(seq)
+                if lowest and self._recomputable(seq) and (victim is not None or prefills or decodes):
+                    victim = seq
+                if victim is None:
+                    raise SchedulerError(
+                        f"{seq.request_id}: cannot get a KV block with nothing else to preempt "
+                        f"({bm.num_blocks} blocks of {bm.block_size}); the request exceeds the cache"
+                    )
+                if victim in todo:
+                    todo.remove(victim)
+                self._preempt(victim)
+                preempted = True
+                if victim is seq:
+                    break
+            if seq.status is not SequenceStatus.RUNNING:
+                continue
+            bm.allocate(seq, n)
+            (decodes if is_decode else prefills).append((seq, n))
+            scheduled.add(seq.request_id)
+            budget -= n
+        # No admissions after a preemption: the freed blocks would only be fought over again.
+        if allow_prefill and not preempted:
+            while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+                seq = self.waiting[0]
+                n = self._chunk_len(seq, budget)
+                if n == 0 or not bm.can_allocate(seq, n):
+                    break  # head-of-line: keep priority and FIFO order strict
+                bm.allocate(seq, n)
+                self.waiting.pop(0)
+                seq.status = SequenceStatus.RUNNING
+                if seq.first_scheduled_time is None:
+                    seq.first_scheduled_time = time.monotonic()
+                self.running.append(seq)
+                prefills.append((seq, n))
+                budget -= n
+        return prefills, decodes
+
+    def _pick_victim(self, seq: Sequence, scheduled: set[str]) -> Sequence | None:
+        """The lowest-ranked other running sequence, not scheduled this step, that can be recomputed."""
+        candidates = [
+            s
+            for s in self.running
+            if s is not seq and s.request_id not in scheduled and self._recomputable(s)
+        ]
+        return max(candidates, key=_rank) if candidates else None
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self.block_manager.free(seq)
+        seq.num_computed_tokens = 0
+        seq.status = SequenceStatus.WAITING
+        seq.num_preemptions += 1
+        self.num_preemptions += 1
+        self._freed.append(seq.request_id)
+        self._enqueue(seq)
+
+    def _scheduled(self, seq: Sequence, n: int, is_prefill: bool) -> ScheduledSequence:
+        start = seq.num_computed_tokens
+        return ScheduledSequence(
+            request_id=seq.request_id,
+            token_ids=seq.token_ids[start : start + n],
+            start_pos=start,
+            block_table=tuple(seq.block_table),
+            is_prefill=is_prefill,
+            sample=start + n == seq.num_tokens,
+            sampling=seq.params,
+            seed=seq.seed,
+            num_prompt_tokens=seq.num_prompt_tokens,
+            all_token_ids=seq.token_ids,  # live list, valid for the step (runners keep no reference)
+            want_prompt_logprobs=(
+                seq.want_prompt_logprobs and start == seq.prompt_logprobs_upto < seq.num_prompt_tokens
+            ),
+        )

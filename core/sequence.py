@@ -1,0 +1,112 @@
+"""One request's state as the scheduler sees it: tokens, KV progress, blocks (no torch here).
+
+Like vLLM v1 there are no prefill and decode modes: a sequence has `num_tokens` known tokens (prompt plus
+generated) of which `num_computed_tokens` have their keys/values in the cache. Each step the scheduler feeds
+some of the rest; when the fed chunk reaches the last known token, the runner samples the next one.
+"""
+
+from __future__ import annotations
+
+import time
+from enum import Enum
+
+from tgi.core.request import FinishReason
+from tgi.core.sampling_params import SamplingParams
+
+
+class SequenceStatus(Enum):
+    WAITING = "waiting"  # queued: never scheduled, or preempted (blocks dropped, to be recomputed)
+    RUNNING = "running"  # holds KV blocks; gets tokens scheduled each step
+    FINISHED = "finished"  # stopped or cancelled; holds nothing
+
+
+class Sequence:
+    """A request's tokens and scheduling state.
+
+    Contract: `token_ids` is one list the scheduler appends sampled tokens to; the first
+    `num_prompt_tokens` of it are the prompt. `block_table` always covers at least `num_computed_tokens`
+    tokens. Preemption (recomputation) clears `block_table` and `num_computed_tokens` but never touches the
+    tokens: they are fed again as a prefill, and the next sample continues the output where it stopped.
+    """
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams | None = None,
+        seed: int = 0,
+        arrival_time: float | None = None,
+    ) -> None:
+        if not prompt_token_ids:
+            raise ValueError(f"request {request_id!r}: the prompt must have at least one token")
+        self.request_id = request_id
+        self.token_ids: list[int] = list(prompt_token_ids)  # prompt + output; appended to in place
+        self.num_prompt_tokens = len(prompt_token_ids)
+        self.params = params if params is not None else SamplingParams()
+        self.seed = seed
+        self.arrival_time = time.monotonic() if arrival_time is None else arrival_time
+        self.arrival_index = -1  # set by the scheduler on `add`: breaks ties of arrival_time, FIFO order
+        self.num_computed_tokens = 0  # tokens whose keys/values are in the cache
+        self.block_table: list[int] = []  # physical KV block ids, in position order
+        self.status = SequenceStatus.WAITING
+        self.finish_reason: FinishReason | None = None
+        self.first_scheduled_time: float | None = None
+        self.num_preemptions = 0
+        # Prompt positions [0, prompt_logprobs_upto) were fed in chunks that returned prompt logprobs; a
+        # recomputation must not ask for them again (see Scheduler._chunk_len).
+        self.prompt_logprobs_upto = 0
+
+    # ---- tokens -------------------------------------------------------------------------------------
+    @property
+    def priority(self) -> int:
+        return self.params.priority
+
+    @property
+    def want_prompt_logprobs(self) -> bool:
+        return self.params.prompt_logprobs
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        """Prompt + output, the live list (do not mutate; use `append_token`)."""
+        return self.token_ids
+
+    @property
+    def prompt_token_ids(self) -> list[int]:
+        return self.token_ids[: self.num_prompt_tokens]
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def num_uncomputed_tokens(self) -> int:
+        """Known tokens whose keys/values are not yet in the cache (>= 1 while the sequence is live)."""
+        return len(self.token_ids) - self.num_computed_tokens
+
+    @property
+    def is_decode(self) -> bool:
+        """Only the last sampled token is left to feed: the next step is a plain decode of one token.
+        (The last token of a recomputation counts as a decode too: same work, same result.)"""
+        return self.num_uncomputed_tokens == 1 and self.num_computed_tokens >= self.num_prompt_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is SequenceStatus.FINISHED
+
+    def append_token(self, token_id: int) -> None:
+        self.token_ids.append(token_id)
+
+    def __repr__(self) -> str:
+        return (
+            f"Sequence({self.request_id!r}, {self.status.name}, tokens={self.num_tokens} "
+            f"(prompt {self.num_prompt_tokens}), computed={self.num_computed_tokens}, "
+            f"blocks={len(self.block_table)})"
+        )
