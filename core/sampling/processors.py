@@ -1,0 +1,146 @@
+"""Vectorised logits processing for `TorchSampler`: penalties, truncation and counter-based noise.
+
+Every function works on a whole batch `[N, V]` with per-row parameter tensors `[N]` (or `[N, 1]`) and has no
+Python loop over rows. Functions that take `logits` and return a tensor modify `logits` IN PLACE and return it;
+the caller (`TorchSampler`) hands them its own copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+_MASK64 = (1 << 64) - 1
+
+
+def _i64(x: int) -> int:
+    """An unsigned 64-bit constant as the signed int64 with the same bits."""
+    x &= _MASK64
+    return x - (1 << 64) if x >= 1 << 63 else x
+
+
+_GOLDEN = _i64(0x9E3779B97F4A7C15)
+_MIX1 = _i64(0xBF58476D1CE4E5B9)
+_MIX2 = _i64(0x94D049BB133111EB)
+_STREAM = _i64(0xD1B54A32D192ED03)
+
+
+def _shr(z: torch.Tensor, s: int) -> torch.Tensor:
+    """Logical right shift of int64 bits (torch's `>>` is arithmetic on negative values)."""
+    return (z >> s) & ((1 << (64 - s)) - 1)
+
+
+def mix64(z: torch.Tensor) -> torch.Tensor:
+    """splitmix64's finaliser on int64 tensors (multiplication wraps modulo 2^64, as in C)."""
+    z = (z ^ _shr(z, 30)) * _MIX1
+    z = (z ^ _shr(z, 27)) * _MIX2
+    return z ^ _shr(z, 31)
+
+
+def seed_to_i64(seed: int) -> int:
+    """A seed in [0, 2^64) (or any int) as a signed int64 with the same low 64 bits."""
+    return _i64(seed)
+
+
+def hash_uniform(seeds: torch.Tensor, steps: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Uniform noise in (0, 1), `[N, vocab_size]` float32, a pure function of (seed, step, vocab index).
+
+    `seeds`, `steps`: `[N]` int64 on the target device. Row i depends only on (seeds[i], steps[i]), so a
+    seeded row gets the same noise whatever else is in the batch; each step gets fresh noise.
+    """
+    base = mix64(mix64(seeds * _STREAM + _GOLDEN) + steps * _GOLDEN)  # [N]
+    idx = torch.arange(1, vocab_size + 1, device=seeds.device, dtype=torch.int64)
+    z = mix64(base[:, None] + idx[None, :] * _GOLDEN)  # [N, V]
+    # top 24 bits -> an exactly representable float32 in (0, 1)
+    return (_shr(z, 40).to(torch.float32) + 0.5) * (1.0 / (1 << 24))
+
+
+def exponential_noise(seeds: torch.Tensor, steps: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Exp(1) noise `[N, V]` (strictly positive): argmax(probs / E) is a draw from `probs`."""
+    return -torch.log(hash_uniform(seeds, steps, vocab_size))
+
+
+def padded_token_tensor(
+    token_lists: Sequence[Sequence[int]], pad: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`[N, L]` int64 tokens padded with `pad`, and `[N, L]` bool mask of real entries."""
+    n = len(token_lists)
+    max_len = max((len(t) for t in token_lists), default=0)
+    flat = torch.full((n, max(max_len, 1)), pad, dtype=torch.int64)
+    lengths = torch.tensor([len(t) for t in token_lists], dtype=torch.int64)
+    valid = torch.arange(flat.shape[1])[None, :] < lengths[:, None]
+    if max_len:
+        flat[valid] = torch.tensor([t for toks in token_lists for t in toks], dtype=torch.int64)
+    return flat.to(device, non_blocking=True), valid.to(device, non_blocking=True)
+
+
+def token_counts(tokens: torch.Tensor, weights: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """`[N, V]` float32 sum of `weights` per token id via scatter_add; ids >= vocab_size (padding) dropped."""
+    counts = torch.zeros(tokens.shape[0], vocab_size + 1, dtype=torch.float32, device=tokens.device)
+    counts.scatter_add_(1, tokens.clamp(max=vocab_size), weights.to(torch.float32))
+    return counts[:, :vocab_size]
+
+
+def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
+    """CTRL / TGI: for tokens seen (prompt + output), positive logits are divided by the penalty and
+    negative ones multiplied. `seen` `[N, V]` bool, `penalty` `[N]`. In place."""
+    p = penalty[:, None].to(logits.dtype)
+    penalised = torch.where(logits > 0, logits / p, logits * p)
+    return logits.copy_(torch.where(seen, penalised, logits))
+
+
+def apply_frequency_presence(
+    logits: torch.Tensor, output_counts: torch.Tensor, frequency: torch.Tensor, presence: torch.Tensor
+) -> torch.Tensor:
+    """OpenAI: logit -= frequency * count + presence * (count > 0), over OUTPUT tokens. In place."""
+    logits -= output_counts * frequency[:, None] + (output_counts > 0).to(logits.dtype) * presence[:, None]
+    return logits
+
+
+def apply_top_k_top_p(
+    logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, max_k: int | None = None
+) -> torch.Tensor:
+    """Keep each row's `top_k` best tokens (0 = all), then the smallest prefix of them (by probability)
+    whose mass reaches `top_p` (1 = all), always at least one token; the rest become -inf. Ties at the k-th
+    place are broken by sort order (exactly k tokens kept). In place.
+
+    `max_k`: pass the largest `top_k` when every row with `top_p < 1` also has `top_k > 0`; then only the
+    `max_k` best candidates are sorted (`topk`) instead of the whole vocabulary."""
+    vocab = logits.shape[1]
+    partial = max_k is not None and 0 < max_k < vocab
+    if partial:
+        sorted_logits, sorted_idx = logits.topk(max_k, dim=1)
+    else:
+        sorted_logits, sorted_idx = logits.sort(dim=1, descending=True)
+    pos = torch.arange(sorted_logits.shape[1], device=logits.device)[None, :]
+    k = torch.where(top_k > 0, top_k.clamp(max=vocab), vocab)
+    remove = pos >= k[:, None]
+    sorted_logits.masked_fill_(remove, float("-inf"))
+    p = top_p.to(torch.float32)[:, None]
+    probs = sorted_logits.softmax(dim=1)
+    mass_before = probs.cumsum(dim=1) - probs  # exclusive cumulative mass: first token always kept
+    remove |= (mass_before >= p) & (p < 1.0)
+    if not partial:
+        return logits.scatter_(1, sorted_idx, sorted_logits.masked_fill_(remove, float("-inf")))
+    keep = torch.zeros_like(logits, dtype=torch.bool).scatter_(1, sorted_idx, ~remove)
+    keep |= ((top_k <= 0) & (p[:, 0] >= 1.0))[:, None]  # rows without truncation keep everything
+    return logits.masked_fill_(~keep, float("-inf"))
+
+
+def apply_typical_p(logits: torch.Tensor, typical_p: torch.Tensor) -> torch.Tensor:
+    """Locally typical sampling (Meister et al.; HF `TypicalLogitsWarper`, min_tokens_to_keep=1): keep the
+    tokens whose surprisal is closest to the entropy until their mass reaches `typical_p`. Rows with
+    typical_p == 1 are left unchanged. In place."""
+    mass = typical_p.to(torch.float32)[:, None]
+    logp = logits.log_softmax(dim=1)
+    ent = -(logp * logp.exp()).nansum(dim=1, keepdim=True)
+    shifted = (-logp - ent).abs()
+    sorted_scores, sorted_idx = shifted.sort(dim=1)
+    cum = logits.gather(1, sorted_idx).softmax(dim=1).cumsum(dim=1)
+    last = (cum < mass).sum(dim=1, keepdim=True).clamp(max=logits.shape[1] - 1)
+    remove_sorted = sorted_scores > sorted_scores.gather(1, last)
+    remove_sorted[:, 0] = False
+    remove_sorted &= mass < 1.0
+    remove = torch.zeros_like(remove_sorted).scatter_(1, sorted_idx, remove_sorted)
+    return logits.masked_fill_(remove, float("-inf"))

@@ -1,0 +1,147 @@
+"""Core's vectorised torch sampler (the default `Backend.sampler()`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+
+from tgi.core.interfaces.sampler import Sampler, SamplerOutput
+from tgi.core.sampling import processors as P
+
+if TYPE_CHECKING:
+    from tgi.core.batch import ScheduledSequence
+
+
+class TorchSampler(Sampler):
+    """Penalties -> temperature -> top-k/top-p -> typical-p -> seeded Gumbel-max draw, for all rows at once.
+
+    Per-row parameters become small `[N]` tensors; all the math is batched (no per-row torch ops).
+
+    * repetition_penalty (CTRL/TGI) reads prompt + output tokens; frequency/presence penalties (OpenAI)
+      read output tokens only. Counts come from one scatter_add over a padded `[N, L]` token tensor.
+    * temperature applies to `do_sample` rows only; greedy rows take the argmax of the penalised logits.
+    * Sampling is counter-based: row noise is a hash of (row.seed, row.num_generated, vocab index), so the
+      same seed, step and logits give the same token whatever else shares the batch, on any device.
+    * `logprobs` are the log-softmax of the penalised, temperature-scaled logits before truncation, at the
+      chosen token; `top_token_ids`/`top_logprobs` (n = max top_n_tokens over rows) come from the same.
+
+    The input `logits` are never modified: when processing is needed the sampler works on a copy.
+    """
+
+    def sample(self, logits: torch.Tensor, rows: Sequence[ScheduledSequence]) -> SamplerOutput:
+        if logits.dim() != 2 or logits.shape[0] != len(rows):
+            raise ValueError(f"logits {tuple(logits.shape)} do not match {len(rows)} rows")
+        n, vocab = logits.shape
+        device = logits.device
+        params = [r.sampling for r in rows]
+        if n == 0:
+            empty = torch.empty(0, dtype=torch.int64, device=device)
+            return SamplerOutput(empty, torch.empty(0, dtype=torch.float32, device=device))
+
+        rep = [p.repetition_penalty for p in params]
+        freq = [p.frequency_penalty for p in params]
+        pres = [p.presence_penalty for p in params]
+        do_sample = [p.do_sample for p in params]
+        need_rep = any(x != 1.0 for x in rep)
+        need_freq = any(x != 0.0 for x in freq) or any(x != 0.0 for x in pres)
+        any_sample = any(do_sample)
+
+        x = logits if logits.dtype == torch.float32 else logits.float()
+        if need_rep or need_freq or any_sample:
+            x = x.clone() if x is logits else x  # every processor below works in place on our copy
+
+        if need_rep or need_freq:
+            self._apply_penalties(x, rows, rep, freq, pres, need_rep, need_freq)
+
+        if any_sample:
+            sample_mask = torch.tensor(do_sample, dtype=torch.bool, device=device)
+            temps = [p.temperature if p.do_sample else 1.0 for p in params]
+            if any(t != 1.0 for t in temps):
+                x /= torch.tensor(temps, dtype=torch.float32, device=device)[:, None]
+
+        logprobs_all = x.log_softmax(dim=1)  # what is reported (before truncation)
+        greedy_ids = x.argmax(dim=1)
+
+        if any_sample:
+            token_ids = self._draw(x, rows, params, sample_mask, greedy_ids)
+        else:
+            token_ids = greedy_ids
+
+        out = SamplerOutput(
+            token_ids=token_ids, logprobs=logprobs_all.gather(1, token_ids[:, None]).squeeze(1)
+        )
+        top_n = max(p.top_n_tokens for p in params)
+        if top_n > 0:
+            top_lp, top_ids = logprobs_all.topk(min(top_n, vocab), dim=1)
+            out.top_token_ids, out.top_logprobs = top_ids, top_lp
+        return out
+
+    @staticmethod
+    def _apply_penalties(
+        x: torch.Tensor,
+        rows: Sequence[ScheduledSequence],
+        rep: list[float],
+        freq: list[float],
+        pres: list[float],
+        need_rep: bool,
+        need_freq: bool,
+    ) -> None:
+        vocab, device = x.shape[1], x.device
+        # Only ship the history each row needs: all tokens for a repetition penalty, else the output.
+        starts, lists = [], []
+        for r, rp, f, pr in zip(rows, rep, freq, pres, strict=True):
+            if rp != 1.0:
+                starts.append(r.num_prompt_tokens)  # output tokens start after the prompt
+                lists.append(r.all_token_ids)
+            elif f != 0.0 or pr != 0.0:
+                starts.append(0)
+                lists.append(r.all_token_ids[r.num_prompt_tokens :])
+            else:
+                starts.append(0)
+                lists.append(())
+        tokens, valid = P.padded_token_tensor(lists, pad=vocab, device=device)
+        if need_rep:
+            seen = P.token_counts(tokens, valid, vocab) > 0
+            P.apply_repetition_penalty(x, seen, torch.tensor(rep, dtype=torch.float32, device=device))
+        if need_freq:
+            pos = torch.arange(tokens.shape[1], device=device)[None, :]
+            start_t = torch.tensor(starts, dtype=torch.int64, device=device)[:, None]
+            counts = P.token_counts(tokens, valid & (pos >= start_t), vocab)
+            P.apply_frequency_presence(
+                x,
+                counts,
+                torch.tensor(freq, dtype=torch.float32, device=device),
+                torch.tensor(pres, dtype=torch.float32, device=device),
+            )
+
+    @staticmethod
+    def _draw(
+        x: torch.Tensor,
+        rows: Sequence[ScheduledSequence],
+        params: list,
+        sample_mask: torch.Tensor,
+        greedy_ids: torch.Tensor,
+    ) -> torch.Tensor:
+        """Truncate (in place on `x`) and draw with Gumbel-max; greedy rows keep `greedy_ids`."""
+        device, vocab = x.device, x.shape[1]
+        top_k = [p.top_k if p.do_sample else 0 for p in params]
+        top_p = [p.top_p if p.do_sample else 1.0 for p in params]
+        typical = [p.typical_p if p.do_sample else 1.0 for p in params]
+        if any(k > 0 for k in top_k) or any(v < 1.0 for v in top_p):
+            P.apply_top_k_top_p(
+                x,
+                torch.tensor(top_k, dtype=torch.int64, device=device),
+                torch.tensor(top_p, dtype=torch.float32, device=device),
+                max_k=max(top_k)
+                if all(k > 0 or v >= 1.0 for k, v in zip(top_k, top_p, strict=True))
+                else None,
+            )
+        if any(v < 1.0 for v in typical):
+            P.apply_typical_p(x, torch.tensor(typical, dtype=torch.float32, device=device))
+        seeds = torch.tensor([P.seed_to_i64(r.seed) for r in rows], dtype=torch.int64, device=device)
+        steps = torch.tensor([r.num_generated for r in rows], dtype=torch.int64, device=device)
+        # Gumbel-max in log space: argmax(logits - log E), E ~ Exp(1); -inf (truncated) never wins.
+        scores = x - P.exponential_noise(seeds, steps, vocab).log()
+        return torch.where(sample_mask, scores.argmax(dim=1), greedy_ids)
