@@ -1,0 +1,201 @@
+"""Reference paged attention for the CPU backend, on torch's scaled_dot_product_attention.
+
+Prefill runs one SDPA per chunk over the chunk's cached context (gathered from its block table, only the
+blocks it needs) followed by its own new keys/values. Decode is vectorised over the batch: the blocks each
+sequence uses (or, with a sliding window, only those its window covers) are gathered into a padded
+[D, L, Hkv, Dh] tensor and attended with one masked SDPA. Gather plans and masks depend only on the step's
+metadata, so they are computed once per step and shared by all layers (memoised in `meta.extra`).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from tgi.core.interfaces.attention import AttentionBackend, AttentionLayerSpec, AttentionMetadata
+from tgi.core.interfaces.kv_cache import KVCache
+from tgi.core.interfaces.types import AttentionCaps
+
+BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def _attend(
+    q: torch.Tensor,  # [B, H, Lq, Dh]
+    k: torch.Tensor,  # [B, Hkv, S, Dh]
+    v: torch.Tensor,  # [B, Hkv, S, Dh]
+    mask: torch.Tensor | None,  # bool, broadcastable to [B, 1, Lq, S]; True = attend
+    is_causal: bool,
+    layer: AttentionLayerSpec,
+) -> torch.Tensor:  # [B, H, Lq, Dh]
+    if k.dtype != q.dtype:
+        k, v = k.to(q.dtype), v.to(q.dtype)
+    gqa = q.shape[1] != k.shape[1]
+    if layer.softcap is None:
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=is_causal, scale=layer.scale, enable_gqa=gqa
+        )
+    # soft-capped logits: SDPA has no hook for them, do it by hand in float32
+    b, h, lq, dh = q.shape
+    hkv, s = k.shape[1], k.shape[2]
+    g = h // hkv
+    qf = q.float().reshape(b, hkv, g * lq, dh)
+    scores = torch.matmul(qf, k.float().transpose(-1, -2)) * layer.scale  # [B, Hkv, G*Lq, S]
+    scores = torch.tanh(scores / layer.softcap) * layer.softcap
+    scores = scores.view(b, hkv, g, lq, s)
+    if is_causal:
+        mask = torch.ones(lq, s, dtype=torch.bool, device=q.device).tril(s - lq)[None, None]
+    if mask is not None:
+        scores = scores.masked_fill(~mask.view(mask.shape[0], 1, 1, mask.shape[-2], s), float("-inf"))
+    probs = torch.softmax(scores, dim=-1).view(b, hkv, g * lq, s)
+    out = torch.matmul(probs, v.float())  # [B, Hkv, G*Lq, Dh]
+    return out.view(b, h, lq, dh).to(q.dtype)
+
+
+class CpuAttention(AttentionBackend):
+    """The reference implementation: any head size, float32/bfloat16, sliding window, soft-cap, GQA."""
+
+    name = "cpu-sdpa"
+
+    def __init__(self) -> None:
+        # gather buffers reused across layers and steps (at most one layer's share of the cache each)
+        self._workspace: dict[str, torch.Tensor] = {}
+
+    def caps(self) -> AttentionCaps:
+        return AttentionCaps(
+            head_sizes=None,
+            dtypes=("float32", "bfloat16"),
+            block_sizes=BLOCK_SIZES,
+            sliding_window=True,
+            softcap=True,
+            chunked_prefill=True,
+        )
+
+    # ------------------------------------------------------------------ prefill
+    def prefill(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        kv_cache: KVCache,
+        layer_idx: int,
+        meta: AttentionMetadata,
+        layer: AttentionLayerSpec,
+    ) -> torch.Tensor:
+        key_cache, value_cache = kv_cache.layer(layer_idx)
+        block_size = key_cache.shape[1]
+        window = layer.sliding_window
+        out = torch.empty_like(q)
+        for s, e, blocks, keys, mask in self._prefill_plan(meta, block_size, window):
+            qi = q[s:e].transpose(0, 1).unsqueeze(0)  # [1, H, L, Dh]
+            if blocks is None:  # no cached context: the chunk's own keys/values
+                ki, vi = k[s:e], v[s:e]
+            else:  # cached context and the chunk itself (already written), straight from the cache
+                ki = self._gather("k", key_cache, blocks)[keys]
+                vi = self._gather("v", value_cache, blocks)[keys]
+            ki = ki.transpose(0, 1).unsqueeze(0)  # [1, Hkv, S, Dh]
+            vi = vi.transpose(0, 1).unsqueeze(0)
+            o = _attend(qi, ki, vi, mask, mask is None, layer)
+            out[s:e] = o[0].transpose(0, 1)
+        return out
+
+    def _gather(self, name: str, cache: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
+        """cache[blocks] as [len(blocks) * block_size, Hkv, Dh], into a reused buffer (allocating fresh
+        tens-of-MB tensors every layer costs more than the copy itself)."""
+        _, bs, hkv, dh = cache.shape
+        n = blocks.numel()
+        numel = n * bs * hkv * dh
+        buf = self._workspace.get(name)
+        if buf is None or buf.numel() < numel or buf.dtype != cache.dtype or buf.device != cache.device:
+            buf = torch.empty(numel, dtype=cache.dtype, device=cache.device)
+            self._workspace[name] = buf
+        dst = buf[:numel].view(n, bs, hkv, dh)
+        torch.index_select(cache, 0, blocks.reshape(-1), out=dst)
+        return dst.view(n * bs, hkv, dh)
+
+    def _prefill_plan(
+        self, meta: AttentionMetadata, block_size: int, window: int | None
+    ) -> list[tuple[int, int, torch.Tensor | None, slice, torch.Tensor | None]]:
+        """Per chunk: (token start, token end, blocks holding the keys it attends to (None when it has no
+        cached context: it then uses its own k/v), the keys' slots within those blocks, bool mask
+        [1, 1, L, S] or None for a plain causal chunk)."""
+        key = f"cpu-sdpa/prefill/{block_size}/{window}"
+        plan = meta.extra.get(key)
+        if plan is not None:
+            return plan
+        qsl = meta.query_start_loc.tolist()
+        device = meta.query_start_loc.device
+        plan = []
+        for i, start in enumerate(meta.prefill_start_pos):
+            s, e = qsl[i], qsl[i + 1]
+            n = e - s
+            kstart = 0 if window is None else max(0, start - window + 1)  # oldest key any query may see
+            if start > kstart:
+                first_blk = kstart // block_size
+                last_blk = (start + n + block_size - 1) // block_size
+                blocks = meta.prefill_block_tables[i, first_blk:last_blk].to(torch.int64)
+                skip = kstart - first_blk * block_size
+                ctx = slice(skip, skip + start + n - kstart)
+            else:
+                kstart = start
+                blocks, ctx = None, slice(0, 0)
+            if blocks is None and (window is None or n <= window):
+                plan.append((s, e, None, ctx, None))
+                continue
+            qpos = torch.arange(start, start + n, device=device)[:, None]
+            kpos = torch.arange(kstart, start + n, device=device)[None, :]
+            mask = kpos <= qpos
+            if window is not None:
+                mask &= kpos > qpos - window
+            plan.append((s, e, blocks, ctx, mask[None, None]))
+        meta.extra[key] = plan
+        return plan
+
+    # ------------------------------------------------------------------ decode
+    def decode(
+        self,
+        q: torch.Tensor,
+        kv_cache: KVCache,
+        layer_idx: int,
+        meta: AttentionMetadata,
+        layer: AttentionLayerSpec,
+    ) -> torch.Tensor:
+        key_cache, value_cache = kv_cache.layer(layer_idx)
+        block_size, hkv, dh = key_cache.shape[1], key_cache.shape[2], key_cache.shape[3]
+        n, h = q.shape[0], q.shape[1]
+        blocks, mask = self._decode_plan(meta, block_size, layer.sliding_window)
+        k = self._gather("k", key_cache, blocks).view(n, -1, hkv, dh).transpose(1, 2)  # [D, Hkv, L, Dh]
+        v = self._gather("v", value_cache, blocks).view(n, -1, hkv, dh).transpose(1, 2)
+        # the G query heads sharing a kv head act as G query rows of that head: [D, Hkv, G, Dh], so no
+        # key/value expansion is needed and the mask [D, 1, 1, L] broadcasts over them
+        out = _attend(q.view(n, hkv, h // hkv, dh), k, v, mask, False, layer)
+        return out.view(n, h, dh)
+
+    def _decode_plan(
+        self, meta: AttentionMetadata, block_size: int, window: int | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(block ids [D, nb] to gather, bool mask [D, 1, 1, nb * block_size])."""
+        key = f"cpu-sdpa/decode/{block_size}/{window}"
+        plan = meta.extra.get(key)
+        if plan is not None:
+            return plan
+        seq_lens = meta.decode_seq_lens.to(torch.int64)
+        tables = meta.decode_block_tables.to(torch.int64)
+        device = tables.device
+        d, max_table = tables.shape
+        nb = (meta.max_decode_seq_len + block_size - 1) // block_size
+        if window is not None and meta.max_decode_seq_len > window:
+            # only the blocks the window covers: keys [seq_len - window, seq_len)
+            nb = min(nb, (window + block_size - 2) // block_size + 1)
+            first = (seq_lens - window).clamp(min=0) // block_size
+        else:
+            first = torch.zeros(d, dtype=torch.int64, device=device)
+        idx = first[:, None] + torch.arange(nb, device=device)[None, :]  # [D, nb] logical block index
+        valid = idx < max_table
+        blocks = tables.gather(1, idx.clamp(max=max(max_table - 1, 0)))
+        pos = (idx[:, :, None] * block_size + torch.arange(block_size, device=device)).view(d, -1)
+        mask = (pos < seq_lens[:, None]) & valid.repeat_interleave(block_size, dim=1)
+        if window is not None:
+            mask &= pos >= (seq_lens - window)[:, None]
+        plan = (blocks, mask[:, None, None, :])
+        meta.extra[key] = plan
+        return plan

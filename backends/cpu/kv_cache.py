@@ -1,0 +1,51 @@
+"""Paged KV cache in host memory for the CPU backend."""
+
+from __future__ import annotations
+
+import torch
+
+from tgi.core.dtypes import to_torch_dtype
+from tgi.core.interfaces.kv_cache import KVCache
+from tgi.core.interfaces.types import KVCacheSpec
+
+
+class CpuKVCache(KVCache):
+    """Per layer one key and one value tensor of shape [num_blocks, block_size, num_kv_heads, head_dim].
+
+    Slot `s` is `[s // block_size, s % block_size]`, so a write is one `index_copy_` into the flat
+    [num_blocks * block_size, num_kv_heads, head_dim] view. The storage is zero-initialised: attention may
+    read (and mask out) slots that were never written, and these must hold finite values.
+    """
+
+    def __init__(self, spec: KVCacheSpec, num_blocks: int, device: torch.device | str = "cpu") -> None:
+        super().__init__(spec, num_blocks)
+        self.dtype = to_torch_dtype(spec.dtype)
+        self.device = torch.device(device)
+        shape = (num_blocks, spec.block_size, spec.num_kv_heads, spec.head_dim)
+        self.key_caches: list[torch.Tensor] = []
+        self.value_caches: list[torch.Tensor] = []
+        for _ in range(spec.num_layers):
+            self.key_caches.append(torch.zeros(shape, dtype=self.dtype, device=self.device))
+            self.value_caches.append(torch.zeros(shape, dtype=self.dtype, device=self.device))
+
+    def write(
+        self, layer_idx: int, key: torch.Tensor, value: torch.Tensor, slot_mapping: torch.Tensor
+    ) -> None:
+        if slot_mapping.numel() == 0:
+            return
+        n = slot_mapping.shape[0]
+        key, value = key[:n], value[:n]
+        if bool((slot_mapping < 0).any()):
+            keep = slot_mapping >= 0
+            slot_mapping, key, value = slot_mapping[keep], key[keep], value[keep]
+        slot_mapping = slot_mapping.to(torch.int64)
+        h, d = self.spec.num_kv_heads, self.spec.head_dim
+        self.key_caches[layer_idx].view(-1, h, d).index_copy_(0, slot_mapping, key.to(self.dtype))
+        self.value_caches[layer_idx].view(-1, h, d).index_copy_(0, slot_mapping, value.to(self.dtype))
+
+    def layer(self, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(key_cache, value_cache), each [num_blocks, block_size, num_kv_heads, head_dim]."""
+        return self.key_caches[layer_idx], self.value_caches[layer_idx]
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (*self.key_caches, *self.value_caches))

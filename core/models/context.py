@@ -1,0 +1,113 @@
+"""What a model's forward needs besides token ids and positions: the attention backend, the KV cache and the
+step's attention metadata. Also a builder of `AttentionMetadata` from plain per-sequence lists."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from tgi.core.interfaces.attention import AttentionBackend, AttentionMetadata
+from tgi.core.interfaces.kv_cache import KVCache
+
+
+@dataclass
+class AttentionContext:
+    """Bundles what every attention layer of one forward step uses."""
+
+    backend: AttentionBackend
+    kv_cache: KVCache
+    meta: AttentionMetadata
+
+
+@dataclass(frozen=True)
+class SeqChunk:
+    """One sequence's share of a step (the fields of `ScheduledSequence` the metadata needs)."""
+
+    start_pos: int  # tokens already in the KV cache
+    num_tokens: int  # tokens fed this step (1 for a decode)
+    block_table: Sequence[int]  # physical blocks covering start_pos + num_tokens tokens
+    is_prefill: bool = True
+
+
+def _num_tokens(seq: Any) -> int:
+    n = getattr(seq, "num_tokens", None)
+    return len(seq.token_ids) if n is None else int(n)
+
+
+def _pad(rows: list[Sequence[int]]) -> list[list[int]]:
+    width = max((len(r) for r in rows), default=0)
+    return [[*r, *([0] * (width - len(r)))] for r in rows]
+
+
+def build_attention_metadata(
+    seqs: Sequence[Any], block_size: int, device: torch.device | str | None = None
+) -> AttentionMetadata:
+    """Metadata for a step of `seqs` (prefill chunks first, then decodes). Each item needs `start_pos`,
+    `block_table`, `is_prefill` and `num_tokens` (or `token_ids`): a `SeqChunk` or a `ScheduledSequence`."""
+    slots: list[int] = []
+    qsl = [0]
+    p_start: list[int] = []
+    p_lens: list[int] = []
+    p_tables: list[Sequence[int]] = []
+    d_lens: list[int] = []
+    d_tables: list[Sequence[int]] = []
+    seen_decode = False
+    for seq in seqs:
+        n = _num_tokens(seq)
+        start = int(seq.start_pos)
+        table = list(seq.block_table)
+        end = start + n
+        if len(table) * block_size < end:
+            raise ValueError(f"block table of {len(table)} blocks cannot hold {end} tokens")
+        slots.extend(table[pos // block_size] * block_size + pos % block_size for pos in range(start, end))
+        if seq.is_prefill:
+            if seen_decode:
+                raise ValueError("prefill chunks must come before decode tokens")
+            qsl.append(qsl[-1] + n)
+            p_start.append(start)
+            p_lens.append(end)
+            p_tables.append(table)
+        else:
+            if n != 1:
+                raise ValueError(f"a decode step feeds exactly one token, got {n}")
+            seen_decode = True
+            d_lens.append(end)
+            d_tables.append(table)
+
+    def i32(x: Any) -> torch.Tensor:
+        return torch.tensor(x, dtype=torch.int32, device=device)
+
+    def table(rows: list[Sequence[int]]) -> torch.Tensor:
+        padded = _pad(rows)
+        width = len(padded[0]) if padded else 0
+        return i32(padded).view(len(padded), width)
+
+    return AttentionMetadata(
+        slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
+        num_prefill_tokens=qsl[-1],
+        num_decode_tokens=len(d_lens),
+        query_start_loc=i32(qsl),
+        prefill_seq_lens=i32(p_lens),
+        prefill_block_tables=table(p_tables),
+        max_query_len=max((b - a for a, b in itertools.pairwise(qsl)), default=0),
+        max_prefill_seq_len=max(p_lens, default=0),
+        decode_seq_lens=i32(d_lens),
+        decode_block_tables=table(d_tables),
+        max_decode_seq_len=max(d_lens, default=0),
+        prefill_start_pos=p_start,
+        prefill_seq_lens_host=p_lens,
+        decode_seq_lens_host=d_lens,
+    )
+
+
+def build_positions(seqs: Sequence[Any], device: torch.device | str | None = None) -> torch.Tensor:
+    """[T] int64 positions of the step's tokens, in the same order as the metadata's token axis."""
+    pos: list[int] = []
+    for seq in seqs:
+        start = int(seq.start_pos)
+        pos.extend(range(start, start + _num_tokens(seq)))
+    return torch.tensor(pos, dtype=torch.int64, device=device)

@@ -1,0 +1,148 @@
+"""Building blocks of core's torch models: norms, linears (behind a factory so that tensor parallelism can
+swap in sharded ones), and weight loaders attached to parameters.
+
+A module may define `weight_loader(param, tensor, shard_id=None)` (and `shard_ids` for fused ones); a
+model's `load_weights` calls it for the module's parameters with each checkpoint tensor, else it copies the
+tensor as is. Sharded (tensor-parallel) linears will bring loaders that narrow the checkpoint tensor to
+their rank's slice; the model code does not change. (Loaders live on modules, not on parameters, because
+parameter attributes do not survive `Module.to_empty`.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def default_weight_loader(param: torch.Tensor, tensor: torch.Tensor, shard_id: object = None) -> None:
+    if tuple(param.shape) != tuple(tensor.shape):
+        raise ValueError(f"weight of shape {tuple(tensor.shape)} does not fit parameter {tuple(param.shape)}")
+    param.data.copy_(tensor)
+
+
+class MergedLinear(nn.Linear):
+    """Several linears with the same input fused along the output dim (q/k/v, or gate/up).
+    `shard_ids` name the parts; the weight loader places each checkpoint tensor in its rows."""
+
+    def __init__(
+        self,
+        in_features: int,
+        output_sizes: Sequence[int],
+        shard_ids: Sequence[object],
+        bias: bool,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(in_features, sum(output_sizes), bias=bias, device=device, dtype=dtype)
+        self.output_sizes = list(output_sizes)
+        self.shard_ids = list(shard_ids)
+        offsets = [0]
+        for size in output_sizes:
+            offsets.append(offsets[-1] + size)
+        self._offsets = dict(zip(self.shard_ids, zip(offsets, self.output_sizes, strict=False), strict=True))
+
+    def weight_loader(self, param: torch.Tensor, tensor: torch.Tensor, shard_id: object = None) -> None:
+        if shard_id not in self._offsets:
+            raise ValueError(f"unknown shard {shard_id!r} (known: {self.shard_ids})")
+        offset, size = self._offsets[shard_id]
+        default_weight_loader(param.data.narrow(0, offset, size), tensor)
+
+
+class LinearFactory:
+    """Creates the linears of a model. The default builds plain, unsharded layers; a tensor-parallel
+    factory returns column-parallel layers (output dim sharded) from `column`/`merged_column`, row-parallel
+    ones (input dim sharded, output all-reduced through a `Collective`) from `row`, and reports its
+    `tp_size`/`tp_rank` so the model sizes its per-rank heads."""
+
+    tp_size: int = 1
+    tp_rank: int = 0
+
+    def column(
+        self, in_features: int, out_features: int, bias: bool, *, dtype: torch.dtype, device: object
+    ) -> nn.Module:
+        return nn.Linear(in_features, out_features, bias=bias, dtype=dtype, device=device)
+
+    def merged_column(
+        self,
+        in_features: int,
+        output_sizes: Sequence[int],
+        shard_ids: Sequence[object],
+        bias: bool,
+        *,
+        dtype: torch.dtype,
+        device: object,
+    ) -> nn.Module:
+        return MergedLinear(in_features, output_sizes, shard_ids, bias, dtype=dtype, device=device)
+
+    def row(
+        self, in_features: int, out_features: int, bias: bool, *, dtype: torch.dtype, device: object
+    ) -> nn.Module:
+        return nn.Linear(in_features, out_features, bias=bias, dtype=dtype, device=device)
+
+    def embedding(self, num_embeddings: int, dim: int, *, dtype: torch.dtype, device: object) -> nn.Module:
+        return nn.Embedding(num_embeddings, dim, dtype=dtype, device=device)
+
+    def lm_head(self, in_features: int, vocab_size: int, *, dtype: torch.dtype, device: object) -> nn.Module:
+        return nn.Linear(in_features, vocab_size, bias=False, dtype=dtype, device=device)
+
+
+class RMSNorm(nn.Module):
+    """RMS norm as Hugging Face computes it (statistics in float32, weight applied in the input dtype),
+    with an optional fused residual add: `forward(x, residual)` returns `(norm(x + residual), x + residual)`."""
+
+    def __init__(self, hidden_size: int, eps: float, dtype: torch.dtype, device: object = None) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size, dtype=dtype, device=device))
+        self.eps = eps
+
+    def _norm(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(dtype)
+
+    def forward(
+        self, x: torch.Tensor, residual: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if residual is not None:
+            x = x + residual
+        return self._norm(x), x
+
+
+def activation(name: str):
+    """The MLP activation by its Hugging Face name."""
+    if name in ("silu", "swish"):
+        return F.silu
+    from transformers.activations import ACT2FN
+
+    return ACT2FN[name]
+
+
+class GatedMLP(nn.Module):
+    """down(act(gate(x)) * up(x)) with gate and up fused in one column linear."""
+
+    def __init__(
+        self,
+        hidden_size: int,
+        intermediate_size: int,
+        hidden_act: str,
+        bias: bool,
+        linear: LinearFactory,
+        dtype: torch.dtype,
+        device: object,
+    ) -> None:
+        super().__init__()
+        inter = intermediate_size // linear.tp_size
+        self.gate_up_proj = linear.merged_column(
+            hidden_size, [inter, inter], ["gate", "up"], bias, dtype=dtype, device=device
+        )
+        self.down_proj = linear.row(intermediate_size, hidden_size, bias, dtype=dtype, device=device)
+        self.act = activation(hidden_act)
+        self._inter = inter
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).split(self._inter, dim=-1)
+        return self.down_proj(self.act(gate) * up)

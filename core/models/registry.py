@@ -1,0 +1,71 @@
+"""Which model class runs a Hugging Face config, and what the engine must know before loading it."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tgi.core.interfaces.attention import AttentionLayerSpec
+    from tgi.core.interfaces.types import KVCacheSpec
+
+
+class UnsupportedModelError(ValueError):
+    """The checkpoint's architecture (or one of its settings) is not implemented; the message says which."""
+
+
+# architecture -> (module, class); imported lazily so that the registry costs nothing to import
+_ARCHITECTURES: dict[str, tuple[str, str]] = {
+    "LlamaForCausalLM": ("tgi.core.models.llama", "LlamaForCausalLM"),
+    "MistralForCausalLM": ("tgi.core.models.llama", "MistralForCausalLM"),
+    "Qwen2ForCausalLM": ("tgi.core.models.llama", "Qwen2ForCausalLM"),
+}
+_MODEL_TYPES: dict[str, str] = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+}
+
+
+def supported_architectures() -> list[str]:
+    return list(_ARCHITECTURES)
+
+
+def architecture_of(config: Any) -> str:
+    """The supported architecture name of `config`; raises `UnsupportedModelError` otherwise."""
+    archs = list(getattr(config, "architectures", None) or [])
+    for arch in archs:
+        if arch in _ARCHITECTURES:
+            return arch
+    model_type = getattr(config, "model_type", None)
+    if not archs and model_type in _MODEL_TYPES:
+        return _MODEL_TYPES[model_type]
+    name = archs[0] if archs else f"model_type '{model_type}'"
+    raise UnsupportedModelError(
+        f"unsupported model architecture {name} (supported: {', '.join(_ARCHITECTURES)})"
+    )
+
+
+def model_class_for(config: Any) -> type:
+    """The model class for a transformers config (by `architectures[0]`, else `model_type`)."""
+    module, cls = _ARCHITECTURES[architecture_of(config)]
+    return getattr(importlib.import_module(module), cls)
+
+
+def attention_layer_specs(config: Any, tp_size: int = 1) -> list[AttentionLayerSpec]:
+    """The attention of every layer (per rank), so the engine can `AttentionBackend.check` before loading."""
+    return model_class_for(config).attention_layer_specs(config, tp_size)
+
+
+def kv_cache_spec(config: Any, block_size: int, dtype: str, tp_size: int = 1) -> KVCacheSpec:
+    """The KV cache the model needs (per rank)."""
+    from tgi.core.interfaces.types import KVCacheSpec
+
+    specs = attention_layer_specs(config, tp_size)
+    return KVCacheSpec(
+        num_layers=len(specs),
+        num_kv_heads=specs[0].num_kv_heads,
+        head_dim=specs[0].head_dim,
+        block_size=block_size,
+        dtype=dtype,
+    )
