@@ -1,0 +1,193 @@
+"""The engine behind the server: `LLMEngine` stepping on its own thread, one async stream per request.
+
+The event loop never runs model code: it validates, queues a command, and awaits events. The engine thread
+drains commands (add, abort) at the start of every step, so a cancellation frees its blocks within one step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+from tgi.core.config import EngineConfig
+from tgi.core.engine import EngineStats, LLMEngine
+from tgi.core.request import EngineError, FinishReason, GenerationResult, TokenEvent
+from tgi.core.sampling_params import SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+class AsyncEngine:
+    """Implements `tgi.core.request.EngineClient` for the server."""
+
+    def __init__(self, engine: LLMEngine, model_id: str | None = None, backend_name: str | None = None):
+        self.engine = engine
+        self.model_id = model_id or engine.config.model_id or "SmolLM2-135M-Instruct"
+        self.backend_name = backend_name or engine.backend.name
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._wakeup = threading.Event()
+        self._streams: dict[str, asyncio.Queue] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self.error: BaseException | None = None  # set when the engine thread died
+
+    @classmethod
+    def from_config(
+        cls, config: EngineConfig, progress: Callable[[str], None] | None = None, registry=None
+    ) -> AsyncEngine:
+        engine = LLMEngine.from_config(config, registry=registry, progress=progress)
+        return cls(engine, model_id=config.model_id)
+
+    # -- what the server reads ----------------------------------------------------------------------------
+    @property
+    def config(self) -> EngineConfig:
+        return self.engine.config
+
+    @property
+    def tokenizer(self):
+        return self.engine.tokenizer
+
+    @property
+    def model_info(self):
+        return self.engine.model_info
+
+    def stats(self) -> EngineStats:
+        return self.engine.stats()
+
+    @property
+    def healthy(self) -> bool:
+        return self.error is None and (self._thread is None or self._thread.is_alive())
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._run, name="tgi-engine", daemon=True)
+        self._thread.start()
+
+    async def shutdown(self, cancel_inflight: bool = False) -> None:
+        """Stop the engine thread. Without `cancel_inflight`, waits for running requests to finish."""
+        if cancel_inflight:
+            for request_id in list(self._streams):
+                self._commands.put(("abort", request_id))
+                self._deliver([_cancelled(request_id)])
+        while not cancel_inflight and self._streams and self.healthy:
+            await asyncio.sleep(0.05)
+        self._stopping = True
+        self._wakeup.set()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, 10)
+
+    # -- requests ---------------------------------------------------------------------------------------
+    def stream(
+        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
+    ) -> AsyncIterator[TokenEvent]:
+        """Validate (raises `ValidationError` at once), queue, and return the request's event stream."""
+        if not self.healthy:
+            raise EngineError(f"the engine is not running: {self.error}")
+        self.engine.validate(prompt_token_ids, params)
+        request_id = request_id or uuid.uuid4().hex
+        events: asyncio.Queue = asyncio.Queue()
+        self._streams[request_id] = events
+        self._commands.put(("add", request_id, list(prompt_token_ids), params))
+        self._wakeup.set()
+        return self._iterate(request_id, events)
+
+    async def _iterate(self, request_id: str, events: asyncio.Queue) -> AsyncIterator[TokenEvent]:
+        finished = False
+        try:
+            while True:
+                item = await events.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if item.finish_reason is not None:
+                    finished = True
+                    return
+        finally:
+            self._streams.pop(request_id, None)
+            if not finished:  # the consumer went away (client disconnected): free its blocks now
+                self._commands.put(("abort", request_id))
+                self._wakeup.set()
+
+    async def generate(
+        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
+    ) -> GenerationResult:
+        result = None
+        async for event in self.stream(prompt_token_ids, params, request_id):
+            if result is None:
+                result = GenerationResult(event.request_id, "", [], FinishReason.LENGTH)
+            result.events.append(event)
+            result.token_ids.append(event.token_id)
+            if event.finish_reason is not None:
+                result.finish_reason = event.finish_reason
+                result.generated_text = event.generated_text or ""
+        return result
+
+    # -- the engine thread ------------------------------------------------------------------------------
+    def _run(self) -> None:
+        engine = self.engine
+        try:
+            while not self._stopping:
+                self._drain_commands()
+                if not engine.has_unfinished():
+                    self._wakeup.wait(0.5)
+                    self._wakeup.clear()
+                    continue
+                try:
+                    events = engine.step()
+                except Exception as exc:  # fail the requests in flight, keep serving new ones
+                    log.exception("engine step failed")
+                    self._fail_all(EngineError(f"the engine failed: {type(exc).__name__}: {exc}"))
+                    continue
+                if events:
+                    self._loop.call_soon_threadsafe(self._deliver, events)
+        except BaseException as exc:
+            self.error = exc
+            log.exception("engine thread died")
+            self._loop.call_soon_threadsafe(self._fail_streams, EngineError(f"the engine died: {exc}"))
+
+    def _drain_commands(self) -> None:
+        while True:
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            if command[0] == "add":
+                _, request_id, prompt, params = command
+                try:
+                    self.engine.add_request(prompt, params, request_id)
+                except Exception as exc:
+                    self._loop.call_soon_threadsafe(self._deliver_error, request_id, exc)
+            else:
+                self.engine.abort(command[1])
+
+    def _fail_all(self, error: EngineError) -> None:
+        self.engine.abort_all()
+        self._loop.call_soon_threadsafe(self._fail_streams, error)
+
+    # these run on the event loop
+    def _deliver(self, events: list[TokenEvent]) -> None:
+        for event in events:
+            stream = self._streams.get(event.request_id)
+            if stream is not None:
+                stream.put_nowait(event)
+
+    def _deliver_error(self, request_id: str, error: BaseException) -> None:
+        stream = self._streams.get(request_id)
+        if stream is not None:
+            stream.put_nowait(error)
+
+    def _fail_streams(self, error: BaseException) -> None:
+        for stream in list(self._streams.values()):
+            stream.put_nowait(error)
+
+
+def _cancelled(request_id: str) -> TokenEvent:
+    return TokenEvent(request_id, 0, 0, "", "", None, False, finish_reason=FinishReason.CANCELLED)

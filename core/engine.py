@@ -1,0 +1,259 @@
+"""The engine: one model on one backend, a scheduler, and the per-request output pipeline.
+
+`LLMEngine` is synchronous and single-threaded: `add_request`, then `step()` until done. It is what the
+in-process Python API and `AsyncEngine` (the server's engine, in `tgi.core.async_engine`) drive.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from tgi.core.batch import StepOutput
+from tgi.core.block_manager import BlockManager
+from tgi.core.config import ConfigError, EngineConfig
+from tgi.core.interfaces import Backend, ModelInfo, ModelRunner
+from tgi.core.output import RequestOutput
+from tgi.core.request import FinishReason, GenerationResult, TokenEvent, ValidationError
+from tgi.core.sampling_params import SamplingParams
+from tgi.core.scheduler import Scheduler
+from tgi.core.sequence import Sequence
+
+log = logging.getLogger(__name__)
+
+#: default step token budget cap: a longer prompt is chunked over steps so running decodes keep going
+DEFAULT_MAX_BATCH_PREFILL_TOKENS = 2048
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """A snapshot for metrics and `/info`."""
+
+    num_waiting: int
+    num_running: int
+    num_batch_tokens: int  # tokens in the last executed step
+    num_free_blocks: int
+    num_total_blocks: int
+    block_size: int
+    num_preemptions: int
+
+
+def derive_limits(
+    config: EngineConfig, info: ModelInfo, runner: ModelRunner, backend: Backend
+) -> EngineConfig:
+    """Fill in the limits the user left unset, from the model and the device's free memory, as TGI does,
+    and check that they agree with each other. Returns a new config with no `None` limit left."""
+    context = info.max_position_embeddings
+    max_total = config.max_total_tokens or context
+    if max_total > context:
+        raise ConfigError(
+            f"--max-total-tokens ({max_total}) exceeds the model's context length ({context} positions)"
+        )
+    max_input = config.max_input_tokens or max_total - 1
+    prefill = config.max_batch_prefill_tokens or min(max_input + 50, DEFAULT_MAX_BATCH_PREFILL_TOKENS)
+    spec = runner.kv_cache_spec()
+    bs = config.block_size
+    if config.max_batch_total_tokens is not None:
+        num_blocks = -(-config.max_batch_total_tokens // bs)
+    else:
+        free = backend.memory_info().free * config.kv_cache_memory_fraction
+        # never more than every running sequence at full length could use
+        num_blocks = int(min(free // spec.bytes_per_block, config.max_num_seqs * -(-max_total // bs)))
+    if num_blocks * bs < max_total:
+        raise ConfigError(
+            f"the KV cache holds {num_blocks * bs} tokens ({num_blocks} blocks of {bs}), less than "
+            f"--max-total-tokens ({max_total}): lower --max-total-tokens or free memory"
+        )
+    return dataclasses.replace(
+        config,
+        dtype=info.dtype,
+        max_total_tokens=max_total,
+        max_input_tokens=max_input,
+        max_batch_prefill_tokens=prefill,
+        max_batch_total_tokens=num_blocks * bs,
+    )
+
+
+class LLMEngine:
+    """Loads a model and generates for many requests at once with continuous batching.
+
+    >>> engine = LLMEngine.from_config(EngineConfig(max_batch_total_tokens=16384))
+    >>> [result] = engine.generate(["The capital of France is"], SamplingParams(max_new_tokens=8))
+    >>> result.generated_text
+    """
+
+    def __init__(
+        self, backend: Backend, runner: ModelRunner, tokenizer, config: EngineConfig, info: ModelInfo
+    ):
+        self.backend = backend
+        self.runner = runner
+        self.tokenizer = tokenizer
+        self.config = config
+        self.model_info = info
+        self.block_manager = BlockManager(
+            config.max_batch_total_tokens // config.block_size, config.block_size
+        )
+        self.scheduler = Scheduler.from_config(config, self.block_manager, runner.constraints())
+        self.eos_token_ids = frozenset(info.eos_token_ids) | frozenset(
+            [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+        )
+        self._outputs: dict[str, RequestOutput] = {}
+        self._rng = random.Random(config.seed)
+        self.num_batch_tokens = 0
+
+    @classmethod
+    def from_config(
+        cls, config: EngineConfig, registry=None, progress: Callable[[str], None] | None = None
+    ) -> LLMEngine:
+        """Select the backend, resolve and load the model, size the KV cache, warm up."""
+        from tgi.core.loading import resolve_model
+        from tgi.core.plugins import BackendRegistry
+        from tgi.core.tokenization import load_tokenizer
+
+        say = progress or (lambda msg: log.info(msg))
+        if config.num_shard > 1:
+            raise ConfigError("--num-shard > 1 (tensor parallelism) is not supported yet")
+        if config.quantize:
+            raise ConfigError(f"--quantize {config.quantize} is not supported yet")
+        spec = (registry or BackendRegistry()).select(config.backend)
+        backend = spec.create()
+        dtype = config.dtype or backend.default_dtype()
+        backend.check_dtype(dtype)
+        config = dataclasses.replace(config, dtype=dtype)
+        say(f"backend: {spec.name} ({backend.devices()[0].name}), dtype {dtype}")
+        source = resolve_model(config.model_id, config.revision)
+        say(f"model: {source.model_id} ({source.format}: {source.path})")
+        t0 = time.perf_counter()
+        tokenizer = load_tokenizer(source)
+        runner = backend.create_runner(source, config, backend.create_collective(0, 1))
+        info = runner.load()
+        say(
+            f"weights loaded: {info.architecture}, {info.num_parameters / 1e6:.0f}M parameters in {time.perf_counter() - t0:.1f}s"
+        )
+        config = derive_limits(config, info, runner, backend)
+        runner.initialize_cache(config.max_batch_total_tokens // config.block_size)
+        say(
+            f"KV cache: {config.max_batch_total_tokens} tokens; max input {config.max_input_tokens}, "
+            f"max total {config.max_total_tokens}, step budget {config.max_batch_prefill_tokens} tokens"
+        )
+        t0 = time.perf_counter()
+        runner.warmup(config.max_batch_prefill_tokens, config.max_num_seqs)
+        say(f"warm-up done in {time.perf_counter() - t0:.1f}s")
+        return cls(backend, runner, tokenizer, config, info)
+
+    # -- requests ---------------------------------------------------------------------------------------
+    def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        """Raise `ValidationError` (TGI's 422) for a request that does not fit the limits."""
+        try:
+            params.validate()
+        except ValueError as exc:
+            raise ValidationError(str(exc)) from None
+        n = len(prompt_token_ids)
+        if n == 0:
+            raise ValidationError("`inputs` cannot be empty")
+        if n > self.config.max_input_tokens:
+            raise ValidationError(f"`inputs` tokens must be <= {self.config.max_input_tokens}. Given: {n}")
+        if n + params.max_new_tokens > self.config.max_total_tokens:
+            raise ValidationError(
+                f"`inputs` tokens + `max_new_tokens` must be <= {self.config.max_total_tokens}. "
+                f"Given: {n} `inputs` tokens and {params.max_new_tokens} `max_new_tokens`"
+            )
+        vocab = self.model_info.vocab_size
+        if any(not 0 <= t < vocab for t in prompt_token_ids):
+            raise ValidationError(f"token ids must be in [0, {vocab})")
+
+    def add_request(
+        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
+    ) -> str:
+        self.validate(prompt_token_ids, params)
+        request_id = request_id or uuid.uuid4().hex
+        seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
+        seq = Sequence(request_id, list(prompt_token_ids), params, seed)
+        self._outputs[request_id] = RequestOutput(seq, self.tokenizer, self.eos_token_ids)
+        self.scheduler.add(seq)
+        return request_id
+
+    def abort(self, request_id: str) -> bool:
+        """Cancel a request; its KV blocks are free when this returns."""
+        self._outputs.pop(request_id, None)
+        return self.scheduler.abort(request_id)
+
+    def abort_all(self) -> list[str]:
+        """Cancel every request in flight (after a failed step); returns their ids."""
+        ids = list(self._outputs)
+        for request_id in ids:
+            self.abort(request_id)
+        return ids
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    def stats(self) -> EngineStats:
+        return EngineStats(
+            num_waiting=self.scheduler.num_waiting,
+            num_running=self.scheduler.num_running,
+            num_batch_tokens=self.num_batch_tokens,
+            num_free_blocks=self.block_manager.num_free_blocks,
+            num_total_blocks=self.block_manager.num_blocks,
+            block_size=self.block_manager.block_size,
+            num_preemptions=self.scheduler.num_preemptions,
+        )
+
+    # -- the step ---------------------------------------------------------------------------------------
+    def step(self) -> list[TokenEvent]:
+        """Schedule, run the model, sample, and turn new tokens into events (finishing sequences that
+        stop). Returns the events of this step, in batch order."""
+        batch = self.scheduler.schedule()
+        self.num_batch_tokens = batch.num_tokens
+        if batch.is_empty:
+            return []
+        now = time.monotonic()
+        for s in batch.sequences:
+            out = self._outputs.get(s.request_id)
+            if out is not None and out.first_scheduled is None:
+                out.first_scheduled = now
+        output: StepOutput = self.runner.execute(batch)
+        for request_id, logprobs in output.prompt_logprobs.items():
+            if request_id in self._outputs:
+                self._outputs[request_id].prompt_logprobs.extend(logprobs)
+        row = {rid: i for i, rid in enumerate(output.request_ids)}
+        events = []
+        for seq in self.scheduler.update(batch, output):
+            i = row[seq.request_id]
+            out = self._outputs[seq.request_id]
+            tops = None
+            if output.top_token_ids is not None and seq.params.top_n_tokens:
+                n = seq.params.top_n_tokens
+                tops = (output.top_token_ids[i][:n], output.top_logprobs[i][:n])
+            event = out.on_token(output.token_ids[i], output.logprobs[i], tops)
+            events.append(event)
+            if event.finish_reason is not None:
+                self.scheduler.finish(seq.request_id, event.finish_reason)
+                del self._outputs[seq.request_id]
+        return events
+
+    # -- the in-process Python API ---------------------------------------------------------------------
+    def generate(
+        self, prompts: str | Iterable[str | list[int]], params: SamplingParams | None = None
+    ) -> list[GenerationResult]:
+        """Generate for every prompt (text, or token ids) at once; results in prompt order."""
+        params = params or SamplingParams()
+        if isinstance(prompts, str):
+            prompts = [prompts]
+        ids = [p if isinstance(p, list) else self.tokenizer.encode(p) for p in prompts]
+        order = [self.add_request(p, params) for p in ids]
+        results = {rid: GenerationResult(rid, "", [], FinishReason.LENGTH) for rid in order}
+        while self.has_unfinished():
+            for event in self.step():
+                result = results[event.request_id]
+                result.events.append(event)
+                result.token_ids.append(event.token_id)
+                if event.finish_reason is not None:
+                    result.finish_reason = event.finish_reason
+                    result.generated_text = event.generated_text or ""
+        return [results[rid] for rid in order]

@@ -1,0 +1,81 @@
+"""One request's output pipeline: sampled tokens -> text -> stop checks -> `TokenEvent`s."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection
+
+from tgi.core.detokenizer import IncrementalDetokenizer
+from tgi.core.request import PromptToken, TokenEvent, TopToken
+from tgi.core.sequence import Sequence
+from tgi.core.stopping import StopChecker, combine_finish_reasons, stop_sequences_allowed, token_finish_reason
+
+
+class RequestOutput:
+    """Turns each new token of `seq` into a `TokenEvent`: incremental text that never splits a UTF-8
+    character nor leaks part of a stop sequence, the finish reason, and the details a client asked for."""
+
+    def __init__(self, seq: Sequence, tokenizer, eos_token_ids: Collection[int]) -> None:
+        self.seq = seq
+        self.tokenizer = tokenizer
+        self.eos_token_ids = eos_token_ids
+        self.detokenizer = IncrementalDetokenizer(tokenizer, seq.prompt_token_ids)
+        self.stops = StopChecker(seq.params.stop)
+        self.special_ids = frozenset(tokenizer.all_special_ids)
+        self.prompt_logprobs: list[float] = []  # filled by the engine as prompt chunks run
+        self.first_scheduled: float | None = None
+        self.arrival = time.monotonic()
+
+    def on_token(
+        self, token_id: int, logprob: float, tops: tuple[list[int], list[float]] | None = None
+    ) -> TokenEvent:
+        seq, params = self.seq, self.seq.params
+        n = seq.num_output_tokens  # the scheduler already appended this token
+        reason = token_finish_reason(token_id, n, params, self.eos_token_ids)
+        text = self.detokenizer.add(token_id)
+        if reason is not None:
+            text += self.detokenizer.flush()
+        check = self.stops.add(text, can_stop=stop_sequences_allowed(n, params))
+        reason = combine_finish_reasons(reason, check.stopped)
+        text = check.text
+        if reason is not None and not check.stopped:
+            text += self.stops.flush()
+        event = TokenEvent(
+            request_id=seq.request_id,
+            index=n - 1,
+            token_id=token_id,
+            token_text=self.detokenizer.token_text(token_id),
+            text=text,
+            logprob=logprob,
+            special=token_id in self.special_ids,
+            top_tokens=self._top_tokens(tops) if tops else (),
+            finish_reason=reason,
+        )
+        if reason is None:
+            return event
+        now = time.monotonic()
+        first = self.first_scheduled or now
+        return TokenEvent(
+            **{
+                **event.__dict__,
+                "generated_text": self.stops.text,
+                "num_prompt_tokens": seq.num_prompt_tokens,
+                "prompt_tokens": self._prompt_tokens() if params.prompt_logprobs else None,
+                "seed": seq.seed if params.do_sample else None,
+                "queue_time": first - self.arrival,
+                "inference_time": now - first,
+            }
+        )
+
+    def _top_tokens(self, tops: tuple[list[int], list[float]]) -> tuple[TopToken, ...]:
+        ids, logprobs = tops
+        text = self.detokenizer.token_text
+        return tuple(
+            TopToken(i, text(i), lp, i in self.special_ids) for i, lp in zip(ids, logprobs, strict=True)
+        )
+
+    def _prompt_tokens(self) -> tuple[PromptToken, ...]:
+        ids = self.seq.prompt_token_ids
+        logprobs = [None, *self.prompt_logprobs]
+        text = self.detokenizer.token_text
+        return tuple(PromptToken(t, text(t), lp) for t, lp in zip(ids, logprobs, strict=False))

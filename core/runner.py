@@ -1,0 +1,134 @@
+"""The torch model runner every torch backend shares: core's models on the backend's kernels."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import torch
+
+from tgi.core.batch import ScheduledBatch, ScheduledSequence, StepOutput
+from tgi.core.dtypes import to_torch_dtype
+from tgi.core.interfaces import Collective, KVCacheSpec, ModelInfo, ModelRunner
+from tgi.core.loading import iter_weights, load_config
+from tgi.core.models.context import AttentionContext, build_attention_metadata, build_positions
+from tgi.core.models.registry import attention_layer_specs, kv_cache_spec, model_class_for
+
+if TYPE_CHECKING:
+    from tgi.core.config import EngineConfig
+    from tgi.core.interfaces import TorchBackend
+    from tgi.core.loading.source import ModelSource
+
+log = logging.getLogger(__name__)
+
+
+class TorchModelRunner(ModelRunner):
+    """Loads a model from core's definitions onto a `TorchBackend` and runs scheduled batches."""
+
+    def __init__(
+        self, backend: TorchBackend, source: ModelSource, config: EngineConfig, collective: Collective
+    ):
+        self.backend = backend
+        self.source = source
+        self.config = config
+        self.collective = collective
+        self.dtype = config.dtype or backend.default_dtype()
+        self.device = backend.torch_device()
+        self.attention = backend.attention()
+        self.sampler = backend.sampler()
+        self.kv_cache = None
+        self.model = None
+        self.hf_config = None
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+    def load(self) -> ModelInfo:
+        self.backend.check_dtype(self.dtype)
+        self.hf_config = load_config(self.source)
+        model_cls = model_class_for(self.hf_config)  # refuses unsupported architectures, naming the supported
+        for layer in attention_layer_specs(self.hf_config):
+            self.attention.check(layer, self.config.block_size, self.dtype)
+        self.model = model_cls(self.hf_config, dtype=to_torch_dtype(self.dtype), device=self.device)
+        self.model.load_weights(iter_weights(self.source, self.hf_config))
+        self.model.eval()
+        eos = self.hf_config.eos_token_id
+        eos_ids = tuple(eos) if isinstance(eos, list | tuple) else ((eos,) if eos is not None else ())
+        return ModelInfo(
+            architecture=(self.hf_config.architectures or [type(self.model).__name__])[0],
+            vocab_size=self.hf_config.vocab_size,
+            max_position_embeddings=getattr(self.hf_config, "max_position_embeddings", 4096),
+            eos_token_ids=eos_ids,
+            dtype=self.dtype,
+            num_parameters=sum(p.numel() for p in self.model.parameters()),
+        )
+
+    def kv_cache_spec(self) -> KVCacheSpec:
+        return kv_cache_spec(self.hf_config, self.config.block_size, self.dtype)
+
+    def initialize_cache(self, num_blocks: int) -> None:
+        self.kv_cache = self.backend.create_kv_cache(self.kv_cache_spec(), num_blocks)
+
+    def warmup(self, max_batch_tokens: int, max_num_seqs: int) -> None:
+        """One prefill of `max_batch_tokens` tokens and one decode of `max_num_seqs` sequences, written
+        into blocks that no request owns yet (the cache is empty before serving)."""
+        from tgi.core.sampling_params import SamplingParams
+
+        bs = self.config.block_size
+        blocks = self.kv_cache.num_blocks
+        n = min(max_batch_tokens, blocks * bs)
+        params = SamplingParams()
+        prefill = ScheduledSequence(
+            "warmup", [0] * n, 0, list(range(-(-n // bs))), True, True, params, 0, n, [0] * n
+        )
+        self.execute(ScheduledBatch(0, [prefill], 1))
+        decodes = [
+            ScheduledSequence(f"w{i}", [0], 0, [i % blocks], False, True, params, 0, 1, [0])
+            for i in range(min(max_num_seqs, blocks))
+        ]
+        self.execute(ScheduledBatch(0, decodes, 0))
+        self.backend.synchronize()
+
+    # -- one step ---------------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def execute(self, batch: ScheduledBatch) -> StepOutput:
+        seqs = batch.sequences
+        device = self.device
+        input_ids = torch.tensor([t for s in seqs for t in s.token_ids], dtype=torch.int64, device=device)
+        positions = build_positions(seqs, device)
+        meta = build_attention_metadata(seqs, self.config.block_size, device)
+        self.attention.prepare(meta)
+        hidden = self.model(
+            input_ids, positions, AttentionContext(self.attention, self.kv_cache, meta)
+        )  # [T, H]
+
+        ends, starts, end = [], [], 0
+        for s in seqs:
+            starts.append(end)
+            end += len(s.token_ids)
+            ends.append(end)
+        sampled = [i for i, s in enumerate(seqs) if s.sample]
+        output = StepOutput(request_ids=[], token_ids=[], logprobs=[])
+        if sampled:
+            rows = [seqs[i] for i in sampled]
+            last = torch.tensor([ends[i] - 1 for i in sampled], device=device)
+            logits = self.model.compute_logits(hidden.index_select(0, last))  # [N, V] float32
+            result = self.sampler.sample(logits, rows)
+            output.request_ids = [s.request_id for s in rows]
+            output.token_ids = result.token_ids.tolist()
+            output.logprobs = result.logprobs.tolist()
+            if result.top_token_ids is not None:
+                output.top_token_ids = result.top_token_ids.tolist()
+                output.top_logprobs = result.top_logprobs.tolist()
+        for i, s in enumerate(seqs):
+            if s.want_prompt_logprobs and s.is_prefill:
+                output.prompt_logprobs[s.request_id] = self._prompt_logprobs(hidden[starts[i] : ends[i]], s)
+        return output
+
+    def _prompt_logprobs(self, hidden: torch.Tensor, seq: ScheduledSequence) -> list[float]:
+        """Logprobs of prompt tokens start_pos+1 .. min(start_pos+len, num_prompt-1) (see StepOutput)."""
+        first, last = seq.start_pos + 1, min(seq.start_pos + len(seq.token_ids), seq.num_prompt_tokens - 1)
+        if last < first:
+            return []
+        targets = torch.tensor(seq.all_token_ids[first : last + 1], device=hidden.device)
+        logits = self.model.compute_logits(hidden[: last - first + 1])  # position p predicts token p+1
+        logprobs = torch.log_softmax(logits.float(), dim=-1)
+        return logprobs.gather(1, targets[:, None]).squeeze(1).tolist()
