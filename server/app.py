@@ -1,0 +1,55 @@
+"""`create_app(engine, settings)`: the FastAPI application, its routers, error handlers and lifespan."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+
+from tgi.server import __version__
+from tgi.server.auth import BearerAuth
+from tgi.server.errors import install_error_handlers
+from tgi.server.protocol import ServingEngine
+from tgi.server.routes_openai import router as openai_router
+from tgi.server.routes_tgi import router as tgi_router
+from tgi.server.service import InferenceService
+from tgi.server.settings import ServerSettings
+
+log = logging.getLogger("tgi.server")
+
+
+def create_app(engine: ServingEngine, settings: ServerSettings | None = None) -> FastAPI:
+    settings = settings or ServerSettings()
+    service = InferenceService(engine, settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if settings.start_engine:
+            await engine.start()
+        if callable(settings.on_ready):
+            settings.on_ready()
+        try:
+            yield
+        finally:
+            if settings.start_engine:
+                # uvicorn has already waited up to its graceful timeout for in-flight responses and
+                # cancelled the rest; whatever the engine still holds is cancelled here.
+                await engine.shutdown(cancel_inflight=True)
+                log.info("engine stopped")
+
+    app = FastAPI(
+        title="Text Generation Inference",
+        description="TGI- and OpenAI-compatible LLM inference server",
+        version=__version__,
+        docs_url="/docs",
+        lifespan=lifespan,
+    )
+    app.state.service = service
+    install_error_handlers(app)
+    app.include_router(tgi_router)
+    app.include_router(openai_router)
+    if settings.api_key:
+        app.add_middleware(BearerAuth, api_key=settings.api_key)
+    return app

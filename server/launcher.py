@@ -1,0 +1,280 @@
+"""`tgi launch` / `text-generation-launcher`: TGI's launcher flags (and their environment variables), model
+loading with progress, then uvicorn with a graceful SIGTERM (stop accepting, drain, exit 0)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+
+from tgi.core.config import ConfigError, EngineConfig
+from tgi.server.settings import ServerSettings
+
+log = logging.getLogger("tgi.server")
+
+
+def _env(*names: str, default=None):
+    for name in names:
+        value = os.environ.get(name)
+        if value not in (None, ""):
+            return value
+    return default
+
+
+def _flag(value) -> bool:
+    return str(value).lower() in ("1", "true", "yes", "on")
+
+
+def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
+    """TGI's launcher flags; each defaults to its environment variable (named in the help)."""
+    a = parser.add_argument
+    a(
+        "--model-id",
+        default=_env("MODEL_ID"),
+        help="hub id, local folder or .gguf file; default: the default model [env: MODEL_ID]",
+    )
+    a("--revision", default=_env("REVISION"), help="model revision on the hub [env: REVISION]")
+    a(
+        "--backend",
+        default=_env("TGI_BACKEND", default="auto"),
+        help="backend plugin name, or auto [env: TGI_BACKEND]",
+    )
+    a(
+        "--dtype",
+        default=_env("DTYPE"),
+        help="float16, bfloat16 or float32; default: the backend's [env: DTYPE]",
+    )
+    a(
+        "--num-shard",
+        type=int,
+        default=int(_env("NUM_SHARD", default=1)),
+        help="tensor-parallel shards [env: NUM_SHARD]",
+    )
+    a("--quantize", default=_env("QUANTIZE"), help="weight quantization (not supported yet) [env: QUANTIZE]")
+    a(
+        "--max-input-tokens",
+        "--max-input-length",
+        dest="max_input_tokens",
+        type=int,
+        default=_int(_env("MAX_INPUT_TOKENS", "MAX_INPUT_LENGTH")),
+        help="longest prompt in tokens; default: max-total-tokens - 1 [env: MAX_INPUT_TOKENS, MAX_INPUT_LENGTH]",
+    )
+    a(
+        "--max-total-tokens",
+        type=int,
+        default=_int(_env("MAX_TOTAL_TOKENS")),
+        help="prompt + generated tokens per request; default: the model's context [env: MAX_TOTAL_TOKENS]",
+    )
+    a(
+        "--max-batch-prefill-tokens",
+        type=int,
+        default=_int(_env("MAX_BATCH_PREFILL_TOKENS")),
+        help="token budget of one step [env: MAX_BATCH_PREFILL_TOKENS]",
+    )
+    a(
+        "--max-batch-total-tokens",
+        type=int,
+        default=_int(_env("MAX_BATCH_TOTAL_TOKENS")),
+        help="KV-cache size in tokens; default: from free memory [env: MAX_BATCH_TOTAL_TOKENS]",
+    )
+    a(
+        "--max-batch-size",
+        type=int,
+        default=_int(_env("MAX_BATCH_SIZE")),
+        help="sequences running at once [env: MAX_BATCH_SIZE]",
+    )
+    a(
+        "--max-concurrent-requests",
+        type=int,
+        default=int(_env("MAX_CONCURRENT_REQUESTS", default=128)),
+        help="more in flight get 429 [env: MAX_CONCURRENT_REQUESTS]",
+    )
+    a("--max-best-of", type=int, default=int(_env("MAX_BEST_OF", default=2)), help="[env: MAX_BEST_OF]")
+    a(
+        "--max-stop-sequences",
+        type=int,
+        default=int(_env("MAX_STOP_SEQUENCES", default=4)),
+        help="[env: MAX_STOP_SEQUENCES]",
+    )
+    a(
+        "--max-top-n-tokens",
+        type=int,
+        default=int(_env("MAX_TOP_N_TOKENS", default=5)),
+        help="[env: MAX_TOP_N_TOKENS]",
+    )
+    a("--hostname", default=_env("HOSTNAME", default="0.0.0.0"), help="[env: HOSTNAME]")
+    a(
+        "-p",
+        "--port",
+        type=int,
+        default=int(_env("PORT", default=3000)),
+        help="[env: PORT] (0: any free port)",
+    )
+    a(
+        "--api-key",
+        default=_env("API_KEY"),
+        help="require `Authorization: Bearer <key>` on every route but /health [env: API_KEY]",
+    )
+    a(
+        "--json-output",
+        action="store_true",
+        default=_flag(_env("JSON_OUTPUT", default="")),
+        help="log as JSON lines [env: JSON_OUTPUT]",
+    )
+    a(
+        "--shutdown-timeout",
+        type=float,
+        default=float(_env("SHUTDOWN_TIMEOUT", default=30)),
+        help="seconds in-flight requests get on SIGTERM before they are cancelled [env: SHUTDOWN_TIMEOUT]",
+    )
+
+
+def _int(value) -> int | None:
+    return None if value is None else int(value)
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "target": record.name,
+            "fields": {"message": record.getMessage()},
+        }
+        if record.exc_info:
+            entry["fields"]["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def setup_logging(json_output: bool) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        _JsonFormatter()
+        if json_output
+        else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logging.getLogger(name).handlers[:] = []
+        logging.getLogger(name).propagate = True
+    logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
+
+
+def engine_config(args: argparse.Namespace) -> EngineConfig:
+    """The engine's config from the flags; `ConfigError` names contradictory limits and why."""
+    if args.num_shard > 1:
+        raise ConfigError(f"--num-shard {args.num_shard}: tensor parallelism is not supported yet (use 1)")
+    if args.quantize:
+        raise ConfigError(
+            f"--quantize {args.quantize}: quantization is not supported yet (GGUF models load quantized as they are)"
+        )
+    for name in ("max_concurrent_requests", "max_best_of", "max_stop_sequences"):
+        if getattr(args, name) < (1 if name != "max_stop_sequences" else 0):
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.max_top_n_tokens < 0:
+        raise ConfigError(f"--max-top-n-tokens must be >= 0, got {args.max_top_n_tokens}")
+    kwargs = {}
+    if args.max_batch_size is not None:
+        kwargs["max_num_seqs"] = args.max_batch_size
+    return EngineConfig(
+        model_id=args.model_id,
+        revision=args.revision,
+        backend=args.backend,
+        dtype=args.dtype,
+        max_input_tokens=args.max_input_tokens,
+        max_total_tokens=args.max_total_tokens,
+        max_batch_prefill_tokens=args.max_batch_prefill_tokens,
+        max_batch_total_tokens=args.max_batch_total_tokens,
+        num_shard=args.num_shard,
+        quantize=args.quantize,
+        **kwargs,
+    )
+
+
+def server_settings(args: argparse.Namespace, on_ready=None) -> ServerSettings:
+    return ServerSettings(
+        max_concurrent_requests=args.max_concurrent_requests,
+        max_best_of=args.max_best_of,
+        max_stop_sequences=args.max_stop_sequences,
+        max_top_n_tokens=args.max_top_n_tokens,
+        api_key=args.api_key,
+        shutdown_grace_s=args.shutdown_timeout,
+        on_ready=on_ready,
+    )
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def run_launch(args: argparse.Namespace) -> int:
+    try:
+        config = engine_config(args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    setup_logging(args.json_output)
+    try:
+        sock = _bind(args.hostname, args.port)
+    except OSError as exc:
+        print(f"error: cannot listen on {args.hostname}:{args.port}: {exc}", file=sys.stderr)
+        return 2
+
+    from tgi.core.async_engine import AsyncEngine
+
+    def progress(message: str) -> None:
+        log.info(message) if args.json_output else print(message, file=sys.stderr, flush=True)
+
+    try:
+        engine = AsyncEngine.from_config(config, progress=progress)
+    except ConfigError as exc:  # limits checked against the model and the memory at load
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    host, port = sock.getsockname()[:2]
+    where = f"http://{host}:{port}"
+    ready = f"tgi serving {engine.model_id} on {where} (backend {engine.backend_name})"
+
+    def on_ready() -> None:
+        log.info(ready) if args.json_output else print(ready, flush=True)
+
+    return serve(engine, server_settings(args, on_ready), sock)
+
+
+def serve(engine, settings: ServerSettings, sock: socket.socket) -> int:
+    """Run uvicorn on an already bound socket until SIGTERM/SIGINT; returns 0 after a graceful stop."""
+    import uvicorn
+
+    from tgi.server.app import create_app
+
+    app = create_app(engine, settings)
+    config = uvicorn.Config(
+        app,
+        log_config=None,
+        timeout_graceful_shutdown=int(max(settings.shutdown_grace_s, 1)),
+        timeout_keep_alive=5,
+        access_log=False,
+    )
+    server = uvicorn.Server(config)
+    # uvicorn re-raises the signal it caught once it has stopped; with these handlers in place that
+    # re-raise is a no-op and the process exits 0 instead of dying of SIGTERM.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
+    asyncio.run(server.serve(sockets=[sock]))
+    log.info("stopped")
+    return 0

@@ -1,0 +1,47 @@
+"""The engine surface the HTTP server depends on (implemented by `tgi.core.engine.AsyncEngine`).
+
+The server imports nothing else from the engine, so that it can be tested against a small fake.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+from tgi.core.config import EngineConfig
+from tgi.core.request import TokenEvent
+from tgi.core.sampling_params import SamplingParams
+
+
+class EngineStatsLike(Protocol):
+    """A snapshot of the engine's queues and KV pool (read at each `/metrics` scrape)."""
+
+    num_waiting: int
+    num_running: int
+    num_batch_tokens: int  # tokens in the current batch
+    num_free_blocks: int
+    num_total_blocks: int
+    block_size: int
+
+
+class ServingEngine(Protocol):
+    """What the server needs: limits, tokenizer, a token stream per request, stats, lifecycle."""
+
+    config: EngineConfig  # every limit derived (not None) once loaded
+    tokenizer: Any  # a transformers PreTrainedTokenizerFast (with `chat_template` for chat models)
+    model_info: Any  # tgi.core.interfaces.runner.ModelInfo
+    model_id: str
+    backend_name: str
+
+    async def start(self) -> None:
+        """Start the engine loop (called once inside the running event loop)."""
+
+    def stream(
+        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
+    ) -> AsyncIterator[TokenEvent]:
+        """Queue a request and yield its tokens; closing the iterator cancels the request."""
+        ...
+
+    def stats(self) -> EngineStatsLike: ...
+
+    async def shutdown(self, cancel_inflight: bool = False) -> None: ...

@@ -1,0 +1,203 @@
+"""OpenAI-compatible routes: /v1/chat/completions, /v1/completions, /v1/models."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from tgi.core.request import TokenEvent
+from tgi.core.sampling_params import SamplingParams
+from tgi.server import openai_format as fmt
+from tgi.server import sse
+from tgi.server.errors import ApiError, validation_error
+from tgi.server.schemas_openai import ChatCompletionRequest, CompletionRequest
+from tgi.server.schemas_tgi import ErrorResponse
+from tgi.server.service import InferenceService, RequestTracker
+from tgi.server.validation import fit_lengths, openai_sampling_params
+
+router = APIRouter(tags=["OpenAI"])
+
+
+@dataclass
+class Job:
+    """One choice to generate: its index in `choices`, its prompt and its parameters."""
+
+    index: int
+    prompt: int  # which prompt (completions may send several)
+    ids: list[int]
+    params: SamplingParams
+
+
+def _service(request: Request) -> InferenceService:
+    return request.app.state.service
+
+
+def _choices(base: SamplingParams, n: int, first_index: int, prompt: int, ids: list[int]) -> list[Job]:
+    jobs = []
+    for j in range(n):
+        params = base if base.seed is None or j == 0 else replace(base, seed=(base.seed + j) % 2**64)
+        jobs.append(Job(first_index + j, prompt, ids, params))
+    return jobs
+
+
+async def _chat_jobs(service: InferenceService, req: ChatCompletionRequest) -> list[Job]:
+    top_n = req.top_logprobs or 0
+    if top_n and not req.logprobs:
+        raise validation_error("`top_logprobs` requires `logprobs` to be true")
+    base = openai_sampling_params(req, service.settings, top_n=top_n, logprobs=req.logprobs)
+    ids = await service.render_chat([m.template_dict() for m in req.messages])
+    base = fit_lengths(len(ids), req.max_new_tokens, base, service.config)
+    return _choices(base, req.n, 0, 0, ids)
+
+
+async def _completion_jobs(service: InferenceService, req: CompletionRequest) -> list[Job]:
+    if req.echo:
+        raise validation_error("`echo` is not supported")
+    if req.suffix:
+        raise validation_error("`suffix` is not supported")
+    top_n = req.logprobs or 0
+    base = openai_sampling_params(req, service.settings, top_n=top_n, logprobs=req.logprobs is not None)
+    prompts = req.prompts()
+    if not prompts:
+        raise validation_error("`prompt` cannot be empty")
+    jobs: list[Job] = []
+    for p, prompt in enumerate(prompts):
+        ids = prompt if isinstance(prompt, list) else await service.encode(prompt)
+        vocab = getattr(getattr(service.engine, "model_info", None), "vocab_size", None)
+        if vocab and any(not 0 <= t < vocab for t in ids):
+            raise validation_error(f"token ids must be in [0, {vocab})")
+        params = fit_lengths(len(ids), req.max_new_tokens, base, service.config)
+        jobs.extend(_choices(params, req.n, p * req.n, p, ids))
+    return jobs
+
+
+def _usage(jobs: list[Job], generated: dict[int, int]) -> dict:
+    prompt_tokens = sum(len(ids) for ids in {j.prompt: j.ids for j in jobs}.values())
+    return fmt.usage(prompt_tokens, sum(generated.values()))
+
+
+def _chat_choice(job: Job, events: list[TokenEvent], logprobs: bool) -> dict:
+    final = events[-1]
+    return {
+        "index": job.index,
+        "message": {"role": "assistant", "content": final.generated_text or ""},
+        "logprobs": {"content": [fmt.chat_logprob(e) for e in events]} if logprobs else None,
+        "finish_reason": fmt.finish_reason(final.finish_reason),
+    }
+
+
+def _completion_choice(job: Job, events: list[TokenEvent], logprobs: bool) -> dict:
+    final = events[-1]
+    return {
+        "index": job.index,
+        "text": final.generated_text or "",
+        "logprobs": fmt.completion_logprobs(events) if logprobs else None,
+        "finish_reason": fmt.finish_reason(final.finish_reason),
+    }
+
+
+def _chat_chunk(job: Job, event: TokenEvent, logprobs: bool) -> dict:
+    return {
+        "index": job.index,
+        "delta": {"role": "assistant", "content": fmt.visible_text(event)},
+        "logprobs": {"content": [fmt.chat_logprob(event)]} if logprobs else None,
+        "finish_reason": fmt.finish_reason(event.finish_reason),
+    }
+
+
+def _completion_chunk(job: Job, event: TokenEvent, logprobs: bool) -> dict:
+    return {
+        "index": job.index,
+        "text": fmt.visible_text(event),
+        "logprobs": fmt.completion_logprobs([event]) if logprobs else None,
+        "finish_reason": fmt.finish_reason(event.finish_reason),
+    }
+
+
+async def _respond(request: Request, req, chat: bool) -> Response:
+    service = _service(request)
+    logprobs = bool(req.logprobs) if chat else req.logprobs is not None
+    env = fmt.Envelope(
+        "chatcmpl" if chat else "cmpl", "chat.completion" if chat else "text_completion", service.model_name
+    )
+    tracker = service.admit()
+    try:
+        jobs = await (_chat_jobs(service, req) if chat else _completion_jobs(service, req))
+        if not req.stream:
+            with tracker:
+                runs = asyncio.gather(*(service.collect(j.ids, j.params) for j in jobs))
+                results = await sse.cancel_on_disconnect(request, runs)
+            build = _chat_choice if chat else _completion_choice
+            choices = [build(j, events, logprobs) for j, events in zip(jobs, results, strict=True)]
+            generated = {j.index: len(events) for j, events in zip(jobs, results, strict=True)}
+            return JSONResponse(env.body(choices, _usage(jobs, generated)))
+        first, merged = await sse.peek(sse.merge([service.stream(j.ids, j.params) for j in jobs]))
+    except BaseException as exc:
+        tracker.finish(exc)
+        raise
+    env.object = "chat.completion.chunk" if chat else "text_completion"
+    chunk = _chat_chunk if chat else _completion_chunk
+    return sse.EventStreamResponse(
+        _chunks(tracker, env, jobs, first, merged, chunk, logprobs, req.include_usage)
+    )
+
+
+async def _chunks(
+    tracker: RequestTracker,
+    env,
+    jobs: list[Job],
+    first,
+    merged: AsyncIterator,
+    chunk,
+    logprobs: bool,
+    include_usage: bool,
+) -> AsyncIterator[bytes]:
+    generated = {j.index: 0 for j in jobs}
+    try:
+        item = first
+        while item is not None:
+            i, event = item
+            generated[jobs[i].index] = event.index + 1
+            yield sse.event(env.body([chunk(jobs[i], event, logprobs)]))
+            item = await anext(merged, None)
+        if include_usage:
+            yield sse.event(env.body([], _usage(jobs, generated)))
+        yield sse.DONE
+    except ApiError as exc:  # after the headers: the error is the last event
+        tracker.finish(exc)
+        yield sse.event(exc.body())
+    except BaseException as exc:
+        tracker.finish(exc)
+        raise
+    finally:
+        await merged.aclose()
+        tracker.finish()
+
+
+_ERRORS = {code: {"model": ErrorResponse} for code in (422, 429, 500)}
+
+
+@router.post("/v1/chat/completions", responses=_ERRORS)
+async def chat_completions(req: ChatCompletionRequest, request: Request) -> Response:
+    """OpenAI chat completions (the tokenizer's chat template; streamed with `stream: true`)."""
+    return await _respond(request, req, chat=True)
+
+
+@router.post("/v1/completions", responses=_ERRORS)
+async def completions(req: CompletionRequest, request: Request) -> Response:
+    """OpenAI completions (a prompt string, a list of them, or token ids)."""
+    return await _respond(request, req, chat=False)
+
+
+@router.get("/v1/models")
+async def models(request: Request) -> dict:
+    """The served model, as OpenAI's model list."""
+    service = _service(request)
+    return {
+        "object": "list",
+        "data": [{"id": service.model_name, "object": "model", "created": 0, "owned_by": "tgi"}],
+    }

@@ -1,0 +1,236 @@
+"""TGI's routes: /generate, /generate_stream, / (either), /tokenize, /info, /health, /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from tgi.core.request import TokenEvent
+from tgi.core.sampling_params import SamplingParams
+from tgi.server import sse
+from tgi.server.errors import ApiError, validation_error
+from tgi.server.metrics import CONTENT_TYPE
+from tgi.server.schemas_tgi import (
+    CompatGenerateRequest,
+    ErrorResponse,
+    GenerateRequest,
+    GenerateResponse,
+    Info,
+    SimpleToken,
+    StreamResponse,
+)
+from tgi.server.service import InferenceService
+from tgi.server.validation import check_truncate, fit_lengths, tgi_sampling_params
+
+router = APIRouter(tags=["Text Generation Inference"])
+
+_ERRORS = {
+    422: {"model": ErrorResponse, "description": "Input validation error"},
+    429: {"model": ErrorResponse, "description": "Model is overloaded"},
+    500: {"model": ErrorResponse, "description": "Generation error"},
+}
+
+
+def _service(request: Request) -> InferenceService:
+    return request.app.state.service
+
+
+def token_json(event: TokenEvent) -> dict:
+    # `text` of a normal token is its new output text (so that the stream concatenates to
+    # generated_text); a special token (EOS) shows its own text, as TGI's do.
+    text = event.token_text if event.special else event.text
+    return {"id": event.token_id, "text": text, "logprob": event.logprob, "special": event.special}
+
+
+def top_tokens_json(event: TokenEvent) -> list[dict]:
+    return [
+        {"id": t.id, "text": t.text, "logprob": t.logprob, "special": t.special} for t in event.top_tokens
+    ]
+
+
+async def prepare(
+    service: InferenceService, req: GenerateRequest, stream: bool
+) -> tuple[list[int], SamplingParams]:
+    """Validate, tokenise (off the loop) and fit the lengths: everything before the scheduler."""
+    if not req.inputs:
+        raise validation_error("`inputs` cannot be empty")
+    params = tgi_sampling_params(req.parameters, service.settings, stream)
+    truncate = check_truncate(req.parameters.truncate, service.config)
+    ids = await service.encode(req.inputs)
+    if truncate is not None:
+        ids = ids[-truncate:]
+    return ids, fit_lengths(len(ids), req.parameters.max_new_tokens, params, service.config)
+
+
+def _sequence(events: list[TokenEvent], req: GenerateRequest) -> dict:
+    final = events[-1]
+    prefix = req.inputs if req.parameters.return_full_text else ""
+    prefill = [{"id": t.id, "text": t.text, "logprob": t.logprob} for t in (final.prompt_tokens or ())]
+    return {
+        "generated_text": prefix + (final.generated_text or ""),
+        "finish_reason": final.finish_reason.value,
+        "generated_tokens": len(events),
+        "seed": final.seed,
+        "prefill": prefill,
+        "tokens": [token_json(e) for e in events],
+        "top_tokens": [top_tokens_json(e) for e in events] if req.parameters.top_n_tokens else [],
+    }
+
+
+async def generate_json(
+    service: InferenceService, req: GenerateRequest, request: Request
+) -> tuple[dict, dict[str, str]]:
+    with service.admit() as tracker:
+        ids, params = await prepare(service, req, stream=False)
+        best_of = req.parameters.best_of or 1
+        runs = [service.collect(ids, params) for _ in range(best_of)]
+        results = await sse.cancel_on_disconnect(request, asyncio.gather(*runs))
+        sequences = [_sequence(events, req) for events in results]
+        logprob_sums = [sum(e.logprob or 0.0 for e in events) for events in results]
+        best = max(range(best_of), key=logprob_sums.__getitem__)
+        chosen = sequences[best]
+        body: dict = {"generated_text": chosen.pop("generated_text")}
+        if req.parameters.details:
+            if best_of > 1:
+                chosen["best_of_sequences"] = [s for i, s in enumerate(sequences) if i != best]
+            body["details"] = chosen
+        final = results[best][-1]
+        headers = {
+            "x-compute-type": service.engine.backend_name,
+            "x-total-time": str(int((time.perf_counter() - tracker.started) * 1000)),
+            "x-queue-time": str(int(final.queue_time * 1000)),
+            "x-inference-time": str(int(final.inference_time * 1000)),
+            "x-time-per-token": str(int(final.inference_time * 1000 / max(len(results[best]), 1))),
+            "x-prompt-tokens": str(len(ids)),
+            "x-generated-tokens": str(len(results[best])),
+        }
+    return body, headers
+
+
+async def generate_sse(service: InferenceService, req: GenerateRequest) -> Response:
+    tracker = service.admit()
+    try:
+        ids, params = await prepare(service, req, stream=True)
+        first, stream = await sse.peek(service.stream(ids, params))
+    except BaseException as exc:
+        tracker.finish(exc)
+        raise
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            event = first
+            while event is not None:
+                out: dict = {
+                    "index": event.index + 1,
+                    "token": token_json(event),
+                    "top_tokens": top_tokens_json(event),
+                    "generated_text": None,
+                    "details": None,
+                }
+                if event.finish_reason is not None:
+                    prefix = req.inputs if req.parameters.return_full_text else ""
+                    out["generated_text"] = prefix + (event.generated_text or "")
+                    if req.parameters.details:
+                        out["details"] = {
+                            "finish_reason": event.finish_reason.value,
+                            "generated_tokens": event.index + 1,
+                            "seed": event.seed,
+                            "input_length": len(ids),
+                        }
+                yield sse.event(out)
+                event = await anext(stream, None)
+        except ApiError as exc:  # after the headers: TGI sends the error as the last event
+            tracker.finish(exc)
+            yield sse.event(exc.body())
+        except BaseException as exc:
+            tracker.finish(exc)
+            raise
+        finally:
+            await stream.aclose()
+            tracker.finish()
+
+    return sse.EventStreamResponse(body())
+
+
+@router.post("/generate", response_model=GenerateResponse, responses=_ERRORS)
+async def generate(req: GenerateRequest, request: Request) -> Response:
+    """Generate tokens."""
+    body, headers = await generate_json(_service(request), req, request)
+    return JSONResponse(body, headers=headers)
+
+
+@router.post(
+    "/generate_stream",
+    responses={200: {"model": StreamResponse, "content": {"text/event-stream": {}}}, **_ERRORS},
+)
+async def generate_stream(req: GenerateRequest, request: Request) -> Response:
+    """Generate a stream of tokens with Server-Sent Events."""
+    return await generate_sse(_service(request), req)
+
+
+@router.post("/", responses={200: {"model": list[GenerateResponse]}, **_ERRORS})
+async def compat_generate(req: CompatGenerateRequest, request: Request) -> Response:
+    """Generate tokens if `stream == false` (a list of one response), or a stream of tokens."""
+    service = _service(request)
+    if req.stream:
+        return await generate_sse(service, req)
+    body, headers = await generate_json(service, req, request)
+    return JSONResponse([body], headers=headers)
+
+
+@router.post("/tokenize", response_model=list[SimpleToken], responses=_ERRORS)
+async def tokenize(req: GenerateRequest, request: Request) -> list[dict]:
+    """Tokenize inputs."""
+    pairs = await _service(request).offsets(req.inputs)
+    return [{"id": i, "text": req.inputs[a:b], "start": a, "stop": b} for i, (a, b) in pairs]
+
+
+@router.get("/info", response_model=Info)
+async def info(request: Request) -> dict:
+    """Text Generation Inference endpoint info."""
+    from tgi.server import __version__
+
+    service = _service(request)
+    engine, cfg, settings = service.engine, service.config, service.settings
+    model_info = getattr(engine, "model_info", None)
+    return {
+        "model_id": service.model_name,
+        "model_sha": None,
+        "model_dtype": getattr(model_info, "dtype", None) or str(cfg.dtype),
+        "model_device_type": engine.backend_name,
+        "model_pipeline_tag": "text-generation",
+        "max_concurrent_requests": settings.max_concurrent_requests,
+        "max_best_of": settings.max_best_of,
+        "max_stop_sequences": settings.max_stop_sequences,
+        "max_input_tokens": cfg.max_input_tokens,
+        "max_input_length": cfg.max_input_tokens,
+        "max_total_tokens": cfg.max_total_tokens,
+        "max_batch_prefill_tokens": cfg.max_batch_prefill_tokens,
+        "max_batch_total_tokens": cfg.max_batch_total_tokens,
+        "max_top_n_tokens": settings.max_top_n_tokens,
+        "max_client_batch_size": 1,
+        "validation_workers": 1,
+        "router": "tgi",
+        "version": __version__,
+        "sha": None,
+        "docker_label": None,
+        "backend": engine.backend_name,
+    }
+
+
+@router.get("/health", responses={503: {"model": ErrorResponse}})
+async def health(request: Request) -> Response:
+    """Everything is working fine (no auth needed); 503 once the engine has died."""
+    if not getattr(_service(request).engine, "healthy", True):
+        return JSONResponse({"error": "unhealthy", "error_type": "healthcheck"}, status_code=503)
+    return Response(status_code=200)
+
+
+@router.get("/metrics", response_class=Response)
+async def metrics(request: Request) -> Response:
+    """Prometheus metrics (TGI's names; gauges read from the engine at each scrape)."""
+    return Response(_service(request).metrics.render(), media_type=CONTENT_TYPE)

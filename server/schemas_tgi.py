@@ -1,0 +1,136 @@
+"""TGI's request and response schemas (`GenerateParameters`, `GenerateResponse`, `StreamResponse`, `Info`...).
+
+Requests are strict (a string where a number belongs is a 422, as serde gives it); unknown fields are ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+
+class GenerateParameters(_Strict):
+    best_of: int | None = Field(
+        None, description="Generate best_of sequences and return the one with the highest log-probability"
+    )
+    temperature: float | None = None
+    repetition_penalty: float | None = None
+    frequency_penalty: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    typical_p: float | None = None
+    do_sample: bool = False
+    max_new_tokens: int | None = Field(None, description="Default: max_total_tokens - input tokens")
+    return_full_text: bool | None = None
+    stop: list[str] = Field(default_factory=list)
+    truncate: int | None = None
+    watermark: bool = False
+    details: bool = False
+    decoder_input_details: bool = False
+    seed: int | None = None
+    top_n_tokens: int | None = None
+    grammar: Any | None = None
+    adapter_id: str | None = None
+
+
+class GenerateRequest(_Strict):
+    inputs: str
+    parameters: GenerateParameters = Field(default_factory=GenerateParameters)
+
+
+class CompatGenerateRequest(GenerateRequest):
+    stream: bool = False
+
+
+class Token(BaseModel):
+    id: int
+    text: str
+    logprob: float | None = None
+    special: bool
+
+
+class PrefillToken(BaseModel):
+    id: int
+    text: str
+    logprob: float | None = None
+
+
+class BestOfSequence(BaseModel):
+    generated_text: str
+    finish_reason: str
+    generated_tokens: int
+    seed: int | None = None
+    prefill: list[PrefillToken]
+    tokens: list[Token]
+    top_tokens: list[list[Token]] = Field(default_factory=list)
+
+
+class Details(BaseModel):
+    finish_reason: str  # "length" | "eos_token" | "stop_sequence"
+    generated_tokens: int
+    seed: int | None = None
+    prefill: list[PrefillToken]
+    tokens: list[Token]
+    top_tokens: list[list[Token]] = Field(default_factory=list)
+    best_of_sequences: list[BestOfSequence] | None = None
+
+
+class GenerateResponse(BaseModel):
+    generated_text: str
+    details: Details | None = None
+
+
+class StreamDetails(BaseModel):
+    finish_reason: str
+    generated_tokens: int
+    seed: int | None = None
+    input_length: int
+
+
+class StreamResponse(BaseModel):
+    index: int
+    token: Token
+    top_tokens: list[Token] = Field(default_factory=list)
+    generated_text: str | None = None
+    details: StreamDetails | None = None
+
+
+class SimpleToken(BaseModel):
+    id: int
+    text: str
+    start: int
+    stop: int
+
+
+class ErrorResponse(BaseModel):
+    error: str
+    error_type: str
+
+
+class Info(BaseModel):
+    model_id: str
+    model_sha: str | None = None
+    model_dtype: str
+    model_device_type: str
+    model_pipeline_tag: str | None = "text-generation"
+    max_concurrent_requests: int
+    max_best_of: int
+    max_stop_sequences: int
+    max_input_tokens: int
+    max_input_length: int  # the legacy name of max_input_tokens
+    max_total_tokens: int
+    max_batch_prefill_tokens: int
+    max_batch_total_tokens: int
+    max_top_n_tokens: int
+    max_client_batch_size: int = 1
+    validation_workers: int = 1
+    router: str = "tgi"
+    version: str
+    sha: str | None = None
+    docker_label: str | None = None
+    backend: str

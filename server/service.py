@@ -1,0 +1,144 @@
+"""What every route shares: admission (429), tokenisation off the event loop, engine streams with metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from tgi.core.request import EngineError, FinishReason, OverloadedError, TokenEvent, ValidationError
+from tgi.core.sampling_params import SamplingParams
+from tgi.server.errors import ApiError, overloaded, validation_error
+from tgi.server.metrics import ServerMetrics
+from tgi.server.protocol import ServingEngine
+from tgi.server.settings import ServerSettings
+
+
+class RequestTracker:
+    """One admitted HTTP request: holds a concurrency slot until `finish()` and counts the outcome once."""
+
+    def __init__(self, service: InferenceService) -> None:
+        self._service = service
+        self._done = False
+        self.started = time.perf_counter()
+
+    def finish(self, exc: BaseException | None = None) -> None:
+        if self._done:
+            return
+        self._done = True
+        self._service.in_flight -= 1
+        metrics = self._service.metrics
+        if exc is None:
+            metrics.request_succeeded(time.perf_counter() - self.started)
+        elif isinstance(exc, ApiError):
+            metrics.request_failed(exc.error_type)
+        elif isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
+            metrics.request_failed("cancelled")
+        else:
+            metrics.request_failed("generation")
+
+    def __enter__(self) -> RequestTracker:
+        return self
+
+    def __exit__(self, _type: Any, exc: BaseException | None, _tb: Any) -> None:
+        self.finish(exc)
+
+
+class InferenceService:
+    def __init__(self, engine: ServingEngine, settings: ServerSettings) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.in_flight = 0
+        self.metrics = ServerMetrics(engine.stats, lambda: self.in_flight)
+        self.model_name = settings.model_id or engine.model_id
+
+    @property
+    def config(self):
+        return self.engine.config
+
+    @property
+    def tokenizer(self):
+        return self.engine.tokenizer
+
+    def admit(self) -> RequestTracker:
+        """Take a concurrency slot without waiting (TGI's `try_acquire`), or raise the 429."""
+        self.metrics.request_received()
+        if self.in_flight >= self.settings.max_concurrent_requests:
+            self.metrics.request_failed("overloaded")
+            raise overloaded()
+        self.in_flight += 1
+        return RequestTracker(self)
+
+    # Tokenisation and templating run in a worker thread: a long prompt never stalls the event loop.
+    async def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return await asyncio.to_thread(self._encode, text, add_special_tokens)
+
+    def _encode(self, text: str, add_special_tokens: bool) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))
+
+    async def offsets(self, text: str) -> list[tuple[int, tuple[int, int]]]:
+        def run() -> list[tuple[int, tuple[int, int]]]:
+            enc = self.tokenizer(text, return_offsets_mapping=True, add_special_tokens=True)
+            return list(zip(enc["input_ids"], enc["offset_mapping"], strict=False))
+
+        return await asyncio.to_thread(run)
+
+    async def render_chat(self, messages: list[dict], **template_kwargs: Any) -> list[int]:
+        def run() -> list[int]:
+            if not getattr(self.tokenizer, "chat_template", None):
+                raise ApiError(422, "This model has no chat template", "template_error")
+            try:
+                text = self.tokenizer.apply_chat_template(
+                    messages, tokenize=False, add_generation_prompt=True, **template_kwargs
+                )
+            except Exception as exc:  # jinja errors (raise_exception in templates) are the client's
+                raise ApiError(422, f"Template error: {exc}", "template_error") from None
+            # The template already writes BOS where the model wants one.
+            return self._encode(text, add_special_tokens=False)
+
+        return await asyncio.to_thread(run)
+
+    async def stream(self, token_ids: list[int], params: SamplingParams) -> AsyncIterator[TokenEvent]:
+        """The engine's stream with its errors as `ApiError`; closing this closes (cancels) the engine's."""
+        try:
+            events = self.engine.stream(token_ids, params, request_id=uuid.uuid4().hex)
+        except Exception as exc:
+            raise _api_error(exc) from exc
+        try:
+            while True:
+                try:
+                    event = await events.__anext__()
+                except StopAsyncIteration:
+                    return
+                except (ValidationError, OverloadedError, EngineError) as exc:
+                    raise _api_error(exc) from exc
+                if event.finish_reason is FinishReason.CANCELLED:
+                    raise ApiError(500, "Request was cancelled by the server", "generation")
+                if event.finish_reason is not None:
+                    self.metrics.sequence_finished(event)
+                yield event
+        finally:
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    async def collect(self, token_ids: list[int], params: SamplingParams) -> list[TokenEvent]:
+        stream = self.stream(token_ids, params)
+        try:
+            return [event async for event in stream]
+        finally:
+            await stream.aclose()
+
+
+def _api_error(exc: Exception) -> ApiError:
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, ValidationError):
+        return validation_error(str(exc))
+    if isinstance(exc, OverloadedError):
+        return overloaded()
+    if isinstance(exc, EngineError):
+        return ApiError(500, str(exc), "generation")
+    return ApiError(500, f"{type(exc).__name__}: {exc}", "generation")

@@ -1,0 +1,19 @@
+"""Router-level limits and options (TGI's launcher flags that the engine does not see)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    max_concurrent_requests: int = 128  # more in flight: 429 (TGI's default)
+    max_best_of: int = 2
+    max_stop_sequences: int = 4
+    max_top_n_tokens: int = 5
+    api_key: str | None = None  # when set, every route but /health needs `Authorization: Bearer <key>`
+    model_id: str | None = None  # the name shown to clients; None: the engine's model id
+    start_engine: bool = True  # call `engine.start()` / `engine.shutdown()` in the app's lifespan
+    shutdown_grace_s: float = 30.0  # in-flight requests get this long on SIGTERM, then are cancelled
+    on_ready: Callable[[], None] | None = None  # run once the app has started (the launcher's "serving" line)

@@ -1,0 +1,123 @@
+"""Server-Sent Events framing, and helpers that tie a request's streams to its client connection."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar
+
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from tgi.server.errors import ApiError
+
+T = TypeVar("T")
+
+
+def event(payload: Any) -> bytes:
+    """One SSE event: `data: {json}\\n\\n`."""
+    return b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"
+
+
+class EventStreamResponse(StreamingResponse):
+    """A streaming response that always closes its iterator when the response ends, however it ends.
+
+    Starlette cancels the body task when the client disconnects (ASGI spec < 2.4) or fails the next `send`
+    (spec >= 2.4); either way the `finally` of our generators runs now, not at garbage collection, so the
+    engine's stream is closed and the request cancelled within one engine step.
+    """
+
+    def __init__(self, content: AsyncIterator[bytes], headers: dict[str, str] | None = None) -> None:
+        super().__init__(
+            content,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})},
+        )
+        self._content = content
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except (ClientDisconnect, OSError):
+            pass  # the client went away: nothing left to answer; the stream is closed below
+        finally:
+            aclose = getattr(self._content, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception):
+                    await aclose()
+
+
+async def peek(stream: AsyncIterator[T]) -> tuple[T | None, AsyncIterator[T]]:
+    """Wait for the first item (so that errors before any token still get their HTTP status)."""
+    try:
+        first = await stream.__anext__()
+    except StopAsyncIteration:
+        return None, stream
+    return first, stream
+
+
+async def merge(streams: list[AsyncIterator[T]]) -> AsyncIterator[tuple[int, T]]:
+    """Items of several streams as they come, tagged with the stream's index; closing it closes them all."""
+    if len(streams) == 1:
+        async for item in streams[0]:
+            yield 0, item
+        return
+    queue: asyncio.Queue = asyncio.Queue()
+    finished = object()
+
+    async def pump(i: int, stream: AsyncIterator[T]) -> None:
+        try:
+            async for item in stream:
+                await queue.put((i, item, None))
+        except BaseException as exc:
+            await queue.put((i, finished, exc))
+            raise
+        await queue.put((i, finished, None))
+
+    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        remaining = len(tasks)
+        while remaining:
+            i, item, exc = await queue.get()
+            if item is finished:
+                if exc is not None and not isinstance(exc, asyncio.CancelledError):
+                    raise exc
+                remaining -= 1
+                continue
+            yield i, item
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
+    """Await `work`, cancelling it if the client goes away first (a non-streamed request)."""
+    task = asyncio.ensure_future(work)
+    gone = {"yes": False}
+
+    async def disconnected() -> None:
+        while True:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                gone["yes"] = True
+                return
+
+    watcher = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in (watcher, task):
+            if not t.done():
+                t.cancel()
+        # wait for the cancellations to land, so that the engine's streams are closed on return
+        await asyncio.gather(watcher, task, return_exceptions=True)
+    if gone["yes"]:
+        raise ApiError(499, "Client closed the request", "cancelled")
+    return task.result()

@@ -1,0 +1,152 @@
+"""A tiny in-process engine implementing `ServingEngine`, for testing the HTTP layer without a model.
+
+Character-level: each character is a token (its code point). It "generates" the characters of `REPLY`
+in order, then EOS; honours `max_new_tokens`, `ignore_eos`, stop sequences, `top_n_tokens`, seeds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+from tgi.core.config import EngineConfig
+from tgi.core.request import FinishReason, PromptToken, TokenEvent, TopToken, ValidationError
+from tgi.core.sampling_params import SamplingParams
+
+REPLY = "Hello world!"
+EOS_ID = 0
+
+
+class CharTokenizer:
+    chat_template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}<assistant>"
+    eos_token_id = EOS_ID
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return [ord(c) for c in text]
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(chr(i) for i in ids if i != EOS_ID)
+
+    def __call__(
+        self, text: str, return_offsets_mapping: bool = False, add_special_tokens: bool = True
+    ) -> dict:
+        return {"input_ids": self.encode(text), "offset_mapping": [(i, i + 1) for i in range(len(text))]}
+
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True, **_):
+        out = "".join(f"<{m['role']}>{m['content']}" for m in messages)
+        return out + ("<assistant>" if add_generation_prompt else "")
+
+
+@dataclass
+class FakeEngine:
+    """Records what reached it (`requests`) and which streams were closed early (`cancelled`)."""
+
+    config: EngineConfig = field(
+        default_factory=lambda: EngineConfig(
+            model_id="fake/model",
+            max_input_tokens=64,
+            max_total_tokens=128,
+            max_batch_prefill_tokens=256,
+            max_batch_total_tokens=1024,
+        )
+    )
+    delay: float = 0.0  # seconds per token
+    model_id: str = "fake/model"
+    backend_name: str = "fake"
+    tokenizer: CharTokenizer = field(default_factory=CharTokenizer)
+    model_info: SimpleNamespace = field(
+        default_factory=lambda: SimpleNamespace(dtype="float32", vocab_size=0x110000, architecture="Fake")
+    )
+    requests: list = field(default_factory=list)
+    cancelled: list = field(default_factory=list)
+    running: int = 0
+    started: bool = False
+    healthy: bool = True
+    refuse: str | None = None  # raise ValidationError(refuse) from stream(), as the real engine may
+
+    async def start(self) -> None:
+        self.started = True
+
+    async def shutdown(self, cancel_inflight: bool = False) -> None:
+        self.started = False
+
+    def stats(self) -> SimpleNamespace:
+        used = self.running
+        return SimpleNamespace(
+            num_waiting=0,
+            num_running=self.running,
+            num_batch_tokens=self.running,
+            num_free_blocks=64 - used,
+            num_total_blocks=64,
+            block_size=16,
+        )
+
+    def stream(
+        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
+    ) -> AsyncIterator[TokenEvent]:
+        if self.refuse:
+            raise ValidationError(self.refuse)
+        self.requests.append((list(prompt_token_ids), params))
+        return self._run(request_id or "r", list(prompt_token_ids), params)
+
+    async def _run(self, rid: str, prompt: list[int], params: SamplingParams) -> AsyncIterator[TokenEvent]:
+        self.running += 1
+        finished = False
+        text = ""
+        try:
+            for i in range(params.max_new_tokens):
+                if self.delay:
+                    await asyncio.sleep(self.delay)
+                else:
+                    await asyncio.sleep(0)
+                pos = i % (len(REPLY) + 1) if params.ignore_eos else i
+                eos = pos >= len(REPLY)
+                if params.ignore_eos and eos:
+                    pos, eos = 0, False
+                char = "" if eos else REPLY[pos]
+                text += char
+                reason = None
+                if eos:
+                    reason = FinishReason.EOS
+                elif any(s in text for s in params.stop):
+                    reason = FinishReason.STOP
+                    for s in params.stop:
+                        if s in text:
+                            text = text[: text.index(s)]
+                elif i + 1 == params.max_new_tokens:
+                    reason = FinishReason.LENGTH
+                tops = tuple(
+                    TopToken(ord("a") + k, chr(ord("a") + k), -1.0 - k, False)
+                    for k in range(params.top_n_tokens)
+                )
+                final = reason is not None
+                yield TokenEvent(
+                    request_id=rid,
+                    index=i,
+                    token_id=EOS_ID if eos else ord(char),
+                    token_text="</s>" if eos else char,
+                    text=char,
+                    logprob=-0.5 if params.logprobs else None,
+                    special=eos,
+                    top_tokens=tops,
+                    finish_reason=reason,
+                    generated_text=text if final else None,
+                    num_prompt_tokens=len(prompt),
+                    prompt_tokens=tuple(
+                        PromptToken(t, chr(t), None if k == 0 else -1.0) for k, t in enumerate(prompt)
+                    )
+                    if final and params.prompt_logprobs
+                    else None,
+                    seed=params.seed if params.do_sample else None,
+                    queue_time=0.001 if final else 0.0,
+                    inference_time=0.01 if final else 0.0,
+                )
+                if final:
+                    finished = True
+                    return
+        finally:
+            self.running -= 1
+            if not finished:
+                self.cancelled.append(rid)

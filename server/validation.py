@@ -1,0 +1,141 @@
+"""Turn a request's parameters into `SamplingParams`, with TGI's checks and messages (422 before queueing)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tgi.core.config import EngineConfig
+from tgi.core.sampling_params import SamplingParams
+from tgi.server.errors import validation_error
+from tgi.server.schemas_tgi import GenerateParameters
+from tgi.server.settings import ServerSettings
+
+
+def checked(params: SamplingParams) -> SamplingParams:
+    """`SamplingParams.validate()` with its message turned into TGI's 422."""
+    try:
+        params.validate()
+    except ValueError as exc:
+        raise validation_error(str(exc)) from None
+    return params
+
+
+def check_stop(stop: list[str], settings: ServerSettings) -> tuple[str, ...]:
+    if len(stop) > settings.max_stop_sequences:
+        raise validation_error(
+            f"`stop` supports up to {settings.max_stop_sequences} stop sequences. Given: {len(stop)}"
+        )
+    return tuple(stop)
+
+
+def check_top_n(top_n: int, settings: ServerSettings) -> int:
+    if not 0 <= top_n <= settings.max_top_n_tokens:
+        raise validation_error(
+            f"`top_n_tokens` must be >= 0 and <= {settings.max_top_n_tokens}. Given: {top_n}"
+        )
+    return top_n
+
+
+def tgi_sampling_params(p: GenerateParameters, settings: ServerSettings, stream: bool) -> SamplingParams:
+    """TGI's `Validation::validate` for everything but the lengths (those need the token count)."""
+    # TGI samples as soon as any warper is set, even with do_sample=false.
+    do_sample = bool(
+        p.do_sample
+        or (p.temperature is not None and p.temperature != 1.0)
+        or (p.top_k is not None and p.top_k > 0)
+        or (p.top_p is not None and p.top_p < 1.0)
+        or (p.typical_p is not None and p.typical_p < 1.0)
+    )
+    best_of = p.best_of if p.best_of is not None else 1
+    if not 0 < best_of <= settings.max_best_of:
+        raise validation_error(f"`best_of` must be > 0 and <= {settings.max_best_of}. Given: {best_of}")
+    if best_of > 1:
+        if stream:
+            raise validation_error("`best_of` != 1 is not supported when streaming tokens")
+        if not do_sample:
+            raise validation_error("you must use sampling when `best_of` is > 1")
+        if p.seed is not None:
+            raise validation_error("`seed` must not be set when `best_of` > 1")
+    if stream and p.decoder_input_details:
+        raise validation_error("`decoder_input_details` == true is not supported when streaming tokens")
+    if p.grammar is not None:
+        raise validation_error("grammar is not supported")
+    if p.top_p is not None and not 0.0 < p.top_p < 1.0:
+        # TGI's own bound on its routes (OpenAI routes accept 1.0, which means "off")
+        raise validation_error("`top_p` must be > 0.0 and < 1.0")
+    if p.max_new_tokens is not None and p.max_new_tokens < 1:
+        raise validation_error("`max_new_tokens` must be strictly positive")
+    params = SamplingParams(
+        do_sample=do_sample,
+        temperature=p.temperature if p.temperature is not None else 1.0,
+        top_k=p.top_k if p.top_k is not None else 0,
+        top_p=p.top_p if p.top_p is not None else 1.0,
+        typical_p=p.typical_p if p.typical_p is not None else 1.0,
+        repetition_penalty=p.repetition_penalty if p.repetition_penalty is not None else 1.0,
+        frequency_penalty=p.frequency_penalty if p.frequency_penalty is not None else 0.0,
+        seed=p.seed,
+        max_new_tokens=p.max_new_tokens or 1,  # placeholder until the input length is known
+        stop=check_stop(p.stop, settings),
+        logprobs=p.details or stream or best_of > 1,  # TGI's stream events always carry a logprob
+        top_n_tokens=check_top_n(p.top_n_tokens or 0, settings),
+        prompt_logprobs=p.decoder_input_details,
+    )
+    checked(params)
+    return params
+
+
+def check_truncate(truncate: int | None, config: EngineConfig) -> int | None:
+    if truncate is not None and not 0 < truncate <= config.max_input_tokens:
+        raise validation_error(
+            f"`truncate` must be strictly positive and less than {config.max_input_tokens}. Given: {truncate}"
+        )
+    return truncate
+
+
+def fit_lengths(
+    num_input: int, max_new_tokens: int | None, params: SamplingParams, config: EngineConfig
+) -> SamplingParams:
+    """TGI's length checks, in TGI's order; `max_new_tokens=None` means what is left of `max_total_tokens`."""
+    if num_input == 0:
+        raise validation_error("`inputs` cannot be empty")
+    max_total = config.max_total_tokens
+    if max_new_tokens is None:
+        max_new_tokens = max(max_total - num_input, 1)
+    if num_input + max_new_tokens > max_total:
+        raise validation_error(
+            f"`inputs` tokens + `max_new_tokens` must be <= {max_total}. "
+            f"Given: {num_input} `inputs` tokens and {max_new_tokens} `max_new_tokens`"
+        )
+    if num_input > config.max_input_tokens:
+        raise validation_error(
+            f"`inputs` must have less than {config.max_input_tokens} tokens. Given: {num_input}"
+        )
+    return checked(replace(params, max_new_tokens=max_new_tokens))
+
+
+def openai_sampling_params(req, settings: ServerSettings, top_n: int, logprobs: bool) -> SamplingParams:
+    """OpenAI's parameters: temperature 0 is greedy; otherwise sampling (temperature 1 by default)."""
+    if not 1 <= req.n <= settings.max_concurrent_requests:
+        raise validation_error(f"`n` must be >= 1 and <= {settings.max_concurrent_requests}. Given: {req.n}")
+    if req.max_new_tokens is not None and req.max_new_tokens < 1:
+        raise validation_error("`max_tokens` must be strictly positive")
+    greedy = req.temperature is not None and req.temperature == 0
+    params = SamplingParams(
+        do_sample=not greedy,
+        temperature=1.0 if greedy or req.temperature is None else req.temperature,
+        top_p=1.0 if req.top_p is None else req.top_p,
+        top_k=req.top_k or 0,
+        repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
+        frequency_penalty=req.frequency_penalty or 0.0,
+        presence_penalty=req.presence_penalty or 0.0,
+        seed=req.seed,
+        max_new_tokens=req.max_new_tokens or 1,  # placeholder until the input length is known
+        min_new_tokens=req.min_tokens or 0,
+        stop=check_stop(req.stop_list, settings),
+        ignore_eos=req.ignore_eos,
+        logprobs=logprobs,
+        top_n_tokens=check_top_n(top_n, settings),
+    )
+    if params.min_new_tokens and req.max_new_tokens is None:
+        return params  # checked once max_new_tokens is known
+    return checked(params)

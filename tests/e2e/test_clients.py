@@ -1,0 +1,130 @@
+"""Official clients against a real server: greedy text through every route equals the engine's own."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+PROMPT = "The capital of France is"
+N = 12
+MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+@pytest.fixture
+def local_hub(monkeypatch):
+    """tests/conftest.py sets HF_HUB_OFFLINE (no hub); InferenceClient talks to our local server only."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+
+
+@pytest.fixture(scope="module")
+def expected(reference):
+    return reference(PROMPT, N)
+
+
+@pytest.fixture(scope="module")
+def expected_chat(reference):
+    tok = reference.tokenizer
+    text = tok.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=True)
+    return reference(tok.encode(text, add_special_tokens=False), N)
+
+
+def test_text_generation_client(server, expected):
+    from text_generation import Client
+
+    client = Client(server.url, timeout=120)
+    response = client.generate(PROMPT, max_new_tokens=N)
+    assert response.generated_text == expected
+    assert response.details.generated_tokens == N and len(response.details.tokens) == N
+    assert response.details.finish_reason.value == "length"
+    streamed = list(client.generate_stream(PROMPT, max_new_tokens=N))
+    assert "".join(r.token.text for r in streamed if not r.token.special) == expected
+    assert streamed[-1].generated_text == expected and streamed[-1].details.generated_tokens == N
+    assert all(r.details is None for r in streamed[:-1])
+
+
+def test_text_generation_async_client(server, expected):
+    from text_generation import AsyncClient
+
+    async def run():
+        client = AsyncClient(server.url, timeout=120)
+        response = await client.generate(PROMPT, max_new_tokens=N)
+        streamed = [r async for r in client.generate_stream(PROMPT, max_new_tokens=N)]
+        return response, streamed
+
+    response, streamed = asyncio.run(run())
+    assert response.generated_text == expected
+    assert streamed[-1].generated_text == expected
+    assert "".join(r.token.text for r in streamed if not r.token.special) == expected
+
+
+def test_huggingface_hub_text_generation(server, expected, local_hub):
+    from huggingface_hub import InferenceClient
+
+    client = InferenceClient(model=server.url, timeout=120)
+    assert client.text_generation(PROMPT, max_new_tokens=N) == expected
+    detailed = client.text_generation(PROMPT, max_new_tokens=N, details=True)
+    assert detailed.generated_text == expected and detailed.details.generated_tokens == N
+    assert "".join(client.text_generation(PROMPT, max_new_tokens=N, stream=True)) == expected
+    events = list(client.text_generation(PROMPT, max_new_tokens=N, stream=True, details=True))
+    assert events[-1].generated_text == expected
+
+
+def test_huggingface_hub_chat_completion(server, expected_chat, local_hub):
+    from huggingface_hub import InferenceClient
+
+    client = InferenceClient(base_url=server.url, timeout=120)
+    out = client.chat_completion(MESSAGES, max_tokens=N, temperature=0)
+    assert out.choices[0].message.content == expected_chat
+    chunks = list(client.chat_completion(MESSAGES, max_tokens=N, temperature=0, stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == expected_chat
+
+
+def test_openai_chat_completions(server, expected_chat):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=120)
+    out = client.chat.completions.create(model="tgi", messages=MESSAGES, max_tokens=N, temperature=0)
+    assert out.choices[0].message.content == expected_chat
+    used = out.usage.completion_tokens
+    assert 0 < used <= N and out.choices[0].finish_reason == ("length" if used == N else "stop")
+    stream = client.chat.completions.create(
+        model="tgi",
+        messages=MESSAGES,
+        max_tokens=N,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == expected_chat
+    assert chunks[-1].usage.completion_tokens == used
+
+
+def test_openai_completions(server, expected):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=120)
+    out = client.completions.create(model="tgi", prompt=PROMPT, max_tokens=N, temperature=0)
+    assert out.choices[0].text == expected
+    chunks = list(
+        client.completions.create(model="tgi", prompt=PROMPT, max_tokens=N, temperature=0, stream=True)
+    )
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == expected
+    ignored = client.completions.create(
+        model="tgi", prompt=PROMPT, max_tokens=N, temperature=0, extra_body={"ignore_eos": True}
+    )
+    assert ignored.usage.completion_tokens == N
+    assert [m.id for m in client.models.list().data]
+
+
+def test_raw_routes_match(server, expected):
+    import httpx
+
+    body = {"inputs": PROMPT, "parameters": {"max_new_tokens": N}}
+    assert httpx.post(server.url + "/generate", json=body, timeout=120).json()["generated_text"] == expected
+    assert httpx.post(server.url + "/", json=body, timeout=120).json()[0]["generated_text"] == expected

@@ -1,0 +1,174 @@
+"""Real server: error bodies, the 429 burst, cancellation returning every KV block, /metrics, --api-key and
+SIGTERM. Free blocks are read from `/metrics` (`tgi_kv_free_blocks`, `tgi_kv_total_blocks`)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+import time
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+
+def post(server, path, body, **kw):
+    return httpx.post(server.url + path, json=body, timeout=120, **kw)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "message"),
+    [
+        (
+            "/generate",
+            {"inputs": "Hi", "parameters": {"temperature": 0}},
+            "`temperature` must be strictly positive",
+        ),
+        ("/generate", {"inputs": "Hi", "parameters": {"top_p": 1.5}}, "`top_p` must be > 0.0 and <= 1.0"),
+        (
+            "/generate",
+            {"inputs": "Hi", "parameters": {"stop": list("abcde")}},
+            "`stop` supports up to 4 stop",
+        ),
+        (
+            "/generate",
+            {"inputs": "Hi", "parameters": {"top_n_tokens": 6}},
+            "`top_n_tokens` must be >= 0 and <= 5",
+        ),
+        ("/generate", {"inputs": "Hi", "parameters": {"best_of": 3}}, "`best_of` must be > 0 and <= 2"),
+        ("/generate", {"inputs": ""}, "`inputs` cannot be empty"),
+        (
+            "/generate",
+            {"inputs": "hello " * 2000, "parameters": {"max_new_tokens": 10}},
+            "`inputs` tokens + `max_new_tokens` must be <= 1024",
+        ),
+        (
+            "/generate_stream",
+            {"inputs": "Hi", "parameters": {"temperature": -1}},
+            "`temperature` must be strictly positive",
+        ),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "x"}], "top_p": 0},
+            "`top_p` must be",
+        ),
+        ("/v1/completions", {"prompt": "x", "stop": list("abcde")}, "`stop` supports up to 4 stop"),
+    ],
+)
+def test_validation_errors(get_metrics, server, path, body, message):
+    before = get_metrics(server.url)
+    r = post(server, path, body)
+    assert r.status_code == 422, r.text
+    assert r.json()["error_type"] == "validation"
+    assert r.json()["error"].startswith("Input validation error: " + message)
+    after = get_metrics(server.url)
+    assert after["tgi_request_generated_tokens_count"] == before["tgi_request_generated_tokens_count"]
+
+
+def test_malformed_json_and_wrong_types(server):
+    r = httpx.post(server.url + "/generate", content=b"{oops", headers={"content-type": "application/json"})
+    assert r.status_code == 422 and r.json()["error_type"] == "validation"
+    r = post(server, "/generate", {"inputs": "Hi", "parameters": {"max_new_tokens": "ten"}})
+    assert r.status_code == 422 and set(r.json()) == {"error", "error_type"}
+
+
+def test_burst_over_the_limit_gets_429_and_loses_nothing(get_metrics, server):
+    before = get_metrics(server.url)
+
+    async def burst():
+        async with httpx.AsyncClient(timeout=300) as c:
+            body = {"inputs": "Count to ten:", "parameters": {"max_new_tokens": 24}}
+            return await asyncio.gather(*(c.post(server.url + "/generate", json=body) for _ in range(12)))
+
+    rs = asyncio.run(burst())
+    codes = [r.status_code for r in rs]
+    assert set(codes) <= {200, 429}, codes
+    assert codes.count(429) >= 1 and codes.count(200) >= 4
+    for r in rs:
+        if r.status_code == 429:
+            assert r.json() == {"error": "Model is overloaded", "error_type": "overloaded"}
+        else:
+            assert r.json()["generated_text"]
+    after = get_metrics(server.url)
+    assert after['tgi_request_failure{err="overloaded"}'] - before.get(
+        'tgi_request_failure{err="overloaded"}', 0
+    ) == codes.count(429)
+    assert after["tgi_request_success"] - before["tgi_request_success"] == codes.count(200)
+
+
+def test_metrics_count_what_was_sent(get_metrics, server):
+    before = get_metrics(server.url)
+    post(server, "/generate", {"inputs": "a", "parameters": {"max_new_tokens": 3}})
+    post(server, "/v1/completions", {"prompt": "b", "max_tokens": 2, "temperature": 0})
+    post(server, "/generate", {"inputs": "c", "parameters": {"temperature": 0}})
+    after = get_metrics(server.url)
+    delta = {k: after[k] - before.get(k, 0) for k in after}
+    assert delta["tgi_request_count"] == 3
+    assert delta["tgi_request_success"] == 2
+    assert delta['tgi_request_failure{err="validation"}'] == 1
+    assert delta["tgi_request_generated_tokens_sum"] == 5
+    assert delta["tgi_request_generated_tokens_count"] == 2
+    for name in ("tgi_batch_current_size", "tgi_batch_current_max_tokens", "tgi_queue_size"):
+        assert name in after
+
+
+def test_disconnect_mid_stream_returns_every_block(get_metrics, server):
+    total = get_metrics(server.url)["tgi_kv_total_blocks"]
+    assert get_metrics(server.url)["tgi_kv_free_blocks"] == total
+    # ignore_eos: the request surely runs past the moment the client goes away
+    body = {
+        "prompt": "Once upon a time",
+        "max_tokens": 900,
+        "ignore_eos": True,
+        "stream": True,
+        "temperature": 0,
+    }
+    with httpx.Client(timeout=120) as c, c.stream("POST", server.url + "/v1/completions", json=body) as r:
+        assert r.status_code == 200
+        lines = r.iter_lines()
+        seen = 0
+        for line in lines:
+            seen += line.startswith("data:")
+            if seen == 3:
+                break
+        during = get_metrics(server.url)
+        assert during["tgi_kv_free_blocks"] < total and during["tgi_batch_current_size"] == 1
+    # the connection is closed here: within a few engine steps every block is back
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        m = get_metrics(server.url)
+        if m["tgi_kv_free_blocks"] == total and m["tgi_batch_current_size"] == 0:
+            break
+        time.sleep(0.1)
+    assert m["tgi_kv_free_blocks"] == total, m
+    assert m["tgi_request_in_flight"] == 0
+
+
+def test_api_key_and_sigterm_exit_0(tmp_path, launch_server, stop_server):
+    s = launch_server(tmp_path, "--api-key", "s3cret")
+    try:
+        assert httpx.get(s.url + "/health").status_code == 200
+        r = httpx.get(s.url + "/info")
+        assert r.status_code == 401 and r.json()["error_type"] == "unauthorized"
+        assert httpx.post(s.url + "/generate", json={"inputs": "x"}).status_code == 401
+        auth = {"Authorization": "Bearer s3cret"}
+        assert httpx.get(s.url + "/info", headers=auth).status_code == 200
+        # an in-flight request finishes during the graceful shutdown
+        result = {}
+
+        def run():
+            body = {"inputs": "Once upon a time", "parameters": {"max_new_tokens": 40}}
+            result["r"] = httpx.post(s.url + "/generate", json=body, headers=auth, timeout=120)
+
+        t = threading.Thread(target=run)
+        t.start()
+        time.sleep(1.0)
+        s.proc.send_signal(signal.SIGTERM)
+        t.join(120)
+        assert result["r"].status_code == 200 and result["r"].json()["generated_text"]
+        assert s.proc.wait(60) == 0, s.logs()
+        assert "tgi serving" in s.stdout.read_text()
+    finally:
+        stop_server(s)

@@ -1,0 +1,137 @@
+"""--api-key, /metrics (TGI names, per-app registry), and cancellation when the client disconnects."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tgi.server.app import create_app
+from tgi.server.settings import ServerSettings
+from tgi.server.testing import FakeEngine
+
+
+def gen(**parameters):
+    return {"inputs": "Hi", "parameters": parameters}
+
+
+def test_api_key_on_every_route_but_health():
+    with TestClient(create_app(FakeEngine(), ServerSettings(api_key="s3cret"))) as c:
+        assert c.get("/health").status_code == 200
+        for method, path in [("get", "/info"), ("get", "/metrics"), ("get", "/v1/models"), ("get", "/docs")]:
+            r = getattr(c, method)(path)
+            assert r.status_code == 401 and r.json() == {
+                "error": "Unauthorized",
+                "error_type": "unauthorized",
+            }
+        assert c.post("/generate", json=gen(max_new_tokens=1)).status_code == 401
+        bad = {"Authorization": "Bearer nope"}
+        assert c.post("/generate", json=gen(max_new_tokens=1), headers=bad).status_code == 401
+        ok = {"Authorization": "Bearer s3cret"}
+        assert c.post("/generate", json=gen(max_new_tokens=1), headers=ok).status_code == 200
+        assert c.get("/v1/models", headers=ok).status_code == 200
+
+
+def metric(text: str, name: str) -> float:
+    m = re.search(rf"^{re.escape(name)} ([0-9.e+-]+)$", text, re.M)
+    assert m, f"{name} not in metrics"
+    return float(m.group(1))
+
+
+def test_metrics_count_what_was_sent_and_apps_do_not_clash():
+    engine = FakeEngine()
+    with TestClient(create_app(engine)) as c, TestClient(create_app(FakeEngine())) as other:
+        c.post("/generate", json=gen(max_new_tokens=3))
+        c.post("/generate_stream", json=gen(max_new_tokens=2))
+        c.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 4})
+        c.post("/generate", json=gen(temperature=0))
+        text = c.get("/metrics").text
+        assert metric(text, "tgi_request_count") == 4
+        assert metric(text, "tgi_request_success") == 3
+        assert metric(text, 'tgi_request_failure{err="validation"}') == 1
+        assert metric(text, "tgi_request_generated_tokens_count") == 3
+        assert metric(text, "tgi_request_generated_tokens_sum") == 9
+        assert metric(text, "tgi_request_input_length_sum") == 6
+        assert metric(text, "tgi_request_duration_count") == 3  # one per successful request
+        for name in ("queue_duration", "inference_duration", "mean_time_per_token_duration"):
+            assert metric(text, f"tgi_request_{name}_count") == 3  # one per generated sequence
+        for gauge in ("tgi_batch_current_size", "tgi_batch_current_max_tokens", "tgi_queue_size"):
+            assert metric(text, gauge) == 0
+        assert metric(text, "tgi_kv_free_blocks") == metric(text, "tgi_kv_total_blocks") == 64
+        assert metric(other.get("/metrics").text, "tgi_request_count") == 0
+        assert "tgi_request_count_total" not in text
+
+
+def _scope(path: str, spec: str) -> dict:
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": spec},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"host", b"t")],
+        "client": ("127.0.0.1", 1),
+        "server": ("t", 80),
+    }
+
+
+@pytest.mark.parametrize("spec", ["2.3", "2.4"])
+@pytest.mark.parametrize("path", ["/generate_stream", "/v1/chat/completions"])
+async def test_disconnect_mid_stream_cancels_the_engine_stream(spec, path):
+    engine = FakeEngine(delay=0.01)
+    app = create_app(engine, ServerSettings(start_engine=False))
+    if path == "/generate_stream":
+        payload = gen(max_new_tokens=100)
+    else:
+        payload = {"messages": [{"role": "user", "content": "x"}], "stream": True, "max_tokens": 100}
+    body = json.dumps(payload).encode()
+    got_chunk = asyncio.Event()
+    state = {"body_sent": False, "chunks": 0}
+
+    async def receive():
+        if not state["body_sent"]:
+            state["body_sent"] = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await got_chunk.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        if message["type"] == "http.response.body" and message.get("body"):
+            state["chunks"] += 1
+            if got_chunk.is_set() and spec == "2.4":
+                raise OSError("client went away")
+            got_chunk.set()
+
+    await asyncio.wait_for(app(_scope(path, spec), receive, send), 5)
+    assert state["chunks"] < 10
+    assert len(engine.cancelled) == 1 and engine.running == 0
+    assert app.state.service.in_flight == 0
+    assert 'tgi_request_failure{err="cancelled"}' in app.state.service.metrics.render().decode()
+
+
+async def test_disconnect_during_non_streamed_generate_cancels():
+    engine = FakeEngine(delay=0.01)
+    app = create_app(engine, ServerSettings(start_engine=False))
+    body = json.dumps(gen(max_new_tokens=100)).encode()
+    state = {"body_sent": False}
+
+    async def receive():
+        if not state["body_sent"]:
+            state["body_sent"] = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.sleep(0.05)
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        pass
+
+    await asyncio.wait_for(app(_scope("/generate", "2.3"), receive, send), 5)
+    assert len(engine.cancelled) == 1 and engine.running == 0
+    assert app.state.service.in_flight == 0

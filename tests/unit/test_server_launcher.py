@@ -1,0 +1,97 @@
+"""`tgi launch` flags: TGI's names, environment variables and defaults; contradictions fail with exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+import pytest
+
+from tgi.core.config import ConfigError
+from tgi.server.launcher import add_launch_arguments, engine_config, run_launch, server_settings
+
+ENV = [
+    "MODEL_ID", "REVISION", "TGI_BACKEND", "DTYPE", "NUM_SHARD", "QUANTIZE", "MAX_INPUT_TOKENS",
+    "MAX_INPUT_LENGTH", "MAX_TOTAL_TOKENS", "MAX_BATCH_PREFILL_TOKENS", "MAX_BATCH_TOTAL_TOKENS",
+    "MAX_CONCURRENT_REQUESTS", "MAX_BEST_OF", "MAX_STOP_SEQUENCES", "MAX_TOP_N_TOKENS", "HOSTNAME",
+    "PORT", "API_KEY", "JSON_OUTPUT", "MAX_BATCH_SIZE", "SHUTDOWN_TIMEOUT",
+]  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    for name in ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_launch_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_defaults_are_tgis():
+    a = parse([])
+    assert (a.hostname, a.port, a.backend) == ("0.0.0.0", 3000, "auto")
+    assert (a.max_concurrent_requests, a.max_best_of, a.max_stop_sequences, a.max_top_n_tokens) == (
+        128,
+        2,
+        4,
+        5,
+    )
+    assert a.model_id is None and a.api_key is None and a.json_output is False and a.num_shard == 1
+
+
+def test_environment_variables(monkeypatch):
+    env = {
+        "MODEL_ID": "m", "REVISION": "r", "TGI_BACKEND": "cpu", "DTYPE": "bfloat16", "MAX_INPUT_LENGTH": "100",
+        "MAX_TOTAL_TOKENS": "200", "MAX_BATCH_PREFILL_TOKENS": "300", "MAX_BATCH_TOTAL_TOKENS": "4000",
+        "MAX_CONCURRENT_REQUESTS": "7", "MAX_BEST_OF": "3", "MAX_STOP_SEQUENCES": "6", "MAX_TOP_N_TOKENS": "9",
+        "HOSTNAME": "127.0.0.1", "PORT": "8080", "API_KEY": "k", "JSON_OUTPUT": "true",
+    }  # fmt: skip
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    a = parse([])
+    c = engine_config(a)
+    assert (c.model_id, c.revision, c.backend, c.dtype) == ("m", "r", "cpu", "bfloat16")
+    assert (c.max_input_tokens, c.max_total_tokens, c.max_batch_prefill_tokens, c.max_batch_total_tokens) == (
+        100, 200, 300, 4000,
+    )  # fmt: skip
+    s = server_settings(a)
+    assert (s.max_concurrent_requests, s.max_best_of, s.max_stop_sequences, s.max_top_n_tokens) == (
+        7,
+        3,
+        6,
+        9,
+    )
+    assert (a.hostname, a.port, s.api_key, a.json_output) == ("127.0.0.1", 8080, "k", True)
+    monkeypatch.setenv("MAX_INPUT_TOKENS", "150")  # the current name wins over the legacy one
+    assert parse([]).max_input_tokens == 150
+    assert parse(["--max-input-length", "50"]).max_input_tokens == 50  # flags win over the environment
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--max-input-tokens", "100", "--max-total-tokens", "100"],
+            "--max-input-tokens (100) must be < --max-total-tokens",
+        ),
+        (
+            ["--max-total-tokens", "5000", "--max-batch-total-tokens", "4000"],
+            "--max-total-tokens (5000) must be <=",
+        ),
+        (
+            ["--max-batch-prefill-tokens", "9000", "--max-batch-total-tokens", "4000"],
+            "--max-batch-prefill-tokens",
+        ),
+        (["--num-shard", "2"], "not supported yet"),
+        (["--quantize", "awq"], "not supported yet"),
+        (["--max-concurrent-requests", "0"], "--max-concurrent-requests must be >= 1"),
+    ],
+)
+def test_contradictions_fail_at_start(capsys, argv, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        engine_config(parse(argv))
+    assert run_launch(parse([*argv, "--port", "0", "--hostname", "127.0.0.1"])) == 2
+    assert message in capsys.readouterr().err
