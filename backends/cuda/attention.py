@@ -1,0 +1,135 @@
+"""Attention for the CUDA and ROCm backends, chosen by name (`--attention`, env `TGI_ATTENTION`).
+
+* `triton` (default): the Triton kernels of `triton_kernels/` (prefill, split-K decode, KV write).
+* `flash-attn`, `flashinfer`: recognised names. Choosing one whose package does not import is an error
+  naming the package; choosing one that imports is an error too, because these paths are not implemented
+  yet (there was no GPU to test them on). Never a silent switch to another implementation.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import torch
+
+from tgi.core.interfaces.attention import (
+    AttentionBackend,
+    AttentionLayerSpec,
+    AttentionMetadata,
+    UnsupportedError,
+)
+from tgi.core.interfaces.kv_cache import KVCache
+from tgi.core.interfaces.types import AttentionCaps
+
+BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+MAX_HEAD_DIM = 256
+#: meta.extra key: a fixed number of decode splits (CUDA graphs capture one launch shape)
+NUM_SPLITS_KEY = "triton/num_decode_splits"
+
+#: selectable names -> the package each needs (None: none beyond triton)
+ATTENTION_IMPLS = {"triton": None, "flash-attn": "flash_attn", "flashinfer": "flashinfer"}
+DEFAULT_ATTENTION = "triton"
+
+
+class TritonAttention(AttentionBackend):
+    """Paged attention in Triton: GQA, any head size up to 256 (padded to a power of two), float32,
+    bfloat16 and float16, KV block sizes 1-256, sliding window, soft-cap, chunked prefill.
+
+    :param min_tokens_per_split: decode splits a context into pieces of at least this many keys
+    :param max_splits: at most this many decode splits
+    :param target_programs: stop adding splits once batch * kv_heads * splits reaches this (the GPU is full)
+    """
+
+    name = "triton"
+
+    def __init__(self, min_tokens_per_split: int = 256, max_splits: int = 16, target_programs: int = 256):
+        self.min_tokens_per_split = min_tokens_per_split
+        self.max_splits = max_splits
+        self.target_programs = target_programs
+
+    def caps(self) -> AttentionCaps:
+        return AttentionCaps(
+            head_sizes=None,  # any size up to MAX_HEAD_DIM, see check()
+            dtypes=("float32", "bfloat16", "float16"),
+            block_sizes=BLOCK_SIZES,
+            sliding_window=True,
+            softcap=True,
+            chunked_prefill=True,
+        )
+
+    def check(self, layer: AttentionLayerSpec, block_size: int, dtype: str) -> None:
+        super().check(layer, block_size, dtype)
+        if layer.head_dim > MAX_HEAD_DIM:
+            raise UnsupportedError(
+                f"attention '{self.name}' supports head sizes up to {MAX_HEAD_DIM}, got {layer.head_dim}"
+            )
+
+    def num_decode_splits(
+        self, num_seqs: int, num_kv_heads: int, max_seq_len: int, window: int | None
+    ) -> int:
+        """How many programs share one sequence's context: enough to fill the GPU when the batch is small,
+        none when each split would get fewer than `min_tokens_per_split` keys."""
+        span = max_seq_len if window is None else min(max_seq_len, window)
+        by_length = max(1, span // self.min_tokens_per_split)
+        by_occupancy = max(1, self.target_programs // max(1, num_seqs * num_kv_heads))
+        return int(min(self.max_splits, by_length, by_occupancy))
+
+    def prefill(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        kv_cache: KVCache,
+        layer_idx: int,
+        meta: AttentionMetadata,
+        layer: AttentionLayerSpec,
+    ) -> torch.Tensor:
+        from tgi.backends.cuda.triton_kernels import paged_prefill_attention
+
+        key_cache, value_cache = kv_cache.layer(layer_idx)
+        return paged_prefill_attention(
+            q, key_cache, value_cache,
+            meta.prefill_block_tables, meta.query_start_loc, meta.prefill_seq_lens, meta.max_query_len,
+            layer.scale, layer.sliding_window, layer.softcap,
+        )  # fmt: skip
+
+    def decode(
+        self,
+        q: torch.Tensor,
+        kv_cache: KVCache,
+        layer_idx: int,
+        meta: AttentionMetadata,
+        layer: AttentionLayerSpec,
+    ) -> torch.Tensor:
+        from tgi.backends.cuda.triton_kernels import paged_decode_attention
+
+        key_cache, value_cache = kv_cache.layer(layer_idx)
+        splits = meta.extra.get(NUM_SPLITS_KEY) or self.num_decode_splits(
+            q.shape[0], key_cache.shape[2], meta.max_decode_seq_len, layer.sliding_window
+        )
+        return paged_decode_attention(
+            q, key_cache, value_cache, meta.decode_block_tables, meta.decode_seq_lens, layer.scale,
+            num_splits=splits, sliding_window=layer.sliding_window, softcap=layer.softcap,
+        )  # fmt: skip
+
+
+def create_attention(name: str | None = None, **kwargs) -> AttentionBackend:
+    """The attention implementation called `name` (default `triton`); raises `UnsupportedError` naming
+    what is missing, never substituting another implementation."""
+    name = (name or DEFAULT_ATTENTION).strip().lower()
+    if name not in ATTENTION_IMPLS:
+        raise UnsupportedError(f"unknown attention '{name}' (known: {', '.join(ATTENTION_IMPLS)})")
+    package = ATTENTION_IMPLS[name]
+    if package is None:
+        return TritonAttention(**kwargs)
+    try:
+        importlib.import_module(package)
+    except ImportError as exc:
+        raise UnsupportedError(
+            f"attention '{name}' needs the '{package}' package, which does not import here ({exc}); "
+            f"install it, or use --attention triton"
+        ) from None
+    raise UnsupportedError(
+        f"attention '{name}' is recognised and '{package}' imports, but this version of tgi does not "
+        f"implement it yet (it was never run on a GPU); use --attention triton"
+    )

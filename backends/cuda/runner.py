@@ -1,0 +1,86 @@
+"""Core's torch runner, plus what a GPU needs: an activation-memory profile before the KV cache is sized,
+and (optionally) CUDA graphs for decode steps."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import torch
+
+from tgi.core.runner import TorchModelRunner
+
+if TYPE_CHECKING:
+    from tgi.core.config import EngineConfig
+    from tgi.core.interfaces import Collective, ModelInfo, TorchBackend
+    from tgi.core.loading.source import ModelSource
+
+log = logging.getLogger(__name__)
+
+
+class CudaModelRunner(TorchModelRunner):
+    """`TorchModelRunner` for CUDA/ROCm devices.
+
+    * `load()` ends with `profile_activation_memory()`: the largest prefill and decode the scheduler may
+      build run once on a temporary KV cache, and the peak beyond the weights is handed to the backend
+      (`reserve_activation_memory`), so that the engine sizes the KV cache from what is really left — what
+      TGI's warm-up does to compute `max_batch_total_tokens`.
+    * `warmup()` then captures CUDA graphs for decode steps when `cuda_graphs` is on (see `graphs.py`).
+    """
+
+    def __init__(
+        self,
+        backend: TorchBackend,
+        source: ModelSource,
+        config: EngineConfig,
+        collective: Collective,
+        cuda_graphs: bool = False,
+    ) -> None:
+        super().__init__(backend, source, config, collective)
+        self.cuda_graphs = cuda_graphs
+        self.graphed = None
+
+    def load(self) -> ModelInfo:
+        info = super().load()
+        if self.device.type == "cuda":
+            self.profile_activation_memory()
+        return info
+
+    def profile_activation_memory(self) -> int:
+        """Peak bytes a step allocates beyond the weights (and beyond the temporary cache); reported to the
+        backend and returned."""
+        from tgi.core.engine import DEFAULT_MAX_BATCH_PREFILL_TOKENS
+
+        tokens = self.config.max_batch_prefill_tokens or DEFAULT_MAX_BATCH_PREFILL_TOKENS
+        num_blocks = max(1, -(-tokens // self.config.block_size))
+        torch.cuda.synchronize(self.device)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(self.device)
+        base = torch.cuda.memory_allocated(self.device)
+        self.initialize_cache(num_blocks)
+        cache_bytes = self.kv_cache.nbytes()
+        try:
+            super().warmup(tokens, self.config.max_num_seqs)
+            torch.cuda.synchronize(self.device)
+            peak = torch.cuda.max_memory_allocated(self.device) - base - cache_bytes
+        finally:
+            self.kv_cache = None
+            torch.cuda.empty_cache()
+        peak = int(peak * 1.1)  # the allocator rounds and fragments; keep a tenth more
+        if hasattr(self.backend, "reserve_activation_memory"):
+            self.backend.reserve_activation_memory(peak)
+        log.info(
+            "activation peak %.0f MiB (%d-token prefill, %d decodes)",
+            peak / 2**20,
+            tokens,
+            self.config.max_num_seqs,
+        )
+        return peak
+
+    def warmup(self, max_batch_tokens: int, max_num_seqs: int) -> None:
+        super().warmup(max_batch_tokens, max_num_seqs)
+        if self.cuda_graphs and self.device.type == "cuda":
+            from tgi.backends.cuda.graphs import GraphedDecodeModel, graph_batch_sizes
+
+            self.graphed = GraphedDecodeModel(self, graph_batch_sizes(max_num_seqs))
+            self.model = self.graphed  # execute() calls self.model(...): decode steps now replay graphs

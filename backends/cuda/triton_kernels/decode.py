@@ -1,0 +1,203 @@
+"""Paged decode attention, one new token per sequence, split over the sequence (flash-decoding).
+
+Stage 1 runs one program per (sequence, kv head, split): the G query heads that share the kv head are the
+rows of one `tl.dot` (grouped-query attention without expanding keys/values), and the split walks its share
+of the context in tiles of BLOCK_N keys, gathering each key's page from the block table (so any power-of-two
+block size works, down to 1). It writes a partial output normalised by its own softmax sum, plus the split's
+log-sum-exp. Stage 2 merges the splits with weights exp(lse_i - max lse). With one split, stage 1 writes the
+output directly. The split length is computed in the kernel from each sequence's own length, so the launch
+depends only on (batch, heads, number of splits) — what a CUDA graph needs to be replayed for any lengths.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from tgi.backends.cuda.triton_kernels.common import block_d, pv_dot, qk_dot, softcap_fn, upcast_dot
+
+
+@triton.jit
+def _decode_split_kernel(
+    Q,  # [B, H, D]
+    K_cache,  # [num_blocks, PAGE, Hkv, D]
+    V_cache,
+    Block_tables,  # [B, max_blocks] int32
+    Seq_lens,  # [B] int32, including the new token
+    Out,  # [B, H, D] (used when NUM_SPLITS == 1)
+    Out_partial,  # [B, H, NUM_SPLITS, D] float32
+    Lse_partial,  # [B, H, NUM_SPLITS] float32
+    scale,
+    softcap,
+    window,
+    stride_qb,
+    stride_qh,
+    stride_kb,
+    stride_ks,
+    stride_kh,
+    stride_vb,
+    stride_vs,
+    stride_vh,
+    stride_bt,
+    stride_ob,
+    stride_oh,
+    G: tl.constexpr,  # query heads per kv head
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_H: tl.constexpr,  # >= G, >= 16
+    BLOCK_N: tl.constexpr,
+    PAGE: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    USE_WINDOW: tl.constexpr,
+    USE_SOFTCAP: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
+    b = tl.program_id(0)
+    kh = tl.program_id(1)
+    sp = tl.program_id(2)
+    seq_len = tl.load(Seq_lens + b)
+    kv_start = 0
+    if USE_WINDOW:
+        kv_start = tl.maximum(seq_len - window, 0)
+    split_len = tl.cdiv(tl.cdiv(seq_len - kv_start, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    lo = kv_start + sp * split_len
+    hi = tl.minimum(lo + split_len, seq_len)
+
+    offs_g = tl.arange(0, BLOCK_H)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_n = tl.arange(0, BLOCK_N)
+    heads = kh * G + offs_g
+    g_mask = offs_g < G
+    d_mask = offs_d < HEAD_DIM
+    q = tl.load(
+        Q + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
+        mask=g_mask[:, None] & d_mask[None, :],
+        other=0.0,
+    )
+    m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)
+    for start in range(lo, hi, BLOCK_N):
+        pos = start + offs_n
+        n_mask = pos < hi
+        blk = tl.load(Block_tables + b * stride_bt + pos // PAGE, mask=n_mask, other=0).to(tl.int64)
+        off = pos % PAGE
+        kv_mask = n_mask[:, None] & d_mask[None, :]
+        k = tl.load(
+            K_cache + blk[:, None] * stride_kb + off[:, None] * stride_ks + kh * stride_kh + offs_d[None, :],
+            mask=kv_mask,
+            other=0.0,
+        )
+        s = qk_dot(q, k, UPCAST) * scale  # [BLOCK_H, BLOCK_N]
+        if USE_SOFTCAP:
+            s = softcap_fn(s, softcap)
+        s = tl.where(n_mask[None, :], s, float("-inf"))
+        # every tile holds at least one valid key (start < hi), so m_new is finite
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(
+            V_cache + blk[:, None] * stride_vb + off[:, None] * stride_vs + kh * stride_vh + offs_d[None, :],
+            mask=kv_mask,
+            other=0.0,
+        )
+        acc = acc * alpha[:, None] + pv_dot(p, v, UPCAST)
+        m_i = m_new
+
+    has = l_i > 0  # false only for a split past the end of a short sequence
+    out = acc / tl.where(has, l_i, 1.0)[:, None]
+    o_mask = g_mask[:, None] & d_mask[None, :]
+    if NUM_SPLITS == 1:
+        o_ptr = Out + b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :]
+        tl.store(o_ptr, out.to(Out.dtype.element_ty), mask=o_mask)
+    else:
+        row = (b * G * tl.num_programs(1) + heads) * NUM_SPLITS + sp  # [B, H, NUM_SPLITS] flat index
+        tl.store(Out_partial + row[:, None] * HEAD_DIM + offs_d[None, :], out, mask=o_mask)
+        lse = tl.where(has, m_i + tl.log(tl.where(has, l_i, 1.0)), float("-inf"))
+        tl.store(Lse_partial + row, lse, mask=g_mask)
+
+
+@triton.jit
+def _decode_reduce_kernel(
+    Out,  # [B, H, D]
+    Out_partial,  # [B, H, NUM_SPLITS, D] float32
+    Lse_partial,  # [B, H, NUM_SPLITS] float32
+    stride_ob,
+    stride_oh,
+    NUM_HEADS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+):
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    offs_s = tl.arange(0, BLOCK_S)
+    offs_d = tl.arange(0, BLOCK_D)
+    s_mask = offs_s < NUM_SPLITS
+    row = (b * NUM_HEADS + h) * NUM_SPLITS
+    lse = tl.load(Lse_partial + row + offs_s, mask=s_mask, other=float("-inf"))
+    w = tl.exp(lse - tl.max(lse, 0))  # split 0 always holds keys, so the max is finite
+    w = w / tl.sum(w, 0)
+    part = tl.load(
+        Out_partial + (row + offs_s[:, None]) * HEAD_DIM + offs_d[None, :],
+        mask=s_mask[:, None] & (offs_d[None, :] < HEAD_DIM),
+        other=0.0,
+    )
+    out = tl.sum(part * w[:, None], 0)
+    tl.store(
+        Out + b * stride_ob + h * stride_oh + offs_d, out.to(Out.dtype.element_ty), mask=offs_d < HEAD_DIM
+    )
+
+
+def paged_decode_attention(
+    q: torch.Tensor,  # [B, H, D]
+    key_cache: torch.Tensor,  # [num_blocks, block_size, Hkv, D]
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,  # [B, max_blocks] int32
+    seq_lens: torch.Tensor,  # [B] int32
+    scale: float,
+    num_splits: int = 1,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+    block_n: int = 64,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:  # [B, H, D]
+    """Attention of one query token per sequence over its paged context. `num_splits` > 1 splits each
+    context over that many programs per (sequence, kv head) and merges them (for long contexts and small
+    batches, where one program per head would leave most of the GPU idle)."""
+    bsz, h, d = q.shape
+    _, page, hkv, _ = key_cache.shape
+    g = h // hkv
+    if out is None:
+        out = torch.empty_like(q)
+    if bsz == 0:
+        return out
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    if num_splits > 1:
+        partial = torch.empty(bsz, h, num_splits, d, dtype=torch.float32, device=q.device)
+        lse = torch.empty(bsz, h, num_splits, dtype=torch.float32, device=q.device)
+    else:
+        partial = lse = out  # unused
+    _decode_split_kernel[(bsz, hkv, num_splits)](
+        q, key_cache, value_cache, block_tables, seq_lens, out, partial, lse,
+        scale, softcap or 0.0, sliding_window or 0,
+        q.stride(0), q.stride(1),
+        key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
+        value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
+        block_tables.stride(0), out.stride(0), out.stride(1),
+        G=g, HEAD_DIM=d, BLOCK_D=block_d(d), BLOCK_H=max(16, triton.next_power_of_2(g)),
+        BLOCK_N=block_n, PAGE=page, NUM_SPLITS=num_splits,
+        USE_WINDOW=sliding_window is not None, USE_SOFTCAP=softcap is not None,
+        UPCAST=upcast_dot(q.dtype),
+    )  # fmt: skip
+    if num_splits > 1:
+        _decode_reduce_kernel[(bsz, h)](
+            out, partial, lse, out.stride(0), out.stride(1),
+            NUM_HEADS=h, HEAD_DIM=d, BLOCK_D=block_d(d),
+            NUM_SPLITS=num_splits, BLOCK_S=triton.next_power_of_2(num_splits),
+        )  # fmt: skip
+    return out

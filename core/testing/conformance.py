@@ -1,0 +1,226 @@
+"""The backend conformance suite: a test class that any torch backend's test module subclasses.
+
+Checks, against core's references:
+
+* attention (`test_attention`): prefill, chunked prefill and decode over a mixed, paged schedule, against
+  dense float64 attention, for a grid of head counts (MHA, GQA, MQA), head sizes, KV block sizes, a long
+  context, sliding windows and soft-capping (when the attention's caps claim them), in every dtype the
+  backend supports;
+* the KV cache (`test_kv_write`): writes land at their slots, negative slots store nothing, other slots and
+  layers are left unchanged;
+* the sampler (`test_sampler_*`): greedy and seeded sampling give the same tokens as core's `TorchSampler`;
+* end to end (`test_greedy_generation_matches_cpu`): a small random-weight Llama, saved as safetensors and
+  loaded through `LLMEngine` on the backend, generates the same greedy tokens as the CPU reference backend.
+
+Use (a test module of the backend's own package; pytest collects the `Test*` subclass)::
+
+    from tgi.core.testing import BackendConformance
+
+    class TestMyChipConformance(BackendConformance):
+        def make_backend(self):
+            from tgi_mychip.backend import MyChipBackend
+            return MyChipBackend()
+
+or set `backend_name = "mychip"` to build it through the plugin host (the plugin must be installed). Class
+attributes narrow the grid (`dtypes`, `attention_cases`) or adapt to a KV layout (`read_kv_slots`).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import pytest
+import torch
+
+from tgi.core.interfaces import KVCacheSpec, TorchBackend
+from tgi.core.testing.reference import (
+    LONG_SCHEDULE,
+    TOLERANCE,
+    AttentionCase,
+    pick_block_size,
+    run_attention_schedule,
+)
+
+#: the attention grid: name -> case (block sizes a backend lacks are replaced by the nearest it has)
+ATTENTION_CASES: dict[str, AttentionCase] = {
+    "mha-d32-bs4": AttentionCase(4, 4, 32, 4),
+    "gqa4-d64-bs16": AttentionCase(8, 2, 64, 16),
+    "mqa-d32-bs2": AttentionCase(4, 1, 32, 2),
+    "gqa3-d80-bs1": AttentionCase(6, 2, 80, 1),
+    "window3-bs4": AttentionCase(6, 2, 32, 4, sliding_window=3),
+    "softcap-window5-bs8": AttentionCase(4, 2, 32, 8, sliding_window=5, softcap=3.0),
+    "long-gqa2-bs16": AttentionCase(4, 2, 32, 16, schedule=LONG_SCHEDULE, num_decodes=2),
+}
+ALL_DTYPES = ("float32", "bfloat16", "float16")
+_CPU_TOKENS: dict[tuple[str, int], list[list[int]]] = {}  # the CPU reference's greedy tokens
+
+
+class BackendConformance:
+    """Subclass as `Test<Name>Conformance` and provide `make_backend()` or `backend_name`."""
+
+    #: build the backend through the plugin host by this name (when `make_backend` is not overridden)
+    backend_name: ClassVar[str | None] = None
+    #: dtypes to test attention in (default: every dtype both the backend and its attention support)
+    dtypes: ClassVar[tuple[str, ...] | None] = None
+    #: names of ATTENTION_CASES to run (default: all)
+    attention_cases: ClassVar[tuple[str, ...] | None] = None
+    #: dtype of the end-to-end comparison (default: float32 when supported, else the backend's default)
+    generation_dtype: ClassVar[str | None] = None
+
+    def make_backend(self) -> TorchBackend:
+        if self.backend_name is None:
+            raise NotImplementedError("set `backend_name` or override `make_backend()`")
+        from tgi.core.plugins import BackendRegistry
+
+        return BackendRegistry(allow=[self.backend_name]).select(self.backend_name).create()
+
+    def read_kv_slots(self, cache, layer_idx: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values [len(slots), Hkv, D] stored at `slots`. The default reads caches whose `layer()`
+        is a (keys, values) pair in a slot-major layout ([num_blocks, block_size, Hkv, D] or
+        [num_slots, Hkv, D]); override it for another layout."""
+        spec = cache.spec
+        storage = cache.layer(layer_idx)
+        num_slots = cache.num_blocks * spec.block_size
+        shape = (num_slots, spec.num_kv_heads, spec.head_dim)
+        if not (isinstance(storage, tuple | list) and len(storage) == 2):
+            pytest.skip("KV layout unknown to the suite: override read_kv_slots()")
+        keys, values = storage
+        if keys.numel() != num_slots * spec.num_kv_heads * spec.head_dim:
+            pytest.skip("KV layout unknown to the suite: override read_kv_slots()")
+        idx = slots.to(keys.device, torch.int64)
+        return keys.reshape(shape)[idx].cpu(), values.reshape(shape)[idx].cpu()
+
+    # -- fixtures ---------------------------------------------------------------------------------------
+    @pytest.fixture(scope="class")
+    @classmethod
+    def backend(cls) -> TorchBackend:
+        return cls().make_backend()
+
+    def _dtypes(self, backend: TorchBackend) -> tuple[str, ...]:
+        caps = backend.attention().caps()
+        wanted = self.dtypes or ALL_DTYPES
+        return tuple(d for d in wanted if d in backend.supported_dtypes() and d in caps.dtypes)
+
+    # -- attention --------------------------------------------------------------------------------------
+    @pytest.mark.parametrize("dtype", ALL_DTYPES)
+    @pytest.mark.parametrize("case_name", list(ATTENTION_CASES))
+    def test_attention(self, backend: TorchBackend, case_name: str, dtype: str) -> None:
+        if self.attention_cases is not None and case_name not in self.attention_cases:
+            pytest.skip(f"{case_name} not selected by this backend's attention_cases")
+        if dtype not in self._dtypes(backend):
+            pytest.skip(f"{backend.name} does not support {dtype}")
+        case = ATTENTION_CASES[case_name]
+        caps = backend.attention().caps()
+        if caps.head_sizes is not None and case.head_dim not in caps.head_sizes:
+            pytest.skip(f"head size {case.head_dim} not supported")
+        if case.sliding_window is not None and not caps.sliding_window:
+            pytest.skip("no sliding-window support claimed")
+        if case.softcap is not None and not caps.softcap:
+            pytest.skip("no soft-cap support claimed")
+        bs = pick_block_size(case.block_size, caps.block_sizes)
+        case = AttentionCase(**{**case.__dict__, "block_size": bs})
+        err = run_attention_schedule(backend, case, dtype)
+        print(f"{backend.name} attention {case_name} (block {bs}) {dtype}: max abs error {err:.2e}")
+        assert err <= TOLERANCE[dtype], f"{case_name} {dtype}: max abs error {err:.3g} > {TOLERANCE[dtype]}"
+
+    # -- KV cache ---------------------------------------------------------------------------------------
+    def test_kv_write(self, backend: TorchBackend) -> None:
+        from tgi.core.dtypes import to_torch_dtype
+
+        dtype = self._dtypes(backend)[0]
+        bs = pick_block_size(4, backend.attention().caps().block_sizes)
+        spec = KVCacheSpec(num_layers=2, num_kv_heads=2, head_dim=32, block_size=bs, dtype=dtype)
+        cache = backend.create_kv_cache(spec, 5)
+        n = 5 * bs
+        device, tdt = backend.torch_device(), to_torch_dtype(dtype)
+        gen = torch.Generator().manual_seed(1)
+        base = [
+            (torch.randn(n, 2, 32, generator=gen).to(tdt), torch.randn(n, 2, 32, generator=gen).to(tdt))
+            for _ in range(2)
+        ]
+        every = torch.arange(n, dtype=torch.int64)
+        for layer, (k, v) in enumerate(base):  # fill every slot of both layers
+            cache.write(layer, k.to(device), v.to(device), every.to(device))
+        slots = torch.randperm(n, generator=gen)[:7].to(torch.int64)
+        slots[[2, 5]] = -1  # padding tokens: stored nowhere
+        new_k = torch.randn(7, 2, 32, generator=gen).to(tdt)
+        new_v = torch.randn(7, 2, 32, generator=gen).to(tdt)
+        cache.write(1, new_k.to(device), new_v.to(device), slots.to(device))
+
+        exp_k, exp_v = base[1][0].clone(), base[1][1].clone()
+        keep = slots >= 0
+        exp_k[slots[keep]], exp_v[slots[keep]] = new_k[keep], new_v[keep]
+        got_k, got_v = self.read_kv_slots(cache, 1, every)
+        assert torch.equal(got_k, exp_k) and torch.equal(got_v, exp_v), "layer 1 slots differ after the write"
+        got_k0, got_v0 = self.read_kv_slots(cache, 0, every)
+        assert torch.equal(got_k0, base[0][0]) and torch.equal(got_v0, base[0][1]), "layer 0 changed"
+
+    # -- sampler ----------------------------------------------------------------------------------------
+    def _sample_both(self, backend: TorchBackend, params_list) -> tuple:
+        from tgi.core.batch import ScheduledSequence
+        from tgi.core.sampling.sampler import TorchSampler
+
+        gen = torch.Generator().manual_seed(3)
+        logits = torch.randn(len(params_list), 128, generator=gen) * 3
+        rows = [
+            ScheduledSequence(
+                f"r{i}", [9], 4 + i, [0], False, True, p, 1000 + i, 3, [5, 9, 9, 7, 1 + i][: 4 + i % 2]
+            )
+            for i, p in enumerate(params_list)
+        ]
+        ours = backend.sampler().sample(logits.to(backend.torch_device()), rows)
+        ref = TorchSampler().sample(logits, rows)
+        return ours, ref
+
+    def test_sampler_greedy_matches_reference(self, backend: TorchBackend) -> None:
+        from tgi.core.sampling_params import SamplingParams
+
+        params = [
+            SamplingParams(),
+            SamplingParams(repetition_penalty=1.3),
+            SamplingParams(frequency_penalty=0.5),
+        ]
+        ours, ref = self._sample_both(backend, params * 2)
+        assert ours.token_ids.cpu().tolist() == ref.token_ids.tolist()
+        torch.testing.assert_close(ours.logprobs.cpu().float(), ref.logprobs.float(), atol=1e-4, rtol=1e-4)
+
+    def test_sampler_seeded_matches_reference(self, backend: TorchBackend) -> None:
+        from tgi.core.sampling_params import SamplingParams
+
+        params = [
+            SamplingParams(do_sample=True, seed=7),
+            SamplingParams(do_sample=True, temperature=0.7, top_k=20, seed=8),
+            SamplingParams(do_sample=True, top_p=0.8, typical_p=0.9, seed=9),
+            SamplingParams(do_sample=True, temperature=1.3, presence_penalty=0.4, seed=10),
+        ]
+        ours, ref = self._sample_both(backend, params * 2)
+        assert ours.token_ids.cpu().tolist() == ref.token_ids.tolist()
+
+    # -- end to end -------------------------------------------------------------------------------------
+    @pytest.fixture(scope="class")
+    @classmethod
+    def tiny_llama(cls, tmp_path_factory):
+        from tgi.core.testing.model import write_tiny_llama
+
+        path = tmp_path_factory.getbasetemp() / "tgi-conformance-tiny-llama"  # shared by every backend
+        return path if (path / "config.json").exists() else write_tiny_llama(path)
+
+    def test_greedy_generation_matches_cpu(self, backend: TorchBackend, tiny_llama) -> None:
+        from tgi.core.testing.model import generate_greedy
+
+        dtype = self.generation_dtype or (
+            "float32" if "float32" in backend.supported_dtypes() else backend.default_dtype()
+        )
+        bs = pick_block_size(16, backend.attention().caps().block_sizes)
+        ours = generate_greedy(tiny_llama, backend.name, lambda: backend, dtype, bs)
+
+        key = (str(tiny_llama), bs)
+        if key not in _CPU_TOKENS:  # computed once per session and block size
+
+            def cpu():
+                from tgi.backends.cpu.backend import CpuBackend
+
+                return CpuBackend()
+
+            _CPU_TOKENS[key] = generate_greedy(tiny_llama, "cpu", cpu, "float32", bs)
+        assert ours == _CPU_TOKENS[key]

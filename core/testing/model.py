@@ -1,0 +1,101 @@
+"""A small random-weight Llama checkpoint on disk, and greedy generation through `LLMEngine` on a backend."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from tgi.core.interfaces import Backend
+from tgi.core.plugins import BackendRegistry, BackendSpec, hookimpl
+
+VOCAB_SIZE = 256
+TINY_LLAMA = dict(
+    vocab_size=VOCAB_SIZE,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+    tie_word_embeddings=False,
+    bos_token_id=1,
+    eos_token_id=2,
+)
+#: prompts (token ids); the first is longer than the prefill budget below, so it is chunked
+PROMPTS = ([(7 * i + 3) % VOCAB_SIZE for i in range(45)], [5, 17, 99, 4, 250, 8, 31], list(range(40, 59)))
+
+
+def write_tiny_llama(path: str | Path, seed: int = 0) -> Path:
+    """Save a random-weight Llama (safetensors, config.json, a word-level tokenizer) under `path`."""
+    import torch
+    import transformers
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    path = Path(path)
+    torch.manual_seed(seed)
+    config = transformers.LlamaConfig(**TINY_LLAMA)
+    model = transformers.LlamaForCausalLM(config).to(torch.float32)
+    with torch.no_grad():  # larger-than-default weights, so that logits are far apart and greedy is stable
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.08)
+    model.save_pretrained(path, safe_serialization=True)
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"t{i}": i for i in range(3, VOCAB_SIZE)}}
+    backend = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = Whitespace()
+    tok = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
+    tok.save_pretrained(path)
+    return path
+
+
+class _SinglePlugin:
+    """A plugin object registering one backend built by `create`, so the engine selects it by name."""
+
+    def __init__(self, name: str, create: Callable[[], Backend]) -> None:
+        self.name, self.create = name, create
+
+    @hookimpl
+    def tgi_register_backends(self, register):
+        from tgi.core import __version__
+        from tgi.core.interfaces import INTERFACE_VERSION, ProbeResult
+
+        register(
+            BackendSpec(
+                self.name, __version__, INTERFACE_VERSION, 0, "under test", ProbeResult.ok, self.create
+            )
+        )
+
+
+def generate_greedy(
+    model_path: str | Path,
+    name: str,
+    create: Callable[[], Backend],
+    dtype: str,
+    block_size: int,
+    prompts: Sequence[Sequence[int]] = PROMPTS,
+    max_new_tokens: int = 8,
+) -> list[list[int]]:
+    """Greedy tokens for `prompts`, generated together (continuous batching, chunked prefill) by an
+    `LLMEngine` on the backend `create()` builds, selected by `name` through the plugin host."""
+    from tgi.core.config import EngineConfig
+    from tgi.core.engine import LLMEngine
+    from tgi.core.sampling_params import SamplingParams
+
+    registry = BackendRegistry(plugins={name: _SinglePlugin(name, create)}, autoload=False)
+    config = EngineConfig(
+        model_id=str(model_path),
+        backend=name,
+        dtype=dtype,
+        block_size=block_size,
+        max_total_tokens=128,
+        max_batch_total_tokens=1024,
+        max_batch_prefill_tokens=32,  # the 45-token prompt is prefilled in two chunks
+        max_num_seqs=8,
+    )
+    engine = LLMEngine.from_config(config, registry=registry)
+    params = SamplingParams(max_new_tokens=max_new_tokens, ignore_eos=True)
+    return [r.token_ids for r in engine.generate([list(p) for p in prompts], params)]

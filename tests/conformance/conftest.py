@@ -1,0 +1,1 @@
+"""Conformance tests: see tests/conftest.py for TRITON_INTERPRET (set before triton is first imported)."""
