@@ -143,6 +143,8 @@ class AsyncEngine:
                 try:
                     events = engine.step()
                 except Exception as exc:  # fail the requests in flight, keep serving new ones
+                    if getattr(exc, "fatal", False):  # e.g. a tensor-parallel rank died: the engine stops
+                        raise
                     log.exception("engine step failed")
                     self._fail_all(EngineError(f"the engine failed: {type(exc).__name__}: {exc}"))
                     continue

@@ -116,8 +116,6 @@ class LLMEngine:
         from tgi.core.tokenization import load_tokenizer
 
         say = progress or (lambda msg: log.info(msg))
-        if config.num_shard > 1:
-            raise ConfigError("--num-shard > 1 (tensor parallelism) is not supported yet")
         if config.quantize:
             raise ConfigError(f"--quantize {config.quantize} is not supported yet")
         spec = (registry or BackendRegistry()).select(config.backend)
@@ -130,20 +128,31 @@ class LLMEngine:
         say(f"model: {source.model_id} ({source.format}: {source.path})")
         t0 = time.perf_counter()
         tokenizer = load_tokenizer(source)
-        runner = backend.create_runner(source, config, backend.create_collective(0, 1))
-        info = runner.load()
-        say(
-            f"weights loaded: {info.architecture}, {info.num_parameters / 1e6:.0f}M parameters in {time.perf_counter() - t0:.1f}s"
-        )
-        config = derive_limits(config, info, runner, backend)
-        runner.initialize_cache(config.max_batch_total_tokens // config.block_size)
-        say(
-            f"KV cache: {config.max_batch_total_tokens} tokens; max input {config.max_input_tokens}, "
-            f"max total {config.max_total_tokens}, step budget {config.max_batch_prefill_tokens} tokens"
-        )
-        t0 = time.perf_counter()
-        runner.warmup(config.max_batch_prefill_tokens, config.max_num_seqs)
-        say(f"warm-up done in {time.perf_counter() - t0:.1f}s")
+        memory = backend
+        if config.num_shard > 1:  # tensor parallelism: this process is rank 0, ranks 1..N-1 are spawned
+            from tgi.core.parallel.runner import RankMemory, TensorParallelRunner
+
+            runner = TensorParallelRunner.start(spec, backend, source, config, progress=say)
+            memory = RankMemory(runner)  # the KV cache is sized by the rank with the least free memory
+        else:
+            runner = backend.create_runner(source, config, backend.create_collective(0, 1))
+        try:
+            info = runner.load()
+            say(
+                f"weights loaded: {info.architecture}, {info.num_parameters / 1e6:.0f}M parameters in {time.perf_counter() - t0:.1f}s"
+            )
+            config = derive_limits(config, info, runner, memory)
+            runner.initialize_cache(config.max_batch_total_tokens // config.block_size)
+            say(
+                f"KV cache: {config.max_batch_total_tokens} tokens; max input {config.max_input_tokens}, "
+                f"max total {config.max_total_tokens}, step budget {config.max_batch_prefill_tokens} tokens"
+            )
+            t0 = time.perf_counter()
+            runner.warmup(config.max_batch_prefill_tokens, config.max_num_seqs)
+            say(f"warm-up done in {time.perf_counter() - t0:.1f}s")
+        except BaseException:
+            runner.shutdown()  # tensor parallel: stops the worker processes
+            raise
         return cls(backend, runner, tokenizer, config, info)
 
     # -- requests ---------------------------------------------------------------------------------------

@@ -45,10 +45,19 @@ class TorchModelRunner(ModelRunner):
         self.backend.check_dtype(self.dtype)
         self.hf_config = load_config(self.source)
         model_cls = model_class_for(self.hf_config)  # refuses unsupported architectures, naming the supported
-        for layer in attention_layer_specs(self.hf_config):
+        tp_size = self.collective.world_size
+        for layer in attention_layer_specs(self.hf_config, tp_size):
             self.attention.check(layer, self.config.block_size, self.dtype)
-        self.model = model_cls(self.hf_config, dtype=to_torch_dtype(self.dtype), device=self.device)
-        self.model.load_weights(iter_weights(self.source, self.hf_config))
+        linear = select = None
+        if tp_size > 1:  # this rank's shard: parallel layers, and only its slices read from the checkpoint
+            from tgi.core.parallel.layers import ParallelLinearFactory, weight_selector
+
+            linear = ParallelLinearFactory.for_config(self.collective, self.hf_config)
+        dtype = to_torch_dtype(self.dtype)
+        self.model = model_cls(self.hf_config, dtype=dtype, device=self.device, linear=linear)
+        if tp_size > 1:
+            select = weight_selector(self.model)
+        self.model.load_weights(iter_weights(self.source, self.hf_config, select=select))
         self.model.eval()
         eos = self.hf_config.eos_token_id
         eos_ids = tuple(eos) if isinstance(eos, list | tuple) else ((eos,) if eos is not None else ())
@@ -62,7 +71,7 @@ class TorchModelRunner(ModelRunner):
         )
 
     def kv_cache_spec(self) -> KVCacheSpec:
-        return kv_cache_spec(self.hf_config, self.config.block_size, self.dtype)
+        return kv_cache_spec(self.hf_config, self.config.block_size, self.dtype, self.collective.world_size)
 
     def initialize_cache(self, num_blocks: int) -> None:
         self.kv_cache = self.backend.create_kv_cache(self.kv_cache_spec(), num_blocks)
@@ -111,6 +120,8 @@ class TorchModelRunner(ModelRunner):
             rows = [seqs[i] for i in sampled]
             last = torch.tensor([ends[i] - 1 for i in sampled], device=device)
             logits = self.model.compute_logits(hidden.index_select(0, last))  # [N, V] float32
+        # tensor parallel: every rank computes the (all-gathered) logits, rank 0 alone samples
+        if sampled and self.collective.rank == 0:
             result = self.sampler.sample(logits, rows)
             output.request_ids = [s.request_id for s in rows]
             output.token_ids = result.token_ids.tolist()
@@ -130,5 +141,7 @@ class TorchModelRunner(ModelRunner):
             return []
         targets = torch.tensor(seq.all_token_ids[first : last + 1], device=hidden.device)
         logits = self.model.compute_logits(hidden[: last - first + 1])  # position p predicts token p+1
+        if self.collective.rank != 0:
+            return []
         logprobs = torch.log_softmax(logits.float(), dim=-1)
         return logprobs.gather(1, targets[:, None]).squeeze(1).tolist()

@@ -171,8 +171,6 @@ def setup_logging(json_output: bool) -> None:
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
     """The engine's config from the flags; `ConfigError` names contradictory limits and why."""
-    if args.num_shard > 1:
-        raise ConfigError(f"--num-shard {args.num_shard}: tensor parallelism is not supported yet (use 1)")
     if args.quantize:
         raise ConfigError(
             f"--quantize {args.quantize}: quantization is not supported yet (GGUF models load quantized as they are)"
@@ -240,11 +238,27 @@ def run_launch(args: argparse.Namespace) -> int:
     def progress(message: str) -> None:
         log.info(message) if args.json_output else print(message, file=sys.stderr, flush=True)
 
+    from tgi.core.interfaces import UnsupportedError
+    from tgi.core.loading import ModelNotFoundError
+    from tgi.core.models.registry import UnsupportedModelError
+    from tgi.core.plugins import BackendSelectionError
+    from tgi.core.request import EngineError
+
     try:
         engine = AsyncEngine.from_config(config, progress=progress)
-    except ConfigError as exc:  # limits checked against the model and the memory at load
+    except (
+        ConfigError,
+        BackendSelectionError,
+        UnsupportedError,
+        UnsupportedModelError,
+        ModelNotFoundError,
+    ) as exc:
+        # settings checked against the backend, the model and the memory at load
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except EngineError as exc:  # e.g. a shard that failed to start
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
 
     host, port = sock.getsockname()[:2]
     where = f"http://{host}:{port}"
@@ -257,7 +271,8 @@ def run_launch(args: argparse.Namespace) -> int:
 
 
 def serve(engine, settings: ServerSettings, sock: socket.socket) -> int:
-    """Run uvicorn on an already bound socket until SIGTERM/SIGINT; returns 0 after a graceful stop."""
+    """Run uvicorn on an already bound socket until SIGTERM/SIGINT; returns 0 after a graceful stop, 1 when
+    the engine died."""
     import uvicorn
 
     from tgi.server.app import create_app
@@ -276,5 +291,8 @@ def serve(engine, settings: ServerSettings, sock: socket.socket) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
     asyncio.run(server.serve(sockets=[sock]))
+    if not engine.healthy:  # stopped because the engine died (e.g. a shard rank), not by request
+        log.error("stopped: the engine failed: %s", engine.error)
+        return 1
     log.info("stopped")
     return 0

@@ -12,7 +12,6 @@ from tgi.core.interfaces import (
     KVCache,
     KVCacheSpec,
     MemoryInfo,
-    SingleProcessCollective,
     TorchBackend,
 )
 
@@ -57,6 +56,6 @@ class CpuBackend(TorchBackend):
         return CpuKVCache(spec, num_blocks)
 
     def create_collective(self, rank: int, world_size: int, init_method: str | None = None) -> Collective:
-        if world_size == 1:
-            return SingleProcessCollective()
+        if world_size > 1:  # the ranks share this machine's cores
+            torch.set_num_threads(max(1, self._info.cores // world_size))
         return super().create_collective(rank, world_size, init_method)

@@ -14,7 +14,6 @@ from tgi.core.interfaces import (
     KVCache,
     KVCacheSpec,
     MemoryInfo,
-    SingleProcessCollective,
     TorchBackend,
 )
 
@@ -111,14 +110,3 @@ class CudaBackend(TorchBackend):
         from tgi.backends.cuda.runner import CudaModelRunner
 
         return CudaModelRunner(self, source, config, collective, cuda_graphs=self.cuda_graphs)
-
-    def create_collective(self, rank: int, world_size: int, init_method: str | None = None) -> Collective:
-        if world_size == 1:
-            return SingleProcessCollective()
-        from tgi.core.parallel.collective import TorchDistributedCollective
-
-        if init_method is None:
-            raise ValueError("tensor parallelism needs an init_method (tcp://host:port or file://path)")
-        return TorchDistributedCollective(
-            self.process_group_backend, rank, world_size, init_method, device=self.torch_device()
-        )

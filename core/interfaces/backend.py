@@ -93,6 +93,16 @@ class TorchBackend(Backend):
 
         return TorchSampler()
 
+    def create_collective(self, rank: int, world_size: int, init_method: str | None = None) -> Collective:
+        """`torch.distributed` with this backend's `process_group_backend`, on its device."""
+        if world_size == 1:
+            return SingleProcessCollective()
+        from tgi.core.parallel.collective import TorchDistributedCollective
+
+        return TorchDistributedCollective(
+            self.process_group_backend, rank, world_size, init_method, device=self.torch_device()
+        )
+
     def synchronize(self) -> None:
         """Wait for queued device work (for timing and warm-up)."""
 

@@ -184,15 +184,22 @@ class LlamaForCausalLM(nn.Module):
     def attention_layer_specs(cls, config: Any, tp_size: int = 1) -> list[AttentionLayerSpec]:
         heads = config.num_attention_heads
         kv_heads = getattr(config, "num_key_value_heads", None) or heads
-        if heads % tp_size or kv_heads % tp_size:
+        if heads % tp_size:
             raise ValueError(
-                f"{heads} attention heads / {kv_heads} key-value heads cannot be split over {tp_size} shards"
+                f"{heads} attention heads are not divisible by {tp_size} shards (the model has {heads} "
+                f"query and {kv_heads} key/value heads)"
+            )
+        # fewer key/value heads than shards: each is replicated on tp_size // kv_heads ranks (as TGI, vLLM)
+        if kv_heads % tp_size and tp_size % kv_heads:
+            raise ValueError(
+                f"{kv_heads} key/value heads can neither be split over nor replicated on {tp_size} shards "
+                f"(the model has {heads} query and {kv_heads} key/value heads)"
             )
         head_dim = head_dim_of(config)
         return [
             AttentionLayerSpec(
                 num_heads=heads // tp_size,
-                num_kv_heads=kv_heads // tp_size,
+                num_kv_heads=max(1, kv_heads // tp_size),
                 head_dim=head_dim,
                 scale=head_dim**-0.5,
                 sliding_window=cls.sliding_window(config, i),

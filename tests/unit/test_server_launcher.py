@@ -85,7 +85,6 @@ def test_environment_variables(monkeypatch):
             ["--max-batch-prefill-tokens", "9000", "--max-batch-total-tokens", "4000"],
             "--max-batch-prefill-tokens",
         ),
-        (["--num-shard", "2"], "not supported yet"),
         (["--quantize", "awq"], "not supported yet"),
         (["--max-concurrent-requests", "0"], "--max-concurrent-requests must be >= 1"),
     ],
@@ -95,3 +94,11 @@ def test_contradictions_fail_at_start(capsys, argv, message):
         engine_config(parse(argv))
     assert run_launch(parse([*argv, "--port", "0", "--hostname", "127.0.0.1"])) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_indivisible_shards_are_refused_at_start_with_the_reason(capsys):
+    # the default model has 9 query and 3 key/value heads: 3 shards work, 2 cannot
+    assert run_launch(parse(["--num-shard", "2", "--port", "0", "--hostname", "127.0.0.1"])) == 2
+    err = capsys.readouterr().err
+    assert "9 attention heads are not divisible by 2 shards" in err

@@ -1,0 +1,93 @@
+"""The default collective of torch backends: `torch.distributed` with the backend's process-group name."""
+
+from __future__ import annotations
+
+import datetime
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from tgi.core.interfaces.collective import Collective
+
+#: seconds a collective may wait for a peer that is alive but silent (a dead peer fails at once: its
+#: sockets close); also the rendezvous timeout. Generous, since ranks load weights between collectives.
+ENV_TIMEOUT = "TGI_COLLECTIVE_TIMEOUT"
+DEFAULT_TIMEOUT_S = 600.0
+
+
+def collective_timeout() -> datetime.timedelta:
+    return datetime.timedelta(seconds=float(os.environ.get(ENV_TIMEOUT, DEFAULT_TIMEOUT_S)))
+
+
+class TorchDistributedCollective(Collective):
+    """All ranks of one tensor-parallel group, on torch.distributed's default process group.
+
+    `process_group_backend` is the backend's name for it (`TorchBackend.process_group_backend`: gloo for
+    the CPU, nccl for CUDA/ROCm, hccl for Gaudi, xccl for Intel XPU). `init_method` is a torch rendezvous
+    URL (`tcp://host:port`, `file://path`). `close()` destroys the group (one group per process at a time).
+    """
+
+    def __init__(
+        self,
+        process_group_backend: str,
+        rank: int,
+        world_size: int,
+        init_method: str,
+        timeout: datetime.timedelta | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        if dist.is_initialized():
+            raise RuntimeError(
+                "a torch.distributed process group is already initialised in this process: one tensor-"
+                "parallel engine per process"
+            )
+        self._rank, self._world_size = rank, world_size
+        self.device = torch.device(device) if device is not None else None
+        kwargs = {}
+        if self.device is not None and self.device.type != "cpu":
+            kwargs["device_id"] = self.device
+        dist.init_process_group(
+            backend=process_group_backend,
+            init_method=init_method,
+            rank=rank,
+            world_size=world_size,
+            timeout=timeout or collective_timeout(),
+            **kwargs,
+        )
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def world_size(self) -> int:
+        return self._world_size
+
+    def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        dist.all_reduce(tensor)
+        return tensor
+
+    def all_gather(self, tensor: torch.Tensor, dim: int = -1) -> torch.Tensor:
+        tensor = tensor.contiguous()
+        parts = [torch.empty_like(tensor) for _ in range(self._world_size)]
+        dist.all_gather(parts, tensor)
+        return torch.cat(parts, dim=dim)
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        """A tensor is broadcast in place (every rank passes one of the same shape and dtype); any other
+        object is pickled (every rank passes something, ignored except on `src`)."""
+        if isinstance(obj, torch.Tensor):
+            dist.broadcast(obj, src)
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=src, device=self.device)
+        return box[0]
+
+    def barrier(self) -> None:
+        dist.barrier()
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -1,0 +1,348 @@
+"""Rank 0 of a tensor-parallel engine: spawns the other ranks, drives them step by step, watches them.
+
+One scheduler (the engine's, on rank 0). Every runner call is sent to ranks 1..N-1 as a command and run on
+rank 0's own shard at the same time; sampling happens on rank 0 only (the logits are all-gathered). A
+watchdog thread notices a rank that dies within a fraction of a second, names it with its cause, and
+kills the others so that no rank stays blocked in a collective: rank 0's pending call fails at once (gloo
+raises when a peer's socket closes) with a `ShardFailure` naming the rank.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import dataclasses
+import logging
+import multiprocessing as mp
+import os
+import pickle
+import signal
+import socket
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tgi.core.batch import ScheduledBatch, StepOutput
+from tgi.core.interfaces import KVCacheSpec, MemoryInfo, ModelInfo, ModelRunner, RunnerConstraints
+from tgi.core.parallel.worker import describe_exception, run_command, worker_main
+from tgi.core.request import EngineError
+
+if TYPE_CHECKING:
+    from tgi.core.config import EngineConfig
+    from tgi.core.interfaces import Backend
+    from tgi.core.loading.source import ModelSource
+    from tgi.core.plugins.spec import BackendSpec
+
+log = logging.getLogger(__name__)
+
+#: how long rank 0 waits, after one of its calls failed, for the watchdog to name a dead rank
+BLAME_WAIT_S = 3.0
+WATCH_INTERVAL_S = 0.1
+
+
+class ShardFailure(EngineError):
+    """A rank died, failed to start, or the group fell out of step: the engine cannot go on."""
+
+    fatal = True  # AsyncEngine stops (rather than failing the step's requests and going on)
+
+
+@dataclass
+class _Worker:
+    rank: int
+    process: Any  # multiprocessing.Process
+    conn: Any  # duplex Connection: commands out, the worker's error back
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+#: what a fork server imports once, so that each rank starts in a fraction of a second instead of
+#: importing torch and transformers itself
+FORKSERVER_PRELOAD = [
+    "torch",
+    "tgi.core.runner",
+    "tgi.core.parallel.layers",
+    "tgi.core.loading.safetensors_loader",
+]
+
+
+def _process_context() -> Any:
+    """A fork server where there is one (a clean process, started once, that forks the ranks), else spawn.
+    Never a plain fork of rank 0: it has threads (the server's, torch's)."""
+    if "forkserver" in mp.get_all_start_methods():
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
+        return ctx
+    return mp.get_context("spawn")
+
+
+def _exit_cause(process: Any) -> str:
+    code = process.exitcode
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def _shutdown_workers(workers: list[_Worker], timeout: float = 10.0) -> None:
+    """Tell every worker to stop, then make sure it did (also the finaliser of a forgotten runner)."""
+    message = pickle.dumps(("shutdown", ()))
+    for w in workers:
+        with contextlib.suppress(OSError):
+            w.conn.send_bytes(message)
+    deadline = time.monotonic() + timeout
+    for w in workers:
+        w.process.join(max(0.0, deadline - time.monotonic()))
+        if w.process.is_alive():
+            w.process.kill()
+            w.process.join(5)
+        w.conn.close()
+
+
+class TensorParallelRunner(ModelRunner):
+    """A `ModelRunner` over N ranks: rank 0's own runner (`backend.create_runner` with a collective of
+    N ranks) plus N-1 spawned worker processes running the same. Build it with `start()`.
+
+    On a rank's failure it logs the reason, kills the surviving workers, calls `on_failure` callbacks,
+    and (when `shutdown_process` is true, or by default when a SIGTERM handler is installed, as a server
+    has) sends this process SIGTERM so that the server stops. Every later call raises `ShardFailure`.
+    """
+
+    def __init__(
+        self,
+        spec: BackendSpec,
+        backend: Backend,
+        source: ModelSource,
+        config: EngineConfig,
+        shutdown_process: bool | None = None,
+    ) -> None:
+        self.spec, self.backend, self.source, self.config = spec, backend, source, config
+        self.world_size = config.num_shard
+        self.shutdown_process = shutdown_process
+        self.workers: list[_Worker] = []
+        self.local: ModelRunner | None = None
+        self.collective = None
+        self.failure: str | None = None
+        self.on_failure: list[Callable[[str], None]] = []
+        self._started = False
+        self._closing = threading.Event()  # set on shutdown, and at interpreter exit
+        self._lock = threading.Lock()  # one command at a time
+        self._failure_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._watchdog: threading.Thread | None = None
+        self._finalizer = None
+
+    # -- start ------------------------------------------------------------------------------------------
+    @classmethod
+    def start(
+        cls,
+        spec: BackendSpec,
+        backend: Backend,
+        source: ModelSource,
+        config: EngineConfig,
+        progress: Callable[[str], None] | None = None,
+        **kwargs: Any,
+    ) -> TensorParallelRunner:
+        """Check that the model splits over `config.num_shard` ranks (`ConfigError` with the reason if
+        not), spawn ranks 1..N-1, and join the group; raises `ShardFailure` if a rank fails to start."""
+        from tgi.core.loading import load_config
+        from tgi.core.parallel.layers import check_tensor_parallel
+
+        check_tensor_parallel(load_config(source), config.num_shard)
+        runner = cls(spec, backend, source, config, **kwargs)
+        try:
+            runner._spawn(progress or (lambda msg: log.info(msg)))
+        except BaseException:
+            runner.shutdown()
+            raise
+        return runner
+
+    def _spawn(self, say: Callable[[str], None]) -> None:
+        n = self.world_size
+        init_method = f"tcp://127.0.0.1:{_free_port()}"
+        ctx = _process_context()
+        # stops the workers on shutdown(), or when this runner is forgotten, or at exit
+        self._finalizer = weakref.finalize(self, _shutdown_workers, self.workers)
+        for rank in range(1, n):
+            parent, child = ctx.Pipe(duplex=True)
+            process = ctx.Process(
+                target=worker_main,
+                args=(rank, n, init_method, self.spec, self.source, self.config, child),
+                name=f"tgi-shard-{rank}",
+                daemon=True,  # never outlives rank 0
+            )
+            process.start()
+            child.close()
+            self.workers.append(_Worker(rank, process, parent))
+        # at exit multiprocessing terminates the (daemonic) workers: that is no failure. Registered after
+        # multiprocessing's own exit hook, so it runs first.
+        atexit.register(self._closing.set)
+        self._watchdog = threading.Thread(target=self._watch, name="tgi-shard-watchdog", daemon=True)
+        self._watchdog.start()
+        say(
+            f"tensor parallelism: {n} ranks (workers: pids {', '.join(str(w.process.pid) for w in self.workers)})"
+        )
+
+        # joining the group blocks until every rank has joined: wait for it on a helper thread, so that a
+        # rank that dies on the way ends the wait at once instead of after the rendezvous timeout
+        result: dict[str, Any] = {}
+
+        def join() -> None:
+            try:
+                result["collective"] = self.backend.create_collective(0, n, init_method)
+            except BaseException as exc:
+                result["error"] = exc
+
+        joiner = threading.Thread(target=join, name="tgi-shard-join", daemon=True)
+        joiner.start()
+        while joiner.is_alive():
+            joiner.join(WATCH_INTERVAL_S)
+            if self.failure is not None:
+                raise ShardFailure(self.failure)
+        if "error" in result:
+            raise ShardFailure(f"rank 0 could not join the group: {describe_exception(result['error'])}")
+        self.collective = result["collective"]
+        self.local = self.backend.create_runner(self.source, self.config, self.collective)
+        self._started = True
+
+    # -- failure ----------------------------------------------------------------------------------------
+    def _watch(self) -> None:
+        while not self._stop.wait(WATCH_INTERVAL_S):
+            for w in self.workers:
+                if not w.process.is_alive() and not self._closing.is_set():
+                    self._fail(w)
+                    return
+
+    def _fail(self, w: _Worker) -> None:
+        cause = _exit_cause(w.process)
+        try:
+            if w.conn.poll(0.5):
+                cause = f"{w.conn.recv()} ({cause})"
+        except (EOFError, OSError):
+            pass
+        what = "died" if self._started else "failed to start"
+        self._set_failure(f"shard rank {w.rank} (pid {w.process.pid}) {what}: {cause}")
+
+    def _set_failure(self, message: str) -> None:
+        with self._failure_lock:
+            if self.failure is not None:
+                return
+            self.failure = message
+        log.error("tensor parallelism: %s; stopping all ranks", message)
+        for w in self.workers:  # no survivor stays blocked in a collective
+            if w.process.is_alive():
+                w.process.kill()
+        for callback in self.on_failure:
+            try:
+                callback(message)
+            except Exception:
+                log.exception("on_failure callback failed")
+        if not self._started or self._closing.is_set() or self.shutdown_process is False:
+            return
+        if self.shutdown_process or callable(signal.getsignal(signal.SIGTERM)):
+            os.kill(os.getpid(), signal.SIGTERM)  # a server handles it: it stops
+
+    def _blame(self, command: str, exc: Exception) -> Exception:
+        """The error to raise for a failed call on rank 0. A dead rank, if there is one (the usual cause:
+        gloo raises as soon as a peer's sockets close): `ShardFailure` naming it. Else rank 0's own error,
+        as it is (a `ConfigError` stays one). Either way the group is out of step and is stopped."""
+        start = time.monotonic()
+        while self.failure is None and time.monotonic() - start < BLAME_WAIT_S:
+            if time.monotonic() - start > 1.0 and all(w.process.is_alive() for w in self.workers):
+                break  # nobody died: rank 0's own error
+            time.sleep(WATCH_INTERVAL_S / 2)
+        if self.failure is None:
+            self._set_failure(f"rank 0 failed in {command}: {describe_exception(exc)}")
+            return exc
+        return ShardFailure(self.failure)
+
+    # -- commands ---------------------------------------------------------------------------------------
+    def _call(self, command: str, *args: Any) -> Any:
+        with self._lock:
+            if self.failure is not None:
+                raise ShardFailure(self.failure)
+            if self.local is None:
+                raise ShardFailure("the tensor-parallel group is not running")
+            message = pickle.dumps((command, args), protocol=pickle.HIGHEST_PROTOCOL)
+            try:
+                for w in self.workers:
+                    w.conn.send_bytes(message)
+                return run_command(self.local, self.backend, self.collective, command, args)
+            except Exception as exc:
+                error = self._blame(command, exc)
+                if error is exc:
+                    with contextlib.suppress(AttributeError):
+                        exc.fatal = True  # the group is out of step: no further step can run
+                    raise
+                raise error from exc
+
+    def load(self) -> ModelInfo:
+        info = self._call("load")
+        return dataclasses.replace(info, num_parameters=self._num_parameters())
+
+    def _num_parameters(self) -> int:
+        """Of the whole model (rank 0 holds about 1/N of it), counted on a model without storage."""
+        from tgi.core.loading import load_config
+        from tgi.core.models.registry import model_class_for
+
+        config = load_config(self.source)
+        return model_class_for(config)(config, device="meta").num_parameters()
+
+    def kv_cache_spec(self) -> KVCacheSpec:
+        return self.local.kv_cache_spec()  # per rank: the same on every rank
+
+    def memory_info(self) -> MemoryInfo:
+        """The least free memory of any rank (shared host memory counts 1/N per rank): sizing the KV
+        cache from it gives every rank the same number of blocks, the minimum over ranks."""
+        return self._call("memory_info")
+
+    def peak_memory(self) -> list[tuple[int, int]]:
+        """(peak, current) resident memory of every rank's process, in bytes, in rank order."""
+        return self._call("peak_memory")
+
+    def initialize_cache(self, num_blocks: int) -> None:
+        self._call("initialize_cache", num_blocks)
+
+    def warmup(self, max_batch_tokens: int, max_num_seqs: int) -> None:
+        self._call("warmup", max_batch_tokens, max_num_seqs)
+
+    def constraints(self) -> RunnerConstraints:
+        return self.local.constraints()
+
+    def execute(self, batch: ScheduledBatch) -> StepOutput:
+        return self._call("execute", batch)
+
+    def shutdown(self) -> None:
+        """Stop every rank and leave the group (idempotent)."""
+        self._closing.set()
+        self._stop.set()
+        with self._lock:
+            if self._finalizer is not None:
+                self._finalizer()  # _shutdown_workers, once
+            if self.local is not None:
+                self.local.shutdown()
+                self.local = None
+            close = getattr(self.collective, "close", None)
+            if close is not None:
+                close()
+            self.collective = None
+
+
+class RankMemory:
+    """Adapter for `derive_limits`: reports a tensor-parallel runner's memory as a backend would."""
+
+    def __init__(self, runner: TensorParallelRunner) -> None:
+        self.runner = runner
+
+    def memory_info(self) -> MemoryInfo:
+        return self.runner.memory_info()

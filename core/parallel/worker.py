@@ -1,0 +1,105 @@
+"""Ranks 1..N-1 of a tensor-parallel engine: a process that holds one shard and runs what rank 0 sends.
+
+Rank 0 (`TensorParallelRunner`) sends `(command, args)` through a pipe; every rank runs the same command
+(`run_command`), so the collectives inside (the model's all-reduces, the logits' all-gather) line up. The
+pipe carries the batch description only; tensors travel through the `Collective`. A worker exits when rank
+0 says so, when the pipe closes (rank 0 is gone), or when a command fails: then it sends the error back
+first, for rank 0 to name it.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import sys
+import traceback
+from typing import Any
+
+#: commands every rank runs; runner methods unless `run_command` handles them itself
+COMMANDS = ("load", "initialize_cache", "warmup", "execute", "memory_info", "peak_memory")
+
+
+def describe_exception(exc: BaseException) -> str:
+    """`ExcType: message (at file:line)`."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+def peak_rss_bytes() -> tuple[int, int]:
+    """(VmHWM, VmRSS) of this process in bytes: its peak and current resident memory."""
+    values = {}
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in ("VmHWM", "VmRSS"):
+                    values[key] = int(rest.split()[0]) * 1024
+    except OSError:  # not Linux: ru_maxrss (kB on Linux, bytes on macOS)
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        peak *= 1 if sys.platform == "darwin" else 1024
+        values = {"VmHWM": peak, "VmRSS": peak}
+    return values["VmHWM"], values["VmRSS"]
+
+
+def run_command(runner: Any, backend: Any, collective: Any, name: str, args: tuple) -> Any:
+    """Run one command on this rank; every rank of the group runs the same one."""
+    import torch
+
+    if name not in COMMANDS:
+        raise ValueError(f"unknown tensor-parallel command {name!r}")
+    if name == "memory_info":
+        # the least free memory of any rank; ranks on the host CPU share one memory, so each gets 1/N
+        from tgi.core.interfaces.types import MemoryInfo
+
+        device = backend.torch_device() if hasattr(backend, "torch_device") else torch.device("cpu")
+        info = backend.memory_info()
+        mine = torch.tensor([[info.free, info.total]], dtype=torch.float64, device=device)
+        free, total = collective.all_gather(mine, dim=0).min(dim=0).values.tolist()
+        if device.type == "cpu":
+            free /= collective.world_size
+        return MemoryInfo(total=int(total), free=int(free))
+    if name == "peak_memory":
+        mine = torch.tensor([peak_rss_bytes()], dtype=torch.float64)
+        return [tuple(int(v) for v in row) for row in collective.all_gather(mine, dim=0).tolist()]
+    result = getattr(runner, name)(*args)
+    if name == "load":
+        collective.barrier()  # "loaded" means every rank has loaded
+    return result
+
+
+def worker_main(
+    rank: int, world_size: int, init_method: str, spec: Any, source: Any, config: Any, conn
+) -> None:
+    """The entry point of rank `rank` (a spawned process)."""
+    # Ctrl-C reaches the whole process group: rank 0 shuts the workers down, they must not die first
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    collective = runner = None
+    try:
+        backend = spec.create()
+        collective = backend.create_collective(rank, world_size, init_method)
+        runner = backend.create_runner(source, config, collective)
+        while True:
+            try:
+                data = conn.recv_bytes()
+            except (EOFError, OSError):
+                break  # rank 0 is gone
+            name, args = pickle.loads(data)
+            if name == "shutdown":
+                break
+            run_command(runner, backend, collective, name, args)
+    except BaseException as exc:
+        traceback.print_exc()
+        try:
+            conn.send(describe_exception(exc))
+            conn.close()
+        finally:
+            os._exit(1)
+    if runner is not None:
+        runner.shutdown()
+    close = getattr(collective, "close", None)
+    if close is not None:
+        close()
