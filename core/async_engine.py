@@ -150,6 +150,11 @@ class AsyncEngine:
                     continue
                 if events:
                     self._loop.call_soon_threadsafe(self._deliver, events)
+            # Apply what was queued before the stop (the aborts of `shutdown(cancel_inflight=True)`), then
+            # cancel whatever is left, so that every KV block is free once the thread has ended.
+            self._drain_commands()
+            if engine.abort_all():
+                self._loop.call_soon_threadsafe(self._fail_streams, EngineError("the engine was shut down"))
         except BaseException as exc:
             self.error = exc
             log.exception("engine thread died")

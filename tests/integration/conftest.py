@@ -1,0 +1,129 @@
+"""Shared set-up of the integration tests on the real default model (SmolLM2-135M-Instruct, GGUF).
+
+Loading the model costs tens of seconds, so it is loaded once per session, lazily (only when a test asks):
+
+- `engine`: an `LLMEngine` in float32, loaded with `LLMEngine.from_config` (GGUF weights, tokenizer, KV cache,
+  warm-up), used as is by nothing that changes its state;
+- `make_engine(**limits)`: a fresh `LLMEngine` with its own scheduler, block manager and limits (`derive_limits`
+  applied) on the weights and KV storage of `engine`'s runner, so that each test starts from an empty engine
+  and tests can shrink the step budget or the KV cache without reloading the model. The runner's KV storage
+  is only ever read at positions the same engine wrote first, so stale blocks from an earlier engine never
+  matter. Engines made here must not step concurrently (pytest runs tests one after another);
+- `hf_model`: `transformers`' reference, `AutoModelForCausalLM.from_pretrained(folder, gguf_file=...)` in
+  float32, and `hf_greedy(ids, n)`: its greedy `generate`, memoised.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from tgi.core.config import EngineConfig
+from tgi.core.engine import LLMEngine, derive_limits
+from tgi.core.tokenization import apply_chat_template
+
+#: kept small: the warm-up runs one prefill of `max_batch_prefill_tokens` and one decode of `max_num_seqs`
+ENGINE_LIMITS = dict(
+    max_batch_total_tokens=4096, max_total_tokens=1024, max_batch_prefill_tokens=256, max_num_seqs=16
+)
+
+#: varied prompts: short and long, code, French, Japanese, numbers, a list, and a chat-templated one
+TEXT_PROMPTS = {
+    "short": "The capital of France is",
+    "code": 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n',
+    "story": (
+        "Once upon a time, in a small village at the edge of a great forest, there lived an old clockmaker "
+        "who had spent his whole life building clocks that never told the right time. One morning,"
+    ),
+    "french": "La tour Eiffel est située à Paris. Elle a été construite",
+    "math": "Question: What is 17 multiplied by 23?\nAnswer:",
+    "numbers": "1, 1, 2, 3, 5, 8, 13,",
+    "japanese": "日本の首都は",
+    "list": "Here is a list of three fruits:\n1.",
+    "long": (
+        "The history of computing is longer than the history of computing hardware and modern computing "
+        "technology and includes the history of methods intended for pen and paper or for chalk and slate, "
+        "with or without the aid of tables. Digital computing is intimately tied to the representation of "
+        "numbers. But long before abstractions like the number arose, there were mathematical concepts to "
+        "serve the purposes of civilization. These concepts are implicit in concrete practices such as"
+    ),
+}
+CHAT_PROMPTS = {"chat": [{"role": "user", "content": "Write a haiku about the sea."}]}
+
+
+@pytest.fixture(scope="session")
+def engine() -> LLMEngine:
+    return LLMEngine.from_config(EngineConfig(dtype="float32", **ENGINE_LIMITS))
+
+
+@pytest.fixture(scope="session")
+def make_engine(engine: LLMEngine) -> Callable[..., LLMEngine]:
+    cache_tokens = engine.runner.kv_cache.num_blocks * engine.config.block_size
+
+    def make(**limits) -> LLMEngine:
+        config = EngineConfig(dtype=engine.config.dtype, **{**ENGINE_LIMITS, **limits})
+        config = derive_limits(config, engine.model_info, engine.runner, engine.backend)
+        assert config.max_batch_total_tokens <= cache_tokens, "the shared KV storage is smaller"
+        return LLMEngine(engine.backend, engine.runner, engine.tokenizer, config, engine.model_info)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def tokenizer(engine: LLMEngine):
+    return engine.tokenizer
+
+
+@pytest.fixture(scope="session")
+def prompts(tokenizer) -> dict[str, list[int]]:
+    """Name -> prompt token ids (what both our engine and transformers are given)."""
+    ids = {name: list(tokenizer.encode(text)) for name, text in TEXT_PROMPTS.items()}
+    ids.update({name: apply_chat_template(tokenizer, msgs) for name, msgs in CHAT_PROMPTS.items()})
+    return ids
+
+
+@pytest.fixture(scope="session")
+def hf_model():
+    from transformers import AutoModelForCausalLM
+
+    from tgi.core.loading import default_model_path
+
+    folder, name = os.path.split(default_model_path())
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    return model.eval()
+
+
+@pytest.fixture(scope="session")
+def hf_greedy(hf_model) -> Callable[[list[int], int], list[int]]:
+    """`hf_greedy(ids, n)`: the token ids of `transformers`' greedy `generate` (at most `n`, ending with EOS
+    when the model emits it), memoised for the session."""
+    memo: dict[tuple[tuple[int, ...], int], list[int]] = {}
+
+    def greedy(ids: list[int], n: int) -> list[int]:
+        key = (tuple(ids), n)
+        if key not in memo:
+            x = torch.tensor([ids])
+            with torch.inference_mode():
+                out = hf_model.generate(
+                    x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=n
+                )
+            memo[key] = out[0, len(ids) :].tolist()
+        return memo[key]
+
+    return greedy
+
+
+@pytest.fixture(scope="session")
+def hf_logprobs(hf_model) -> Callable[[list[int]], torch.Tensor]:
+    """`hf_logprobs(ids)`: [len(ids), vocab] float64 log-softmax of `transformers`' logits over `ids`;
+    row p is the distribution of token p + 1."""
+
+    def logprobs(ids: list[int]) -> torch.Tensor:
+        with torch.inference_mode():
+            logits = hf_model(torch.tensor([ids])).logits[0]
+        return torch.log_softmax(logits.double(), dim=-1)
+
+    return logprobs
