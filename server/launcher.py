@@ -291,7 +291,7 @@ def serve(engine, settings: ServerSettings, sock: socket.socket) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
     asyncio.run(server.serve(sockets=[sock]))
-    if not engine.healthy:  # stopped because the engine died (e.g. a shard rank), not by request
+    if engine.error is not None:  # stopped because the engine died (e.g. a shard rank), not by request
         log.error("stopped: the engine failed: %s", engine.error)
         return 1
     log.info("stopped")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from tgi.backends.cpu.cpuinfo import cpu_info
@@ -22,8 +24,12 @@ class CpuBackend(TorchBackend):
 
     def __init__(self, num_threads: int | None = None) -> None:
         self._info = cpu_info()
-        # one intra-op thread per core we may run on; more only adds contention with the server's threads
-        torch.set_num_threads(num_threads or self._info.cores)
+        # one intra-op thread per core we may run on (more only adds contention with the server's threads),
+        # unless the user asked for a number with OMP_NUM_THREADS
+        env_threads = os.environ.get("OMP_NUM_THREADS", "")
+        torch.set_num_threads(
+            num_threads or (int(env_threads) if env_threads.isdigit() else 0) or self._info.cores
+        )
         self._attention: AttentionBackend | None = None
 
     def devices(self) -> list[DeviceInfo]:

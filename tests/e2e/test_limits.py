@@ -26,7 +26,7 @@ def post(server, path, body, **kw):
             {"inputs": "Hi", "parameters": {"temperature": 0}},
             "`temperature` must be strictly positive",
         ),
-        ("/generate", {"inputs": "Hi", "parameters": {"top_p": 1.5}}, "`top_p` must be > 0.0 and <= 1.0"),
+        ("/generate", {"inputs": "Hi", "parameters": {"top_p": 1.5}}, "`top_p` must be > 0.0 and < 1.0"),
         (
             "/generate",
             {"inputs": "Hi", "parameters": {"stop": list("abcde")}},
