@@ -15,6 +15,7 @@ class EngineConfig:
     revision: str | None = None
     backend: str = "auto"
     dtype: str | None = None  # None: the backend's default
+    attention: str | None = None  # attention implementation (`--attention`); None: the backend's default
     block_size: int = 16  # tokens per KV block
     max_input_tokens: int | None = None  # None: derived from the model's context length
     max_total_tokens: int | None = None  # prompt + generated, per request

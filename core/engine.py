@@ -120,6 +120,8 @@ class LLMEngine:
             raise ConfigError(f"--quantize {config.quantize} is not supported yet")
         spec = (registry or BackendRegistry()).select(config.backend)
         backend = spec.create()
+        if config.attention:
+            backend.select_attention(config.attention)
         dtype = config.dtype or backend.default_dtype()
         backend.check_dtype(dtype)
         config = dataclasses.replace(config, dtype=dtype)

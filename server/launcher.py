@@ -56,6 +56,12 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
         default=int(_env("NUM_SHARD", default=1)),
         help="tensor-parallel shards [env: NUM_SHARD]",
     )
+    a(
+        "--attention",
+        default=_env("ATTENTION"),
+        help="attention implementation of the backend (e.g. triton, flash-attn on cuda); "
+        "default: the backend's own [env: ATTENTION]",
+    )
     a("--quantize", default=_env("QUANTIZE"), help="weight quantization (not supported yet) [env: QUANTIZE]")
     a(
         "--max-input-tokens",
@@ -188,6 +194,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         revision=args.revision,
         backend=args.backend,
         dtype=args.dtype,
+        attention=args.attention,
         max_input_tokens=args.max_input_tokens,
         max_total_tokens=args.max_total_tokens,
         max_batch_prefill_tokens=args.max_batch_prefill_tokens,

@@ -94,6 +94,17 @@ class CudaBackend(TorchBackend):
         return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
 
     # -- kernels and storage ----------------------------------------------------------------------------
+    def attention_names(self) -> tuple[str, ...]:
+        from tgi.backends.cuda.attention import ATTENTION_IMPLS
+
+        return tuple(ATTENTION_IMPLS)
+
+    def select_attention(self, name: str) -> None:
+        from tgi.backends.cuda.attention import create_attention
+
+        self._attention = create_attention(name)  # raises naming what is missing
+        self.attention_name = name
+
     def attention(self) -> AttentionBackend:
         if self._attention is None:
             from tgi.backends.cuda.attention import create_attention

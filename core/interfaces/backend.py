@@ -55,6 +55,13 @@ class Backend(ABC):
             return SingleProcessCollective()
         raise NotImplementedError(f"backend '{self.name}' does not support tensor parallelism yet")
 
+    def select_attention(self, name: str) -> None:
+        """Use the attention implementation `name` (`--attention`); raise `UnsupportedError` when it
+        cannot be used. Backends without a choice refuse every name."""
+        from tgi.core.interfaces.attention import UnsupportedError
+
+        raise UnsupportedError(f"backend '{self.name}' offers no choice of attention implementation")
+
     def check_dtype(self, dtype: str) -> None:
         """Raise `UnsupportedError` if `dtype` cannot be used (never fall back silently)."""
         from tgi.core.interfaces.attention import UnsupportedError
@@ -82,6 +89,20 @@ class TorchBackend(Backend):
     @abstractmethod
     def attention(self) -> AttentionBackend:
         """The attention kernels."""
+
+    def attention_names(self) -> tuple[str, ...]:
+        """The attention implementations `select_attention` accepts (`--attention NAME`)."""
+        return (self.attention().name,)
+
+    def select_attention(self, name: str) -> None:
+        """Use the attention implementation `name` from now on; raise `UnsupportedError` with the reason
+        when it is unknown or cannot run here (never substitute another)."""
+        from tgi.core.interfaces.attention import UnsupportedError
+
+        if name not in self.attention_names():
+            raise UnsupportedError(
+                f"backend '{self.name}' has no attention '{name}' (available: {', '.join(self.attention_names())})"
+            )
 
     @abstractmethod
     def create_kv_cache(self, spec: KVCacheSpec, num_blocks: int) -> KVCache:

@@ -80,6 +80,8 @@ def worker_main(
     collective = runner = None
     try:
         backend = spec.create()
+        if config.attention:  # the same kernels as rank 0
+            backend.select_attention(config.attention)
         collective = backend.create_collective(rank, world_size, init_method)
         runner = backend.create_runner(source, config, collective)
         while True:

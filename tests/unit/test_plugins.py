@@ -179,3 +179,15 @@ def test_in_tree_plugin_module_has_no_hardware_imports_at_import_time():
     import subprocess
 
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_attention_selection_is_explicit_and_never_falls_back():
+    from tgi.backends.cpu.backend import CpuBackend
+    from tgi.core.interfaces import UnsupportedError
+
+    backend = CpuBackend()
+    backend.select_attention("cpu-sdpa")
+    with pytest.raises(
+        UnsupportedError, match=r"backend 'cpu' has no attention 'flash-attn' \(available: cpu-sdpa\)"
+    ):
+        backend.select_attention("flash-attn")
