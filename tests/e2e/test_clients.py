@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from e2e_server import launch, reference_for, stop
 
 pytestmark = pytest.mark.e2e
 
@@ -19,6 +20,32 @@ def local_hub(monkeypatch):
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+
+
+@pytest.fixture(scope="module", params=[1, 3], ids=["1-shard", "3-shards"])
+def deployment(request, tmp_path_factory):
+    """The served API must not change with tensor parallelism: every test here runs against the shared
+    single-process server and against `--num-shard 3` (the default model's 9 query / 3 KV heads split in 3).
+    Sharded runs use float32, where the all-reduce order cannot flip a greedy choice, against a float32
+    reference; the single-process server keeps the default dtype."""
+    if request.param == 1:
+        yield request.getfixturevalue("shared_server"), reference_for(None)
+        return
+    sharded = launch(tmp_path_factory.mktemp("e2e-sharded"), "--num-shard", "3", "--dtype", "float32")
+    try:
+        yield sharded, reference_for("float32")
+    finally:
+        assert stop(sharded) == 0, sharded.logs()
+
+
+@pytest.fixture(scope="module")
+def server(deployment):
+    return deployment[0]
+
+
+@pytest.fixture(scope="module")
+def reference(deployment):
+    return deployment[1]
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,111 @@
+"""Start and stop real `tgi launch` processes on free ports; the engine's own greedy text as reference."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+STARTUP_TIMEOUT_S = 300
+# Small limits so that the KV pool is quickly sized and the 429 burst is cheap.
+LAUNCH_ARGS = [
+    "--max-batch-total-tokens",
+    "8192",
+    "--max-total-tokens",
+    "1024",
+    "--max-concurrent-requests",
+    "4",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    url: str
+    proc: subprocess.Popen
+    stdout: Path
+    stderr: Path
+
+    def logs(self) -> str:
+        return self.stdout.read_text() + "\n--- stderr ---\n" + self.stderr.read_text()[-5000:]
+
+
+def launch(tmp: Path, *extra: str) -> Server:
+    port = free_port()
+    out, err = tmp / f"server-{port}.out", tmp / f"server-{port}.err"
+    cmd = [
+        sys.executable,
+        "-m",
+        "tgi.server.cli",
+        "launch",
+        "--hostname",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *LAUNCH_ARGS,
+        *extra,
+    ]
+    env = {k: v for k, v in os.environ.items() if k not in ("PORT", "HOSTNAME", "API_KEY", "MODEL_ID")}
+    with out.open("w") as o, err.open("w") as e:
+        proc = subprocess.Popen(cmd, stdout=o, stderr=e, env=env)
+    server = Server(f"http://127.0.0.1:{port}", proc, out, err)
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited with {proc.returncode}:\n{server.logs()}")
+        try:
+            if httpx.get(server.url + "/health", timeout=2).status_code == 200:
+                return server
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    stop(server)
+    raise RuntimeError(f"the server did not answer /health within {STARTUP_TIMEOUT_S}s:\n{server.logs()}")
+
+
+def stop(server: Server, timeout: float = 60) -> int:
+    if server.proc.poll() is None:
+        server.proc.send_signal(signal.SIGTERM)
+        try:
+            server.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            server.proc.kill()
+            server.proc.wait()
+    return server.proc.returncode
+
+
+_REFERENCES: dict = {}
+
+
+def reference_for(dtype: str | None):
+    """The engine's own greedy text for a prompt (text or token ids), in this process, in `dtype`
+    (None: the backend's default, as the server uses without --dtype). One engine per dtype."""
+    if dtype in _REFERENCES:
+        return _REFERENCES[dtype]
+    from tgi.core.config import EngineConfig
+    from tgi.core.engine import LLMEngine
+    from tgi.core.sampling_params import SamplingParams
+
+    engine = LLMEngine.from_config(
+        EngineConfig(max_batch_total_tokens=8192, max_total_tokens=1024, dtype=dtype)
+    )
+
+    def greedy(prompt: str | list[int], max_new_tokens: int) -> str:
+        [result] = engine.generate([prompt], SamplingParams(max_new_tokens=max_new_tokens))
+        return result.generated_text
+
+    greedy.tokenizer = engine.tokenizer
+    _REFERENCES[dtype] = greedy
+    return greedy
