@@ -191,7 +191,16 @@ class TransformersPeer:
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         dtype = getattr(torch, self.dtype)
-        self.model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=file, dtype=dtype).eval()
+        kwargs = {}
+        try:  # transformers >= 5 keeps GGUF weights quantized unless asked to unpack them into a dense model
+            from transformers import GgufConfig
+
+            kwargs["quantization_config"] = GgufConfig(gguf_file=file, dequantize=True)
+        except ImportError:  # older transformers always dequantize GGUF weights
+            pass
+        self.model = AutoModelForCausalLM.from_pretrained(
+            folder, gguf_file=file, dtype=dtype, **kwargs
+        ).eval()
 
     def run(
         self,
