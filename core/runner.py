@@ -59,6 +59,7 @@ class TorchModelRunner(ModelRunner):
             select = weight_selector(self.model)
         self.model.load_weights(iter_weights(self.source, self.hf_config, select=select))
         self.model.eval()
+        self.backend.prepare_model(self.model)
         eos = self.hf_config.eos_token_id
         eos_ids = tuple(eos) if isinstance(eos, list | tuple) else ((eos,) if eos is not None else ())
         return ModelInfo(

@@ -49,6 +49,18 @@ class CpuBackend(TorchBackend):
     def torch_device(self) -> torch.device:
         return torch.device("cpu")
 
+    def prepare_model(self, model: torch.nn.Module) -> None:
+        from tgi.backends.cpu.linear import prepack_linears, prepacking_supported
+
+        # bfloat16 products run on AMX / AVX-512-BF16 through oneDNN: pack their weights once
+        # (TGI_CPU_PREPACK=0 turns it off, to compare)
+        if (
+            self._info.has_avx512_bf16
+            and prepacking_supported()
+            and os.environ.get("TGI_CPU_PREPACK", "1") != "0"
+        ):
+            prepack_linears(model)
+
     def attention(self) -> AttentionBackend:
         if self._attention is None:
             from tgi.backends.cpu.attention import CpuAttention

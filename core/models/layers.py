@@ -23,7 +23,24 @@ def default_weight_loader(param: torch.Tensor, tensor: torch.Tensor, shard_id: o
     param.data.copy_(tensor)
 
 
-class MergedLinear(nn.Linear):
+def linear(module: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """`x @ module.weight.T (+ bias)`, through the kernel a backend attached to the module after loading
+    (`module.linear_kernel`, see `TorchBackend.prepare_model`), else `F.linear`. Every linear layer of core's
+    models, sharded or not, computes its product here."""
+    kernel = module.linear_kernel
+    return F.linear(x, module.weight, bias) if kernel is None else kernel(x, bias)
+
+
+class Linear(nn.Linear):
+    """`nn.Linear` whose product a backend may replace (see `linear`)."""
+
+    linear_kernel = None  # callable(x, bias) -> x @ weight.T + bias, set by a backend
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(self, x, self.bias)
+
+
+class MergedLinear(Linear):
     """Several linears with the same input fused along the output dim (q/k/v, or gate/up).
     `shard_ids` name the parts; the weight loader places each checkpoint tensor in its rows."""
 
@@ -63,7 +80,7 @@ class LinearFactory:
     def column(
         self, in_features: int, out_features: int, bias: bool, *, dtype: torch.dtype, device: object
     ) -> nn.Module:
-        return nn.Linear(in_features, out_features, bias=bias, dtype=dtype, device=device)
+        return Linear(in_features, out_features, bias=bias, dtype=dtype, device=device)
 
     def merged_column(
         self,
@@ -80,13 +97,13 @@ class LinearFactory:
     def row(
         self, in_features: int, out_features: int, bias: bool, *, dtype: torch.dtype, device: object
     ) -> nn.Module:
-        return nn.Linear(in_features, out_features, bias=bias, dtype=dtype, device=device)
+        return Linear(in_features, out_features, bias=bias, dtype=dtype, device=device)
 
     def embedding(self, num_embeddings: int, dim: int, *, dtype: torch.dtype, device: object) -> nn.Module:
         return nn.Embedding(num_embeddings, dim, dtype=dtype, device=device)
 
     def lm_head(self, in_features: int, vocab_size: int, *, dtype: torch.dtype, device: object) -> nn.Module:
-        return nn.Linear(in_features, vocab_size, bias=False, dtype=dtype, device=device)
+        return Linear(in_features, vocab_size, bias=False, dtype=dtype, device=device)
 
 
 class RMSNorm(nn.Module):

@@ -25,7 +25,7 @@ from torch import nn
 from tgi.core.config import ConfigError
 from tgi.core.interfaces.collective import Collective
 from tgi.core.loading.resolve import WeightSelector
-from tgi.core.models.layers import LinearFactory
+from tgi.core.models.layers import LinearFactory, linear
 
 #: fused-module shard ids that hold key/value heads (replicated when kv_heads < tp_size)
 KV_SHARD_IDS = ("k", "v")
@@ -84,8 +84,10 @@ class ColumnParallelLinear(nn.Module):
             self._parts[sid] = (local, size, (tp_rank // rep) * size, size * tp_size // rep)
             local += size
 
+    linear_kernel = None  # see tgi.core.models.layers.linear
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return linear(self, x, self.bias)
 
     def weight_slice(self, param_name: str, shard_id: object = None) -> tuple[slice, ...]:
         _, size, start, _ = self._parts[shard_id]
@@ -122,8 +124,10 @@ class RowParallelLinear(nn.Module):
         self.weight = nn.Parameter(torch.empty(out_features, self.in_features, dtype=dtype, device=device))
         self.bias = nn.Parameter(torch.empty(out_features, dtype=dtype, device=device)) if bias else None
 
+    linear_kernel = None  # see tgi.core.models.layers.linear
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.collective.all_reduce(F.linear(x, self.weight))
+        y = self.collective.all_reduce(linear(self, x, None))
         return y + self.bias if self.bias is not None else y
 
     def weight_slice(self, param_name: str, shard_id: object = None) -> object:
@@ -171,8 +175,10 @@ class VocabParallelEmbedding(_VocabParallel):
 
 
 class ParallelLMHead(_VocabParallel):
+    linear_kernel = None  # see tgi.core.models.layers.linear
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        logits = self.collective.all_gather(F.linear(x, self.weight), dim=-1)
+        logits = self.collective.all_gather(linear(self, x, None), dim=-1)
         return logits[..., : self.vocab_size]
 
 
