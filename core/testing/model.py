@@ -9,47 +9,18 @@ from tgi.core.interfaces import Backend
 from tgi.core.plugins import BackendRegistry, BackendSpec, hookimpl
 
 VOCAB_SIZE = 256
-TINY_LLAMA = dict(
-    vocab_size=VOCAB_SIZE,
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=256,
-    tie_word_embeddings=False,
-    bos_token_id=1,
-    eos_token_id=2,
-)
 #: prompts (token ids); the first is longer than the prefill budget below, so it is chunked
 PROMPTS = ([(7 * i + 3) % VOCAB_SIZE for i in range(45)], [5, 17, 99, 4, 250, 8, 31], list(range(40, 59)))
 
 
 def write_tiny_llama(path: str | Path, seed: int = 0) -> Path:
-    """Save a random-weight Llama (safetensors, config.json, a word-level tokenizer) under `path`."""
-    import torch
-    import transformers
-    from tokenizers import Tokenizer
-    from tokenizers.models import WordLevel
-    from tokenizers.pre_tokenizers import Whitespace
+    """Save the conformance suite's random-weight Llama (safetensors, config.json, a word-level tokenizer)."""
+    from tgi.core.testing.tiny_models import save_random_model
 
-    path = Path(path)
-    torch.manual_seed(seed)
-    config = transformers.LlamaConfig(**TINY_LLAMA)
-    model = transformers.LlamaForCausalLM(config).to(torch.float32)
-    with torch.no_grad():  # larger-than-default weights, so that logits are far apart and greedy is stable
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.normal_(0.0, 0.08)
-    model.save_pretrained(path, safe_serialization=True)
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"t{i}": i for i in range(3, VOCAB_SIZE)}}
-    backend = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = Whitespace()
-    tok = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
-    )
-    tok.save_pretrained(path)
-    return path
+    return save_random_model(
+        path, "llama", vocab_size=VOCAB_SIZE, num_heads=4, num_kv_heads=2, max_position_embeddings=256,
+        init_std=0.08, seed=seed,
+    )  # fmt: skip
 
 
 class _SinglePlugin:

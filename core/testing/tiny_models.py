@@ -17,10 +17,14 @@ def save_random_model(
     num_heads: int = 8,
     num_kv_heads: int = 2,
     tie_word_embeddings: bool = False,
+    max_position_embeddings: int = 512,
+    init_std: float | None = None,
     dtype: str = "float32",
     seed: int = 0,
 ) -> Path:
-    """Save a randomly initialised model of `kind` ("llama" or "qwen2") to `folder` and return it."""
+    """Save a randomly initialised model of `kind` ("llama" or "qwen2") to `folder` and return it.
+    `init_std` redraws every matrix with that standard deviation (larger weights put logits far apart, so
+    that greedy choices are stable across kernels)."""
     import torch
     from tokenizers import Tokenizer
     from tokenizers.models import WordLevel
@@ -41,7 +45,7 @@ def save_random_model(
         num_hidden_layers=num_layers,
         num_attention_heads=num_heads,
         num_key_value_heads=num_kv_heads,
-        max_position_embeddings=512,
+        max_position_embeddings=max_position_embeddings,
         tie_word_embeddings=tie_word_embeddings,
         bos_token_id=0,
         eos_token_id=1,
@@ -57,6 +61,11 @@ def save_random_model(
                     proj.bias.normal_(0, 0.5)
     else:
         raise ValueError(kind)
+    if init_std is not None:
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.dim() > 1:
+                    p.normal_(0.0, init_std)
     model.to(getattr(torch, dtype)).save_pretrained(folder, safe_serialization=True)
     vocab = {"<unk>": 0, "</s>": 1, **{f"w{i}": i for i in range(2, vocab_size)}}
     backend = Tokenizer(WordLevel(vocab, unk_token="<unk>"))

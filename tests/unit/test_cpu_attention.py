@@ -13,6 +13,7 @@ from tgi.backends.cpu.kv_cache import CpuKVCache
 from tgi.core.interfaces.attention import AttentionLayerSpec, UnsupportedError
 from tgi.core.interfaces.types import KVCacheSpec
 from tgi.core.models.context import SeqChunk, build_attention_metadata
+from tgi.core.testing.reference import dense_attention
 
 # per sequence: prompt chunk lengths (a prompt split over steps), then decode steps
 SCHEDULES = [
@@ -22,22 +23,6 @@ SCHEDULES = [
     [1, 3],  # very short chunks
 ]
 NUM_DECODES = 3
-
-
-def reference(q, k, v, layer: AttentionLayerSpec) -> torch.Tensor:
-    """Dense causal attention of one full sequence: q [S, H, D], k/v [S, Hkv, D] -> [S, H, D] float64."""
-    s, h, _ = q.shape
-    g = h // k.shape[1]
-    qd, kd, vd = q.double(), k.double().repeat_interleave(g, 1), v.double().repeat_interleave(g, 1)
-    scores = torch.einsum("qhd,khd->hqk", qd, kd) * layer.scale
-    if layer.softcap is not None:
-        scores = torch.tanh(scores / layer.softcap) * layer.softcap
-    pos = torch.arange(s)
-    mask = pos[None, :] <= pos[:, None]
-    if layer.sliding_window is not None:
-        mask &= pos[None, :] > pos[:, None] - layer.sliding_window
-    scores = scores.masked_fill(~mask, float("-inf"))
-    return torch.einsum("hqk,khd->qhd", torch.softmax(scores, -1), vd)
 
 
 def run_schedule(layer: AttentionLayerSpec, block_size: int, dtype: torch.dtype, seed: int = 0):
@@ -51,7 +36,8 @@ def run_schedule(layer: AttentionLayerSpec, block_size: int, dtype: torch.dtype,
     ks = [torch.randn(n, hkv, d, generator=gen) * 2 for n in lengths]
     vs = [torch.randn(n, hkv, d, generator=gen) for n in lengths]
     refs = [
-        reference(q.to(dtype), k.to(dtype), v.to(dtype), layer) for q, k, v in zip(qs, ks, vs, strict=True)
+        dense_attention(q.to(dtype), k.to(dtype), v.to(dtype), layer)
+        for q, k, v in zip(qs, ks, vs, strict=True)
     ]
 
     # scattered, non-contiguous physical blocks
