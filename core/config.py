@@ -21,7 +21,9 @@ class EngineConfig:
     max_total_tokens: int | None = None  # prompt + generated, per request
     max_batch_prefill_tokens: int | None = None  # token budget of one step (chunked prefill)
     max_batch_total_tokens: int | None = None  # KV budget in tokens; None: from free memory at warm-up
-    kv_cache_memory_fraction: float = 0.9  # of the memory the backend reports free, when sizing from memory
+    kv_cache_memory_fraction: float | None = (
+        None  # of the free memory, when sizing from memory; None: backend's
+    )
     max_num_seqs: int = 256  # sequences running at once
     num_shard: int = 1
     quantize: str | None = None
@@ -38,7 +40,7 @@ class EngineConfig:
             raise ConfigError(f"--num-shard must be >= 1, got {self.num_shard}")
         if self.max_num_seqs < 1:
             raise ConfigError(f"max number of sequences must be >= 1, got {self.max_num_seqs}")
-        if not 0 < self.kv_cache_memory_fraction <= 1:
+        if self.kv_cache_memory_fraction is not None and not 0 < self.kv_cache_memory_fraction <= 1:
             raise ConfigError("the KV-cache memory fraction must be in (0, 1]")
         for name in (
             "max_input_tokens",

@@ -124,7 +124,8 @@ class LLMEngine:
             backend.select_attention(config.attention)
         dtype = config.dtype or backend.default_dtype()
         backend.check_dtype(dtype)
-        config = dataclasses.replace(config, dtype=dtype)
+        fraction = config.kv_cache_memory_fraction or backend.kv_cache_memory_fraction
+        config = dataclasses.replace(config, dtype=dtype, kv_cache_memory_fraction=fraction)
         say(f"backend: {spec.name} ({backend.devices()[0].name}), dtype {dtype}")
         source = resolve_model(config.model_id, config.revision)
         say(f"model: {source.model_id} ({source.format}: {source.path})")

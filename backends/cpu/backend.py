@@ -21,6 +21,9 @@ from tgi.core.interfaces import (
 class CpuBackend(TorchBackend):
     name = "cpu"
     process_group_backend = "gloo"
+    # host memory is shared with the OS and every other process: without --max-batch-total-tokens the KV
+    # cache takes a quarter of the available memory (on 24 GiB, ~5 GiB: ~220k tokens of the default model)
+    kv_cache_memory_fraction = 0.25
 
     def __init__(self, num_threads: int | None = None) -> None:
         self._info = cpu_info()

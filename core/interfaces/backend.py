@@ -28,6 +28,9 @@ class Backend(ABC):
 
     #: the name users select it by (`--backend NAME`); equal to its BackendSpec's name
     name: ClassVar[str]
+    #: share of the free memory (`memory_info().free` after loading) the KV cache takes when the user sets no
+    #: budget (`--max-batch-total-tokens`); device memory is the server's alone, host memory is shared
+    kv_cache_memory_fraction: ClassVar[float] = 0.9
 
     @abstractmethod
     def devices(self) -> list[DeviceInfo]:
