@@ -126,7 +126,8 @@ class LLMEngine:
         backend.check_dtype(dtype)
         fraction = config.kv_cache_memory_fraction or backend.kv_cache_memory_fraction
         config = dataclasses.replace(config, dtype=dtype, kv_cache_memory_fraction=fraction)
-        say(f"backend: {spec.name} ({backend.devices()[0].name}), dtype {dtype}")
+        attention = backend.attention().name if hasattr(backend, "attention") else "the backend's own"
+        say(f"backend: {spec.name} ({backend.devices()[0].name}), dtype {dtype}, attention {attention}")
         source = resolve_model(config.model_id, config.revision)
         say(f"model: {source.model_id} ({source.format}: {source.path})")
         t0 = time.perf_counter()

@@ -59,8 +59,8 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     a(
         "--attention",
         default=_env("ATTENTION"),
-        help="attention implementation of the backend (e.g. triton, flash-attn on cuda); "
-        "default: the backend's own [env: ATTENTION]",
+        help="attention implementation of the backend (e.g. triton, flash-attn on cuda; cpu-native, "
+        "cpu-sdpa on cpu); default: the backend's own [env: ATTENTION]",
     )
     a("--quantize", default=_env("QUANTIZE"), help="weight quantization (not supported yet) [env: QUANTIZE]")
     a(

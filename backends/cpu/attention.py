@@ -5,6 +5,11 @@ blocks it needs) followed by its own new keys/values. Decode is vectorised over 
 sequence uses (or, with a sliding window, only those its window covers) are gathered into a padded
 [D, L, Hkv, Dh] tensor and attended with one masked SDPA. Gather plans and masks depend only on the step's
 metadata, so they are computed once per step and shared by all layers (memoised in `meta.extra`).
+
+`CpuNativeAttention` ("cpu-native") keeps that prefill but decodes with a C++ kernel
+(`tgi.backends.cpu.native`, compiled at first use) that reads keys/values straight through the block table:
+no gather copy, no mask. It supports everything the reference does (any head size, float32/bfloat16, GQA,
+sliding window, soft-cap), so it never hands a layer back to the SDPA path.
 """
 
 from __future__ import annotations
@@ -199,3 +204,43 @@ class CpuAttention(AttentionBackend):
         plan = (blocks, mask[:, None, None, :])
         meta.extra[key] = plan
         return plan
+
+
+class CpuNativeAttention(CpuAttention):
+    """The reference's prefill, and decode on the native C++ paged kernel (`tgi.backends.cpu.native`).
+
+    Same capabilities as `CpuAttention`: the kernel handles GQA, any head size, float32/bfloat16, the sliding
+    window and the soft-cap itself. Constructing it builds (or loads the cached build of) the kernel and
+    raises `NativeBuildError` with the compiler's reason when that fails.
+    """
+
+    name = "cpu-native"
+
+    def __init__(self) -> None:
+        super().__init__()
+        from tgi.backends.cpu import native
+
+        native.load()  # raises NativeBuildError with the reason
+        self._native = native
+
+    def decode(
+        self,
+        q: torch.Tensor,
+        kv_cache: KVCache,
+        layer_idx: int,
+        meta: AttentionMetadata,
+        layer: AttentionLayerSpec,
+    ) -> torch.Tensor:
+        key_cache, value_cache = kv_cache.layer(layer_idx)
+        dtype = q.dtype
+        out = self._native.paged_decode(
+            q.to(key_cache.dtype),
+            key_cache,
+            value_cache,
+            meta.decode_block_tables,
+            meta.decode_seq_lens,
+            layer.scale,
+            layer.sliding_window,
+            layer.softcap,
+        )
+        return out.to(dtype)

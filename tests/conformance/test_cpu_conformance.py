@@ -10,3 +10,14 @@ class TestCpuConformance(BackendConformance):
         from tgi.backends.cpu.backend import CpuBackend
 
         return CpuBackend()
+
+
+class TestCpuSdpaConformance(BackendConformance):
+    """The pure-torch reference attention ("cpu-sdpa"; the default is "cpu-native") passes it too."""
+
+    def make_backend(self):
+        from tgi.backends.cpu.backend import CpuBackend
+
+        backend = CpuBackend()
+        backend.select_attention("cpu-sdpa")
+        return backend

@@ -188,6 +188,7 @@ def test_attention_selection_is_explicit_and_never_falls_back():
     backend = CpuBackend()
     backend.select_attention("cpu-sdpa")
     with pytest.raises(
-        UnsupportedError, match=r"backend 'cpu' has no attention 'flash-attn' \(available: cpu-sdpa\)"
+        UnsupportedError,
+        match=r"backend 'cpu' has no attention 'flash-attn' \(available: cpu-native, cpu-sdpa\)",
     ):
         backend.select_attention("flash-attn")

@@ -1,0 +1,152 @@
+"""The native C++ paged decode kernel ("cpu-native") against a dense float64 reference computed per
+sequence from its keys/values, and against the SDPA reference decode ("cpu-sdpa"), over random scattered
+block tables, ragged lengths (1 included), GQA ratios, head sizes, block sizes, windows and soft-caps."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from tgi.backends.cpu import native
+from tgi.backends.cpu.attention import CpuAttention, CpuNativeAttention
+from tgi.backends.cpu.kv_cache import CpuKVCache
+from tgi.core.interfaces.attention import AttentionLayerSpec, UnsupportedError
+from tgi.core.interfaces.types import KVCacheSpec
+from tgi.core.models.context import SeqChunk, build_attention_metadata
+from tgi.core.testing.reference import AttentionCase, run_attention_schedule
+
+
+def dense_decode(q, k, v, layer: AttentionLayerSpec) -> torch.Tensor:
+    """The last query of a sequence: q [H, Dh], k/v [L, Hkv, Dh] -> [H, Dh] float64."""
+    g = q.shape[0] // k.shape[1]
+    if layer.sliding_window is not None:
+        k, v = k[-layer.sliding_window :], v[-layer.sliding_window :]
+    kd, vd = k.double().repeat_interleave(g, 1), v.double().repeat_interleave(g, 1)
+    scores = torch.einsum("hd,khd->hk", q.double(), kd) * layer.scale
+    if layer.softcap is not None:
+        scores = torch.tanh(scores / layer.softcap) * layer.softcap
+    return torch.einsum("hk,khd->hd", torch.softmax(scores, -1), vd)
+
+
+def make_decode_batch(layer, block_size, dtype, lengths, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    h, hkv, d = layer.num_heads, layer.num_kv_heads, layer.head_dim
+    need = [math.ceil(n / block_size) for n in lengths]
+    perm = torch.randperm(sum(need) + 5, generator=gen).tolist()  # scattered, non-contiguous blocks
+    cache = CpuKVCache(KVCacheSpec(1, hkv, d, block_size, str(dtype).removeprefix("torch.")), len(perm))
+    key_cache, value_cache = cache.layer(0)
+    # garbage everywhere: slots past a sequence's length must not be read
+    key_cache.copy_(torch.randn(key_cache.shape, generator=gen) * 1e3)
+    value_cache.copy_(torch.randn(value_cache.shape, generator=gen) * 1e3)
+    chunks, ks, vs, off = [], [], [], 0
+    for n, nb in zip(lengths, need, strict=True):
+        table = perm[off : off + nb]
+        off += nb
+        k = (torch.randn(n, hkv, d, generator=gen) * 2).to(dtype)
+        v = torch.randn(n, hkv, d, generator=gen).to(dtype)
+        slots = torch.tensor([table[i // block_size] * block_size + i % block_size for i in range(n)])
+        key_cache.view(-1, hkv, d)[slots] = k
+        value_cache.view(-1, hkv, d)[slots] = v
+        ks.append(k)
+        vs.append(v)
+        chunks.append(SeqChunk(n - 1, 1, table, False))
+    meta = build_attention_metadata(chunks, block_size)
+    q = (torch.randn(len(lengths), h, d, generator=gen) * 2).to(dtype)
+    return q, cache, meta, ks, vs
+
+
+LENGTHS = [1, 2, 17, 5, 64, 33, 1, 100, 16]
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)], ids=["f32", "bf16"])
+@pytest.mark.parametrize("heads", [(4, 4), (6, 2), (8, 2)], ids=["mha", "gqa3", "gqa4"])
+@pytest.mark.parametrize("head_dim", [32, 64, 80, 48])
+@pytest.mark.parametrize("block_size", [1, 4, 16])
+def test_native_decode_matches_dense(dtype, tol, heads, head_dim, block_size):
+    layer = AttentionLayerSpec(heads[0], heads[1], head_dim, head_dim**-0.5)
+    q, cache, meta, ks, vs = make_decode_batch(layer, block_size, dtype, LENGTHS)
+    attn = CpuNativeAttention()
+    attn.check(layer, block_size, str(dtype).removeprefix("torch."))
+    out = attn.decode(q, cache, 0, meta, layer)
+    assert out.shape == q.shape and out.dtype == dtype
+    expected = torch.stack([dense_decode(q[i], ks[i], vs[i], layer) for i in range(len(LENGTHS))])
+    # bf16: the output itself is rounded to bf16 (relative 2^-8 of values up to ~3)
+    assert (out.double() - expected).abs().max().item() < tol
+    ref = CpuAttention().decode(q, cache, 0, meta, layer)
+    assert (out.double() - ref.double()).abs().max().item() < tol
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)], ids=["f32", "bf16"])
+@pytest.mark.parametrize("window,softcap", [(1, None), (6, None), (40, None), (None, 3.0), (5, 3.0)])
+@pytest.mark.parametrize("block_size", [1, 4, 16])
+def test_native_decode_window_and_softcap(dtype, tol, window, softcap, block_size):
+    layer = AttentionLayerSpec(6, 2, 64, 64**-0.5, sliding_window=window, softcap=softcap)
+    q, cache, meta, ks, vs = make_decode_batch(layer, block_size, dtype, LENGTHS, seed=1)
+    out = CpuNativeAttention().decode(q, cache, 0, meta, layer)
+    expected = torch.stack([dense_decode(q[i], ks[i], vs[i], layer) for i in range(len(LENGTHS))])
+    assert (out.double() - expected).abs().max().item() < tol
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        AttentionCase(8, 2, 64, 4),
+        AttentionCase(9, 3, 64, 16),
+        AttentionCase(6, 2, 32, 1, sliding_window=5, softcap=3.0),
+    ],
+    ids=["gqa4", "smollm", "window+softcap"],
+)
+@pytest.mark.parametrize("dtype,tol", [("float32", 1e-5), ("bfloat16", 5e-2)])
+def test_native_through_mixed_schedule(case, dtype, tol):
+    # prefill chunks and decodes mixed over steps, as the engine runs them
+    from tgi.backends.cpu.backend import CpuBackend
+
+    backend = CpuBackend()
+    backend.select_attention("cpu-native")
+    assert run_attention_schedule(backend, case, dtype) < tol
+
+
+def test_kernel_rejects_bad_inputs():
+    k = torch.zeros(2, 4, 1, 32)
+    q = torch.zeros(1, 2, 32)
+    with pytest.raises(RuntimeError, match="share a dtype"):
+        native.paged_decode(
+            q.bfloat16(), k, k, torch.zeros(1, 2, dtype=torch.int32), torch.ones(1, dtype=torch.int32), 1.0
+        )
+    with pytest.raises(RuntimeError, match="exceeds the block table"):
+        native.paged_decode(
+            q, k, k, torch.zeros(1, 2, dtype=torch.int32), torch.tensor([9], dtype=torch.int32), 1.0
+        )
+
+
+def test_backend_lists_both_and_builds_native_or_says_why(monkeypatch):
+    from tgi.backends.cpu import backend as cpu_backend
+
+    b = cpu_backend.CpuBackend()
+    assert b.attention_names() == ("cpu-native", "cpu-sdpa")
+    assert b.attention().name == "cpu-native"  # these machines have g++
+    b.select_attention("cpu-sdpa")
+    assert b.attention().name == "cpu-sdpa" and type(b.attention()) is CpuAttention
+    b.select_attention("cpu-native")
+    assert b.attention().name == "cpu-native"
+
+    # a failed build is reported with its reason and the way out, never replaced by the reference
+    monkeypatch.setattr(native, "_module", None)
+    monkeypatch.setattr(native, "_error", native.NativeBuildError("g++: command not found"))
+    with pytest.raises(UnsupportedError, match=r"g\+\+: command not found.*--attention cpu-sdpa"):
+        cpu_backend.CpuBackend().select_attention("cpu-native")
+    fresh = cpu_backend.CpuBackend()
+    with pytest.raises(UnsupportedError, match="cpu-native"):
+        fresh.attention()
+
+
+def test_without_a_compiler_the_default_is_the_reference_and_says_why(monkeypatch, caplog):
+    from tgi.backends.cpu import backend as cpu_backend
+
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setattr(cpu_backend.shutil, "which", lambda name: None)
+    with caplog.at_level("WARNING"):
+        assert cpu_backend.default_attention() == "cpu-sdpa"
+    assert "no C++ compiler found" in caplog.text
