@@ -23,6 +23,7 @@ from tgi.core.request import FinishReason, GenerationResult, TokenEvent, Validat
 from tgi.core.sampling_params import SamplingParams
 from tgi.core.scheduler import Scheduler
 from tgi.core.sequence import Sequence
+from tgi.core.tokenization import eos_token_ids
 
 log = logging.getLogger(__name__)
 
@@ -99,9 +100,8 @@ class LLMEngine:
             config.max_batch_total_tokens // config.block_size, config.block_size
         )
         self.scheduler = Scheduler.from_config(config, self.block_manager, runner.constraints())
-        self.eos_token_ids = frozenset(info.eos_token_ids) | frozenset(
-            [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-        )
+        # the model's eos ids, the tokenizer's, and the chat template's end-of-turn token
+        self.eos_token_ids = frozenset(info.eos_token_ids) | frozenset(eos_token_ids(tokenizer))
         self._outputs: dict[str, RequestOutput] = {}
         self._rng = random.Random(config.seed)
         self.num_batch_tokens = 0
@@ -263,10 +263,5 @@ class LLMEngine:
         results = {rid: GenerationResult(rid, "", [], FinishReason.LENGTH) for rid in order}
         while self.has_unfinished():
             for event in self.step():
-                result = results[event.request_id]
-                result.events.append(event)
-                result.token_ids.append(event.token_id)
-                if event.finish_reason is not None:
-                    result.finish_reason = event.finish_reason
-                    result.generated_text = event.generated_text or ""
+                results[event.request_id].add(event)
         return [results[rid] for rid in order]

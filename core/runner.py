@@ -13,6 +13,7 @@ from tgi.core.interfaces import Collective, KVCacheSpec, ModelInfo, ModelRunner
 from tgi.core.loading import iter_weights, load_config
 from tgi.core.models.context import AttentionContext, build_attention_metadata, build_positions
 from tgi.core.models.registry import attention_layer_specs, kv_cache_spec, model_class_for
+from tgi.core.tokenization import config_eos_token_ids
 
 if TYPE_CHECKING:
     from tgi.core.config import EngineConfig
@@ -60,13 +61,11 @@ class TorchModelRunner(ModelRunner):
         self.model.load_weights(iter_weights(self.source, self.hf_config, select=select))
         self.model.eval()
         self.backend.prepare_model(self.model)
-        eos = self.hf_config.eos_token_id
-        eos_ids = tuple(eos) if isinstance(eos, list | tuple) else ((eos,) if eos is not None else ())
         return ModelInfo(
             architecture=(self.hf_config.architectures or [type(self.model).__name__])[0],
             vocab_size=self.hf_config.vocab_size,
             max_position_embeddings=getattr(self.hf_config, "max_position_embeddings", 4096),
-            eos_token_ids=eos_ids,
+            eos_token_ids=config_eos_token_ids(self.hf_config),
             dtype=self.dtype,
             num_parameters=sum(p.numel() for p in self.model.parameters()),
         )

@@ -130,23 +130,27 @@ def _ids(value: int | Iterable[int] | None) -> list[int]:
     return [int(v) for v in value]
 
 
+def config_eos_token_ids(config: PretrainedConfig) -> tuple[int, ...]:
+    """The model's own eos ids: the config's, and generation_config.json's (folders), without repeats."""
+    found = _ids(getattr(config, "eos_token_id", None))
+    folder = getattr(config, "_name_or_path", "") or ""
+    if folder and os.path.isfile(os.path.join(folder, "generation_config.json")):
+        try:
+            from transformers import GenerationConfig
+
+            found += _ids(GenerationConfig.from_pretrained(folder).eos_token_id)
+        except Exception as e:  # a broken generation_config.json must not stop the server
+            log.warning("ignoring %s/generation_config.json: %s", folder, e)
+    return tuple(dict.fromkeys(found))
+
+
 def eos_token_ids(
     tokenizer: PreTrainedTokenizerFast, config: PretrainedConfig | None = None
 ) -> tuple[int, ...]:
     """Token ids that end generation: the config's eos id(s), the tokenizer's eos id, generation_config.json's
     eos ids (folders), and the end-of-turn token of the chat template (e.g. `<|im_end|>`), so that a chat
     completion stops at the end of the assistant's turn. In config / tokenizer order, without repeats."""
-    found: list[int] = []
-    if config is not None:
-        found += _ids(getattr(config, "eos_token_id", None))
-        folder = getattr(config, "_name_or_path", "") or ""
-        if folder and os.path.isfile(os.path.join(folder, "generation_config.json")):
-            try:
-                from transformers import GenerationConfig
-
-                found += _ids(GenerationConfig.from_pretrained(folder).eos_token_id)
-            except Exception as e:  # a broken generation_config.json must not stop the server
-                log.warning("ignoring %s/generation_config.json: %s", folder, e)
+    found = list(config_eos_token_ids(config)) if config is not None else []
     found += _ids(getattr(tokenizer, "eos_token_id", None))
     template = getattr(tokenizer, "chat_template", None) or ""
     if isinstance(template, dict):  # several named templates
