@@ -123,11 +123,7 @@ class AsyncEngine:
         async for event in self.stream(prompt_token_ids, params, request_id):
             if result is None:
                 result = GenerationResult(event.request_id, "", [], FinishReason.LENGTH)
-            result.events.append(event)
-            result.token_ids.append(event.token_id)
-            if event.finish_reason is not None:
-                result.finish_reason = event.finish_reason
-                result.generated_text = event.generated_text or ""
+            result.add(event)
         return result
 
     # -- the engine thread ------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Collection
 
@@ -55,16 +56,14 @@ class RequestOutput:
             return event
         now = time.monotonic()
         first = self.first_scheduled or now
-        return TokenEvent(
-            **{
-                **event.__dict__,
-                "generated_text": self.stops.text,
-                "num_prompt_tokens": seq.num_prompt_tokens,
-                "prompt_tokens": self._prompt_tokens() if params.prompt_logprobs else None,
-                "seed": seq.seed if params.do_sample else None,
-                "queue_time": first - self.arrival,
-                "inference_time": now - first,
-            }
+        return dataclasses.replace(
+            event,
+            generated_text=self.stops.text,
+            num_prompt_tokens=seq.num_prompt_tokens,
+            prompt_tokens=self._prompt_tokens() if params.prompt_logprobs else None,
+            seed=seq.seed if params.do_sample else None,
+            queue_time=first - self.arrival,
+            inference_time=now - first,
         )
 
     def _top_tokens(self, tops: tuple[list[int], list[float]]) -> tuple[TopToken, ...]:

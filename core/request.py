@@ -74,6 +74,14 @@ class GenerationResult:
     def final(self) -> TokenEvent:
         return self.events[-1]
 
+    def add(self, event: TokenEvent) -> None:
+        """Append the request's next event; the last one sets the finish reason and the whole text."""
+        self.events.append(event)
+        self.token_ids.append(event.token_id)
+        if event.finish_reason is not None:
+            self.finish_reason = event.finish_reason
+            self.generated_text = event.generated_text or ""
+
 
 class EngineError(RuntimeError):
     """The engine failed while running a request; the message is safe to show a client."""
