@@ -11,6 +11,7 @@ from tgi.core.batch import ScheduledBatch, ScheduledSequence, StepOutput
 from tgi.core.dtypes import to_torch_dtype
 from tgi.core.interfaces import Collective, KVCacheSpec, ModelInfo, ModelRunner
 from tgi.core.loading import iter_weights, load_config
+from tgi.core.loading.block_weights import iter_block_weights
 from tgi.core.models.context import AttentionContext, build_attention_metadata, build_positions
 from tgi.core.models.registry import attention_layer_specs, kv_cache_spec, model_class_for
 from tgi.core.tokenization import config_eos_token_ids
@@ -59,6 +60,9 @@ class TorchModelRunner(ModelRunner):
         if tp_size > 1:
             select = weight_selector(self.model)
         self.model.load_weights(iter_weights(self.source, self.hf_config, select=select))
+        qtypes = self.backend.block_weight_types()
+        if qtypes and tp_size == 1 and hasattr(self.model, "attach_block_weights"):
+            self.model.attach_block_weights(iter_block_weights(self.source, self.hf_config, qtypes))
         self.model.eval()
         self.backend.prepare_model(self.model)
         return ModelInfo(

@@ -72,7 +72,14 @@ class CpuBackend(TorchBackend):
         return torch.device("cpu")
 
     def prepare_model(self, model: torch.nn.Module) -> None:
-        from tgi.backends.cpu.linear import prepack_linears, prepacking_supported
+        from tgi.backends.cpu import native
+        from tgi.backends.cpu.fused import attach_fused_ops
+        from tgi.backends.cpu.linear import (
+            MAX_BLOCK_ROWS,
+            attach_block_kernels,
+            prepack_linears,
+            prepacking_supported,
+        )
 
         # bfloat16 products run on AMX / AVX-512-BF16 through oneDNN: pack their weights once
         # (TGI_CPU_PREPACK=0 turns it off, to compare)
@@ -82,6 +89,20 @@ class CpuBackend(TorchBackend):
             and os.environ.get("TGI_CPU_PREPACK", "1") != "0"
         ):
             prepack_linears(model)
+        if self.block_weight_types():
+            attach_block_kernels(model, MAX_BLOCK_ROWS)
+        # RMSNorm, rotary and SiLU-mul as one native call each (TGI_CPU_FUSED=0 keeps the torch ops)
+        if os.environ.get("TGI_CPU_FUSED", "1") != "0" and native.available():
+            attach_fused_ops(model)
+
+    def block_weight_types(self) -> frozenset[str]:
+        # GGUF Q4_0/Q4_1/Q8_0 weights are computed with as stored (native kernel) for small inputs;
+        # TGI_CPU_BLOCK_KERNELS=0 turns it off (the dense copy then serves every product)
+        if os.environ.get("TGI_CPU_BLOCK_KERNELS", "1") == "0":
+            return frozenset()
+        from tgi.backends.cpu import native
+
+        return frozenset(native.BLOCK_TYPES) if native.available() else frozenset()
 
     def attention_names(self) -> tuple[str, ...]:
         return ATTENTION_NAMES

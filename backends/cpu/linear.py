@@ -10,11 +10,15 @@ decode batches, prefill chunks) keep the plain product. The packed copy costs on
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 
 #: inputs with at most this many rows use the packed weight (above it, no gain was measured in the model)
 MAX_PACKED_ROWS = 16
+#: inputs with at most this many rows use the GGUF block kernel where the checkpoint has blocks
+MAX_BLOCK_ROWS = int(os.environ.get("TGI_CPU_BLOCK_ROWS", "8"))
 
 
 def prepacking_supported() -> bool:
@@ -32,6 +36,45 @@ class PackedLinearKernel:
         if x.dim() == 2 and x.shape[0] <= MAX_PACKED_ROWS and x.dtype == self.weight.dtype:
             return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.packed, bias, "none", [], "")
         return F.linear(x, self.weight, bias)
+
+
+class BlockLinearKernel:
+    """A `linear_kernel` over the checkpoint's GGUF blocks (`module.block_weight`) for inputs of at most
+    `max_rows` rows, where reading 4.5-8.5 bits per weight instead of 16 pays; larger inputs go to `dense`
+    (a packed kernel, or `F.linear` on the dense weight when None)."""
+
+    def __init__(self, module: torch.nn.Module, max_rows: int, dense=None) -> None:
+        from tgi.backends.cpu import native
+
+        self.weight = module.weight
+        block = module.block_weight
+        self.qtype, self.rows, self.cols = block.qtype, block.rows, block.cols
+        self.packed = native.block_pack(block.data, block.qtype, block.rows, block.cols)
+        self.max_rows = max_rows
+        self.dense = dense
+        self._native = native
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        if x.dim() == 2 and x.shape[0] <= self.max_rows and x.dtype == torch.bfloat16:
+            return self._native.block_linear(x, self.packed, self.qtype, self.rows, self.cols, bias)
+        if self.dense is not None:
+            return self.dense(x, bias)
+        return F.linear(x, self.weight, bias)
+
+
+def attach_block_kernels(model: torch.nn.Module, max_rows: int) -> int:
+    """Route the small products of every linear with a `block_weight` through `BlockLinearKernel`
+    (wrapping whatever kernel the module had); returns how many."""
+    count = 0
+    for module in model.modules():
+        if (
+            getattr(module, "block_weight", None) is not None
+            and "linear_kernel" in dir(type(module))
+            and module.weight.dtype == torch.bfloat16
+        ):
+            module.linear_kernel = BlockLinearKernel(module, max_rows, module.linear_kernel)
+            count += 1
+    return count
 
 
 def prepack_linears(model: torch.nn.Module) -> int:

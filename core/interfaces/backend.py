@@ -127,12 +127,18 @@ class TorchBackend(Backend):
             self.process_group_backend, rank, world_size, init_method, device=self.torch_device()
         )
 
+    def block_weight_types(self) -> frozenset[str]:
+        """GGUF block formats ("Q4_0", "Q4_1", "Q8_0") this backend computes with directly. For a GGUF
+        checkpoint, the runner attaches such weights to their linears as `module.block_weight` (a
+        `tgi.core.loading.block_weights.BlockWeight`) before `prepare_model`. Default: none."""
+        return frozenset()
+
     def prepare_model(self, model: torch.nn.Module) -> None:
         """Called once after the weights are loaded, before warm-up: the backend may attach faster kernels
         to the model's linear layers (set `module.linear_kernel = fn(x, bias)` on modules that declare a
-        `linear_kernel` attribute, see `tgi.core.models.layers.linear`), e.g. with prepacked weights. Such
-        a kernel must compute the same `x @ weight.T + bias`: it may not change the model's results beyond
-        the dtype's rounding."""
+        `linear_kernel` attribute, see `tgi.core.models.layers.linear`), e.g. with prepacked weights or
+        over the checkpoint's quantized blocks (`module.block_weight`). Such a kernel must compute the same
+        `x @ weight.T + bias`: it may not change the model's results beyond the dtype's rounding."""
 
     def synchronize(self) -> None:
         """Wait for queued device work (for timing and warm-up)."""

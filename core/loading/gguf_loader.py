@@ -246,3 +246,27 @@ def iter_gguf_weights(
         if spec is not None:
             w = w[spec].contiguous()
         yield name, w
+
+
+def iter_gguf_blocks(path: str, config: PretrainedConfig, qtypes: frozenset[str]):
+    """Yield `(hf_name, BlockWeight)` for the 2-D tensors stored in one of `qtypes`, rows in Hugging Face
+    order (Q/K rows un-permuted like `iter_gguf_weights` does; blocks run along the input dim, so a row
+    permutation moves whole rows of blocks)."""
+    from tgi.core.loading.block_weights import BlockWeight
+
+    reader = open_reader(path)
+    permuted = _field(reader, "general.architecture") == "llama"
+    for tensor in reader.tensors:
+        name = hf_tensor_name(tensor.name)
+        qtype = tensor.tensor_type.name
+        if name is None or qtype not in qtypes or len(tensor.shape) != 2:
+            continue
+        rows, cols = int(tensor.shape[1]), int(tensor.shape[0])
+        raw = np.asarray(tensor.data).view(np.uint8).reshape(rows, -1)  # read-only view of the memory map
+        data = torch.from_numpy(raw.copy())
+        if permuted:
+            if ".self_attn.q_proj." in name:
+                data = _unpermute_rotary(data, config.num_attention_heads).contiguous()
+            elif ".self_attn.k_proj." in name:
+                data = _unpermute_rotary(data, config.num_key_value_heads).contiguous()
+        yield name, BlockWeight(qtype, data, rows, cols)

@@ -35,6 +35,7 @@ class Linear(nn.Linear):
     """`nn.Linear` whose product a backend may replace (see `linear`)."""
 
     linear_kernel = None  # callable(x, bias) -> x @ weight.T + bias, set by a backend
+    block_weight = None  # the checkpoint's block-quantized copy of `weight` (a BlockWeight), if attached
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return linear(self, x, self.bias)
@@ -110,6 +111,9 @@ class RMSNorm(nn.Module):
     """RMS norm as Hugging Face computes it (statistics in float32, weight applied in the input dtype),
     with an optional fused residual add: `forward(x, residual)` returns `(norm(x + residual), x + residual)`."""
 
+    #: callable(x, residual | None, weight, eps) -> (norm, x + residual) with this arithmetic, set by a backend
+    norm_kernel = None
+
     def __init__(self, hidden_size: int, eps: float, dtype: torch.dtype, device: object = None) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(hidden_size, dtype=dtype, device=device))
@@ -124,6 +128,8 @@ class RMSNorm(nn.Module):
     def forward(
         self, x: torch.Tensor, residual: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.norm_kernel is not None:
+            return self.norm_kernel(x, residual, self.weight, self.eps)
         if residual is not None:
             x = x + residual
         return self._norm(x), x
@@ -140,6 +146,9 @@ def activation(name: str):
 
 class GatedMLP(nn.Module):
     """down(act(gate(x)) * up(x)) with gate and up fused in one column linear."""
+
+    #: callable(gate_up [T, 2 * I]) -> act(gate) * up [T, I], set by a backend (for `hidden_act` "silu")
+    act_mul_kernel = None
 
     def __init__(
         self,
@@ -158,8 +167,11 @@ class GatedMLP(nn.Module):
         )
         self.down_proj = linear.row(intermediate_size, hidden_size, bias, dtype=dtype, device=device)
         self.act = activation(hidden_act)
+        self.hidden_act = hidden_act
         self._inter = inter
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.act_mul_kernel is not None:
+            return self.down_proj(self.act_mul_kernel(self.gate_up_proj(x)))
         gate, up = self.gate_up_proj(x).split(self._inter, dim=-1)
         return self.down_proj(self.act(gate) * up)

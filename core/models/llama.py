@@ -16,6 +16,7 @@ from torch import nn
 from tgi.core.dtypes import to_torch_dtype
 from tgi.core.interfaces.attention import AttentionLayerSpec
 from tgi.core.interfaces.types import KVCacheSpec
+from tgi.core.loading.block_weights import BlockWeight
 from tgi.core.models.context import AttentionContext
 from tgi.core.models.layers import GatedMLP, LinearFactory, RMSNorm, default_weight_loader
 from tgi.core.models.rotary import RotaryEmbedding, apply_rotary, compute_inv_freq, head_dim_of
@@ -31,6 +32,10 @@ _STACKED = (
 
 
 class LlamaAttention(nn.Module):
+    #: callable(qkv [T, (H + 2 Hkv) * Dh], cos, sin, H + Hkv, Dh) rotating q and k in place as
+    #: `apply_rotary` does, set by a backend
+    rotary_kernel = None
+
     def __init__(
         self,
         hidden_size: int,
@@ -58,9 +63,14 @@ class LlamaAttention(nn.Module):
     ) -> torch.Tensor:
         t = x.shape[0]
         spec = self.spec
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = apply_rotary(q.view(t, spec.num_heads, spec.head_dim), cos, sin)
-        k = apply_rotary(k.view(t, spec.num_kv_heads, spec.head_dim), cos, sin)
+        qkv = self.qkv_proj(x)
+        if self.rotary_kernel is not None:
+            self.rotary_kernel(qkv, cos, sin, spec.num_heads + spec.num_kv_heads, spec.head_dim)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(t, spec.num_heads, spec.head_dim)
+        k = k.view(t, spec.num_kv_heads, spec.head_dim)
+        if self.rotary_kernel is None:
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         v = v.view(t, spec.num_kv_heads, spec.head_dim)
         meta = ctx.meta
         ctx.kv_cache.write(self.layer_idx, k, v, meta.slot_mapping)
@@ -300,6 +310,43 @@ class LlamaForCausalLM(nn.Module):
             raise ValueError(
                 f"{self.architecture}: weights missing from the checkpoint: {', '.join(missing)}"
             )
+
+    def attach_block_weights(self, weights: Iterable[tuple[str, BlockWeight]]) -> int:
+        """Attach the checkpoint's block-quantized weights (see `tgi.core.loading.block_weights`) to the
+        linears they belong to, as `module.block_weight`, after `load_weights`. A fused linear (q/k/v,
+        gate/up) gets one only when all its parts come in the same format; the tied head gets the
+        embeddings'. Returns how many linears got one."""
+        modules = dict(self.named_modules())
+        parts: dict[str, dict[object, BlockWeight]] = {}
+        for name, weight in weights:
+            target, shard = name, None
+            for hf_part, fused_part, shard_id in _STACKED:
+                if hf_part in name:
+                    target, shard = name.replace(hf_part, fused_part), shard_id
+                    break
+            if name == "model.embed_tokens.weight" and self.tie_word_embeddings:
+                target = "lm_head.weight"
+            parts.setdefault(target.rpartition(".")[0], {})[shard] = weight
+        count = 0
+        for module_name, by_shard in parts.items():
+            module = modules.get(module_name)
+            if module is None or not hasattr(module, "linear_kernel"):
+                continue  # not a linear (the embedding table)
+            shard_ids = getattr(module, "shard_ids", [None])
+            if any(s not in by_shard for s in shard_ids):
+                continue
+            try:
+                block = BlockWeight.concat(by_shard[s] for s in shard_ids)
+            except ValueError:
+                continue  # fused parts stored in different formats: the dense weight serves
+            if (block.rows, block.cols) != tuple(module.weight.shape):
+                raise ValueError(
+                    f"{self.architecture}: block weight {module_name} is [{block.rows}, {block.cols}], "
+                    f"the layer {tuple(module.weight.shape)}"
+                )
+            module.block_weight = block
+            count += 1
+        return count
 
     # ---- what the engine asks
     def kv_cache_spec(self, block_size: int, dtype: str) -> KVCacheSpec:

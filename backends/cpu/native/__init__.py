@@ -1,4 +1,5 @@
-"""Native (C++) CPU kernels, compiled at first use with `torch.utils.cpp_extension.load_inline`.
+"""Native (C++) CPU kernels, compiled at first use with `torch.utils.cpp_extension.load_inline`: the paged
+decode attention, the linear over GGUF block-quantized weights and fused elementwise ops, in one library.
 
 The build needs a C++ compiler (g++) and ninja (a dependency of tgi); it is cached by torch under
 `$TORCH_EXTENSIONS_DIR` (default `~/.cache/torch_extensions`), or under `$TGI_CACHE_DIR/torch_extensions`
@@ -17,9 +18,18 @@ from types import ModuleType
 
 import torch
 
-__all__ = ["NativeBuildError", "available", "load", "paged_decode"]
+__all__ = [
+    "BLOCK_TYPES",
+    "NativeBuildError",
+    "available",
+    "block_linear",
+    "block_pack",
+    "fused",
+    "load",
+    "paged_decode",
+]
 
-_EXT_NAME = "tgi_cpu_paged_attention"
+_EXT_NAME = "tgi_cpu_kernels"
 _lock = threading.Lock()
 _module: ModuleType | None = None
 _error: NativeBuildError | None = None
@@ -64,21 +74,33 @@ def load() -> ModuleType:
             raise _error
         from torch.utils.cpp_extension import load_inline
 
-        from tgi.backends.cpu.native.paged_attention_src import CPP_SOURCE
+        from tgi.backends.cpu.native import block_linear_src, common_src, fused_ops_src, paged_attention_src
 
         _ensure_ninja()
         try:
             _module = load_inline(
                 name=_EXT_NAME,
-                cpp_sources=[CPP_SOURCE],
-                functions=["paged_decode"],
+                cpp_sources=[
+                    common_src.CPP_SOURCE,
+                    paged_attention_src.CPP_SOURCE,
+                    block_linear_src.CPP_SOURCE,
+                    fused_ops_src.CPP_SOURCE,
+                ],
+                functions=[
+                    "paged_decode",
+                    "block_pack",
+                    "block_linear",
+                    "rms_norm",
+                    "rotary_inplace",
+                    "silu_mul",
+                ],
                 extra_cflags=["-O3", "-fopenmp", "-fno-math-errno"],
                 extra_ldflags=["-fopenmp"],
                 build_directory=_build_dir(),
                 verbose=False,
             )
         except Exception as e:  # compiler missing, compile error, ninja missing, ...
-            _error = NativeBuildError(f"could not build the native CPU attention kernel: {e}")
+            _error = NativeBuildError(f"could not build the native CPU kernels: {e}")
             raise _error from e
         return _module
 
@@ -119,3 +141,39 @@ def paged_decode(
         -1 if sliding_window is None else int(sliding_window),
         0.0 if softcap is None else float(softcap),
     )
+
+
+#: GGUF block formats the block kernels take, by their llama.cpp names
+BLOCK_TYPES = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2}
+
+
+def block_pack(raw: torch.Tensor, qtype: str, n: int, k: int) -> torch.Tensor:
+    """Repack a [n, k] weight's GGUF blocks (uint8 [n, k / 32 * block bytes], llama.cpp's layout) into the
+    layout `block_linear` reads (groups of 16 rows; same size). Returns a flat uint8 tensor."""
+    return load().block_pack(raw, BLOCK_TYPES[qtype], int(n), int(k))
+
+
+def block_linear(
+    x: torch.Tensor,
+    packed: torch.Tensor,
+    qtype: str,
+    n: int,
+    k: int,
+    bias: torch.Tensor | None = None,
+    reference: bool = False,
+) -> torch.Tensor:
+    """`x @ W.T (+ bias)` with W [n, k] given as `block_pack(...)` of its GGUF blocks.
+
+    x [M, k] bfloat16 -> [M, n] bfloat16. Products of x with the exact weight values (not rounded to
+    bfloat16) accumulate in float32, then round once. `reference=True` takes the scalar path (the one a
+    CPU without AVX512-BF16 takes).
+    """
+    return load().block_linear(x, packed, BLOCK_TYPES[qtype], int(n), int(k), bias, bool(reference))
+
+
+def fused():
+    """The fused elementwise ops: `rms_norm(x, residual | None, weight, eps) -> (out, x + residual)`,
+    `rotary_inplace(qkv, cos, sin, heads, head_dim)` (rotates the first `heads` heads of each row, q then k,
+    in place; cos/sin [T, head_dim / 2]) and `silu_mul(gate_up) -> silu(gate) * up`; float32 or bfloat16,
+    contiguous inputs."""
+    return load()

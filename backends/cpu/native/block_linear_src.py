@@ -1,0 +1,287 @@
+"""C++ source of the CPU linear over GGUF block-quantized weights (compiled by `tgi.backends.cpu.native`).
+
+`block_pack(raw, qtype, N, K)` repacks llama.cpp blocks (Q4_0, Q4_1, Q8_0: 32 weights, fp16 scale, and
+for Q4_1 an fp16 min) into groups of 16 rows: for each group and block, the 16 rows' values interleaved
+by pairs of columns (what one `vdpbf16ps` lane takes), then the 16 scales and 16 mins (fp16). Same size as
+the file's blocks (0.625 bytes per Q4 weight).
+
+`block_linear(x, packed, qtype, N, K, bias, reference)` computes `x @ W.T + bias` for bfloat16 x [M, K]:
+each lane of a 512-bit register is one weight row; the 4-bit (or 8-bit) values become bfloat16 exactly
+(a table lookup), `vdpbf16ps` multiplies them with broadcast pairs of x exactly and sums in float32; per
+block, `y += d * sum(x q) + m * sum(x)`. No activation is quantized: the result is the bfloat16 model's
+product with float32 accumulation (the weights are not even rounded to bfloat16). `reference=true` (or a
+CPU without AVX512-BF16) takes a scalar path over the same layout.
+"""
+
+CPP_SOURCE = r"""
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace tgi_blocks {
+
+enum QType : int64_t { kQ4_0 = 0, kQ4_1 = 1, kQ8_0 = 2 };
+constexpr int64_t QK = 32;  // weights per block
+constexpr int64_t R = 16;   // rows per group (lanes of a 512-bit float vector)
+
+inline int64_t raw_block_bytes(int64_t t) { return t == kQ4_0 ? 18 : t == kQ4_1 ? 20 : 34; }
+inline int64_t value_bytes(int64_t t) { return t == kQ8_0 ? R * QK : R * QK / 2; }  // per group and block
+inline int64_t packed_stride(int64_t t) { return value_bytes(t) + 2 * R * 2; }      // + 16 d, 16 m (fp16)
+
+inline float half_to_float(uint16_t h) {  // exact, subnormals included
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1Fu, mant = h & 0x3FFu;
+  uint32_t bits;
+  if (exp == 0) {
+    float f = static_cast<float>(mant) * 5.9604644775390625e-8f;  // mant * 2^-24
+    std::memcpy(&bits, &f, 4);
+    bits |= sign;
+  } else if (exp == 31) {
+    bits = sign | 0x7F800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+inline float bf16_to_float(uint16_t v) {
+  uint32_t u = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint16_t float_to_bf16(float v) {  // round to nearest even; NaN stays NaN
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+// the stored integer of weight k (0..31) of one raw block (Q4_0 without its -8 offset)
+inline int raw_value(const uint8_t* blk, int64_t qtype, int k) {
+  if (qtype == kQ8_0) return static_cast<int8_t>(blk[2 + k]);
+  const uint8_t* qs = blk + (qtype == kQ4_1 ? 4 : 2);
+  return k < 16 ? (qs[k] & 0x0F) : (qs[k - 16] >> 4);
+}
+
+// ---- packing -----------------------------------------------------------------------------------------------
+// Q4: 8 chunks of 32 bytes per group and block; byte w of chunk c holds row w/2: low nibble column
+// 4c + w%2, high nibble column 4c + 2 + w%2. Q8: 16 chunks of 32 bytes; byte w of chunk p: row w/2,
+// column 2p + w%2. Then d[16], m[16] as fp16 (m = 0 but for Q4_1). Rows past N are zero.
+void pack(const uint8_t* raw, int64_t qtype, int64_t N, int64_t K, uint8_t* out) {
+  const int64_t nb = K / QK, rb = raw_block_bytes(qtype), vb = value_bytes(qtype), S = packed_stride(qtype);
+  const int64_t groups = (N + R - 1) / R;
+  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t g = begin; g < end; ++g)
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* o = out + (g * nb + b) * S;
+        std::memset(o, 0, S);
+        uint16_t* d = reinterpret_cast<uint16_t*>(o + vb);
+        uint16_t* m = d + R;
+        for (int64_t r = 0; r < R && g * R + r < N; ++r) {
+          const uint8_t* blk = raw + (g * R + r) * (nb * rb) + b * rb;
+          std::memcpy(&d[r], blk, 2);
+          if (qtype == kQ4_1) std::memcpy(&m[r], blk + 2, 2);
+          for (int j = 0; j < 2; ++j) {
+            if (qtype == kQ8_0) {
+              for (int p = 0; p < 16; ++p)
+                o[p * 32 + 2 * r + j] = static_cast<uint8_t>(raw_value(blk, qtype, 2 * p + j));
+            } else {
+              for (int c = 0; c < 8; ++c)
+                o[c * 32 + 2 * r + j] = static_cast<uint8_t>(raw_value(blk, qtype, 4 * c + j) |
+                                                             (raw_value(blk, qtype, 4 * c + 2 + j) << 4));
+            }
+          }
+        }
+      }
+  });
+}
+
+// the value of (group, block)'s row r, column k as the kernel sees it (Q4_0 offset applied)
+inline float packed_value(const uint8_t* o, int64_t qtype, int r, int k) {
+  if (qtype == kQ8_0) return static_cast<float>(static_cast<int8_t>(o[(k / 2) * 32 + 2 * r + k % 2]));
+  const uint8_t byte = o[(k / 4) * 32 + 2 * r + k % 2];
+  const int q = (k % 4) < 2 ? (byte & 0x0F) : (byte >> 4);
+  return static_cast<float>(qtype == kQ4_0 ? q - 8 : q);
+}
+
+// ---- reference path (any CPU) ----------------------------------------------------------------------------
+void group_ref(const uint16_t* x, int64_t M, int64_t K, const float* sx, const uint8_t* packed, int64_t qtype,
+               int64_t g, float* y /* [M, R] */) {
+  const int64_t nb = K / QK, vb = value_bytes(qtype), S = packed_stride(qtype);
+  for (int64_t m = 0; m < M; ++m)
+    for (int r = 0; r < R; ++r) {
+      float acc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* o = packed + (g * nb + b) * S;
+        uint16_t dh, mh;
+        std::memcpy(&dh, o + vb + 2 * r, 2);
+        std::memcpy(&mh, o + vb + 2 * R + 2 * r, 2);
+        float dot = 0.0f;
+        for (int k = 0; k < QK; ++k) dot += bf16_to_float(x[m * K + b * QK + k]) * packed_value(o, qtype, r, k);
+        acc += half_to_float(dh) * dot + half_to_float(mh) * sx[m * nb + b];
+      }
+      y[m * R + r] = acc;
+    }
+}
+
+#if defined(__x86_64__)
+// ---- AVX-512 BF16 path -------------------------------------------------------------------------------------
+#define TGI_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,f16c,fma")))
+
+// MT input rows against one group of 16 weight rows.
+template <int MT>
+TGI_BF16_TARGET void group_tile(const uint16_t* x, int64_t K, const float* sx, const uint8_t* packed,
+                                int64_t qtype, int64_t g, float* y /* [MT, R] */) {
+  const int64_t nb = K / QK, vb = value_bytes(qtype), S = packed_stride(qtype);
+  const int32_t* x32 = reinterpret_cast<const int32_t*>(x);  // pairs of bfloat16
+  const int64_t K2 = K / 2;
+  alignas(64) uint16_t lut_words[32];
+  for (int i = 0; i < 32; ++i) lut_words[i] = float_to_bf16(static_cast<float>((i & 15) - (qtype == kQ4_0 ? 8 : 0)));
+  const __m512i lut = _mm512_load_si512(lut_words);
+  const __m512i low4 = _mm512_set1_epi16(0x0F);
+  __m512 out[MT];
+  for (int m = 0; m < MT; ++m) out[m] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* o = packed + (g * nb + b) * S;
+    __m512 acc[MT];
+    for (int m = 0; m < MT; ++m) acc[m] = _mm512_setzero_ps();
+    if (qtype == kQ8_0) {
+      for (int p = 0; p < 16; ++p) {
+        const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o + 32 * p))));
+        const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o + 32 * p + 16))));
+        const __m512bh w = _mm512_cvtne2ps_pbh(hi, lo);
+        for (int m = 0; m < MT; ++m)
+          acc[m] = _mm512_dpbf16_ps(acc[m], w, (__m512bh)_mm512_set1_epi32(x32[m * K2 + b * 16 + p]));
+      }
+    } else {
+      for (int c = 0; c < 8; ++c) {
+        const __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + 32 * c)));
+        const __m512bh wa = (__m512bh)_mm512_permutexvar_epi16(_mm512_and_si512(v, low4), lut);
+        const __m512bh wb = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(v, 4), lut);
+        for (int m = 0; m < MT; ++m) {
+          acc[m] = _mm512_dpbf16_ps(acc[m], wa, (__m512bh)_mm512_set1_epi32(x32[m * K2 + b * 16 + 2 * c]));
+          acc[m] = _mm512_dpbf16_ps(acc[m], wb, (__m512bh)_mm512_set1_epi32(x32[m * K2 + b * 16 + 2 * c + 1]));
+        }
+      }
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + vb)));
+    for (int m = 0; m < MT; ++m) out[m] = _mm512_fmadd_ps(acc[m], d, out[m]);
+    if (qtype == kQ4_1) {
+      const __m512 mins = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + vb + 2 * R)));
+      for (int m = 0; m < MT; ++m) out[m] = _mm512_fmadd_ps(mins, _mm512_set1_ps(sx[m * nb + b]), out[m]);
+    }
+  }
+  for (int m = 0; m < MT; ++m) _mm512_storeu_ps(y + m * R, out[m]);
+}
+
+TGI_BF16_TARGET void group_avx512(const uint16_t* x, int64_t M, int64_t K, const float* sx,
+                                  const uint8_t* packed, int64_t qtype, int64_t g, float* y) {
+  const int64_t nb = K / QK;
+  int64_t m = 0;
+  for (; m + 8 <= M; m += 8) group_tile<8>(x + m * K, K, sx + m * nb, packed, qtype, g, y + m * R);
+  const uint16_t* xm = x + m * K;
+  const float* sm = sx + m * nb;
+  float* ym = y + m * R;
+  switch (M - m) {
+    case 7: group_tile<7>(xm, K, sm, packed, qtype, g, ym); break;
+    case 6: group_tile<6>(xm, K, sm, packed, qtype, g, ym); break;
+    case 5: group_tile<5>(xm, K, sm, packed, qtype, g, ym); break;
+    case 4: group_tile<4>(xm, K, sm, packed, qtype, g, ym); break;
+    case 3: group_tile<3>(xm, K, sm, packed, qtype, g, ym); break;
+    case 2: group_tile<2>(xm, K, sm, packed, qtype, g, ym); break;
+    case 1: group_tile<1>(xm, K, sm, packed, qtype, g, ym); break;
+    default: break;
+  }
+}
+#endif
+
+bool has_avx512_bf16() {
+#if defined(__x86_64__)
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16") &&
+                         __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
+  return ok;
+#else
+  return false;
+#endif
+}
+
+}  // namespace tgi_blocks
+
+torch::Tensor block_pack(torch::Tensor raw, int64_t qtype, int64_t n, int64_t k) {
+  using namespace tgi_blocks;
+  TORCH_CHECK(qtype == kQ4_0 || qtype == kQ4_1 || qtype == kQ8_0, "unknown block type ", qtype);
+  TORCH_CHECK(n > 0 && k > 0 && k % QK == 0, "K must be a positive multiple of 32, got ", k);
+  TORCH_CHECK(raw.scalar_type() == at::kByte, "raw blocks must be uint8");
+  raw = raw.contiguous();
+  TORCH_CHECK(raw.numel() == n * (k / QK) * raw_block_bytes(qtype), "raw blocks hold ", raw.numel(),
+              " bytes, expected ", n * (k / QK) * raw_block_bytes(qtype));
+  const int64_t groups = (n + R - 1) / R;
+  auto out = torch::empty({groups * (k / QK) * packed_stride(qtype)}, raw.options());
+  pack(raw.data_ptr<uint8_t>(), qtype, n, k, out.data_ptr<uint8_t>());
+  return out;
+}
+
+torch::Tensor block_linear(torch::Tensor x, torch::Tensor packed, int64_t qtype, int64_t n, int64_t k,
+                           c10::optional<torch::Tensor> bias, bool reference) {
+  using namespace tgi_blocks;
+  TORCH_CHECK(qtype == kQ4_0 || qtype == kQ4_1 || qtype == kQ8_0, "unknown block type ", qtype);
+  TORCH_CHECK(n > 0 && k > 0 && k % QK == 0, "K must be a positive multiple of 32, got ", k);
+  TORCH_CHECK(x.dim() == 2 && x.size(1) == k, "x must be [M, ", k, "]");
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16, "block_linear takes bfloat16 inputs");
+  const int64_t nb = k / QK, groups = (n + R - 1) / R;
+  TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous() &&
+                  packed.numel() == groups * nb * packed_stride(qtype),
+              "packed weights do not match [", n, ", ", k, "] (see block_pack)");
+  if (bias.has_value()) TORCH_CHECK(bias->dim() == 1 && bias->size(0) == n, "bias must be [", n, "]");
+  x = x.contiguous();
+  const int64_t M = x.size(0);
+  auto out = torch::empty({M, n}, x.options());
+  if (M == 0) return out;
+  const uint16_t* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
+  std::vector<float> sx(M * nb);  // sum of each block of x (for the Q4_1 mins)
+  for (int64_t i = 0; i < M * nb; ++i) {
+    float s = 0.0f;
+    for (int j = 0; j < QK; ++j) s += bf16_to_float(xp[i * QK + j]);
+    sx[i] = s;
+  }
+  torch::Tensor bias_f;
+  const float* bp = nullptr;
+  if (bias.has_value()) {
+    bias_f = bias->to(at::kFloat).contiguous();
+    bp = bias_f.data_ptr<float>();
+  }
+  uint16_t* op = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+  const uint8_t* wp = packed.data_ptr<uint8_t>();
+  const bool fast = !reference && has_avx512_bf16();
+  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> y(M * R);
+    for (int64_t g = begin; g < end; ++g) {
+#if defined(__x86_64__)
+      if (fast)
+        group_avx512(xp, M, k, sx.data(), wp, qtype, g, y.data());
+      else
+#endif
+        group_ref(xp, M, k, sx.data(), wp, qtype, g, y.data());
+      const int64_t rows = std::min<int64_t>(R, n - g * R);
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t col = g * R + r;
+          op[m * n + col] = float_to_bf16(y[m * R + r] + (bp ? bp[col] : 0.0f));
+        }
+    }
+  });
+  return out;
+}
+"""

@@ -1,0 +1,77 @@
+"""The CPU linear over GGUF blocks (Q4_0, Q4_1, Q8_0) against the dequantized weight in float64, on the
+AVX512-BF16 path and the scalar reference path; its wiring from a GGUF checkpoint to the model's linears."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tgi.backends.cpu import native
+from tgi.core.loading.block_weights import BLOCK_BYTES, BlockWeight
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="the native CPU kernels do not build here")
+
+
+def random_blocks(qtype: str, rows: int, cols: int, seed: int) -> BlockWeight:
+    """Valid random blocks: fp16 scales/mins of sane size, random packed values."""
+    g = np.random.default_rng(seed)
+    nb, bb = cols // 32, BLOCK_BYTES[qtype]
+    raw = g.integers(0, 256, size=(rows, nb, bb), dtype=np.uint8)
+    raw[:, :, 0:2] = (
+        (g.uniform(0.001, 0.05, size=(rows, nb)).astype(np.float16)).view(np.uint8).reshape(rows, nb, 2)
+    )
+    if qtype == "Q4_1":
+        raw[:, :, 2:4] = (
+            (g.uniform(-0.2, 0.0, size=(rows, nb)).astype(np.float16)).view(np.uint8).reshape(rows, nb, 2)
+        )
+    return BlockWeight(qtype, torch.from_numpy(raw.reshape(rows, nb * bb)), rows, cols)
+
+
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1", "Q8_0"])
+@pytest.mark.parametrize("rows,cols", [(16, 32), (40, 96), (200, 576)])
+@pytest.mark.parametrize("m", [1, 3, 8, 13])
+@pytest.mark.parametrize("reference", [False, True])
+def test_block_linear_equals_the_dequantized_product(qtype, rows, cols, m, reference):
+    block = random_blocks(qtype, rows, cols, seed=rows + m)
+    w = block.dequantize().double()
+    torch.manual_seed(m)
+    x = torch.randn(m, cols).bfloat16()
+    bias = torch.randn(rows).bfloat16()
+    packed = native.block_pack(block.data, qtype, rows, cols)
+    y = native.block_linear(x, packed, qtype, rows, cols, bias, reference=reference)
+    assert y.dtype == torch.bfloat16 and y.shape == (m, rows)
+    expected = x.double() @ w.T + bias.double()
+    # one bfloat16 rounding of the output (2^-8 relative) plus float32 accumulation
+    torch.testing.assert_close(y.double(), expected, rtol=2**-8, atol=1e-3 * expected.abs().max().item())
+
+
+def test_packed_layout_is_the_size_of_the_blocks_padded_to_16_rows():
+    block = random_blocks("Q4_1", 20, 64, seed=0)
+    packed = native.block_pack(block.data, "Q4_1", 20, 64)
+    assert packed.numel() == 32 * 2 * 20  # 2 groups of 16 rows x 2 blocks x 20 bytes per row-block
+
+
+def test_block_linear_refuses_what_it_cannot_compute():
+    block = random_blocks("Q8_0", 16, 64, seed=1)
+    packed = native.block_pack(block.data, "Q8_0", 16, 64)
+    with pytest.raises(RuntimeError, match="bfloat16"):
+        native.block_linear(torch.randn(2, 64), packed, "Q8_0", 16, 64)
+    with pytest.raises(RuntimeError, match="do not match"):
+        native.block_linear(torch.randn(2, 64).bfloat16(), packed, "Q8_0", 32, 64)
+
+
+def test_gguf_blocks_dequantize_to_the_loaded_weights():
+    """The raw blocks the loader hands out (Q/K rows un-permuted) are the dense weights it loads."""
+    from tgi.core.loading import iter_weights, load_config, resolve_model
+    from tgi.core.loading.block_weights import iter_block_weights
+
+    default_source = resolve_model(None)
+    config = load_config(default_source)
+    wanted = {"model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight",
+              "model.layers.0.mlp.down_proj.weight", "model.embed_tokens.weight"}  # fmt: skip
+    blocks = {n: b for n, b in iter_block_weights(default_source, config, BLOCK_BYTES) if n in wanted}
+    dense = {n: w for n, w in iter_weights(default_source, config) if n in wanted}
+    assert set(blocks) == wanted
+    for name in wanted:
+        assert torch.equal(blocks[name].dequantize(), dense[name]), name

@@ -1,0 +1,69 @@
+"""The CPU's fused RMSNorm (+ residual), rotary and SiLU-mul against the torch ops of core's models that
+they replace, in float32 and bfloat16, and their wiring onto a model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tgi.backends.cpu import native
+from tgi.core.models.layers import RMSNorm
+from tgi.core.models.rotary import RotaryEmbedding, apply_rotary
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="the native CPU kernels do not build here")
+
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+def tol(dtype):  # float32: summation order only; bfloat16: at most one rounding step apart
+    return dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2**-7, atol=2**-7)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows", [1, 5, 64])
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_rms_norm_matches_the_module(dtype, rows, with_residual):
+    torch.manual_seed(rows)
+    norm = RMSNorm(576, 1e-5, dtype)
+    norm.weight.data = torch.randn(576).to(dtype)
+    x = torch.randn(rows, 576).to(dtype)
+    res = torch.randn(rows, 576).to(dtype) if with_residual else None
+    expected, expected_res = norm(x, res)
+    out, new_res = native.fused().rms_norm(x, res, norm.weight, 1e-5)
+    torch.testing.assert_close(new_res, expected_res, rtol=0, atol=0)  # the add rounds the same way
+    torch.testing.assert_close(out, expected, **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows", [1, 7])
+def test_rotary_in_place_matches_apply_rotary(dtype, rows):
+    torch.manual_seed(rows)
+    h, hkv, dh = 9, 3, 64
+    qkv = torch.randn(rows, (h + 2 * hkv) * dh).to(dtype)
+    rotary = RotaryEmbedding(1.0 / (10000 ** (torch.arange(0, dh, 2).float() / dh)))
+    cos, sin = rotary.cos_sin(torch.arange(100, 100 + rows), dtype)
+    q, k, v = qkv.split([h * dh, hkv * dh, hkv * dh], dim=-1)
+    eq = apply_rotary(q.reshape(rows, h, dh), cos, sin)
+    ek = apply_rotary(k.reshape(rows, hkv, dh), cos, sin)
+    ev = v.clone()
+    native.fused().rotary_inplace(qkv, cos.contiguous(), sin.contiguous(), h + hkv, dh)
+    q, k, v = qkv.split([h * dh, hkv * dh, hkv * dh], dim=-1)
+    torch.testing.assert_close(q.reshape(rows, h, dh), eq, rtol=0, atol=0)  # same ops, same roundings
+    torch.testing.assert_close(k.reshape(rows, hkv, dh), ek, rtol=0, atol=0)
+    assert torch.equal(v, ev)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows", [1, 6])
+def test_silu_mul_matches_torch(dtype, rows):
+    torch.manual_seed(rows)
+    gate_up = (torch.randn(rows, 2 * 1536) * 4).to(dtype)
+    gate, up = gate_up.split(1536, dim=-1)
+    expected = F.silu(gate) * up
+    torch.testing.assert_close(native.fused().silu_mul(gate_up), expected, **tol(dtype))
+
+
+def test_fused_ops_refuse_other_dtypes():
+    with pytest.raises(RuntimeError, match="float32 or bfloat16"):
+        native.fused().silu_mul(torch.randn(2, 8, dtype=torch.float64))
