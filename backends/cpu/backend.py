@@ -118,9 +118,13 @@ class CpuBackend(TorchBackend):
         return self._attention
 
     def create_kv_cache(self, spec: KVCacheSpec, num_blocks: int) -> KVCache:
+        from tgi.backends.cpu import native
         from tgi.backends.cpu.kv_cache import CpuKVCache
 
-        return CpuKVCache(spec, num_blocks)
+        cache = CpuKVCache(spec, num_blocks)
+        if os.environ.get("TGI_CPU_FUSED", "1") != "0" and native.available():
+            cache.native_write = native.fused().kv_write
+        return cache
 
     def create_collective(self, rank: int, world_size: int, init_method: str | None = None) -> Collective:
         if world_size > 1:  # the ranks share this machine's cores

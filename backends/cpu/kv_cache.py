@@ -28,10 +28,17 @@ class CpuKVCache(KVCache):
             self.key_caches.append(torch.zeros(shape, dtype=self.dtype, device=self.device))
             self.value_caches.append(torch.zeros(shape, dtype=self.dtype, device=self.device))
 
+    #: the native writer (`tgi.backends.cpu.native.fused().kv_write`), set by the backend where it builds
+    native_write = None
+
     def write(
         self, layer_idx: int, key: torch.Tensor, value: torch.Tensor, slot_mapping: torch.Tensor
     ) -> None:
         if slot_mapping.numel() == 0:
+            return
+        if self.native_write is not None and key.dtype == self.dtype and value.dtype == self.dtype:
+            kc, vc = self.key_caches[layer_idx], self.value_caches[layer_idx]
+            self.native_write(kc, vc, key, value, slot_mapping)  # one call: no per-layer mask/cast ops
             return
         n = slot_mapping.shape[0]
         key, value = key[:n], value[:n]

@@ -67,3 +67,23 @@ def test_silu_mul_matches_torch(dtype, rows):
 def test_fused_ops_refuse_other_dtypes():
     with pytest.raises(RuntimeError, match="float32 or bfloat16"):
         native.fused().silu_mul(torch.randn(2, 8, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_native_kv_write_equals_the_torch_write(dtype):
+    """Keys/values as the model passes them (views of the fused qkv rows), padding slots skipped."""
+    from tgi.backends.cpu.kv_cache import CpuKVCache
+    from tgi.core.interfaces.types import KVCacheSpec
+
+    spec = KVCacheSpec(1, 3, 8, 4, str(dtype).removeprefix("torch."))
+    torch_cache, native_cache = CpuKVCache(spec, 4), CpuKVCache(spec, 4)
+    native_cache.native_write = native.fused().kv_write
+    qkv = torch.randn(5, (6 + 3 + 3) * 8).to(dtype)
+    _, k, v = qkv.split([48, 24, 24], dim=-1)
+    k, v = k.view(5, 3, 8), v.view(5, 3, 8)
+    slots = torch.tensor([7, -1, 0, 15, 9])
+    for cache in (torch_cache, native_cache):
+        cache.write(0, k, v, slots)
+    assert all(torch.equal(a, b) for a, b in zip(torch_cache.layer(0), native_cache.layer(0), strict=True))
+    with pytest.raises(RuntimeError, match="outside the cache"):
+        native_cache.write(0, k, v, torch.tensor([16, 0, 0, 0, 0]))

@@ -93,6 +93,7 @@ def load() -> ModuleType:
                     "rms_norm",
                     "rotary_inplace",
                     "silu_mul",
+                    "kv_write",
                 ],
                 extra_cflags=["-O3", "-fopenmp", "-fno-math-errno"],
                 extra_ldflags=["-fopenmp"],
@@ -175,5 +176,6 @@ def fused():
     """The fused elementwise ops: `rms_norm(x, residual | None, weight, eps) -> (out, x + residual)`,
     `rotary_inplace(qkv, cos, sin, heads, head_dim)` (rotates the first `heads` heads of each row, q then k,
     in place; cos/sin [T, head_dim / 2]) and `silu_mul(gate_up) -> silu(gate) * up`; float32 or bfloat16,
-    contiguous inputs."""
+    contiguous inputs. Also `kv_write(key_cache, value_cache, key, value, slots)`: token i's heads to slot
+    `slots[i]` of [blocks, block_size, Hkv, Dh] caches, negative slots skipped (padding)."""
     return load()

@@ -13,6 +13,7 @@ CPP_SOURCE = r"""
 #include <cstdint>
 #include <cstring>
 #include <tuple>
+#include <vector>
 
 namespace tgi_fused {
 
@@ -22,35 +23,115 @@ template <typename F> void dispatch(const torch::Tensor& t, F f) {
   else f(at::BFloat16{});
 }
 
-inline float ld(const float* p, int64_t i) { return p[i]; }
-inline float ld(const at::BFloat16* p, int64_t i) { return static_cast<float>(p[i]); }
-// the value a torch op of this dtype stores: float32 as is, bfloat16 rounded to nearest even
-inline float rnd(float v, const float*) { return v; }
-inline float rnd(float v, const at::BFloat16*) { return static_cast<float>(at::BFloat16(v)); }
-template <typename T> inline void st(T* p, int64_t i, float v) { p[i] = static_cast<T>(v); }
+// Rows are processed in float32 buffers by branch-free loops the compiler vectorises (one clone per
+// instruction set); `bf16` rounds each intermediate to bfloat16 where the torch op would store one.
+#define TGI_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+
+inline float round_bf16(float v) {  // nearest even; NaN/inf pass through the same rule (inputs are finite)
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+  std::memcpy(&v, &u, 4);
+  return v;
+}
+inline void to_float(const float* p, float* out, int64_t n) { std::memcpy(out, p, n * 4); }
+inline void to_float(const at::BFloat16* p, float* out, int64_t n) {
+  const uint16_t* q = reinterpret_cast<const uint16_t*>(p);
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u = static_cast<uint32_t>(q[i]) << 16;
+    std::memcpy(&out[i], &u, 4);
+  }
+}
+inline void from_float(const float* in, float* p, int64_t n) { std::memcpy(p, in, n * 4); }
+inline void from_float(const float* in, at::BFloat16* p, int64_t n) {  // values already bf16-exact
+  uint16_t* q = reinterpret_cast<uint16_t*>(p);
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, &in[i], 4);
+    q[i] = static_cast<uint16_t>(u >> 16);
+  }
+}
+inline bool is_bf16(const float*) { return false; }
+inline bool is_bf16(const at::BFloat16*) { return true; }
+
+TGI_CLONES void round_all(float* v, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) v[i] = round_bf16(v[i]);
+}
+
+// x (+ res) -> res_out; normalised * w -> out (all [d] float buffers)
+TGI_CLONES void rms_norm_row(float* x, const float* res, const float* w, float* out, int64_t d, float eps,
+                             bool bf16) {
+  if (res) {
+    for (int64_t i = 0; i < d; ++i) x[i] += res[i];
+    if (bf16) round_all(x, d);
+  }
+  float part[16] = {0};
+  int64_t i = 0;
+  for (; i + 16 <= d; i += 16)
+    for (int j = 0; j < 16; ++j) part[j] += x[i + j] * x[i + j];
+  for (; i < d; ++i) part[0] += x[i] * x[i];
+  float ss = 0.0f;
+  for (int j = 0; j < 16; ++j) ss += part[j];
+  const float inv = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
+  for (int64_t k = 0; k < d; ++k) out[k] = x[k] * inv;
+  if (bf16) round_all(out, d);
+  for (int64_t k = 0; k < d; ++k) out[k] = w[k] * out[k];
+  if (bf16) round_all(out, d);
+}
+
+// x1, x2 [half] rotated in place with c, s [half]; t1..t4 scratch
+TGI_CLONES void rotary_row(float* x1, float* x2, const float* c, const float* s, int64_t half, bool bf16,
+                           float* t1, float* t2, float* t3, float* t4) {
+  for (int64_t i = 0; i < half; ++i) {
+    t1[i] = x1[i] * c[i];
+    t2[i] = x2[i] * s[i];
+    t3[i] = x2[i] * c[i];
+    t4[i] = x1[i] * s[i];
+  }
+  if (bf16) {
+    round_all(t1, half);
+    round_all(t2, half);
+    round_all(t3, half);
+    round_all(t4, half);
+  }
+  for (int64_t i = 0; i < half; ++i) {
+    x1[i] = t1[i] - t2[i];
+    x2[i] = t3[i] + t4[i];
+  }
+  if (bf16) {
+    round_all(x1, half);
+    round_all(x2, half);
+  }
+}
+
+TGI_CLONES void silu_mul_row(float* g, const float* u, int64_t n, bool bf16) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float gv = g[i];
+    const float e = tgi_common::exp_nonpos(gv >= 0.0f ? -gv : gv);  // sigmoid without overflow
+    const float inv = 1.0f / (1.0f + e);
+    g[i] = gv * (gv >= 0.0f ? inv : e * inv);
+  }
+  if (bf16) round_all(g, n);
+  for (int64_t i = 0; i < n; ++i) g[i] *= u[i];
+  if (bf16) round_all(g, n);
+}
 
 inline int64_t grain(int64_t width) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(width, 1)); }
 
 template <typename T>
 void rms_norm_rows(const T* x, const T* res, const T* w, T* out, T* res_out, int64_t rows, int64_t d,
                    float eps) {
+  std::vector<float> wf(d);
+  to_float(w, wf.data(), d);
+  const bool bf16 = is_bf16(x);
   at::parallel_for(0, rows, grain(d), [&](int64_t begin, int64_t end) {
+    std::vector<float> xf(d), rf(d), of(d);
     for (int64_t r = begin; r < end; ++r) {
-      const T* xr = x + r * d;
-      T* orow = out + r * d;
-      T* rrow = res_out + r * d;
-      float ss = 0.0f;
-      for (int64_t i = 0; i < d; ++i) {
-        float v = ld(xr, i);
-        if (res) v = rnd(v + ld(res + r * d, i), xr);  // x + residual in the dtype
-        st(rrow, i, v);
-        ss += v * v;
-      }
-      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
-      for (int64_t i = 0; i < d; ++i) {
-        const float n = rnd(ld(rrow, i) * inv, xr);  // normalised, back in the dtype
-        st(orow, i, ld(w, i) * n);
-      }
+      to_float(x + r * d, xf.data(), d);
+      if (res) to_float(res + r * d, rf.data(), d);
+      rms_norm_row(xf.data(), res ? rf.data() : nullptr, wf.data(), of.data(), d, eps, bf16);
+      from_float(xf.data(), res_out + r * d, d);
+      from_float(of.data(), out + r * d, d);
     }
   });
 }
@@ -58,19 +139,18 @@ void rms_norm_rows(const T* x, const T* res, const T* w, T* out, T* res_out, int
 template <typename T>
 void rotary_rows(T* qkv, const T* cos, const T* sin, int64_t rows, int64_t width, int64_t heads, int64_t dh) {
   const int64_t half = dh / 2;
+  const bool bf16 = is_bf16(qkv);
   at::parallel_for(0, rows, grain(heads * dh), [&](int64_t begin, int64_t end) {
+    std::vector<float> buf(dh), c(half), s(half), t(4 * half);
     for (int64_t r = begin; r < end; ++r) {
-      const T* c = cos + r * half;
-      const T* s = sin + r * half;
+      to_float(cos + r * half, c.data(), half);
+      to_float(sin + r * half, s.data(), half);
       for (int64_t h = 0; h < heads; ++h) {
         T* x = qkv + r * width + h * dh;
-        for (int64_t i = 0; i < half; ++i) {
-          const float x1 = ld(x, i), x2 = ld(x, i + half), ci = ld(c, i), si = ld(s, i);
-          const float a = rnd(rnd(x1 * ci, x) - rnd(x2 * si, x), x);
-          const float b = rnd(rnd(x2 * ci, x) + rnd(x1 * si, x), x);
-          st(x, i, a);
-          st(x, i + half, b);
-        }
+        to_float(x, buf.data(), dh);
+        rotary_row(buf.data(), buf.data() + half, c.data(), s.data(), half, bf16, t.data(), t.data() + half,
+                   t.data() + 2 * half, t.data() + 3 * half);
+        from_float(buf.data(), x, dh);
       }
     }
   });
@@ -78,17 +158,14 @@ void rotary_rows(T* qkv, const T* cos, const T* sin, int64_t rows, int64_t width
 
 template <typename T>
 void silu_mul_rows(const T* gu, T* out, int64_t rows, int64_t inter) {
+  const bool bf16 = is_bf16(gu);
   at::parallel_for(0, rows, grain(inter), [&](int64_t begin, int64_t end) {
+    std::vector<float> g(inter), u(inter);
     for (int64_t r = begin; r < end; ++r) {
-      const T* g = gu + r * 2 * inter;
-      const T* u = g + inter;
-      T* o = out + r * inter;
-      for (int64_t i = 0; i < inter; ++i) {
-        const float gv = ld(g, i);
-        const float e = tgi_common::exp_nonpos(-std::fabs(gv));  // sigmoid without overflow
-        const float act = rnd(gv * (gv >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e)), g);
-        st(o, i, act * ld(u, i));
-      }
+      to_float(gu + r * 2 * inter, g.data(), inter);
+      to_float(gu + r * 2 * inter + inter, u.data(), inter);
+      silu_mul_row(g.data(), u.data(), inter, bf16);
+      from_float(g.data(), out + r * inter, inter);
     }
   });
 }
@@ -146,5 +223,35 @@ torch::Tensor silu_mul(torch::Tensor gate_up) {
     silu_mul_rows<scalar_t>(gate_up.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), rows, inter);
   });
   return out;
+}
+
+void kv_write(torch::Tensor key_cache, torch::Tensor value_cache, torch::Tensor key, torch::Tensor value,
+              torch::Tensor slots) {
+  TORCH_CHECK(key_cache.is_contiguous() && value_cache.is_contiguous() && key_cache.dim() == 4 &&
+                  value_cache.sizes() == key_cache.sizes(), "caches must be contiguous [blocks, block_size, Hkv, Dh]");
+  TORCH_CHECK(key.dim() == 3 && value.dim() == 3 && key.sizes() == value.sizes(), "key/value must be [n, Hkv, Dh]");
+  TORCH_CHECK(key.scalar_type() == key_cache.scalar_type() && value.scalar_type() == key_cache.scalar_type() &&
+                  value_cache.scalar_type() == key_cache.scalar_type(), "key/value must have the caches' dtype");
+  const int64_t row = key_cache.size(2) * key_cache.size(3);
+  TORCH_CHECK(key.size(1) * key.size(2) == row, "key/value heads do not match the caches");
+  TORCH_CHECK(key.stride(2) == 1 && key.stride(1) == key.size(2) && value.stride(2) == 1 &&
+                  value.stride(1) == value.size(2), "each token's heads must be contiguous");
+  slots = slots.to(at::kLong).contiguous();
+  const int64_t n = std::min<int64_t>(slots.numel(), key.size(0));
+  const int64_t capacity = key_cache.size(0) * key_cache.size(1);
+  const int64_t* sp = slots.data_ptr<int64_t>();
+  const int64_t bytes = row * key.element_size();
+  char* kc = static_cast<char*>(key_cache.data_ptr());
+  char* vc = static_cast<char*>(value_cache.data_ptr());
+  const char* kp = static_cast<const char*>(key.data_ptr());
+  const char* vp = static_cast<const char*>(value.data_ptr());
+  const int64_t ks = key.stride(0) * key.element_size(), vs = value.stride(0) * value.element_size();
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t slot = sp[i];
+    if (slot < 0) continue;  // padding
+    TORCH_CHECK(slot < capacity, "slot ", slot, " is outside the cache (", capacity, " slots)");
+    std::memcpy(kc + slot * bytes, kp + i * ks, bytes);
+    std::memcpy(vc + slot * bytes, vp + i * vs, bytes);
+  }
 }
 """
