@@ -19,6 +19,8 @@ import torch.nn.functional as F
 MAX_PACKED_ROWS = 16
 #: inputs with at most this many rows use the GGUF block kernel where the checkpoint has blocks
 MAX_BLOCK_ROWS = int(os.environ.get("TGI_CPU_BLOCK_ROWS", "8"))
+#: the block kernel's implementation (`tgi.backends.cpu.native.BLOCK_IMPLS`): "auto" picks the fastest here
+BLOCK_IMPL = os.environ.get("TGI_CPU_BLOCK_IMPL", "auto")
 
 
 def prepacking_supported() -> bool:
@@ -52,11 +54,14 @@ class BlockLinearKernel:
         self.packed = native.block_pack(block.data, block.qtype, block.rows, block.cols)
         self.max_rows = max_rows
         self.dense = dense
+        self.impl = BLOCK_IMPL
         self._native = native
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         if x.dim() == 2 and x.shape[0] <= self.max_rows and x.dtype == torch.bfloat16:
-            return self._native.block_linear(x, self.packed, self.qtype, self.rows, self.cols, bias)
+            return self._native.block_linear(
+                x, self.packed, self.qtype, self.rows, self.cols, bias, impl=self.impl
+            )
         if self.dense is not None:
             return self.dense(x, bias)
         return F.linear(x, self.weight, bias)

@@ -1,5 +1,6 @@
-"""The CPU linear over GGUF blocks (Q4_0, Q4_1, Q8_0) against the dequantized weight in float64, on the
-AVX512-BF16 path and the scalar reference path; its wiring from a GGUF checkpoint to the model's linears."""
+"""The CPU linear over GGUF blocks (Q4_0, Q4_1, Q8_0) against the dequantized weight in float64, on each
+path (AMX, AVX512-BF16, scalar reference) this CPU has; its wiring from a GGUF checkpoint to the model's
+linears."""
 
 from __future__ import annotations
 
@@ -28,18 +29,38 @@ def random_blocks(qtype: str, rows: int, cols: int, seed: int) -> BlockWeight:
     return BlockWeight(qtype, torch.from_numpy(raw.reshape(rows, nb * bb)), rows, cols)
 
 
+def require(impl: str) -> None:
+    """Skip unless this CPU has `impl`."""
+    block = random_blocks("Q8_0", 16, 32, seed=0)
+    try:
+        native.block_linear(
+            torch.zeros(1, 32).bfloat16(),
+            native.block_pack(block.data, "Q8_0", 16, 32),
+            "Q8_0",
+            16,
+            32,
+            impl=impl,
+        )
+    except RuntimeError as e:
+        pytest.skip(str(e))
+
+
 @pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1", "Q8_0"])
 @pytest.mark.parametrize("rows,cols", [(16, 32), (40, 96), (200, 576)])
-@pytest.mark.parametrize("m", [1, 3, 8, 13])
-@pytest.mark.parametrize("reference", [False, True])
-def test_block_linear_equals_the_dequantized_product(qtype, rows, cols, m, reference):
+@pytest.mark.parametrize("m", [1, 3, 8, 13, 16, 37, 48, 100])
+@pytest.mark.parametrize("impl", ["reference", "avx512-bf16", "amx"])
+def test_block_linear_equals_the_dequantized_product(qtype, rows, cols, m, impl):
+    require(impl)
     block = random_blocks(qtype, rows, cols, seed=rows + m)
-    w = block.dequantize().double()
+    w = block.dequantize()
+    # AMX multiplies the weights rounded to bfloat16 (as the dense bfloat16 model holds them); the others
+    # multiply the exact values
+    w = (w.bfloat16() if impl == "amx" else w).double()
     torch.manual_seed(m)
     x = torch.randn(m, cols).bfloat16()
     bias = torch.randn(rows).bfloat16()
     packed = native.block_pack(block.data, qtype, rows, cols)
-    y = native.block_linear(x, packed, qtype, rows, cols, bias, reference=reference)
+    y = native.block_linear(x, packed, qtype, rows, cols, bias, impl=impl)
     assert y.dtype == torch.bfloat16 and y.shape == (m, rows)
     expected = x.double() @ w.T + bias.double()
     # one bfloat16 rounding of the output (2^-8 relative) plus float32 accumulation

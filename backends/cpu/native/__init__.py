@@ -146,6 +146,8 @@ def paged_decode(
 
 #: GGUF block formats the block kernels take, by their llama.cpp names
 BLOCK_TYPES = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2}
+#: implementations of `block_linear`
+BLOCK_IMPLS = {"auto": 0, "reference": 1, "avx512-bf16": 2, "amx": 3}
 
 
 def block_pack(raw: torch.Tensor, qtype: str, n: int, k: int) -> torch.Tensor:
@@ -161,15 +163,16 @@ def block_linear(
     n: int,
     k: int,
     bias: torch.Tensor | None = None,
-    reference: bool = False,
+    impl: str = "auto",
 ) -> torch.Tensor:
     """`x @ W.T (+ bias)` with W [n, k] given as `block_pack(...)` of its GGUF blocks.
 
     x [M, k] bfloat16 -> [M, n] bfloat16. Products of x with the exact weight values (not rounded to
-    bfloat16) accumulate in float32, then round once. `reference=True` takes the scalar path (the one a
-    CPU without AVX512-BF16 takes).
+    bfloat16) accumulate in float32, then round once. `impl`: "auto" (the fastest this CPU has), "amx"
+    (weights dequantized to bfloat16 tiles, as the dense weights are, multiplied on AMX), "avx512-bf16",
+    or "reference" (scalar; what a CPU without AVX512-BF16 takes). Raises for one this CPU lacks.
     """
-    return load().block_linear(x, packed, BLOCK_TYPES[qtype], int(n), int(k), bias, bool(reference))
+    return load().block_linear(x, packed, BLOCK_TYPES[qtype], int(n), int(k), bias, BLOCK_IMPLS[impl])
 
 
 def fused():

@@ -23,7 +23,10 @@ CPP_SOURCE = r"""
 #include <vector>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 namespace tgi_blocks {
@@ -217,6 +220,120 @@ bool has_avx512_bf16() {
 #endif
 }
 
+
+#if defined(__x86_64__)
+// ---- AMX path ----------------------------------------------------------------------------------------------
+// Per group and block, the 16 rows x 32 columns are dequantized exactly as the dense bfloat16 weights are
+// (d * q (+ m) in float32, rounded to bfloat16) into a 16 x 64-byte B tile (our packed layout is already
+// the pair-interleaved layout TDPBF16PS takes); A is 16 (or fewer) rows of x for the block's 32 columns
+// straight from memory; C accumulates over all blocks in float32.
+#define TGI_AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16,f16c")))
+
+struct alignas(64) TileConfig {
+  uint8_t palette_id = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+bool amx_ready() {
+  static const bool ok = [] {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    if (!((d >> 24) & 1u) || !((d >> 22) & 1u)) return false;  // AMX-TILE, AMX-BF16
+    // Linux hands out the tile state on request (ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)
+    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+  }();
+  return ok && has_avx512_bf16();
+}
+
+TGI_AMX_TARGET void dequant_tile(const uint8_t* o, int64_t qtype, uint16_t* tile /* [16][32] */) {
+  const int64_t vb = value_bytes(qtype);
+  const __m512 d16 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + vb)));
+  const __m512i ia = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+  const __m512i ib = _mm512_add_epi32(ia, _mm512_set1_epi32(8));
+  const __m512 da = _mm512_permutexvar_ps(ia, d16), db = _mm512_permutexvar_ps(ib, d16);
+  __m512i* out = reinterpret_cast<__m512i*>(tile);
+  if (qtype == kQ8_0) {
+    for (int p = 0; p < 16; ++p) {
+      const __m512 q0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o + 32 * p))));
+      const __m512 q1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o + 32 * p + 16))));
+      _mm512_store_si512(out + p, (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(q1, db), _mm512_mul_ps(q0, da)));
+    }
+    return;
+  }
+  const __m512i low4 = _mm512_set1_epi32(0x0F);
+  const bool has_min = qtype == kQ4_1;
+  const __m512i off = _mm512_set1_epi32(qtype == kQ4_0 ? 8 : 0);
+  __m512 ma = _mm512_setzero_ps(), mb = _mm512_setzero_ps();
+  if (has_min) {
+    const __m512 m16 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + vb + 2 * R)));
+    ma = _mm512_permutexvar_ps(ia, m16);
+    mb = _mm512_permutexvar_ps(ib, m16);
+  }
+  for (int c = 0; c < 8; ++c) {
+    const __m512i v0 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o + 32 * c)));
+    const __m512i v1 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o + 32 * c + 16)));
+    __m512 lo0 = _mm512_mul_ps(da, _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(v0, low4), off)));
+    __m512 lo1 = _mm512_mul_ps(db, _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(v1, low4), off)));
+    __m512 hi0 = _mm512_mul_ps(da, _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(v0, 4), off)));
+    __m512 hi1 = _mm512_mul_ps(db, _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(v1, 4), off)));
+    if (has_min) {
+      lo0 = _mm512_add_ps(lo0, ma);
+      lo1 = _mm512_add_ps(lo1, mb);
+      hi0 = _mm512_add_ps(hi0, ma);
+      hi1 = _mm512_add_ps(hi1, mb);
+    }
+    _mm512_store_si512(out + 2 * c, (__m512i)_mm512_cvtne2ps_pbh(lo1, lo0));
+    _mm512_store_si512(out + 2 * c + 1, (__m512i)_mm512_cvtne2ps_pbh(hi1, hi0));
+  }
+}
+
+// groups [g0, g1) for the T = mts.size() (1-3) row tiles of x starting at x, x + 16 K, ...: each B tile
+// (one dequantization) serves every row tile. y [sum(mts), (g1 - g0) * 16] float32.
+template <int T>
+TGI_AMX_TARGET void groups_amx(const uint16_t* x, int64_t K, const int64_t* mts, const uint8_t* packed,
+                               int64_t qtype, int64_t g0, int64_t g1, float* y) {
+  const int64_t nb = K / QK, S = packed_stride(qtype), ldy = (g1 - g0) * R * 4;
+  TileConfig cfg;
+  for (int t = 0; t < T; ++t) {
+    cfg.rows[t] = static_cast<uint8_t>(mts[t]);  // C tiles 0..T-1
+    cfg.colsb[t] = 64;
+    cfg.rows[3 + t] = static_cast<uint8_t>(mts[t]);  // A tiles 3..3+T-1
+    cfg.colsb[3 + t] = 64;
+  }
+  cfg.rows[6] = 16;  // B
+  cfg.colsb[6] = 64;
+  _tile_loadconfig(&cfg);
+  alignas(64) uint16_t tile[16 * 32];
+  for (int64_t g = g0; g < g1; ++g) {
+    _tile_zero(0);
+    if (T > 1) _tile_zero(1);
+    if (T > 2) _tile_zero(2);
+    for (int64_t b = 0; b < nb; ++b) {
+      dequant_tile(packed + (g * nb + b) * S, qtype, tile);
+      _tile_loadd(6, tile, 64);
+      _tile_loadd(3, x + b * QK, K * 2);
+      _tile_dpbf16ps(0, 3, 6);
+      if (T > 1) {
+        _tile_loadd(4, x + 16 * K + b * QK, K * 2);
+        _tile_dpbf16ps(1, 4, 6);
+      }
+      if (T > 2) {
+        _tile_loadd(5, x + 32 * K + b * QK, K * 2);
+        _tile_dpbf16ps(2, 5, 6);
+      }
+    }
+    char* yg = reinterpret_cast<char*>(y + (g - g0) * R);
+    _tile_stored(0, yg, ldy);
+    if (T > 1) _tile_stored(1, yg + 16 * ldy, ldy);
+    if (T > 2) _tile_stored(2, yg + 32 * ldy, ldy);
+  }
+  _tile_release();
+}
+#endif
+
 }  // namespace tgi_blocks
 
 torch::Tensor block_pack(torch::Tensor raw, int64_t qtype, int64_t n, int64_t k) {
@@ -234,7 +351,7 @@ torch::Tensor block_pack(torch::Tensor raw, int64_t qtype, int64_t n, int64_t k)
 }
 
 torch::Tensor block_linear(torch::Tensor x, torch::Tensor packed, int64_t qtype, int64_t n, int64_t k,
-                           c10::optional<torch::Tensor> bias, bool reference) {
+                           c10::optional<torch::Tensor> bias, int64_t impl) {
   using namespace tgi_blocks;
   TORCH_CHECK(qtype == kQ4_0 || qtype == kQ4_1 || qtype == kQ8_0, "unknown block type ", qtype);
   TORCH_CHECK(n > 0 && k > 0 && k % QK == 0, "K must be a positive multiple of 32, got ", k);
@@ -264,7 +381,38 @@ torch::Tensor block_linear(torch::Tensor x, torch::Tensor packed, int64_t qtype,
   }
   uint16_t* op = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
   const uint8_t* wp = packed.data_ptr<uint8_t>();
-  const bool fast = !reference && has_avx512_bf16();
+  // impl: 0 the fastest this CPU has, 1 scalar reference, 2 AVX512-BF16, 3 AMX
+  TORCH_CHECK(impl >= 0 && impl <= 3, "unknown implementation ", impl);
+#if defined(__x86_64__)
+  TORCH_CHECK(impl != 2 || has_avx512_bf16(), "this CPU has no AVX512-BF16");
+  TORCH_CHECK(impl != 3 || amx_ready(), "AMX is not available here");
+  if (impl == 3 || (impl == 0 && amx_ready())) {
+    const int64_t pass_rows = 48;  // three 16-row tiles of x per dequantized weight tile
+    at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+      std::vector<float> y(pass_rows * (end - begin) * R);
+      for (int64_t m0 = 0; m0 < M; m0 += pass_rows) {
+        const int64_t mt = std::min<int64_t>(pass_rows, M - m0);
+        const int64_t mts[3] = {std::min<int64_t>(16, mt), std::min<int64_t>(16, std::max<int64_t>(0, mt - 16)),
+                                std::max<int64_t>(0, mt - 32)};
+        const uint16_t* xm = xp + m0 * k;
+        if (mt > 32) groups_amx<3>(xm, k, mts, wp, qtype, begin, end, y.data());
+        else if (mt > 16) groups_amx<2>(xm, k, mts, wp, qtype, begin, end, y.data());
+        else groups_amx<1>(xm, k, mts, wp, qtype, begin, end, y.data());
+        const int64_t width = (end - begin) * R;
+        for (int64_t m = 0; m < mt; ++m)
+          for (int64_t c = 0; c < width && begin * R + c < n; ++c) {
+            const int64_t col = begin * R + c;
+            op[(m0 + m) * n + col] = float_to_bf16(y[m * width + c] + (bp ? bp[col] : 0.0f));
+          }
+      }
+    });
+    return out;
+  }
+  const bool fast = impl == 2 || (impl == 0 && has_avx512_bf16());
+#else
+  TORCH_CHECK(impl < 2, "no vector implementation on this architecture");
+  const bool fast = false;
+#endif
   at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> y(M * R);
     for (int64_t g = begin; g < end; ++g) {
