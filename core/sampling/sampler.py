@@ -61,7 +61,9 @@ class TorchSampler(Sampler):
             if any(t != 1.0 for t in temps):
                 x /= torch.tensor(temps, dtype=torch.float32, device=device)[:, None]
 
-        logprobs_all = x.log_softmax(dim=1)  # what is reported (before truncation)
+        # what is reported (before truncation): log_softmax at the chosen (and top) ids only, from one
+        # logsumexp pass instead of a full [N, vocab] log_softmax
+        lse = torch.logsumexp(x, dim=1, keepdim=True)
         greedy_ids = x.argmax(dim=1)
 
         if any_sample:
@@ -70,12 +72,12 @@ class TorchSampler(Sampler):
             token_ids = greedy_ids
 
         out = SamplerOutput(
-            token_ids=token_ids, logprobs=logprobs_all.gather(1, token_ids[:, None]).squeeze(1)
+            token_ids=token_ids, logprobs=(x.gather(1, token_ids[:, None]) - lse).squeeze(1)
         )
         top_n = max(p.top_n_tokens for p in params)
         if top_n > 0:
-            top_lp, top_ids = logprobs_all.topk(min(top_n, vocab), dim=1)
-            out.top_token_ids, out.top_logprobs = top_ids, top_lp
+            top_x, top_ids = x.topk(min(top_n, vocab), dim=1)
+            out.top_token_ids, out.top_logprobs = top_ids, top_x - lse
         return out
 
     @staticmethod
