@@ -75,8 +75,8 @@ class CpuBackend(TorchBackend):
         from tgi.backends.cpu import native
         from tgi.backends.cpu.fused import attach_fused_ops
         from tgi.backends.cpu.linear import (
-            MAX_BLOCK_ROWS,
             attach_block_kernels,
+            max_block_rows,
             prepack_linears,
             prepacking_supported,
         )
@@ -90,7 +90,7 @@ class CpuBackend(TorchBackend):
         ):
             prepack_linears(model)
         if self.block_weight_types():
-            attach_block_kernels(model, MAX_BLOCK_ROWS)
+            attach_block_kernels(model, max_block_rows(native.block_impls()))
         # RMSNorm, rotary and SiLU-mul as one native call each (TGI_CPU_FUSED=0 keeps the torch ops)
         if os.environ.get("TGI_CPU_FUSED", "1") != "0" and native.available():
             attach_fused_ops(model)

@@ -90,6 +90,7 @@ def load() -> ModuleType:
                     "paged_decode",
                     "block_pack",
                     "block_linear",
+                    "block_impls",
                     "rms_norm",
                     "rotary_inplace",
                     "silu_mul",
@@ -154,6 +155,11 @@ def block_pack(raw: torch.Tensor, qtype: str, n: int, k: int) -> torch.Tensor:
     """Repack a [n, k] weight's GGUF blocks (uint8 [n, k / 32 * block bytes], llama.cpp's layout) into the
     layout `block_linear` reads (groups of 16 rows; same size). Returns a flat uint8 tensor."""
     return load().block_pack(raw, BLOCK_TYPES[qtype], int(n), int(k))
+
+
+def block_impls() -> list[str]:
+    """The `block_linear` implementations this CPU (and OS) offers: "reference", "avx512-bf16", "amx"."""
+    return list(load().block_impls())
 
 
 def block_linear(
