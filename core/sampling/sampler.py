@@ -71,9 +71,7 @@ class TorchSampler(Sampler):
         else:
             token_ids = greedy_ids
 
-        out = SamplerOutput(
-            token_ids=token_ids, logprobs=(x.gather(1, token_ids[:, None]) - lse).squeeze(1)
-        )
+        out = SamplerOutput(token_ids=token_ids, logprobs=(x.gather(1, token_ids[:, None]) - lse).squeeze(1))
         top_n = max(p.top_n_tokens for p in params)
         if top_n > 0:
             top_x, top_ids = x.topk(min(top_n, vocab), dim=1)
