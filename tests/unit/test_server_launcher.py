@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import re
+import signal
+import socket
 
 import pytest
+import uvicorn
 
 from tgi.core.config import ConfigError
-from tgi.server.launcher import add_launch_arguments, engine_config, run_launch, server_settings
+from tgi.server.launcher import add_launch_arguments, engine_config, run_launch, serve, server_settings
+from tgi.server.settings import ServerSettings
+from tgi.server.testing import FakeEngine
 
 ENV = [
     "MODEL_ID", "REVISION", "TGI_BACKEND", "DTYPE", "NUM_SHARD", "QUANTIZE", "MAX_INPUT_TOKENS",
@@ -102,3 +108,30 @@ def test_indivisible_shards_are_refused_at_start_with_the_reason(capsys):
     assert run_launch(parse(["--num-shard", "2", "--port", "0", "--hostname", "127.0.0.1"])) == 2
     err = capsys.readouterr().err
     assert "9 attention heads are not divisible by 2 shards" in err
+
+
+def test_serve_freezes_the_loaded_objects_and_runs_uvicorns_loop(monkeypatch):
+    """The objects alive at start are out of the collector's reach, and uvicorn runs with its own event
+    loop choice (`Server.run`, uvloop when installed) on the launcher's socket."""
+    calls = []
+
+    def run(self, sockets=None):
+        calls.append(("run", sockets, gc.get_freeze_count()))
+
+    async def serve_on_asyncios_loop(self, sockets=None):
+        calls.append(("serve", sockets, gc.get_freeze_count()))
+
+    monkeypatch.setattr(uvicorn.Server, "run", run)
+    monkeypatch.setattr(uvicorn.Server, "serve", serve_on_asyncios_loop)
+    engine = FakeEngine()
+    engine.error = None  # what `AsyncEngine` reports once stopped
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    with socket.socket() as sock:
+        try:
+            assert serve(engine, ServerSettings(), sock) == 0
+        finally:
+            gc.unfreeze()
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+    [(method, sockets, frozen)] = calls
+    assert (method, sockets) == ("run", [sock]) and frozen > 0
