@@ -92,7 +92,7 @@ class CpuBackend(TorchBackend):
         if self.block_weight_types():
             attach_block_kernels(model, max_block_rows(native.block_impls()))
         # RMSNorm, rotary and SiLU-mul as one native call each (TGI_CPU_FUSED=0 keeps the torch ops)
-        if os.environ.get("TGI_CPU_FUSED", "1") != "0" and native.available():
+        if _fused_ops_enabled():
             attach_fused_ops(model)
 
     def block_weight_types(self) -> frozenset[str]:
@@ -122,7 +122,7 @@ class CpuBackend(TorchBackend):
         from tgi.backends.cpu.kv_cache import CpuKVCache
 
         cache = CpuKVCache(spec, num_blocks)
-        if os.environ.get("TGI_CPU_FUSED", "1") != "0" and native.available():
+        if _fused_ops_enabled():
             cache.native_write = native.fused().kv_write
         return cache
 
@@ -130,6 +130,13 @@ class CpuBackend(TorchBackend):
         if world_size > 1:  # the ranks share this machine's cores
             torch.set_num_threads(max(1, self._info.cores // world_size))
         return super().create_collective(rank, world_size, init_method)
+
+
+def _fused_ops_enabled() -> bool:
+    """The native fused ops and KV writes are used unless TGI_CPU_FUSED=0 or the native code cannot build."""
+    from tgi.backends.cpu import native
+
+    return os.environ.get("TGI_CPU_FUSED", "1") != "0" and native.available()
 
 
 def _create_attention(name: str) -> AttentionBackend:

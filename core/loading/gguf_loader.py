@@ -214,6 +214,15 @@ def _unpermute_rotary(w: torch.Tensor, n_head: int) -> torch.Tensor:
     return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
 
 
+def _unpermute_projection(name: str, w: torch.Tensor, config: PretrainedConfig) -> torch.Tensor:
+    """`w` with llama.cpp's Q/K row permutation undone when `name` is a q or k projection, else as is."""
+    if ".self_attn.q_proj." in name:
+        return _unpermute_rotary(w, config.num_attention_heads)
+    if ".self_attn.k_proj." in name:
+        return _unpermute_rotary(w, config.num_key_value_heads)
+    return w
+
+
 def iter_gguf_weights(
     path: str, config: PretrainedConfig, select: WeightSelector | None = None
 ) -> Iterator[tuple[str, torch.Tensor]]:
@@ -239,10 +248,7 @@ def iter_gguf_weights(
             data = data.copy()
         w = torch.from_numpy(data)
         if permuted:
-            if ".self_attn.q_proj." in name:
-                w = _unpermute_rotary(w, config.num_attention_heads)
-            elif ".self_attn.k_proj." in name:
-                w = _unpermute_rotary(w, config.num_key_value_heads)
+            w = _unpermute_projection(name, w, config)
         if spec is not None:
             w = w[spec].contiguous()
         yield name, w
@@ -265,8 +271,5 @@ def iter_gguf_blocks(path: str, config: PretrainedConfig, qtypes: frozenset[str]
         raw = np.asarray(tensor.data).view(np.uint8).reshape(rows, -1)  # read-only view of the memory map
         data = torch.from_numpy(raw.copy())
         if permuted:
-            if ".self_attn.q_proj." in name:
-                data = _unpermute_rotary(data, config.num_attention_heads).contiguous()
-            elif ".self_attn.k_proj." in name:
-                data = _unpermute_rotary(data, config.num_key_value_heads).contiguous()
+            data = _unpermute_projection(name, data, config).contiguous()
         yield name, BlockWeight(qtype, data, rows, cols)
