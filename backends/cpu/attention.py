@@ -14,6 +14,8 @@ sliding window, soft-cap), so it never hands a layer back to the SDPA path.
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 
@@ -222,6 +224,8 @@ class CpuNativeAttention(CpuAttention):
 
         native.load()  # raises NativeBuildError with the reason
         self._native = native
+        #: `native.paged_decode`'s implementation ("auto", "vector", "amx"); `TGI_CPU_DECODE_IMPL` overrides
+        self.decode_impl = os.environ.get("TGI_CPU_DECODE_IMPL", "auto")
 
     def decode(
         self,
@@ -242,5 +246,6 @@ class CpuNativeAttention(CpuAttention):
             layer.scale,
             layer.sliding_window,
             layer.softcap,
+            impl=self.decode_impl,
         )
         return out.to(dtype)

@@ -150,3 +150,84 @@ def test_without_a_compiler_the_default_is_the_reference_and_says_why(monkeypatc
     with caplog.at_level("WARNING"):
         assert cpu_backend.default_attention() == "cpu-sdpa"
     assert "no C++ compiler found" in caplog.text
+
+
+# ---- the AMX decode path (bfloat16; head sizes 32-128, block sizes of 16s, at most 16 query heads per kv head)
+AMX = "amx" in native.block_impls()
+LONG_LENGTHS = [1, 2, 15, 16, 17, 31, 32, 33, 100, 300]
+
+
+def _decode(q, cache, meta, layer, impl):
+    key_cache, value_cache = cache.layer(0)
+    return native.paged_decode(
+        q,
+        key_cache,
+        value_cache,
+        meta.decode_block_tables,
+        meta.decode_seq_lens,
+        layer.scale,
+        layer.sliding_window,
+        layer.softcap,
+        impl=impl,
+    )
+
+
+@pytest.mark.skipif(not AMX, reason="this CPU (or OS) offers no AMX")
+@pytest.mark.parametrize("heads", [(4, 4), (9, 3), (16, 1)], ids=["mha", "smollm", "g16"])
+@pytest.mark.parametrize("head_dim", [32, 64, 96, 128])
+@pytest.mark.parametrize("block_size", [16, 32])
+def test_amx_decode_matches_dense(heads, head_dim, block_size):
+    layer = AttentionLayerSpec(heads[0], heads[1], head_dim, head_dim**-0.5)
+    q, cache, meta, ks, vs = make_decode_batch(layer, block_size, torch.bfloat16, LONG_LENGTHS, seed=2)
+    out = _decode(q, cache, meta, layer, "amx")
+    expected = torch.stack([dense_decode(q[i], ks[i], vs[i], layer) for i in range(len(LONG_LENGTHS))])
+    # the output is rounded to bfloat16 (relative 2^-8 of values up to ~3), as on the vector path
+    assert (out.double() - expected).abs().max().item() < 2e-2
+    vector = _decode(q, cache, meta, layer, "vector")
+    assert (out.double() - vector.double()).abs().max().item() < 2e-2
+
+
+@pytest.mark.skipif(not AMX, reason="this CPU (or OS) offers no AMX")
+@pytest.mark.parametrize("window,softcap", [(1, None), (6, None), (40, None), (None, 3.0), (21, 3.0)])
+def test_amx_decode_window_and_softcap(window, softcap):
+    layer = AttentionLayerSpec(6, 2, 64, 64**-0.5, sliding_window=window, softcap=softcap)
+    q, cache, meta, ks, vs = make_decode_batch(layer, 16, torch.bfloat16, LONG_LENGTHS, seed=3)
+    out = _decode(q, cache, meta, layer, "amx")
+    expected = torch.stack([dense_decode(q[i], ks[i], vs[i], layer) for i in range(len(LONG_LENGTHS))])
+    assert (out.double() - expected).abs().max().item() < 2e-2
+
+
+@pytest.mark.parametrize(
+    "impl", ["vector", pytest.param("amx", marks=pytest.mark.skipif(not AMX, reason="no AMX"))]
+)
+def test_decode_never_reads_unused_slots(impl):
+    # NaN in every slot no sequence owns (the tail of each last block included): a kernel that multiplies
+    # them by a zero probability would return NaN
+    layer = AttentionLayerSpec(9, 3, 64, 0.125)
+    q, cache, meta, ks, vs = make_decode_batch(layer, 16, torch.bfloat16, LONG_LENGTHS, seed=4)
+    key_cache, value_cache = cache.layer(0)
+    owned = torch.zeros(key_cache.shape[0] * 16, dtype=torch.bool)
+    for i, n in enumerate(LONG_LENGTHS):
+        table = meta.decode_block_tables[i].tolist()
+        owned[[table[t // 16] * 16 + t % 16 for t in range(n)]] = True
+    key_cache.view(-1, 3, 64)[~owned] = float("nan")
+    value_cache.view(-1, 3, 64)[~owned] = float("nan")
+    out = _decode(q, cache, meta, layer, impl)
+    assert not out.isnan().any()
+    expected = torch.stack([dense_decode(q[i], ks[i], vs[i], layer) for i in range(len(LONG_LENGTHS))])
+    assert (out.double() - expected).abs().max().item() < 2e-2
+
+
+@pytest.mark.skipif(not AMX, reason="this CPU (or OS) offers no AMX")
+def test_amx_decode_refuses_what_it_cannot_run():
+    layer = AttentionLayerSpec(4, 2, 80, 80**-0.5)
+    q, cache, meta, _, _ = make_decode_batch(layer, 16, torch.bfloat16, [5, 20])
+    with pytest.raises(RuntimeError, match="head size of 32, 64, 96 or 128"):
+        _decode(q, cache, meta, layer, "amx")
+    layer = AttentionLayerSpec(4, 2, 64, 0.125)
+    q, cache, meta, _, _ = make_decode_batch(layer, 4, torch.bfloat16, [5, 20])
+    with pytest.raises(RuntimeError, match="block size"):
+        _decode(q, cache, meta, layer, "amx")
+    q, cache, meta, _, _ = make_decode_batch(layer, 16, torch.float32, [5, 20])
+    with pytest.raises(RuntimeError, match="needs bfloat16"):
+        _decode(q, cache, meta, layer, "amx")

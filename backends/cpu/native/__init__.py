@@ -20,6 +20,7 @@ import torch
 
 __all__ = [
     "BLOCK_TYPES",
+    "DECODE_IMPLS",
     "NativeBuildError",
     "available",
     "block_linear",
@@ -125,6 +126,7 @@ def paged_decode(
     scale: float,
     sliding_window: int | None = None,
     softcap: float | None = None,
+    impl: str = "auto",
 ) -> torch.Tensor:
     """Decode attention straight through the block table.
 
@@ -132,6 +134,11 @@ def paged_decode(
     block_tables [D, max_blocks] int32, seq_lens [D] int32 (keys per sequence, the new one included)
     -> [D, H, Dh]. Scores and softmax in float32; `sliding_window` keeps the last that many keys,
     `softcap` applies `softcap * tanh(score / softcap)`.
+
+    `impl`: "auto" (AMX where the CPU has it and the shapes allow: bfloat16, head size 32, 64, 96 or 128,
+    block size a multiple of 16, at most 16 query heads per kv head; else "vector"), "vector" (AVX-512 or
+    scalar) or "amx" (the scores on AMX tiles, 16 keys at a time straight from the cache; softmax and the
+    value product as on the vector path, in float32; raises where it cannot run).
     """
     return load().paged_decode(
         q,
@@ -142,7 +149,12 @@ def paged_decode(
         float(scale),
         -1 if sliding_window is None else int(sliding_window),
         0.0 if softcap is None else float(softcap),
+        DECODE_IMPLS[impl],
     )
+
+
+#: implementations of `paged_decode`
+DECODE_IMPLS = {"auto": 0, "vector": 1, "amx": 2}
 
 
 #: GGUF block formats the block kernels take, by their llama.cpp names

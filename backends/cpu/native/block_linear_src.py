@@ -24,13 +24,14 @@ CPP_SOURCE = r"""
 #include <vector>
 
 #if defined(__x86_64__)
-#include <cpuid.h>
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 #endif
 
 namespace tgi_blocks {
+
+using tgi_common::amx_ready;
+using tgi_common::has_avx512_bf16;
+using tgi_common::TileConfig;
 
 enum QType : int64_t { kQ4_0 = 0, kQ4_1 = 1, kQ8_0 = 2 };
 constexpr int64_t QK = 32;  // weights per block
@@ -210,18 +211,6 @@ TGI_BF16_TARGET void group_avx512(const uint16_t* x, int64_t M, int64_t K, const
 }
 #endif
 
-bool has_avx512_bf16() {
-#if defined(__x86_64__)
-  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16") &&
-                         __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
-  return ok;
-#else
-  return false;
-#endif
-}
-
-
 #if defined(__x86_64__)
 // ---- AMX path ----------------------------------------------------------------------------------------------
 // Per group and block, the 16 rows x 32 columns are dequantized exactly as the dense bfloat16 weights are
@@ -229,25 +218,6 @@ bool has_avx512_bf16() {
 // the pair-interleaved layout TDPBF16PS takes); A is 16 (or fewer) rows of x for the block's 32 columns
 // straight from memory; C accumulates over all blocks in float32.
 #define TGI_AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16,f16c")))
-
-struct alignas(64) TileConfig {
-  uint8_t palette_id = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-bool amx_ready() {
-  static const bool ok = [] {
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-    if (!((d >> 24) & 1u) || !((d >> 22) & 1u)) return false;  // AMX-TILE, AMX-BF16
-    // Linux hands out the tile state on request (ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)
-    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
-  }();
-  return ok && has_avx512_bf16();
-}
 
 TGI_AMX_TARGET void dequant_tile(const uint8_t* o, int64_t qtype, uint16_t* tile /* [16][32] */) {
   const int64_t vb = value_bytes(qtype);
@@ -368,12 +338,6 @@ torch::Tensor block_linear(torch::Tensor x, torch::Tensor packed, int64_t qtype,
   auto out = torch::empty({M, n}, x.options());
   if (M == 0) return out;
   const uint16_t* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
-  std::vector<float> sx(M * nb);  // sum of each block of x (for the Q4_1 mins)
-  for (int64_t i = 0; i < M * nb; ++i) {
-    float s = 0.0f;
-    for (int j = 0; j < QK; ++j) s += bf16_to_float(xp[i * QK + j]);
-    sx[i] = s;
-  }
   torch::Tensor bias_f;
   const float* bp = nullptr;
   if (bias.has_value()) {
@@ -418,6 +382,12 @@ torch::Tensor block_linear(torch::Tensor x, torch::Tensor packed, int64_t qtype,
   TORCH_CHECK(impl < 2, "no vector implementation on this architecture");
   const bool fast = false;
 #endif
+  std::vector<float> sx(M * nb);  // sum of each block of x (for the Q4_1 mins; the AMX path needs none)
+  for (int64_t i = 0; i < M * nb; ++i) {
+    float s = 0.0f;
+    for (int j = 0; j < QK; ++j) s += bf16_to_float(xp[i * QK + j]);
+    sx[i] = s;
+  }
   at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> y(M * R);
     for (int64_t g = begin; g < end; ++g) {

@@ -4,7 +4,51 @@ CPP_SOURCE = r"""
 #include <cstdint>
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 namespace tgi_common {
+
+// AVX-512 with the bfloat16 dot product (and F16C for GGUF's fp16 scales)
+inline bool has_avx512_bf16() {
+#if defined(__x86_64__)
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16") &&
+                         __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
+  return ok;
+#else
+  return false;
+#endif
+}
+
+// The AMX tile configuration (palette 1) that `_tile_loadconfig` takes.
+struct alignas(64) TileConfig {
+  uint8_t palette_id = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// AMX-TILE and AMX-BF16 present, the OS grants this process the tile state, and AVX512-BF16 is there too.
+inline bool amx_ready() {
+#if defined(__x86_64__)
+  static const bool ok = [] {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    if (!((d >> 24) & 1u) || !((d >> 22) & 1u)) return false;  // AMX-TILE, AMX-BF16
+    // Linux hands out the tile state on request (ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)
+    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+  }();
+  return ok && has_avx512_bf16();
+#else
+  return false;
+#endif
+}
 
 // exp(x) for x <= 0 (Cephes' expf polynomial after range reduction; ~1 ulp), written so that the
 // compiler vectorises it (glibc's expf is only vectorised under -ffast-math).
