@@ -16,6 +16,7 @@ from tgi.core.interfaces import (
     KVCache,
     KVCacheSpec,
     MemoryInfo,
+    Sampler,
     TorchBackend,
 )
 
@@ -125,6 +126,16 @@ class CpuBackend(TorchBackend):
         if _fused_ops_enabled():
             cache.native_write = native.fused().kv_write
         return cache
+
+    def sampler(self) -> Sampler:
+        from tgi.core.sampling.sampler import TorchSampler
+
+        if not _fused_ops_enabled():
+            return TorchSampler()
+        from tgi.backends.cpu import native
+
+        # greedy rows without penalties: argmax and log-softmax in one native call, no float32 copy
+        return TorchSampler(greedy_kernel=native.fused().greedy_pick)
 
     def create_collective(self, rank: int, world_size: int, init_method: str | None = None) -> Collective:
         if world_size > 1:  # the ranks share this machine's cores

@@ -28,7 +28,14 @@ class TorchSampler(Sampler):
       chosen token; `top_token_ids`/`top_logprobs` (n = max top_n_tokens over rows) come from the same.
 
     The input `logits` are never modified: when processing is needed the sampler works on a copy.
+
+    `greedy_kernel` (a backend's seam, like the models' kernels): `logits [N, V] -> (token_ids [N] int64,
+    logprobs [N] float32)`, the argmax of each row (its first maximum) and its log-softmax. When set, batches
+    with no penalty, no sampling and no top tokens take it instead of the torch ops.
     """
+
+    def __init__(self, greedy_kernel=None) -> None:
+        self.greedy_kernel = greedy_kernel
 
     def sample(self, logits: torch.Tensor, rows: Sequence[ScheduledSequence]) -> SamplerOutput:
         if logits.dim() != 2 or logits.shape[0] != len(rows):
@@ -47,6 +54,10 @@ class TorchSampler(Sampler):
         need_rep = any(x != 1.0 for x in rep)
         need_freq = any(x != 0.0 for x in freq) or any(x != 0.0 for x in pres)
         any_sample = any(do_sample)
+        top_n = max(p.top_n_tokens for p in params)
+        if self.greedy_kernel is not None and not (need_rep or need_freq or any_sample or top_n):
+            token_ids, logprobs = self.greedy_kernel(logits)
+            return SamplerOutput(token_ids=token_ids, logprobs=logprobs)
 
         x = logits if logits.dtype == torch.float32 else logits.float()
         if need_rep or need_freq or any_sample:
@@ -72,7 +83,6 @@ class TorchSampler(Sampler):
             token_ids = greedy_ids
 
         out = SamplerOutput(token_ids=token_ids, logprobs=(x.gather(1, token_ids[:, None]) - lse).squeeze(1))
-        top_n = max(p.top_n_tokens for p in params)
         if top_n > 0:
             top_x, top_ids = x.topk(min(top_n, vocab), dim=1)
             out.top_token_ids, out.top_logprobs = top_ids, top_x - lse

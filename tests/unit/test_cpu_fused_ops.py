@@ -87,3 +87,64 @@ def test_native_kv_write_equals_the_torch_write(dtype):
     assert all(torch.equal(a, b) for a, b in zip(torch_cache.layer(0), native_cache.layer(0), strict=True))
     with pytest.raises(RuntimeError, match="outside the cache"):
         native_cache.write(0, k, v, torch.tensor([16, 0, 0, 0, 0]))
+
+
+# ---- greedy_pick: argmax + log-softmax of the chosen token, as TorchSampler computes them
+def _greedy_reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    xf = x.float()
+    ids = xf.argmax(1)
+    return ids, (xf.gather(1, ids[:, None]) - torch.logsumexp(xf, 1, keepdim=True)).squeeze(1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("vocab", [1, 7, 16, 49152, 50001])
+def test_greedy_pick_matches_torch(dtype, vocab):
+    gen = torch.Generator().manual_seed(vocab)
+    x = (torch.randn(9, vocab, generator=gen) * 4).to(dtype)
+    if vocab > 20:
+        x[1, 5] = x[1, 17] = x[1].max() + 1  # a tie: the first index wins
+        x[2, :] = -float("inf")
+        x[2, 3] = 0.0  # one finite logit: probability 1
+        x[4, 11] = float("inf")
+        x[5, 8] = float("nan")
+        x[6, : vocab // 2] = -float("inf")
+    x[7, :] = -float("inf")  # nothing finite: logsumexp -inf, as torch
+    ids, logprobs = native.fused().greedy_pick(x)
+    ref_ids, ref_logprobs = _greedy_reference(x)
+    assert torch.equal(ids, ref_ids)
+    assert logprobs.dtype == torch.float32
+    torch.testing.assert_close(logprobs, ref_logprobs, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+def test_sampler_takes_the_greedy_kernel_only_for_plain_greedy_rows():
+    from types import SimpleNamespace
+
+    from tgi.core.sampling.sampler import TorchSampler
+
+    calls = []
+
+    def kernel(logits):
+        calls.append(logits.shape)
+        return native.fused().greedy_pick(logits)
+
+    def rows(**overrides):
+        params = dict(
+            repetition_penalty=1.0,
+            frequency_penalty=0.0,
+            presence_penalty=0.0,
+            do_sample=False,
+            temperature=1.0,
+            top_n_tokens=0,
+        )
+        params.update(overrides)
+        return [SimpleNamespace(sampling=SimpleNamespace(**params))] * 3
+
+    logits = torch.randn(3, 1000).bfloat16()
+    with_kernel, plain = TorchSampler(greedy_kernel=kernel), TorchSampler()
+    a, b = with_kernel.sample(logits, rows()), plain.sample(logits, rows())
+    assert calls == [(3, 1000)]
+    assert torch.equal(a.token_ids, b.token_ids)
+    torch.testing.assert_close(a.logprobs, b.logprobs, rtol=1e-5, atol=1e-5)
+    # top tokens asked: the torch path, which reports them
+    out = with_kernel.sample(logits, rows(top_n_tokens=2))
+    assert len(calls) == 1 and out.top_token_ids.shape == (3, 2)

@@ -96,6 +96,7 @@ def load() -> ModuleType:
                     "rotary_inplace",
                     "silu_mul",
                     "kv_write",
+                    "greedy_pick",
                 ],
                 extra_cflags=["-O3", "-fopenmp", "-fno-math-errno"],
                 extra_ldflags=["-fopenmp"],
@@ -198,5 +199,7 @@ def fused():
     `rotary_inplace(qkv, cos, sin, heads, head_dim)` (rotates the first `heads` heads of each row, q then k,
     in place; cos/sin [T, head_dim / 2]) and `silu_mul(gate_up) -> silu(gate) * up`; float32 or bfloat16,
     contiguous inputs. Also `kv_write(key_cache, value_cache, key, value, slots)`: token i's heads to slot
-    `slots[i]` of [blocks, block_size, Hkv, Dh] caches, negative slots skipped (padding)."""
+    `slots[i]` of [blocks, block_size, Hkv, Dh] caches, negative slots skipped (padding). And
+    `greedy_pick(logits [N, V]) -> (ids [N] int64, logprobs [N] float32)`: each row's argmax (first maximum;
+    a NaN wins, as in `torch.argmax`) and its log-softmax, with no float32 copy of the logits."""
     return load()
