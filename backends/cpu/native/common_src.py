@@ -13,6 +13,25 @@ CPP_SOURCE = r"""
 
 namespace tgi_common {
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// exp_nonpos's polynomial, 16 lanes at a time (callers check for AVX-512F at run time)
+__attribute__((target("avx512f"))) inline __m512 exp16_nonpos(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+  const __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 y = _mm512_fnmadd_ps(r, _mm512_set1_ps(0.693359375f), x);
+  y = _mm512_fmadd_ps(r, _mm512_set1_ps(2.12194440e-4f), y);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(5.0000001201e-1f));
+  const __m512 e = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, y), y, y), _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(e, r);
+}
+#endif
+
 // AVX-512 with the bfloat16 dot product (and F16C for GGUF's fp16 scales)
 inline bool has_avx512_bf16() {
 #if defined(__x86_64__)

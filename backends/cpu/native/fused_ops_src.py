@@ -209,23 +209,6 @@ TGI_AVX512_TARGET inline __m512 load_logits16(const at::BFloat16* p, __mmask16 k
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-// exp(x) for x <= 0, 16 at a time (tgi_common::exp_nonpos's polynomial)
-TGI_AVX512_TARGET inline __m512 exp16_nonpos(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-  const __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 y = _mm512_fnmadd_ps(r, _mm512_set1_ps(0.693359375f), x);
-  y = _mm512_fmadd_ps(r, _mm512_set1_ps(2.12194440e-4f), y);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(5.0000001201e-1f));
-  const __m512 e = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, y), y, y), _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(e, r);
-}
-
 template <typename T>
 TGI_AVX512_TARGET void greedy_row_avx512(const T* row, int64_t V, int64_t* id, float* logprob) {
   // pass 1: the maximum, each lane keeping its first index of it; NaN sends the row to the scalar rules
@@ -256,7 +239,7 @@ TGI_AVX512_TARGET void greedy_row_avx512(const T* row, int64_t V, int64_t* id, f
   __m512 sum = _mm512_setzero_ps();
   for (int64_t i = 0; i < V; i += 16) {
     const __mmask16 k = V - i >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (V - i)) - 1);
-    const __m512 e = exp16_nonpos(_mm512_sub_ps(load_logits16(row + i, k), mv));
+    const __m512 e = tgi_common::exp16_nonpos(_mm512_sub_ps(load_logits16(row + i, k), mv));
     sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(k, e));
   }
   *logprob = load_logit(row, b) - (m + std::log(_mm512_reduce_add_ps(sum)));

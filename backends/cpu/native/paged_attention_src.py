@@ -255,23 +255,6 @@ TGI_ATTN_AMX_TARGET void amx_config_scores(int64_t G) {
   _tile_loadconfig(&cfg);
 }
 
-// exp(x) for x <= 0, 16 at a time: exp_nonpos's polynomial
-TGI_ATTN_AMX_TARGET inline __m512 exp512_nonpos(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-  const __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 y = _mm512_fnmadd_ps(r, _mm512_set1_ps(0.693359375f), x);
-  y = _mm512_fmadd_ps(r, _mm512_set1_ps(2.12194440e-4f), y);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(5.0000001201e-1f));
-  const __m512 e = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, y), y, y), _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(e, r);
-}
-
 template <int CH>
 TGI_ATTN_AMX_TARGET inline void scores_pair(const uint16_t* k0, const uint16_t* k1, int64_t stride, bool two,
                                             float* out0, float* out1, int64_t ldo) {
@@ -349,7 +332,7 @@ TGI_ATTN_AMX_TARGET void decode_one_amx(const uint16_t* __restrict q, const uint
     __m512 sum = _mm512_setzero_ps();
     for (int64_t j = 0; j < n; j += 16) {
       const __mmask16 live = n - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
-      const __m512 e = exp512_nonpos(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, sg + j), m));
+      const __m512 e = tgi_common::exp16_nonpos(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, sg + j), m));
       _mm512_mask_storeu_ps(sg + j, live, e);
       sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(live, e));
     }
