@@ -60,7 +60,7 @@ class TorchModelRunner(ModelRunner):
         if tp_size > 1:
             select = weight_selector(self.model)
         self.model.load_weights(iter_weights(self.source, self.hf_config, select=select))
-        qtypes = self.backend.block_weight_types()
+        qtypes = self.backend.block_weight_types(self.dtype)
         if qtypes and tp_size == 1 and hasattr(self.model, "attach_block_weights"):
             self.model.attach_block_weights(iter_block_weights(self.source, self.hf_config, qtypes))
         self.model.eval()

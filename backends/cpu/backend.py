@@ -90,16 +90,18 @@ class CpuBackend(TorchBackend):
             and os.environ.get("TGI_CPU_PREPACK", "1") != "0"
         ):
             prepack_linears(model)
-        if self.block_weight_types():
+        # the runner attached the checkpoint's blocks where `block_weight_types` asked for them
+        if any(getattr(m, "block_weight", None) is not None for m in model.modules()):
             attach_block_kernels(model, max_block_rows(native.block_impls()))
         # RMSNorm, rotary and SiLU-mul as one native call each (TGI_CPU_FUSED=0 keeps the torch ops)
         if _fused_ops_enabled():
             attach_fused_ops(model)
 
-    def block_weight_types(self) -> frozenset[str]:
-        # GGUF Q4_0/Q4_1/Q8_0 weights are computed with as stored (native kernel) for small inputs;
+    def block_weight_types(self, dtype: str) -> frozenset[str]:
+        # GGUF Q4_0/Q4_1/Q8_0 weights are computed with as stored (native kernel) for small bfloat16 inputs;
+        # float32 models keep the dense products (exact parity), so they read no blocks.
         # TGI_CPU_BLOCK_KERNELS=0 turns it off (the dense copy then serves every product)
-        if os.environ.get("TGI_CPU_BLOCK_KERNELS", "1") == "0":
+        if dtype != "bfloat16" or os.environ.get("TGI_CPU_BLOCK_KERNELS", "1") == "0":
             return frozenset()
         from tgi.backends.cpu import native
 

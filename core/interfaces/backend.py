@@ -127,10 +127,11 @@ class TorchBackend(Backend):
             self.process_group_backend, rank, world_size, init_method, device=self.torch_device()
         )
 
-    def block_weight_types(self) -> frozenset[str]:
-        """GGUF block formats ("Q4_0", "Q4_1", "Q8_0") this backend computes with directly. For a GGUF
-        checkpoint, the runner attaches such weights to their linears as `module.block_weight` (a
-        `tgi.core.loading.block_weights.BlockWeight`) before `prepare_model`. Default: none."""
+    def block_weight_types(self, dtype: str) -> frozenset[str]:
+        """GGUF block formats ("Q4_0", "Q4_1", "Q8_0") this backend computes with directly for a model in
+        `dtype`. For a GGUF checkpoint, the runner attaches such weights to their linears as
+        `module.block_weight` (a `tgi.core.loading.block_weights.BlockWeight`) before `prepare_model`; none
+        are read for an empty set. Default: none."""
         return frozenset()
 
     def prepare_model(self, model: torch.nn.Module) -> None:

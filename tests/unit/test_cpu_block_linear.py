@@ -96,3 +96,13 @@ def test_gguf_blocks_dequantize_to_the_loaded_weights():
     assert set(blocks) == wanted
     for name in wanted:
         assert torch.equal(blocks[name].dequantize(), dense[name]), name
+
+
+def test_cpu_backend_asks_for_blocks_only_for_bfloat16_models(monkeypatch):
+    from tgi.backends.cpu.backend import CpuBackend
+
+    backend = CpuBackend()
+    assert backend.block_weight_types("bfloat16") == frozenset(native.BLOCK_TYPES)
+    assert backend.block_weight_types("float32") == frozenset()  # dense products: no block copy is read
+    monkeypatch.setenv("TGI_CPU_BLOCK_KERNELS", "0")
+    assert backend.block_weight_types("bfloat16") == frozenset()

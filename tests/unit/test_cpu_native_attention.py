@@ -158,18 +158,9 @@ LONG_LENGTHS = [1, 2, 15, 16, 17, 31, 32, 33, 100, 300]
 
 
 def _decode(q, cache, meta, layer, impl):
-    key_cache, value_cache = cache.layer(0)
-    return native.paged_decode(
-        q,
-        key_cache,
-        value_cache,
-        meta.decode_block_tables,
-        meta.decode_seq_lens,
-        layer.scale,
-        layer.sliding_window,
-        layer.softcap,
-        impl=impl,
-    )
+    attn = CpuNativeAttention()
+    attn.decode_impl = impl
+    return attn.decode(q, cache, 0, meta, layer)
 
 
 @pytest.mark.skipif(not AMX, reason="this CPU (or OS) offers no AMX")
