@@ -156,6 +156,26 @@ __attribute__((target("avx512f"))) inline void pass2_group(
   }
 }
 
+// pass 2 for all G query heads of a kv head: GB heads at a time (accumulators in registers, each value row
+// widened once per group). acc [G][C * 16] = sum over keys of scores * V, times inv_p per head.
+template <typename T, int C>
+__attribute__((target("avx512f"))) void pass2_all(
+    const T* __restrict vc, const int32_t* __restrict table, int64_t seq_len, int64_t start, int64_t bs,
+    int64_t row, int64_t kh, int64_t G, int64_t n, const float* __restrict scores,
+    const float* __restrict inv_p, float* __restrict acc) {
+  constexpr int kMaxGB = (16 / C) < 4 ? (16 / C > 0 ? 16 / C : 1) : 4;
+  for (int64_t g = 0; g < G;) {
+    const int64_t gb = std::min<int64_t>(G - g, kMaxGB);
+    switch (gb) {
+      case 4: pass2_group<T, C, (kMaxGB >= 4 ? 4 : 1)>(vc, table, seq_len, start, bs, row, kh, g, n, scores, inv_p, acc); break;
+      case 3: pass2_group<T, C, (kMaxGB >= 3 ? 3 : 1)>(vc, table, seq_len, start, bs, row, kh, g, n, scores, inv_p, acc); break;
+      case 2: pass2_group<T, C, (kMaxGB >= 2 ? 2 : 1)>(vc, table, seq_len, start, bs, row, kh, g, n, scores, inv_p, acc); break;
+      default: pass2_group<T, C, 1>(vc, table, seq_len, start, bs, row, kh, g, n, scores, inv_p, acc); break;
+    }
+    g += gb;
+  }
+}
+
 template <typename T, int C>
 __attribute__((target("avx512f"))) void decode_one_avx512(
     const T* __restrict q, const T* __restrict kc, const T* __restrict vc,
@@ -209,19 +229,7 @@ __attribute__((target("avx512f"))) void decode_one_avx512(
     }
     inv_p[g] = 1.0f / sum;
   }
-  // pass 2: weighted sum of values, GB query heads at a time (accumulators in registers, each value row
-  // widened once per group)
-  for (int64_t g = 0; g < g_heads;) {
-    constexpr int kMaxGB = (16 / C) < 4 ? (16 / C > 0 ? 16 / C : 1) : 4;
-    const int64_t gb = std::min<int64_t>(g_heads - g, kMaxGB);
-    switch (gb) {
-      case 4: pass2_group<T, C, (kMaxGB >= 4 ? 4 : 1)>(vc, table, seq_len, start, bs, row, kh, g, n, scores, inv_p, acc); break;
-      case 3: pass2_group<T, C, (kMaxGB >= 3 ? 3 : 1)>(vc, table, seq_len, start, bs, row, kh, g, n, scores, inv_p, acc); break;
-      case 2: pass2_group<T, C, (kMaxGB >= 2 ? 2 : 1)>(vc, table, seq_len, start, bs, row, kh, g, n, scores, inv_p, acc); break;
-      default: pass2_group<T, C, 1>(vc, table, seq_len, start, bs, row, kh, g, n, scores, inv_p, acc); break;
-    }
-    g += gb;
-  }
+  pass2_all<T, C>(vc, table, seq_len, start, bs, row, kh, g_heads, n, scores, inv_p, acc);
   for (int64_t i = 0; i < g_heads * C * 16; ++i) store_f(out, i, acc[i]);
 }
 #endif
@@ -341,17 +349,7 @@ TGI_ATTN_AMX_TARGET void decode_one_amx(const uint16_t* __restrict q, const uint
   // pass 2 on AVX-512 in float32 (as the vector path): bfloat16 probabilities on AMX cost greedy agreement
   // with the float32 model, and their exact two-part form costs more than it saves
   s.acc.resize(G * dh);
-  for (int64_t g = 0; g < G;) {
-    constexpr int kMaxGB = 16 / (2 * CH) < 4 ? 16 / (2 * CH) : 4;  // accumulators in registers
-    const int64_t gb = std::min<int64_t>(G - g, kMaxGB);
-    switch (gb) {
-      case 4: pass2_group<uint16_t, 2 * CH, (kMaxGB >= 4 ? 4 : 1)>(vc, table, seq_len, start, bs, row, kh, g, n, s.scores.data(), inv, s.acc.data()); break;
-      case 3: pass2_group<uint16_t, 2 * CH, (kMaxGB >= 3 ? 3 : 1)>(vc, table, seq_len, start, bs, row, kh, g, n, s.scores.data(), inv, s.acc.data()); break;
-      case 2: pass2_group<uint16_t, 2 * CH, 2>(vc, table, seq_len, start, bs, row, kh, g, n, s.scores.data(), inv, s.acc.data()); break;
-      default: pass2_group<uint16_t, 2 * CH, 1>(vc, table, seq_len, start, bs, row, kh, g, n, s.scores.data(), inv, s.acc.data()); break;
-    }
-    g += gb;
-  }
+  pass2_all<uint16_t, 2 * CH>(vc, table, seq_len, start, bs, row, kh, G, n, s.scores.data(), inv, s.acc.data());
   for (int64_t g = 0; g < G; ++g)
     for (int64_t d = 0; d < dh; d += 16) {
       const __m512 o = _mm512_loadu_ps(s.acc.data() + g * dh + d);
