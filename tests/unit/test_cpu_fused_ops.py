@@ -64,6 +64,36 @@ def test_silu_mul_matches_torch(dtype, rows):
     torch.testing.assert_close(native.fused().silu_mul(gate_up), expected, **tol(dtype))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fused_ops_on_widths_that_are_not_a_multiple_of_the_vector(dtype):
+    """The vector kernels cover a row 16 lanes at a time; the last, partial group must be neither lost
+    nor written past (a guard column after each row stays as it was)."""
+    torch.manual_seed(0)
+    rows, d = 5, 100
+    norm = RMSNorm(d, 1e-5, dtype)
+    norm.weight.data = torch.randn(d).to(dtype)
+    x, res = torch.randn(rows, d).to(dtype), torch.randn(rows, d).to(dtype)
+    expected, expected_res = norm(x, res)
+    out, new_res = native.fused().rms_norm(x, res, norm.weight, 1e-5)
+    torch.testing.assert_close(new_res, expected_res, rtol=0, atol=0)
+    torch.testing.assert_close(out, expected, **tol(dtype))
+
+    heads, dh = 3, 20  # half = 10 lanes
+    qkv = torch.randn(rows, heads * dh + 1).to(dtype)  # + a guard column
+    rotary = RotaryEmbedding(1.0 / (10000 ** (torch.arange(0, dh, 2).float() / dh)))
+    cos, sin = rotary.cos_sin(torch.arange(7, 7 + rows), dtype)
+    expected_q = apply_rotary(qkv[:, : heads * dh].reshape(rows, heads, dh), cos, sin)
+    guard = qkv[:, -1].clone()
+    native.fused().rotary_inplace(qkv, cos.contiguous(), sin.contiguous(), heads, dh)
+    torch.testing.assert_close(qkv[:, : heads * dh].reshape(rows, heads, dh), expected_q, rtol=0, atol=0)
+    assert torch.equal(qkv[:, -1], guard)
+
+    inter = 37
+    gate_up = (torch.randn(rows, 2 * inter) * 4).to(dtype)
+    gate, up = gate_up.split(inter, dim=-1)
+    torch.testing.assert_close(native.fused().silu_mul(gate_up), F.silu(gate) * up, **tol(dtype))
+
+
 def test_fused_ops_refuse_other_dtypes():
     with pytest.raises(RuntimeError, match="float32 or bfloat16"):
         native.fused().silu_mul(torch.randn(2, 8, dtype=torch.float64))

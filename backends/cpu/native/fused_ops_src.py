@@ -2,7 +2,13 @@
 
 One call each instead of 4-12 small torch ops per layer: RMSNorm with its residual add, rotary embedding of
 q and k in place, SiLU(gate) * up. Each rounds where the torch ops it replaces round (after every op in
-bfloat16), so results match them up to the order of the variance sum.
+bfloat16), so results match them up to the order of the variance sum (and SiLU's exp and reciprocal, within
+an ulp of float32).
+
+With AVX-512 each row is done in one pass in registers, 16 lanes at a time (measured alone, 2 cores, bf16:
+rotary over [2048, 12 x 64] 2.7 -> 0.47 ms, RMSNorm [2048, 576] 1.3 -> 0.6 ms; in the default model's
+decode step at batch 32 the three ops went 7.4 -> 3.4 ms); elsewhere, float32 row buffers and loops the
+compiler vectorises.
 """
 
 CPP_SOURCE = r"""
@@ -120,14 +126,111 @@ TGI_CLONES void silu_mul_row(float* g, const float* u, int64_t n, bool bf16) {
   if (bf16) round_all(g, n);
 }
 
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// ---- AVX-512: one pass per row in registers, the same rounding points as the loops above ----------------
+#define TGI_FUSED_AVX512 1
+#define TGI_V512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+inline bool use_avx512() {
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vl");
+  return ok;
+}
+TGI_V512 inline __mmask16 lanes(int64_t n) { return n >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << n) - 1); }
+TGI_V512 inline __m512 load16(const float* p, __mmask16 k) { return _mm512_maskz_loadu_ps(k, p); }
+TGI_V512 inline __m512 load16(const at::BFloat16* p, __mmask16 k) {
+  const __m256i h = _mm256_maskz_loadu_epi16(k, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+TGI_V512 inline void store16(float* p, __m512 v, __mmask16 k) { _mm512_mask_storeu_ps(p, k, v); }
+TGI_V512 inline void store16(at::BFloat16* p, __m512 v, __mmask16 k) {  // v already bfloat16-exact
+  _mm256_mask_storeu_epi16(p, k, _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16)));
+}
+// round_bf16 on 16 lanes when the tensor is bfloat16
+template <bool BF16> TGI_V512 inline __m512 rnd16(__m512 v) {
+  if (!BF16) return v;
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
+  return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+// a product the compiler must not fuse into the next add (the torch ops round each product on its own)
+TGI_V512 inline __m512 kept(__m512 v) {
+  asm("" : "+v"(v));
+  return v;
+}
+
+template <typename T, bool BF16>
+TGI_V512 void rms_norm_row512(const T* x, const T* res, const T* w, T* out, T* res_out, int64_t d, float eps) {
+  __m512 ss = _mm512_setzero_ps();
+  for (int64_t i = 0; i < d; i += 16) {
+    const __mmask16 k = lanes(d - i);
+    __m512 v = load16(x + i, k);
+    if (res) v = rnd16<BF16>(_mm512_add_ps(v, load16(res + i, k)));
+    store16(res_out + i, v, k);
+    ss = _mm512_fmadd_ps(v, v, ss);
+  }
+  const float inv = 1.0f / std::sqrt(_mm512_reduce_add_ps(ss) / static_cast<float>(d) + eps);
+  const __m512 iv = _mm512_set1_ps(inv);
+  for (int64_t i = 0; i < d; i += 16) {
+    const __mmask16 k = lanes(d - i);
+    const __m512 v = rnd16<BF16>(_mm512_mul_ps(load16(res_out + i, k), iv));
+    store16(out + i, rnd16<BF16>(_mm512_mul_ps(load16(w + i, k), v)), k);
+  }
+}
+
+template <typename T, bool BF16>
+TGI_V512 void rotary_head512(T* x, const T* c, const T* s, int64_t half) {
+  for (int64_t i = 0; i < half; i += 16) {
+    const __mmask16 k = lanes(half - i);
+    const __m512 a = load16(x + i, k), b = load16(x + half + i, k);
+    const __m512 cv = load16(c + i, k), sv = load16(s + i, k);
+    const __m512 t1 = rnd16<BF16>(kept(_mm512_mul_ps(a, cv))), t2 = rnd16<BF16>(kept(_mm512_mul_ps(b, sv)));
+    const __m512 t3 = rnd16<BF16>(kept(_mm512_mul_ps(b, cv))), t4 = rnd16<BF16>(kept(_mm512_mul_ps(a, sv)));
+    store16(x + i, rnd16<BF16>(_mm512_sub_ps(t1, t2)), k);
+    store16(x + half + i, rnd16<BF16>(_mm512_add_ps(t3, t4)), k);
+  }
+}
+
+template <typename T, bool BF16>
+TGI_V512 void silu_mul_row512(const T* g, const T* u, T* out, int64_t n) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = lanes(n - i);
+    const __m512 gv = load16(g + i, k);
+    const __mmask16 pos = _mm512_cmp_ps_mask(gv, _mm512_setzero_ps(), _CMP_GE_OQ);
+    // sigmoid without overflow: exp(-|g|) / (1 + exp(-|g|)) or 1 / (1 + exp(-|g|))
+    const __m512 e = tgi_common::exp16_nonpos(_mm512_mask_sub_ps(gv, pos, _mm512_setzero_ps(), gv));
+    const __m512 den = _mm512_add_ps(one, e);  // in [1, 2]: rcp14 + one Newton step is within 1 ulp
+    __m512 inv = _mm512_rcp14_ps(den);
+    inv = _mm512_mul_ps(inv, _mm512_fnmadd_ps(den, inv, _mm512_set1_ps(2.0f)));
+    const __m512 sg = _mm512_mask_mov_ps(_mm512_mul_ps(e, inv), pos, inv);
+    const __m512 act = rnd16<BF16>(_mm512_mul_ps(gv, sg));
+    store16(out + i, rnd16<BF16>(_mm512_mul_ps(act, load16(u + i, k))), k);
+  }
+}
+#endif
+
 inline int64_t grain(int64_t width) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(width, 1)); }
 
 template <typename T>
 void rms_norm_rows(const T* x, const T* res, const T* w, T* out, T* res_out, int64_t rows, int64_t d,
                    float eps) {
+  const bool bf16 = is_bf16(x);
+#ifdef TGI_FUSED_AVX512
+  if (use_avx512()) {
+    at::parallel_for(0, rows, grain(d), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const T* rr = res ? res + r * d : nullptr;
+        if (bf16) rms_norm_row512<T, true>(x + r * d, rr, w, out + r * d, res_out + r * d, d, eps);
+        else rms_norm_row512<T, false>(x + r * d, rr, w, out + r * d, res_out + r * d, d, eps);
+      }
+    });
+    return;
+  }
+#endif
   std::vector<float> wf(d);
   to_float(w, wf.data(), d);
-  const bool bf16 = is_bf16(x);
   at::parallel_for(0, rows, grain(d), [&](int64_t begin, int64_t end) {
     std::vector<float> xf(d), rf(d), of(d);
     for (int64_t r = begin; r < end; ++r) {
@@ -144,6 +247,19 @@ template <typename T>
 void rotary_rows(T* qkv, const T* cos, const T* sin, int64_t rows, int64_t width, int64_t heads, int64_t dh) {
   const int64_t half = dh / 2;
   const bool bf16 = is_bf16(qkv);
+#ifdef TGI_FUSED_AVX512
+  if (use_avx512()) {
+    at::parallel_for(0, rows, grain(heads * dh), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r)
+        for (int64_t h = 0; h < heads; ++h) {
+          T* x = qkv + r * width + h * dh;
+          if (bf16) rotary_head512<T, true>(x, cos + r * half, sin + r * half, half);
+          else rotary_head512<T, false>(x, cos + r * half, sin + r * half, half);
+        }
+    });
+    return;
+  }
+#endif
   at::parallel_for(0, rows, grain(heads * dh), [&](int64_t begin, int64_t end) {
     std::vector<float> buf(dh), c(half), s(half), t(4 * half);
     for (int64_t r = begin; r < end; ++r) {
@@ -163,6 +279,18 @@ void rotary_rows(T* qkv, const T* cos, const T* sin, int64_t rows, int64_t width
 template <typename T>
 void silu_mul_rows(const T* gu, T* out, int64_t rows, int64_t inter) {
   const bool bf16 = is_bf16(gu);
+#ifdef TGI_FUSED_AVX512
+  if (use_avx512()) {
+    at::parallel_for(0, rows, grain(inter), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const T* g = gu + r * 2 * inter;
+        if (bf16) silu_mul_row512<T, true>(g, g + inter, out + r * inter, inter);
+        else silu_mul_row512<T, false>(g, g + inter, out + r * inter, inter);
+      }
+    });
+    return;
+  }
+#endif
   at::parallel_for(0, rows, grain(inter), [&](int64_t begin, int64_t end) {
     std::vector<float> g(inter), u(inter);
     for (int64_t r = begin; r < end; ++r) {
@@ -200,17 +328,9 @@ void greedy_row_scalar(const T* row, int64_t V, int64_t* id, float* logprob) {
   *logprob = load_logit(row, best) - (m + std::log(sum));
 }
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define TGI_GREEDY_AVX512 1
-#define TGI_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
-TGI_AVX512_TARGET inline __m512 load_logits16(const float* p, __mmask16 k) { return _mm512_maskz_loadu_ps(k, p); }
-TGI_AVX512_TARGET inline __m512 load_logits16(const at::BFloat16* p, __mmask16 k) {
-  const __m256i h = _mm256_maskz_loadu_epi16(k, p);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
+#ifdef TGI_FUSED_AVX512
 template <typename T>
-TGI_AVX512_TARGET void greedy_row_avx512(const T* row, int64_t V, int64_t* id, float* logprob) {
+TGI_V512 void greedy_row_avx512(const T* row, int64_t V, int64_t* id, float* logprob) {
   // pass 1: the maximum, each lane keeping its first index of it; NaN sends the row to the scalar rules
   __m512 best = _mm512_set1_ps(-INFINITY);
   __m512i best_i = _mm512_setzero_si512();
@@ -219,7 +339,7 @@ TGI_AVX512_TARGET void greedy_row_avx512(const T* row, int64_t V, int64_t* id, f
   __mmask16 nan = 0;
   for (int64_t i = 0; i < V; i += 16) {
     const __mmask16 k = V - i >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (V - i)) - 1);
-    const __m512 v = load_logits16(row + i, k);
+    const __m512 v = load16(row + i, k);
     nan |= _mm512_mask_cmp_ps_mask(k, v, v, _CMP_UNORD_Q);
     const __mmask16 gt = _mm512_mask_cmp_ps_mask(k, v, best, _CMP_GT_OQ);
     best = _mm512_mask_mov_ps(best, gt, v);
@@ -239,7 +359,7 @@ TGI_AVX512_TARGET void greedy_row_avx512(const T* row, int64_t V, int64_t* id, f
   __m512 sum = _mm512_setzero_ps();
   for (int64_t i = 0; i < V; i += 16) {
     const __mmask16 k = V - i >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (V - i)) - 1);
-    const __m512 e = tgi_common::exp16_nonpos(_mm512_sub_ps(load_logits16(row + i, k), mv));
+    const __m512 e = tgi_common::exp16_nonpos(_mm512_sub_ps(load16(row + i, k), mv));
     sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(k, e));
   }
   *logprob = load_logit(row, b) - (m + std::log(_mm512_reduce_add_ps(sum)));
@@ -248,10 +368,8 @@ TGI_AVX512_TARGET void greedy_row_avx512(const T* row, int64_t V, int64_t* id, f
 
 template <typename T>
 void greedy_row(const T* row, int64_t V, int64_t* id, float* logprob) {
-#ifdef TGI_GREEDY_AVX512
-  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                             __builtin_cpu_supports("avx512vl");
-  if (avx512) {
+#ifdef TGI_FUSED_AVX512
+  if (use_avx512()) {
     greedy_row_avx512(row, V, id, logprob);
     return;
   }
