@@ -325,14 +325,30 @@ TGI_ATTN_AMX_TARGET void decode_one_amx(const uint16_t* __restrict q, const uint
   s.scores.resize(G * n);
   const int64_t skip = start - t0;
   float mx[16];
-  for (int64_t g = 0; g < G; ++g) mx[g] = -INFINITY;
-  for (int64_t i = 0; i < n; ++i)
+  if (softcap > 0.0f) {
+    for (int64_t g = 0; g < G; ++g) mx[g] = -INFINITY;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t g = 0; g < G; ++g) {
+        const float v = softcap * std::tanh(s.sc[(skip + i) * G + g] * scale / softcap);
+        s.scores[g * n + i] = v;
+        mx[g] = v > mx[g] ? v : mx[g];
+      }
+  } else {  // [keys][G] -> [G][keys], 16 keys at a time
+    const __m512i lane = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32(static_cast<int>(G)));
+    const __m512 sv = _mm512_set1_ps(scale);
     for (int64_t g = 0; g < G; ++g) {
-      float v = s.sc[(skip + i) * G + g] * scale;
-      if (softcap > 0.0f) v = softcap * std::tanh(v / softcap);
-      s.scores[g * n + i] = v;
-      mx[g] = v > mx[g] ? v : mx[g];
+      __m512 m = _mm512_set1_ps(-INFINITY);
+      for (int64_t j = 0; j < n; j += 16) {
+        const __mmask16 live = n - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
+        const float* base = s.sc.data() + (skip + j) * G + g;
+        const __m512 v = _mm512_mul_ps(_mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, lane, base, 4), sv);
+        _mm512_mask_storeu_ps(s.scores.data() + g * n + j, live, v);
+        m = _mm512_mask_max_ps(m, live, m, v);
+      }
+      mx[g] = _mm512_reduce_max_ps(m);
     }
+  }
   float inv[16];
   for (int64_t g = 0; g < G; ++g) {
     float* sg = s.scores.data() + g * n;
