@@ -318,7 +318,6 @@ TGI_AMX_TARGET void groups_amx(const uint16_t* x, int64_t K, const int64_t* mts,
   }
   _tile_release();
 }
-
 #endif
 
 }  // namespace tgi_blocks
@@ -404,8 +403,8 @@ torch::Tensor block_linear(torch::Tensor x, torch::Tensor packed, int64_t qtype,
   at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> y(M * R);
     for (int64_t g = begin; g < end; ++g) {
-#if defined(__x86_64__)
       const int64_t rows = std::min<int64_t>(R, n - g * R);
+#if defined(__x86_64__)
       if (fast) {
         group_avx512(xp, M, k, sx.data(), wp, qtype, g, y.data());
         store_rows_bf16(y.data(), R, bp ? bp + g * R : nullptr, M, rows, op + g * R, n);
