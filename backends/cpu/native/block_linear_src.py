@@ -152,7 +152,7 @@ TGI_BF16_TARGET void store_rows_bf16(const float* y, int64_t ldy, const float* b
                                      uint16_t* out, int64_t ldo) {
   for (int64_t m = 0; m < rows; ++m)
     for (int64_t c = 0; c < cols; c += 16) {
-      const __mmask16 k = cols - c >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (cols - c)) - 1);
+      const __mmask16 k = tgi_common::lanes16(cols - c);
       __m512 v = _mm512_maskz_loadu_ps(k, y + m * ldy + c);
       if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, bias + c));
       _mm256_mask_storeu_epi16(out + m * ldo + c, k, (__m256i)_mm512_cvtneps_pbh(v));

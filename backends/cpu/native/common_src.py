@@ -14,6 +14,14 @@ CPP_SOURCE = r"""
 namespace tgi_common {
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// the first min(n, 16) lanes: the mask of a row's last, possibly partial, group of 16
+inline __mmask16 lanes16(int64_t n) { return n >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << n) - 1); }
+
+// 16 bfloat16 values as float32 (a bfloat16 is the top half of a float32)
+__attribute__((target("avx512f"))) inline __m512 bf16x16_to_float(__m256i h) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
 // exp_nonpos's polynomial, 16 lanes at a time (callers check for AVX-512F at run time)
 __attribute__((target("avx512f"))) inline __m512 exp16_nonpos(__m512 x) {
   x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));

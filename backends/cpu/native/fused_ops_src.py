@@ -7,8 +7,8 @@ an ulp of float32).
 
 With AVX-512 each row is done in one pass in registers, 16 lanes at a time (measured alone, 2 cores, bf16:
 rotary over [2048, 12 x 64] 2.7 -> 0.47 ms, RMSNorm [2048, 576] 1.3 -> 0.6 ms; in the default model's
-decode step at batch 32, successive runs, the three ops went 7.4 -> 3.4 ms); elsewhere, float32 row buffers and loops the
-compiler vectorises.
+decode step at batch 32, successive runs, the three ops went 7.4 -> 3.4 ms); elsewhere, float32 row buffers
+and loops the compiler vectorises.
 """
 
 CPP_SOURCE = r"""
@@ -126,7 +126,6 @@ TGI_CLONES void silu_mul_row(float* g, const float* u, int64_t n, bool bf16) {
   if (bf16) round_all(g, n);
 }
 
-
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 // ---- AVX-512: one pass per row in registers, the same rounding points as the loops above ----------------
 #define TGI_FUSED_AVX512 1
@@ -136,11 +135,10 @@ inline bool use_avx512() {
                          __builtin_cpu_supports("avx512vl");
   return ok;
 }
-TGI_V512 inline __mmask16 lanes(int64_t n) { return n >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << n) - 1); }
+using tgi_common::lanes16;
 TGI_V512 inline __m512 load16(const float* p, __mmask16 k) { return _mm512_maskz_loadu_ps(k, p); }
 TGI_V512 inline __m512 load16(const at::BFloat16* p, __mmask16 k) {
-  const __m256i h = _mm256_maskz_loadu_epi16(k, p);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  return tgi_common::bf16x16_to_float(_mm256_maskz_loadu_epi16(k, p));
 }
 TGI_V512 inline void store16(float* p, __m512 v, __mmask16 k) { _mm512_mask_storeu_ps(p, k, v); }
 TGI_V512 inline void store16(at::BFloat16* p, __m512 v, __mmask16 k) {  // v already bfloat16-exact
@@ -164,7 +162,7 @@ template <typename T, bool BF16>
 TGI_V512 void rms_norm_row512(const T* x, const T* res, const T* w, T* out, T* res_out, int64_t d, float eps) {
   __m512 ss = _mm512_setzero_ps();
   for (int64_t i = 0; i < d; i += 16) {
-    const __mmask16 k = lanes(d - i);
+    const __mmask16 k = lanes16(d - i);
     __m512 v = load16(x + i, k);
     if (res) v = rnd16<BF16>(_mm512_add_ps(v, load16(res + i, k)));
     store16(res_out + i, v, k);
@@ -173,7 +171,7 @@ TGI_V512 void rms_norm_row512(const T* x, const T* res, const T* w, T* out, T* r
   const float inv = 1.0f / std::sqrt(_mm512_reduce_add_ps(ss) / static_cast<float>(d) + eps);
   const __m512 iv = _mm512_set1_ps(inv);
   for (int64_t i = 0; i < d; i += 16) {
-    const __mmask16 k = lanes(d - i);
+    const __mmask16 k = lanes16(d - i);
     const __m512 v = rnd16<BF16>(_mm512_mul_ps(load16(res_out + i, k), iv));
     store16(out + i, rnd16<BF16>(_mm512_mul_ps(load16(w + i, k), v)), k);
   }
@@ -182,7 +180,7 @@ TGI_V512 void rms_norm_row512(const T* x, const T* res, const T* w, T* out, T* r
 template <typename T, bool BF16>
 TGI_V512 void rotary_head512(T* x, const T* c, const T* s, int64_t half) {
   for (int64_t i = 0; i < half; i += 16) {
-    const __mmask16 k = lanes(half - i);
+    const __mmask16 k = lanes16(half - i);
     const __m512 a = load16(x + i, k), b = load16(x + half + i, k);
     const __m512 cv = load16(c + i, k), sv = load16(s + i, k);
     const __m512 t1 = rnd16<BF16>(kept(_mm512_mul_ps(a, cv))), t2 = rnd16<BF16>(kept(_mm512_mul_ps(b, sv)));
@@ -196,7 +194,7 @@ template <typename T, bool BF16>
 TGI_V512 void silu_mul_row512(const T* g, const T* u, T* out, int64_t n) {
   const __m512 one = _mm512_set1_ps(1.0f);
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 k = lanes(n - i);
+    const __mmask16 k = lanes16(n - i);
     const __m512 gv = load16(g + i, k);
     const __mmask16 pos = _mm512_cmp_ps_mask(gv, _mm512_setzero_ps(), _CMP_GE_OQ);
     // sigmoid without overflow: exp(-|g|) / (1 + exp(-|g|)) or 1 / (1 + exp(-|g|))
@@ -338,7 +336,7 @@ TGI_V512 void greedy_row_avx512(const T* row, int64_t V, int64_t* id, float* log
   const __m512i step = _mm512_set1_epi32(16);
   __mmask16 nan = 0;
   for (int64_t i = 0; i < V; i += 16) {
-    const __mmask16 k = V - i >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (V - i)) - 1);
+    const __mmask16 k = lanes16(V - i);
     const __m512 v = load16(row + i, k);
     nan |= _mm512_mask_cmp_ps_mask(k, v, v, _CMP_UNORD_Q);
     const __mmask16 gt = _mm512_mask_cmp_ps_mask(k, v, best, _CMP_GT_OQ);
@@ -358,7 +356,7 @@ TGI_V512 void greedy_row_avx512(const T* row, int64_t V, int64_t* id, float* log
   const __m512 mv = _mm512_set1_ps(m);
   __m512 sum = _mm512_setzero_ps();
   for (int64_t i = 0; i < V; i += 16) {
-    const __mmask16 k = V - i >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (V - i)) - 1);
+    const __mmask16 k = lanes16(V - i);
     const __m512 e = tgi_common::exp16_nonpos(_mm512_sub_ps(load16(row + i, k), mv));
     sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(k, e));
   }

@@ -124,8 +124,7 @@ void decode_one(const T* __restrict q,        // [G, Dh] at this sequence's firs
 // (checked at run time), for head sizes that are a multiple of 16 (C = head_dim / 16 vectors per row).
 __attribute__((target("avx512f"))) inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
 __attribute__((target("avx512f"))) inline __m512 load16(const uint16_t* p) {
-  __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  return tgi_common::bf16x16_to_float(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
 template <typename T, int C, int GB>
@@ -234,7 +233,6 @@ __attribute__((target("avx512f"))) void decode_one_avx512(
 }
 #endif
 
-
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define TGI_AMX_ATTENTION 1
 // ---- AMX path (bfloat16, head_dim a multiple of 32, block size a multiple of 16, G <= 16) -----------------
@@ -340,7 +338,7 @@ TGI_ATTN_AMX_TARGET void decode_one_amx(const uint16_t* __restrict q, const uint
     for (int64_t g = 0; g < G; ++g) {
       __m512 m = _mm512_set1_ps(-INFINITY);
       for (int64_t j = 0; j < n; j += 16) {
-        const __mmask16 live = n - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
+        const __mmask16 live = tgi_common::lanes16(n - j);
         const float* base = s.sc.data() + (skip + j) * G + g;
         const __m512 v = _mm512_mul_ps(_mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, lane, base, 4), sv);
         _mm512_mask_storeu_ps(s.scores.data() + g * n + j, live, v);
@@ -355,7 +353,7 @@ TGI_ATTN_AMX_TARGET void decode_one_amx(const uint16_t* __restrict q, const uint
     const __m512 m = _mm512_set1_ps(mx[g]);
     __m512 sum = _mm512_setzero_ps();
     for (int64_t j = 0; j < n; j += 16) {
-      const __mmask16 live = n - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
+      const __mmask16 live = tgi_common::lanes16(n - j);
       const __m512 e = tgi_common::exp16_nonpos(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, sg + j), m));
       _mm512_mask_storeu_ps(sg + j, live, e);
       sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(live, e));
