@@ -52,8 +52,9 @@ def hash_uniform(seeds: torch.Tensor, steps: torch.Tensor, vocab_size: int) -> t
     base = mix64(mix64(seeds * _STREAM + _GOLDEN) + steps * _GOLDEN)  # [N]
     idx = torch.arange(1, vocab_size + 1, device=seeds.device, dtype=torch.int64)
     z = mix64(base[:, None] + idx[None, :] * _GOLDEN)  # [N, V]
-    # top 24 bits -> an exactly representable float32 in (0, 1)
-    return (_shr(z, 40).to(torch.float32) + 0.5) * (1.0 / (1 << 24))
+    # top 23 bits -> (bits + 0.5) / 2^23, exactly representable in float32 and strictly below 1 (with 24
+    # bits the largest value rounds to 1.0: an exponential of 0, a token that wins every draw)
+    return (_shr(z, 41).to(torch.float32) + 0.5) * (1.0 / (1 << 23))
 
 
 def exponential_noise(seeds: torch.Tensor, steps: torch.Tensor, vocab_size: int) -> torch.Tensor:

@@ -70,3 +70,24 @@ def generate_greedy(
     engine = LLMEngine.from_config(config, registry=registry)
     params = SamplingParams(max_new_tokens=max_new_tokens, ignore_eos=True)
     return [r.token_ids for r in engine.generate([list(p) for p in prompts], params)]
+
+
+def transformers_greedy(
+    model_path: str | Path, prompts: Sequence[Sequence[int]] = PROMPTS, max_new_tokens: int = 8
+) -> list[list[int]]:
+    """The reference for `generate_greedy`: `transformers`' float32 model of the same checkpoint, each
+    prompt on its own, the full sequence run again for every token (no KV cache), the first maximum of the
+    last position's logits taken, EOS not stopping it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    out = []
+    with torch.no_grad():
+        for prompt in prompts:
+            ids = list(prompt)
+            for _ in range(max_new_tokens):
+                logits = model(torch.tensor([ids])).logits[0, -1]
+                ids.append(int(logits.argmax()))
+            out.append(ids[len(prompt) :])
+    return out

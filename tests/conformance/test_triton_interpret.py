@@ -4,7 +4,7 @@ Part 1 compares each kernel with the CPU backend (its KV write and its SDPA atte
 cache: the KV write, split-K decode (1 to 8 splits, GQA, window, soft-cap) and chunked prefill. Part 2
 runs the whole backend conformance suite on `CudaBackend` with its device swapped for the CPU, so the
 Triton attention, the Triton KV cache and `CudaModelRunner` go through the same checks as every backend,
-including the end-to-end generation against the CPU backend.
+including the end-to-end generation against `transformers`.
 
 `TRITON_INTERPRET` is read when triton is imported (its own `tl.cdiv` & co. are decorated then), when a
 kernel is decorated, and at launch, so `conftest.py` here sets it before anything imports triton, and it

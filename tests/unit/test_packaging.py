@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import pathlib
 
 import tomllib
@@ -27,3 +28,22 @@ def test_no_backend_folder_is_empty():
         if folder.is_dir() and folder.name != "__pycache__":
             modules = [p for p in folder.glob("*.py") if p.name != "__init__.py"]
             assert modules, f"backends/{folder.name} is an empty backend"
+
+
+def test_core_imports_no_backend():
+    """Core reaches backends through the plugin host only (entry points), never by importing one."""
+    offenders = []
+    for path in (ROOT / "core").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            else:
+                continue
+            offenders += [
+                f"{path.relative_to(ROOT)}:{node.lineno} imports {name}"
+                for name in names
+                if name == "tgi.backends" or name.startswith("tgi.backends.")
+            ]
+    assert not offenders, offenders

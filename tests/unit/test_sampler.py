@@ -220,3 +220,53 @@ def test_top_k_top_p_partial_sort_matches_full_sort():
     assert torch.equal(full, part)
     assert torch.equal(full[2], logits[2])  # untouched row
     assert int(torch.isfinite(full[0]).sum()) == 5
+
+
+def test_equals_the_plainly_written_reference_over_a_random_grid():
+    """Every parameter combination, in one batch, against `reference_sample` (one row at a time, float64)."""
+    import random
+
+    from tgi.core.testing.reference_sampler import reference_sample, uniform_noise
+
+    rng = random.Random(0)
+    rows = []
+    for _ in range(300):
+        params = dict(
+            do_sample=rng.random() < 0.8,
+            temperature=rng.choice([1.0, 0.3, 0.7, 1.5]),
+            top_k=rng.choice([0, 0, 1, 5, 50]),
+            top_p=rng.choice([1.0, 1.0, 0.5, 0.9]),
+            typical_p=rng.choice([1.0, 1.0, 0.3, 0.95]),
+            repetition_penalty=rng.choice([1.0, 1.3, 0.8]),
+            frequency_penalty=rng.choice([0.0, 0.5, -1.0]),
+            presence_penalty=rng.choice([0.0, 0.4]),
+        )
+        history = [rng.randrange(300) for _ in range(rng.randrange(1, 30))]
+        prompt = rng.randrange(1, len(history) + 1)
+        rows.append(row(seed=rng.getrandbits(64), prompt=history[:prompt], output=history[prompt:], **params))
+    logits = torch.randn(len(rows), 300, generator=torch.Generator().manual_seed(1)) * 3
+    ours, ref = TorchSampler().sample(logits, rows), reference_sample(logits, rows)
+    assert ours.token_ids.tolist() == ref.token_ids
+    torch.testing.assert_close(
+        ours.logprobs.double(), torch.tensor(ref.logprobs, dtype=torch.float64), atol=1e-5, rtol=1e-5
+    )
+    assert len(set(ref.token_ids)) > 100  # varied draws, not one token everywhere
+    # the noise itself, value for value
+    seeds, steps = torch.tensor([P.seed_to_i64(2**64 - 1), 5]), torch.tensor([3, 0])
+    u = P.hash_uniform(seeds, steps, 64).double()
+    expected = torch.tensor([uniform_noise(2**64 - 1, 3, 64), uniform_noise(5, 0, 64)], dtype=torch.float64)
+    assert torch.equal(u, expected)
+
+
+@pytest.mark.parametrize("kw", [dict(top_k=1), dict(top_p=0.05), dict()], ids=["top_k", "top_p", "plain"])
+def test_a_token_of_negligible_probability_is_never_drawn(kw):
+    # Seed 576's noise at step 0, over 4096 tokens, once held a uniform of exactly 1.0 at token 3710
+    # (24 bits + 0.5 rounded up in float32): its exponential was 0, so the token won every draw, and a
+    # token truncated away (-inf - log 0 = NaN) won argmax.
+    logits = torch.randn(1, 4096, generator=torch.Generator().manual_seed(5))
+    logits[0, 3710] = -100.0
+    best = int(logits.argmax())
+    token = int(TorchSampler().sample(logits, [row(seed=576, do_sample=True, **kw)]).token_ids[0])
+    assert token != 3710
+    if kw.get("top_k") == 1:
+        assert token == best

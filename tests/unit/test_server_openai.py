@@ -7,6 +7,7 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
+from tgi.core.sampling_params import SamplingParams
 from tgi.server.app import create_app
 from tgi.server.testing import REPLY, FakeEngine
 
@@ -115,7 +116,27 @@ def test_completions_prompt_list_and_ignore_eos(client, engine):
 
 def test_completions_default_16_tokens_token_ids_and_logprobs(client, engine):
     body = client.post("/v1/completions", json={"prompt": [72, 105], "logprobs": 2, "temperature": 0}).json()
-    assert engine.requests[0] == ([72, 105], engine.requests[0][1])
+    # OpenAI's meaning: temperature 0 is greedy, 16 new tokens by default, `logprobs: 2` asks for the
+    # chosen token's logprob and the 2 best alternatives; everything else off
+    expected = SamplingParams(
+        do_sample=False,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        typical_p=1.0,
+        repetition_penalty=1.0,
+        frequency_penalty=0.0,
+        presence_penalty=0.0,
+        seed=None,
+        max_new_tokens=16,
+        min_new_tokens=0,
+        stop=(),
+        ignore_eos=False,
+        logprobs=True,
+        top_n_tokens=2,
+        prompt_logprobs=False,
+    )
+    assert engine.requests[0] == ([72, 105], expected)
     assert engine.requests[0][1].max_new_tokens == 16
     lp = body["choices"][0]["logprobs"]
     assert lp["tokens"][:2] == ["H", "e"] and lp["text_offset"][:3] == [0, 1, 2]
