@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 
 import torch
 
@@ -31,7 +30,9 @@ def default_attention() -> str:
     """cpu-native where a C++ compiler is found to build it (it is ~1.1-1.2x faster per decode step), else
     the reference, with a warning that says why. Asking for cpu-native explicitly, or a failed build where
     a compiler exists, is an error, never a fallback."""
-    if os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++"):
+    from tgi.backends.cpu import native
+
+    if native.compiler_found():
         return "cpu-native"
     log.warning("attention cpu-sdpa: no C++ compiler found (cpu-native compiles its decode kernel at start)")
     return "cpu-sdpa"

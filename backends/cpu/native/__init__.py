@@ -23,8 +23,10 @@ __all__ = [
     "DECODE_IMPLS",
     "NativeBuildError",
     "available",
+    "block_impls",
     "block_linear",
     "block_pack",
+    "compiler_found",
     "fused",
     "load",
     "paged_decode",
@@ -107,6 +109,12 @@ def load() -> ModuleType:
             _error = NativeBuildError(f"could not build the native CPU kernels: {e}")
             raise _error from e
         return _module
+
+
+def compiler_found() -> bool:
+    """Whether this machine has a C++ compiler to build the kernels with (`$CXX`, `c++` or `g++`). Where
+    it has one, a failed build is a defect to report, not a missing feature."""
+    return bool(os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++"))
 
 
 def available() -> bool:
