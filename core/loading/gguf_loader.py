@@ -11,7 +11,6 @@ Supported architectures: llama (including Mistral models converted as llama) and
 from __future__ import annotations
 
 import functools
-import logging
 import math
 import os
 import re
@@ -25,8 +24,7 @@ from gguf.quants import dequantize
 from transformers import LlamaConfig, MistralConfig, PretrainedConfig, Qwen2Config
 
 from tgi.core.loading.resolve import SKIP, WeightSelector, selection
-
-log = logging.getLogger(__name__)
+from tgi.core.models.registry import UnsupportedModelError
 
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2")
 
@@ -87,8 +85,11 @@ def hf_tensor_name(gguf_name: str) -> str | None:
     raise ValueError(f"GGUF tensor {gguf_name!r} has no Hugging Face equivalent in tgi's GGUF loader")
 
 
-def _llama3_rope(reader: GGUFReader, theta: float, head_dim: int, orig_ctx: int | None) -> dict | None:
-    """Recover Llama-3 rope scaling parameters from llama.cpp's `rope_freqs` tensor (None if absent)."""
+def _llama3_rope(
+    path: str, reader: GGUFReader, theta: float, head_dim: int, orig_ctx: int | None
+) -> dict | None:
+    """Recover Llama-3 rope scaling parameters from llama.cpp's `rope_freqs` tensor (None if absent).
+    Raises `UnsupportedModelError` for a tensor whose factors are not Llama-3's."""
     tensor = next((t for t in reader.tensors if t.name == "rope_freqs.weight"), None)
     if tensor is None:
         return None
@@ -111,11 +112,16 @@ def _llama3_rope(reader: GGUFReader, theta: float, head_dim: int, orig_ctx: int 
                 "high_freq_factor": high,
                 "original_max_position_embeddings": int(old_ctx),
             }
-    log.warning("GGUF has a rope_freqs tensor tgi could not match to llama3 rope scaling; using plain rope")
-    return None
+    raise UnsupportedModelError(
+        f"{path}: the GGUF's rope_freqs tensor scales the rotary frequencies in a way tgi does not recognise "
+        "(only llama3 rope scaling is read from rope_freqs); plain rope would compute other positions"
+    )
 
 
-def _rope_parameters(reader: GGUFReader, arch: str, theta: float, head_dim: int) -> dict:
+def _rope_parameters(path: str, reader: GGUFReader, arch: str, theta: float, head_dim: int) -> dict:
+    """The config's `rope_parameters`. Raises `UnsupportedModelError` for rope scaling tgi cannot
+    reproduce, rather than computing plain rope in its place."""
+
     def get(key: str, default: Any = None) -> Any:
         return _field(reader, f"{arch}.rope.scaling.{key}", default)
 
@@ -132,8 +138,11 @@ def _rope_parameters(reader: GGUFReader, arch: str, theta: float, head_dim: int)
                     params[hf_key] = float(value)
         return params
     if kind not in (None, "none", "linear", "yarn"):
-        log.warning("GGUF rope scaling type %r is not supported; using plain rope", kind)
-    return _llama3_rope(reader, theta, head_dim, orig) or {"rope_type": "default", "rope_theta": theta}
+        raise UnsupportedModelError(
+            f"{path}: GGUF rope scaling type {kind!r} is not supported (supported: linear, yarn, and llama3 "
+            "given as a rope_freqs tensor)"
+        )
+    return _llama3_rope(path, reader, theta, head_dim, orig) or {"rope_type": "default", "rope_theta": theta}
 
 
 def gguf_config(path: str) -> PretrainedConfig:
@@ -179,7 +188,7 @@ def gguf_config(path: str) -> PretrainedConfig:
         num_key_value_heads=int(kv_heads),
         max_position_embeddings=int(get("context_length", 2048)),
         rms_norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-6)),
-        rope_parameters=_rope_parameters(reader, arch, theta, head_dim),
+        rope_parameters=_rope_parameters(path, reader, arch, theta, head_dim),
         tie_word_embeddings="output.weight" not in tensors,
         dtype=torch.float32,  # dequantized weights are float32
     )

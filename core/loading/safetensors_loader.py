@@ -32,11 +32,19 @@ def safetensors_config(folder: str) -> PretrainedConfig:
 
 
 def safetensors_files(folder: str) -> list[Path]:
-    """The checkpoint's shard files, from the index when there is one, else every *.safetensors file."""
+    """The checkpoint's shard files, from the index when there is one, else every *.safetensors file.
+
+    Raises `ValueError` naming the entry when the index names a shard outside `folder` (an absolute path,
+    or one with a `..` part), before any file is opened."""
     root = Path(folder)
     index = root / INDEX_FILE
     if index.is_file():
         weight_map = json.loads(index.read_text())["weight_map"]
+        for name in sorted(set(weight_map.values())):
+            if Path(name).is_absolute() or ".." in Path(name).parts:
+                raise ValueError(
+                    f"{folder}: {INDEX_FILE} names the shard {name!r}, a path outside the model folder"
+                )
         files = sorted({root / f for f in weight_map.values()})
         missing = [f.name for f in files if not f.is_file()]
         if missing:

