@@ -27,7 +27,9 @@ class EngineConfig:
     max_num_seqs: int = 256  # sequences running at once
     num_shard: int = 1
     quantize: str | None = None
-    seed: int = 0  # for requests that give none: a per-request seed is drawn from this
+    # the seeds of requests that give none are drawn from a generator seeded with this; None: from the OS
+    # (unseeded sampling differs from one start to the next), a number: the same draws at every start
+    seed: int | None = None
 
     def __post_init__(self) -> None:
         self.validate()
