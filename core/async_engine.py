@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 
 from tgi.core.config import EngineConfig
 from tgi.core.engine import EngineStats, LLMEngine
-from tgi.core.request import EngineError, FinishReason, GenerationResult, TokenEvent
+from tgi.core.request import EngineError, FinishReason, GenerationResult, StepError, TokenEvent
 from tgi.core.sampling_params import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -35,6 +35,8 @@ class AsyncEngine:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self.error: BaseException | None = None  # set when the engine thread died
+        # called once, on the engine thread, when it dies (a server stops: a dead engine serves nothing)
+        self.on_death: Callable[[BaseException], None] | None = None
 
     @classmethod
     def from_config(
@@ -138,11 +140,9 @@ class AsyncEngine:
                     continue
                 try:
                     events = engine.step()
-                except Exception as exc:  # fail the requests in flight, keep serving new ones
-                    if getattr(exc, "fatal", False):  # e.g. a tensor-parallel rank died: the engine stops
-                        raise
-                    log.exception("engine step failed")
-                    self._fail_all(EngineError(f"the engine failed: {type(exc).__name__}: {exc}"))
+                except StepError as exc:  # fail the step's requests, keep serving the others
+                    log.error("engine step failed; failing %s", exc.request_ids, exc_info=exc.__cause__)
+                    self._fail(exc.request_ids, exc)
                     continue
                 if events:
                     self._loop.call_soon_threadsafe(self._deliver, events)
@@ -154,7 +154,11 @@ class AsyncEngine:
         except BaseException as exc:
             self.error = exc
             log.exception("engine thread died")
-            self._loop.call_soon_threadsafe(self._fail_streams, EngineError(f"the engine died: {exc}"))
+            # an EngineError's message is written to be shown; anything else stays in the log
+            cause = str(exc) if isinstance(exc, EngineError) else f"{type(exc).__name__} (see the server log)"
+            self._loop.call_soon_threadsafe(self._fail_streams, EngineError(f"the engine died: {cause}"))
+            if self.on_death is not None:
+                self.on_death(exc)
 
     def _drain_commands(self) -> None:
         while True:
@@ -169,11 +173,15 @@ class AsyncEngine:
                 except Exception as exc:
                     self._loop.call_soon_threadsafe(self._deliver_error, request_id, exc)
             else:
-                self.engine.abort(command[1])
+                try:
+                    self.engine.abort(command[1])
+                except Exception:  # its client is gone already; the engine thread must not die of it
+                    log.exception("aborting request %s failed", command[1])
 
-    def _fail_all(self, error: EngineError) -> None:
-        self.engine.abort_all()
-        self._loop.call_soon_threadsafe(self._fail_streams, error)
+    def _fail(self, request_ids: list[str], error: EngineError) -> None:
+        for request_id in request_ids:
+            self.engine.abort(request_id)
+        self._loop.call_soon_threadsafe(self._fail_streams, error, request_ids)
 
     # these run on the event loop
     def _deliver(self, events: list[TokenEvent]) -> None:
@@ -187,9 +195,12 @@ class AsyncEngine:
         if stream is not None:
             stream.put_nowait(error)
 
-    def _fail_streams(self, error: BaseException) -> None:
-        for stream in list(self._streams.values()):
-            stream.put_nowait(error)
+    def _fail_streams(self, error: BaseException, request_ids: list[str] | None = None) -> None:
+        """Fail the streams of `request_ids` (all of them by default)."""
+        for request_id in list(self._streams) if request_ids is None else request_ids:
+            stream = self._streams.get(request_id)
+            if stream is not None:
+                stream.put_nowait(error)
 
 
 def _cancelled(request_id: str) -> TokenEvent:

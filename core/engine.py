@@ -19,7 +19,7 @@ from tgi.core.block_manager import BlockManager
 from tgi.core.config import ConfigError, EngineConfig
 from tgi.core.interfaces import Backend, ModelInfo, ModelRunner
 from tgi.core.output import RequestOutput
-from tgi.core.request import FinishReason, GenerationResult, TokenEvent, ValidationError
+from tgi.core.request import FinishReason, GenerationResult, StepError, TokenEvent, ValidationError
 from tgi.core.sampling_params import SamplingParams
 from tgi.core.scheduler import Scheduler
 from tgi.core.sequence import Sequence
@@ -42,6 +42,7 @@ class EngineStats:
     num_total_blocks: int
     block_size: int
     num_preemptions: int
+    num_prefill_tokens: int  # prompt tokens run through the model since start (chunks and recomputation)
 
 
 def derive_limits(
@@ -103,8 +104,10 @@ class LLMEngine:
         # the model's eos ids, the tokenizer's, and the chat template's end-of-turn token
         self.eos_token_ids = frozenset(info.eos_token_ids) | frozenset(eos_token_ids(tokenizer))
         self._outputs: dict[str, RequestOutput] = {}
-        self._rng = random.Random(config.seed)
+        # the seeds of requests that give none
+        self._rng = random.SystemRandom() if config.seed is None else random.Random(config.seed)
         self.num_batch_tokens = 0
+        self.num_prefill_tokens = 0
 
     @classmethod
     def from_config(
@@ -215,6 +218,7 @@ class LLMEngine:
             num_total_blocks=self.block_manager.num_blocks,
             block_size=self.block_manager.block_size,
             num_preemptions=self.scheduler.num_preemptions,
+            num_prefill_tokens=self.num_prefill_tokens,
         )
 
     # -- the step ---------------------------------------------------------------------------------------
@@ -223,8 +227,17 @@ class LLMEngine:
         stop). Returns the events of this step, in batch order."""
         batch = self.scheduler.schedule()
         self.num_batch_tokens = batch.num_tokens
+        self.num_prefill_tokens += batch.num_prefill_tokens
         if batch.is_empty:
             return []
+        try:
+            return self._run_step(batch)
+        except Exception as exc:
+            if getattr(exc, "fatal", False):  # e.g. a tensor-parallel rank died: no step can run
+                raise
+            raise StepError([seq.request_id for seq in batch.sequences]) from exc
+
+    def _run_step(self, batch) -> list[TokenEvent]:
         now = time.monotonic()
         for s in batch.sequences:
             out = self._outputs.get(s.request_id)

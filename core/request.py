@@ -52,7 +52,8 @@ class TokenEvent:
     top_tokens: tuple[TopToken, ...] = ()
     finish_reason: FinishReason | None = None
     # set on the last event only
-    generated_text: str | None = None  # the whole output text, stop sequence trimmed
+    generated_text: str | None = None  # the whole output text (with a matched stop sequence only when
+    # `include_stop_str_in_output`)
     num_prompt_tokens: int = 0
     prompt_tokens: tuple[PromptToken, ...] | None = None  # when prompt logprobs were asked
     seed: int | None = None  # the seed used, when sampling
@@ -85,6 +86,15 @@ class GenerationResult:
 
 class EngineError(RuntimeError):
     """The engine failed while running a request; the message is safe to show a client."""
+
+
+class StepError(EngineError):
+    """One engine step failed: the requests it ran (`request_ids`) cannot go on; the others can. The
+    cause is chained (`__cause__`) for the log, not put in the message."""
+
+    def __init__(self, request_ids: list[str]) -> None:
+        super().__init__("the engine failed while running this request (the server log has the cause)")
+        self.request_ids = request_ids
 
 
 class ValidationError(ValueError):
