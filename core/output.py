@@ -21,7 +21,7 @@ class RequestOutput:
         self.tokenizer = tokenizer
         self.eos_token_ids = eos_token_ids
         self.detokenizer = IncrementalDetokenizer(tokenizer, seq.prompt_token_ids)
-        self.stops = StopChecker(seq.params.stop)
+        self.stops = StopChecker(seq.params.stop, seq.params.include_stop_str_in_output)
         self.special_ids = frozenset(tokenizer.all_special_ids)
         self.prompt_logprobs: list[float] = []  # filled by the engine as prompt chunks run
         self.first_scheduled: float | None = None

@@ -23,6 +23,7 @@ class SamplingParams:
     min_new_tokens: int = 0  # EOS and stop sequences are ignored before this many tokens
     stop: tuple[str, ...] = ()  # stop sequences, matched on the detokenized text (may span tokens)
     stop_token_ids: tuple[int, ...] = ()  # extra token ids that end the sequence (EOS is always one)
+    include_stop_str_in_output: bool = False  # keep a matched stop sequence in the text (TGI's routes do)
     ignore_eos: bool = False  # keep generating through EOS (benchmarks use fixed output lengths)
     logprobs: bool = False  # report the chosen token's logprob (TGI `details`)
     top_n_tokens: int = 0  # also report this many most likely alternatives per step

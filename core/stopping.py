@@ -26,9 +26,8 @@ class StopChecker:
     stop string. On a match, the emitted text ends right before the stop sequence, or right after it with
     `include_stop_in_output=True`.
 
-    Note on conventions: OpenAI excludes the stop sequence from the output; TGI's `generated_text` includes
-    it. Our `TokenEvent.generated_text` is documented as "stop sequence trimmed", hence the default False;
-    a TGI-compatible front end may pass True.
+    Conventions differ: OpenAI excludes the stop sequence from the output, TGI's `generated_text` includes
+    it; `SamplingParams.include_stop_str_in_output` picks (TGI's routes set it, `/v1` does not).
     """
 
     def __init__(self, stop_sequences: Sequence[str] = (), include_stop_in_output: bool = False) -> None:
