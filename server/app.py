@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from tgi.server import __version__
 from tgi.server.auth import BearerAuth
 from tgi.server.errors import install_error_handlers
+from tgi.server.payload import PayloadLimit
 from tgi.server.protocol import ServingEngine
 from tgi.server.routes_openai import router as openai_router
 from tgi.server.routes_tgi import router as tgi_router
@@ -50,6 +51,7 @@ def create_app(engine: ServingEngine, settings: ServerSettings | None = None) ->
     install_error_handlers(app)
     app.include_router(tgi_router)
     app.include_router(openai_router)
-    if settings.api_key:
+    app.add_middleware(PayloadLimit, limit=settings.payload_limit)
+    if settings.api_key:  # outermost: a client without the key learns nothing else
         app.add_middleware(BearerAuth, api_key=settings.api_key)
     return app

@@ -4,9 +4,10 @@ streamed responses and disconnects pass through untouched)."""
 from __future__ import annotations
 
 import hmac
-import json
 
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from tgi.server.errors import ApiError
 
 OPEN_PATHS = frozenset({"/health"})
 
@@ -20,19 +21,8 @@ class BearerAuth:
         if scope["type"] != "http" or scope["path"] in OPEN_PATHS or self._allowed(scope):
             await self.app(scope, receive, send)
             return
-        body = json.dumps({"error": "Unauthorized", "error_type": "unauthorized"}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 401,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"www-authenticate", b"Bearer"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        error = ApiError(401, "Unauthorized", "unauthorized")
+        await error.response(scope["path"], headers={"www-authenticate": "Bearer"})(scope, receive, send)
 
     def _allowed(self, scope: Scope) -> bool:
         for name, value in scope.get("headers", ()):

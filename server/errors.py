@@ -1,8 +1,10 @@
-"""TGI's error body (`{"error": ..., "error_type": ...}`) for every failure, malformed JSON included."""
+"""Error bodies for every failure, malformed JSON included: TGI's (`{"error": ..., "error_type": ...}`) on
+TGI's routes, OpenAI's (`{"error": {"message", "type", "param", "code"}}`) on `/v1/*`."""
 
 from __future__ import annotations
 
 import logging
+import uuid
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -11,31 +13,70 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger("tgi.server")
 
+# OpenAI's `error.type` and `error.code` for each status we answer with (OpenAI's own names)
+_OPENAI_TYPES = {
+    401: ("invalid_request_error", "invalid_api_key"),
+    404: ("invalid_request_error", "not_found"),
+    413: ("invalid_request_error", "payload_too_large"),
+    422: ("invalid_request_error", None),
+    429: ("rate_limit_error", "rate_limit_exceeded"),
+}
+
+
+def is_openai_path(path: str) -> bool:
+    """Whether a route answers in OpenAI's shapes."""
+    return path.startswith("/v1/")
+
 
 class ApiError(Exception):
-    """An error answered with TGI's body; `error_type` is also the `err` label of `tgi_request_failure`."""
+    """An error answered with TGI's body (OpenAI's on `/v1`); `error_type` is also the `err` label of
+    `tgi_request_failure`; `param` names the request field at fault, where one is."""
 
-    def __init__(self, status: int, message: str, error_type: str):
+    def __init__(
+        self, status: int, message: str, error_type: str, param: str | None = None, code: str | None = None
+    ):
         super().__init__(message)
         self.status = status
         self.message = message
         self.error_type = error_type
+        self.param = param
+        self.code = code
 
     def body(self) -> dict:
         return {"error": self.message, "error_type": self.error_type}
 
+    def openai_body(self) -> dict:
+        kind, code = _OPENAI_TYPES.get(self.status, ("server_error", None))
+        return {
+            "error": {"message": self.message, "type": kind, "param": self.param, "code": self.code or code}
+        }
 
-def validation_error(message: str) -> ApiError:
+    def body_for(self, path: str) -> dict:
+        return self.openai_body() if is_openai_path(path) else self.body()
+
+    def response(self, path: str, headers: dict[str, str] | None = None) -> JSONResponse:
+        return JSONResponse(self.body_for(path), status_code=self.status, headers=headers)
+
+
+def validation_error(message: str, param: str | None = None) -> ApiError:
     """A 422 with TGI's prefix (TGI's `InferError::ValidationError` display)."""
-    return ApiError(422, f"Input validation error: {message}", "validation")
+    return ApiError(422, f"Input validation error: {message}", "validation", param=param)
+
+
+def unsupported(name: str, why: str = "is not supported by this server") -> ApiError:
+    """A 422 that refuses a known request field by name (never accepted and ignored)."""
+    return validation_error(f"`{name}` {why}", param=name)
 
 
 def overloaded() -> ApiError:
     return ApiError(429, "Model is overloaded", "overloaded")
 
 
-def error_response(err: ApiError) -> JSONResponse:
-    return JSONResponse(err.body(), status_code=err.status)
+def internal_error(exc: BaseException, error_type: str = "generation") -> ApiError:
+    """A 500 whose body names a request id and nothing of the exception; the log has the details."""
+    request_id = uuid.uuid4().hex[:16]
+    log.error("request %s failed: %s: %s", request_id, type(exc).__name__, exc, exc_info=exc)
+    return ApiError(500, f"Internal server error (request id {request_id}; see the server log)", error_type)
 
 
 def _describe(errors: list) -> str:
@@ -48,28 +89,30 @@ def _describe(errors: list) -> str:
     return "; ".join(parts) or "invalid request"
 
 
+def _first_param(errors: list) -> str | None:
+    for e in errors[:1]:
+        loc = [str(p) for p in e.get("loc", ()) if p != "body"]
+        return ".".join(loc) or None
+    return None
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
-    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return exc.response(request.url.path)
 
     @app.exception_handler(RequestValidationError)
-    async def _bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
-        # Malformed JSON and wrong types: TGI answers 422 with its body, never FastAPI's `detail`.
-        return JSONResponse(
-            {"error": f"Input validation error: {_describe(exc.errors())}", "error_type": "validation"},
-            status_code=422,
-        )
+    async def _bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # Malformed JSON and wrong types: 422 with our body, never FastAPI's `detail`.
+        errors = exc.errors()
+        return validation_error(_describe(errors), _first_param(errors)).response(request.url.path)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse(
-            {"error": str(exc.detail), "error_type": "http"}, status_code=exc.status_code, headers=exc.headers
-        )
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = "payload_too_large" if exc.status_code == 413 else "http"
+        err = ApiError(exc.status_code, str(exc.detail), kind)
+        return err.response(request.url.path, headers=exc.headers)
 
     @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected error")
-        return JSONResponse(
-            {"error": str(exc) or type(exc).__name__, "error_type": "generation"}, status_code=500
-        )
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        return internal_error(exc).response(request.url.path)

@@ -15,6 +15,7 @@ import time
 
 from tgi.core.config import ConfigError, EngineConfig
 from tgi.server.settings import ServerSettings
+from tgi.server.tgi_env import unserved_variables, warning
 
 log = logging.getLogger("tgi.server")
 
@@ -124,8 +125,20 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     )
     a(
         "--api-key",
-        default=_env("API_KEY"),
+        default=os.environ.get("API_KEY"),  # as given: an empty key is refused, not read as "no auth"
         help="require `Authorization: Bearer <key>` on every route but /health [env: API_KEY]",
+    )
+    a(
+        "--max-client-batch-size",
+        type=int,
+        default=int(_env("MAX_CLIENT_BATCH_SIZE", default=4)),
+        help="sequences one request may ask for (OpenAI's prompts x `n`) [env: MAX_CLIENT_BATCH_SIZE]",
+    )
+    a(
+        "--payload-limit",
+        type=int,
+        default=int(_env("PAYLOAD_LIMIT", default=2_000_000)),
+        help="largest request body in bytes; larger: 413 [env: PAYLOAD_LIMIT]",
     )
     a(
         "--json-output",
@@ -181,9 +194,21 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         raise ConfigError(
             f"--quantize {args.quantize}: quantization is not supported yet (GGUF models load quantized as they are)"
         )
-    for name in ("max_concurrent_requests", "max_best_of", "max_stop_sequences"):
-        if getattr(args, name) < (1 if name != "max_stop_sequences" else 0):
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    for name in (
+        "max_concurrent_requests",
+        "max_best_of",
+        "max_stop_sequences",
+        "max_client_batch_size",
+        "payload_limit",
+    ):
+        least = 0 if name == "max_stop_sequences" else 1
+        if getattr(args, name) < least:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= {least}, got {getattr(args, name)}")
+    if args.api_key is not None and not args.api_key.strip():
+        raise ConfigError(
+            "--api-key (or API_KEY) is empty: that would serve without authentication; "
+            "give a key, or leave it unset to serve without one"
+        )
     if args.max_top_n_tokens < 0:
         raise ConfigError(f"--max-top-n-tokens must be >= 0, got {args.max_top_n_tokens}")
     kwargs = {}
@@ -211,6 +236,8 @@ def server_settings(args: argparse.Namespace, on_ready=None) -> ServerSettings:
         max_best_of=args.max_best_of,
         max_stop_sequences=args.max_stop_sequences,
         max_top_n_tokens=args.max_top_n_tokens,
+        max_client_batch_size=args.max_client_batch_size,
+        payload_limit=args.payload_limit,
         api_key=args.api_key,
         shutdown_grace_s=args.shutdown_timeout,
         on_ready=on_ready,
@@ -234,6 +261,9 @@ def run_launch(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     setup_logging(args.json_output)
+    unserved = unserved_variables()
+    if unserved:
+        log.warning(warning(unserved))
     try:
         sock = _bind(args.hostname, args.port)
     except OSError as exc:
@@ -303,6 +333,10 @@ def serve(engine, settings: ServerSettings, sock: socket.socket) -> int:
         access_log=False,
     )
     server = uvicorn.Server(config)
+    if hasattr(engine, "on_death"):
+        # a dead engine ends the process (exit 1, the cause logged below) rather than a server whose
+        # /health answers 503 forever; uvicorn polls `should_exit` from its own loop
+        engine.on_death = lambda _exc: setattr(server, "should_exit", True)
     # uvicorn re-raises the signal it caught once it has stopped; with these handlers in place that
     # re-raise is a no-op and the process exits 0 instead of dying of SIGTERM.
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -312,7 +346,7 @@ def serve(engine, settings: ServerSettings, sock: socket.socket) -> int:
     # (as `uvicorn.run` picks it): about a quarter less CPU per streamed chunk than asyncio's default loop.
     server.run(sockets=[sock])
     if engine.error is not None:  # stopped because the engine died (e.g. a shard rank), not by request
-        log.error("stopped: the engine failed: %s", engine.error)
+        log.error("stopped: the engine died: %s: %s", type(engine.error).__name__, engine.error)
         return 1
     log.info("stopped")
     return 0

@@ -2,7 +2,8 @@
 
 TGI's counters carry no `_total` suffix (its Rust exporter adds none), and dashboards query those names, so
 the counters here are exposed under exactly those names. Gauges are read from `engine.stats()` at scrape time.
-Extensions: `tgi_kv_free_blocks` / `tgi_kv_total_blocks` (the KV pool), `tgi_request_in_flight`.
+Extensions: `tgi_kv_free_blocks` / `tgi_kv_total_blocks` (the KV pool), `tgi_request_in_flight` (the
+concurrency slots taken: one per engine sequence), `tgi_prefill_tokens_total`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from tgi.core.request import TokenEvent
 from tgi.server.protocol import EngineStatsLike
@@ -68,9 +69,12 @@ class _EngineGauges:
             ("tgi_queue_size", "Requests waiting to be scheduled", s.num_waiting),
             ("tgi_kv_free_blocks", "Free KV-cache blocks", s.num_free_blocks),
             ("tgi_kv_total_blocks", "KV-cache blocks in the pool", s.num_total_blocks),
-            ("tgi_request_in_flight", "HTTP generation requests in flight", self._in_flight()),
+            ("tgi_request_in_flight", "Concurrency slots taken (one per engine sequence)", self._in_flight()),
         ):
             yield GaugeMetricFamily(name, doc, value=value)
+        yield CounterMetricFamily(
+            "tgi_prefill_tokens", "Prompt tokens run through the model", value=s.num_prefill_tokens
+        )
 
 
 class ServerMetrics:

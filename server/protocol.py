@@ -19,6 +19,7 @@ class EngineStatsLike(Protocol):
     num_waiting: int
     num_running: int
     num_batch_tokens: int  # tokens in the current batch
+    num_prefill_tokens: int  # prompt tokens run through the model since start
     num_free_blocks: int
     num_total_blocks: int
     block_size: int

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 
@@ -14,6 +13,7 @@ from tgi.core.sampling_params import SamplingParams
 from tgi.server import openai_format as fmt
 from tgi.server import sse
 from tgi.server.errors import ApiError, validation_error
+from tgi.server.fields import check_fields
 from tgi.server.schemas_openai import ChatCompletionRequest, CompletionRequest
 from tgi.server.schemas_tgi import ErrorResponse
 from tgi.server.service import InferenceService, RequestTracker
@@ -118,24 +118,36 @@ def _completion_chunk(job: Job, event: TokenEvent, logprobs: bool) -> dict:
     }
 
 
+def _fan_out(req, chat: bool) -> tuple[int, str, str]:
+    """The engine sequences a request asks for (`n` per prompt), and how to name them in a refusal."""
+    n = max(req.n, 1)  # `n` < 1 gets its own 422 once admitted
+    if chat:
+        return n, "`n`", "n"
+    prompts = len(req.prompts())
+    return prompts * n, f"`prompt` ({prompts} prompts) x `n` ({n})", "prompt" if prompts > 1 else "n"
+
+
 async def _respond(request: Request, req, chat: bool) -> Response:
     service = _service(request)
     logprobs = bool(req.logprobs) if chat else req.logprobs is not None
     env = fmt.Envelope(
         "chatcmpl" if chat else "cmpl", "chat.completion" if chat else "text_completion", service.model_name
     )
-    tracker = service.admit()
+    tracker = service.admit(*_fan_out(req, chat))
     try:
+        check_fields(req)
         jobs = await (_chat_jobs(service, req) if chat else _completion_jobs(service, req))
         if not req.stream:
             with tracker:
-                runs = asyncio.gather(*(service.collect(j.ids, j.params) for j in jobs))
+                runs = sse.gather_or_cancel([service.collect(j.ids, j.params) for j in jobs])
                 results = await sse.cancel_on_disconnect(request, runs)
             build = _chat_choice if chat else _completion_choice
             choices = [build(j, events, logprobs) for j, events in zip(jobs, results, strict=True)]
             generated = {j.index: len(events) for j, events in zip(jobs, results, strict=True)}
             return JSONResponse(env.body(choices, _usage(jobs, generated)))
-        first, merged = await sse.peek(sse.merge([service.stream(j.ids, j.params) for j in jobs]))
+        merged = sse.merge([service.stream(j.ids, j.params) for j in jobs])
+        # queued until the first token: a client that leaves meanwhile cancels every choice
+        first, merged = await sse.cancel_on_disconnect(request, sse.peek(merged))
     except BaseException as exc:
         tracker.finish(exc)
         raise
@@ -169,7 +181,7 @@ async def _chunks(
         yield sse.DONE
     except ApiError as exc:  # after the headers: the error is the last event
         tracker.finish(exc)
-        yield sse.event(exc.body())
+        yield sse.event(exc.openai_body())
     except BaseException as exc:
         tracker.finish(exc)
         raise

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 
@@ -13,6 +12,7 @@ from tgi.core.request import TokenEvent
 from tgi.core.sampling_params import SamplingParams
 from tgi.server import sse
 from tgi.server.errors import ApiError, validation_error
+from tgi.server.fields import check_fields
 from tgi.server.metrics import CONTENT_TYPE
 from tgi.server.schemas_tgi import (
     CompatGenerateRequest,
@@ -56,6 +56,7 @@ async def prepare(
     service: InferenceService, req: GenerateRequest, stream: bool
 ) -> tuple[list[int], SamplingParams]:
     """Validate, tokenise (off the loop) and fit the lengths: everything before the scheduler."""
+    check_fields(req)
     if not req.inputs:
         raise validation_error("`inputs` cannot be empty")
     params = tgi_sampling_params(req.parameters, service.settings, stream)
@@ -84,11 +85,11 @@ def _sequence(events: list[TokenEvent], req: GenerateRequest) -> dict:
 async def generate_json(
     service: InferenceService, req: GenerateRequest, request: Request
 ) -> tuple[dict, dict[str, str]]:
-    with service.admit() as tracker:
+    with service.admit(_sequences(service, req), "`best_of`", "best_of") as tracker:
         ids, params = await prepare(service, req, stream=False)
         best_of = req.parameters.best_of or 1
         runs = [service.collect(ids, params) for _ in range(best_of)]
-        results = await sse.cancel_on_disconnect(request, asyncio.gather(*runs))
+        results = await sse.cancel_on_disconnect(request, sse.gather_or_cancel(runs))
         sequences = [_sequence(events, req) for events in results]
         logprob_sums = [sum(e.logprob or 0.0 for e in events) for events in results]
         best = max(range(best_of), key=logprob_sums.__getitem__)
@@ -111,11 +112,17 @@ async def generate_json(
     return body, headers
 
 
-async def generate_sse(service: InferenceService, req: GenerateRequest) -> Response:
+def _sequences(service: InferenceService, req: GenerateRequest) -> int:
+    """Concurrency slots a request takes: `best_of` of them (an out-of-range value gets its 422 next)."""
+    return min(max(req.parameters.best_of or 1, 1), service.settings.max_best_of)
+
+
+async def generate_sse(service: InferenceService, req: GenerateRequest, request: Request) -> Response:
     tracker = service.admit()
     try:
         ids, params = await prepare(service, req, stream=True)
-        first, stream = await sse.peek(service.stream(ids, params))
+        # queued behind other requests until its first token: a client that leaves meanwhile cancels it
+        first, stream = await sse.cancel_on_disconnect(request, sse.peek(service.stream(ids, params)))
     except BaseException as exc:
         tracker.finish(exc)
         raise
@@ -169,7 +176,7 @@ async def generate(req: GenerateRequest, request: Request) -> Response:
 )
 async def generate_stream(req: GenerateRequest, request: Request) -> Response:
     """Generate a stream of tokens with Server-Sent Events."""
-    return await generate_sse(_service(request), req)
+    return await generate_sse(_service(request), req, request)
 
 
 @router.post("/", responses={200: {"model": list[GenerateResponse]}, **_ERRORS})
@@ -177,7 +184,7 @@ async def compat_generate(req: CompatGenerateRequest, request: Request) -> Respo
     """Generate tokens if `stream == false` (a list of one response), or a stream of tokens."""
     service = _service(request)
     if req.stream:
-        return await generate_sse(service, req)
+        return await generate_sse(service, req, request)
     body, headers = await generate_json(service, req, request)
     return JSONResponse([body], headers=headers)
 
@@ -185,7 +192,10 @@ async def compat_generate(req: CompatGenerateRequest, request: Request) -> Respo
 @router.post("/tokenize", response_model=list[SimpleToken], responses=_ERRORS)
 async def tokenize(req: GenerateRequest, request: Request) -> list[dict]:
     """Tokenize inputs."""
-    pairs = await _service(request).offsets(req.inputs)
+    service = _service(request)
+    with service.admit(metered=False):  # a slot, but not a generation request in the metrics
+        check_fields(req)
+        pairs = await service.offsets(req.inputs)
     return [{"id": i, "text": req.inputs[a:b], "start": a, "stop": b} for i, (a, b) in pairs]
 
 
@@ -212,7 +222,7 @@ async def info(request: Request) -> dict:
         "max_batch_prefill_tokens": cfg.max_batch_prefill_tokens,
         "max_batch_total_tokens": cfg.max_batch_total_tokens,
         "max_top_n_tokens": settings.max_top_n_tokens,
-        "max_client_batch_size": 1,
+        "max_client_batch_size": settings.max_client_batch_size,
         "validation_workers": 1,
         "router": "tgi",
         "version": __version__,

@@ -1,30 +1,87 @@
 """OpenAI's request schemas (chat completions, completions); responses are built in `openai_format`.
 
-Extensions accepted as vLLM and TGI do: `top_k`, `repetition_penalty`, `min_tokens`, `ignore_eos`.
+Extensions accepted as vLLM and TGI do: `top_k`, `repetition_penalty`, `min_tokens`, `ignore_eos`,
+`stop_token_ids`, `include_stop_str_in_output`. Fields OpenAI or vLLM define that are not served here are
+refused by name (`tgi.server.fields`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from tgi.server.fields import NEUTRAL, RequestModel
+
+# OpenAI's and vLLM's request fields that this server does not serve yet, with the values that ask for the
+# default behaviour (which is what it does).
+_OPENAI_UNSERVED: dict[str, tuple[Any, ...]] = {
+    "tools": NEUTRAL,
+    "tool_choice": (None, "none"),
+    "parallel_tool_calls": (None, True),
+    "functions": NEUTRAL,
+    "function_call": (None, "none"),
+    "response_format": (None, {"type": "text"}),
+    "logit_bias": NEUTRAL,
+    "audio": NEUTRAL,
+    "modalities": (None, ["text"]),
+    "prediction": NEUTRAL,
+    "reasoning_effort": NEUTRAL,
+    "verbosity": NEUTRAL,
+    "web_search_options": NEUTRAL,
+    "service_tier": (None, "auto", "default"),
+    "store": (None, False),
+    "metadata": NEUTRAL,
+    "prompt_cache_key": NEUTRAL,
+    "best_of": (None, 1),
+    # vLLM's extensions
+    "min_p": (None, 0.0, 0),
+    "use_beam_search": (None, False),
+    "length_penalty": (None, 1.0, 1),
+    "guided_json": NEUTRAL,
+    "guided_regex": NEUTRAL,
+    "guided_choice": NEUTRAL,
+    "guided_grammar": NEUTRAL,
+    "structured_outputs": NEUTRAL,
+    "allowed_token_ids": NEUTRAL,
+    "bad_words": NEUTRAL,
+    "prompt_logprobs": NEUTRAL,
+    "truncate_prompt_tokens": NEUTRAL,
+    "skip_special_tokens": (None, True),
+    "spaces_between_special_tokens": (None, True),
+    "chat_template": NEUTRAL,
+    "chat_template_kwargs": NEUTRAL,
+    "continue_final_message": (None, False),
+    "add_generation_prompt": (None, True),
+    "documents": NEUTRAL,
+    "logits_processors": NEUTRAL,
+    "return_tokens_as_token_ids": (None, False),
+    "priority": (None, 0),
+    # TGI's /v1 extensions
+    "tool_prompt": NEUTRAL,
+    "guideline": NEUTRAL,
+    "adapter_id": NEUTRAL,
+}
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore")
-
-
-class ContentPart(_Strict):
+class ContentPart(RequestModel):
     type: str
     text: str | None = None
+    KNOWN: ClassVar = {"image_url": NEUTRAL, "input_audio": NEUTRAL, "file": NEUTRAL}
+
+    def refusals(self) -> Iterator[tuple[str, str]]:
+        if self.type != "text":
+            yield "type", f"`{self.type}` content is not supported: this server takes text parts only"
 
 
-class ChatMessage(_Strict):
+class ChatMessage(RequestModel):
     role: str
     content: str | list[ContentPart] | None = None
     name: str | None = None
     tool_calls: list[Any] | None = None
     tool_call_id: str | None = None
+    KNOWN: ClassVar = {"function_call": NEUTRAL, "audio": NEUTRAL, "refusal": NEUTRAL}
 
     def template_dict(self) -> dict:
         content = self.content
@@ -37,11 +94,12 @@ class ChatMessage(_Strict):
         return out
 
 
-class StreamOptions(_Strict):
+class StreamOptions(RequestModel):
     include_usage: bool = False
+    KNOWN: ClassVar = {"continuous_usage_stats": (None, False)}
 
 
-class _Sampling(_Strict):
+class _Sampling(RequestModel):
     model: str | None = None
     temperature: float | None = None
     top_p: float | None = None
@@ -57,7 +115,10 @@ class _Sampling(_Strict):
     repetition_penalty: float | None = None
     min_tokens: int | None = None
     ignore_eos: bool = False
-    user: str | None = None
+    stop_token_ids: list[int] | None = None
+    include_stop_str_in_output: bool = False
+    user: str | None = None  # an end-user id: no effect on generation, in OpenAI's API either
+    KNOWN: ClassVar = _OPENAI_UNSERVED
 
     @property
     def include_usage(self) -> bool:

@@ -1,20 +1,21 @@
 """TGI's request and response schemas (`GenerateParameters`, `GenerateResponse`, `StreamResponse`, `Info`...).
 
-Requests are strict (a string where a number belongs is a 422, as serde gives it); unknown fields are ignored.
+Requests are strict (a string where a number belongs is a 422, as serde gives it); a field TGI defines and
+this server does not serve is refused by name, one TGI does not define is logged and dropped
+(`tgi.server.fields`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
+
+from tgi.server.fields import RequestModel
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore")
-
-
-class GenerateParameters(_Strict):
+class GenerateParameters(RequestModel):
     best_of: int | None = Field(
         None, description="Generate best_of sequences and return the one with the highest log-probability"
     )
@@ -37,8 +38,16 @@ class GenerateParameters(_Strict):
     grammar: Any | None = None
     adapter_id: str | None = None
 
+    def refusals(self) -> Iterator[tuple[str, str]]:
+        if self.watermark:
+            yield "watermark", "is not supported by this server yet"
+        if self.adapter_id is not None:
+            yield "adapter_id", "is not supported: this server loads no LoRA adapters"
+        if self.grammar is not None:
+            yield "grammar", "is not supported by this server yet"
 
-class GenerateRequest(_Strict):
+
+class GenerateRequest(RequestModel):
     inputs: str
     parameters: GenerateParameters = Field(default_factory=GenerateParameters)
 

@@ -10,17 +10,20 @@ from typing import Any
 
 from tgi.core.request import EngineError, FinishReason, OverloadedError, TokenEvent, ValidationError
 from tgi.core.sampling_params import SamplingParams
-from tgi.server.errors import ApiError, overloaded, validation_error
+from tgi.server.errors import ApiError, internal_error, overloaded, validation_error
 from tgi.server.metrics import ServerMetrics
 from tgi.server.protocol import ServingEngine
 from tgi.server.settings import ServerSettings
 
 
 class RequestTracker:
-    """One admitted HTTP request: holds a concurrency slot until `finish()` and counts the outcome once."""
+    """One admitted HTTP request: holds its concurrency slots (one per engine sequence) until `finish()`
+    and counts the outcome once."""
 
-    def __init__(self, service: InferenceService) -> None:
+    def __init__(self, service: InferenceService, slots: int, metered: bool) -> None:
         self._service = service
+        self._slots = slots
+        self._metered = metered
         self._done = False
         self.started = time.perf_counter()
 
@@ -28,7 +31,9 @@ class RequestTracker:
         if self._done:
             return
         self._done = True
-        self._service.in_flight -= 1
+        self._service.in_flight -= self._slots
+        if not self._metered:
+            return
         metrics = self._service.metrics
         if exc is None:
             metrics.request_succeeded(time.perf_counter() - self.started)
@@ -62,14 +67,33 @@ class InferenceService:
     def tokenizer(self):
         return self.engine.tokenizer
 
-    def admit(self) -> RequestTracker:
-        """Take a concurrency slot without waiting (TGI's `try_acquire`), or raise the 429."""
-        self.metrics.request_received()
-        if self.in_flight >= self.settings.max_concurrent_requests:
-            self.metrics.request_failed("overloaded")
-            raise overloaded()
-        self.in_flight += 1
-        return RequestTracker(self)
+    def admit(
+        self,
+        sequences: int = 1,
+        what: str = "this request",
+        param: str | None = None,
+        metered: bool = True,
+    ) -> RequestTracker:
+        """Take one concurrency slot per engine sequence the request asks for (`n` x prompts, `best_of`)
+        without waiting (TGI's `try_acquire`). More sequences than `--max-client-batch-size` is a 422 naming
+        `param`; too few free slots, a 429. `metered=False`: not counted as a generation request."""
+        metrics = self.metrics if metered else None
+        if metrics:
+            metrics.request_received()
+        limit = self.settings.max_client_batch_size
+        refusal = None
+        if sequences > limit:
+            refusal = validation_error(
+                f"{what} asks for {sequences} sequences; --max-client-batch-size allows {limit}", param
+            )
+        elif self.in_flight + sequences > self.settings.max_concurrent_requests:
+            refusal = overloaded()
+        if refusal is not None:
+            if metrics:
+                metrics.request_failed(refusal.error_type)
+            raise refusal
+        self.in_flight += sequences
+        return RequestTracker(self, sequences, metered)
 
     # Tokenisation and templating run in a worker thread: a long prompt never stalls the event loop.
     async def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
@@ -139,6 +163,6 @@ def _api_error(exc: Exception) -> ApiError:
         return validation_error(str(exc))
     if isinstance(exc, OverloadedError):
         return overloaded()
-    if isinstance(exc, EngineError):
+    if isinstance(exc, EngineError):  # its message is written to be shown (no raw exception text)
         return ApiError(500, str(exc), "generation")
-    return ApiError(500, f"{type(exc).__name__}: {exc}", "generation")
+    return internal_error(exc)

@@ -97,6 +97,23 @@ async def merge(streams: list[AsyncIterator[T]]) -> AsyncIterator[tuple[int, T]]
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+async def gather_or_cancel(works: list[Awaitable[T]]) -> list[T]:
+    """The results of `works`, in order; the first failure cancels the others (and waits for them, so that
+    their engine streams are closed) before it is raised. A cancellation of this cancels them all."""
+    tasks = [asyncio.ensure_future(w) for w in works]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    for task in tasks:
+        if not task.cancelled() and task.exception() is not None:
+            raise task.exception()
+    return [task.result() for task in tasks]
+
+
 async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
     """Await `work`, cancelling it if the client goes away first (a non-streamed request)."""
     task = asyncio.ensure_future(work)

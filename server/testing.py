@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from tgi.core.config import EngineConfig
-from tgi.core.request import FinishReason, PromptToken, TokenEvent, TopToken, ValidationError
+from tgi.core.request import EngineError, FinishReason, PromptToken, TokenEvent, TopToken, ValidationError
 from tgi.core.sampling_params import SamplingParams
 
 REPLY = "Hello world!"
@@ -53,6 +53,8 @@ class FakeEngine:
         )
     )
     delay: float = 0.0  # seconds per token
+    first_delay: float = 0.0  # seconds before the first token (a request waiting in the queue)
+    fail_stream: int | None = None  # the stream of this index (0: the first one asked for) fails at once
     model_id: str = "fake/model"
     backend_name: str = "fake"
     tokenizer: CharTokenizer = field(default_factory=CharTokenizer)
@@ -78,6 +80,7 @@ class FakeEngine:
             num_waiting=0,
             num_running=self.running,
             num_batch_tokens=self.running,
+            num_prefill_tokens=0,
             num_free_blocks=64 - used,
             num_total_blocks=64,
             block_size=16,
@@ -89,13 +92,22 @@ class FakeEngine:
         if self.refuse:
             raise ValidationError(self.refuse)
         self.requests.append((list(prompt_token_ids), params))
-        return self._run(request_id or "r", list(prompt_token_ids), params)
+        fails = len(self.requests) - 1 == self.fail_stream
+        return self._run(request_id or "r", list(prompt_token_ids), params, fails)
 
-    async def _run(self, rid: str, prompt: list[int], params: SamplingParams) -> AsyncIterator[TokenEvent]:
+    async def _run(
+        self, rid: str, prompt: list[int], params: SamplingParams, fails: bool
+    ) -> AsyncIterator[TokenEvent]:
         self.running += 1
         finished = False
         text = ""
         try:
+            if fails:
+                await asyncio.sleep(0)
+                finished = True
+                raise EngineError("the engine failed while running this request")
+            if self.first_delay:
+                await asyncio.sleep(self.first_delay)
             for i in range(params.max_new_tokens):
                 if self.delay:
                     await asyncio.sleep(self.delay)
@@ -114,7 +126,8 @@ class FakeEngine:
                     reason = FinishReason.STOP
                     for s in params.stop:
                         if s in text:
-                            text = text[: text.index(s)]
+                            end = text.index(s) + (len(s) if params.include_stop_str_in_output else 0)
+                            text = text[:end]
                 elif i + 1 == params.max_new_tokens:
                     reason = FinishReason.LENGTH
                 tops = tuple(
@@ -150,3 +163,14 @@ class FakeEngine:
             self.running -= 1
             if not finished:
                 self.cancelled.append(rid)
+
+
+def error_of(response, path: str) -> tuple[str, str]:
+    """(message, type) of an error response, after checking it has its API's shape: OpenAI's
+    `{"error": {"message", "type", "param", "code"}}` on `/v1/*`, TGI's `{"error", "error_type"}` elsewhere."""
+    body = response.json()
+    if path.startswith("/v1/"):
+        assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}, body
+        return body["error"]["message"], body["error"]["type"]
+    assert set(body) == {"error", "error_type"}, body
+    return body["error"], body["error_type"]

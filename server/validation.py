@@ -58,8 +58,6 @@ def tgi_sampling_params(p: GenerateParameters, settings: ServerSettings, stream:
             raise validation_error("`seed` must not be set when `best_of` > 1")
     if stream and p.decoder_input_details:
         raise validation_error("`decoder_input_details` == true is not supported when streaming tokens")
-    if p.grammar is not None:
-        raise validation_error("grammar is not supported")
     if p.top_p is not None and not 0.0 < p.top_p < 1.0:
         # TGI's own bound on its routes (OpenAI routes accept 1.0, which means "off")
         raise validation_error("`top_p` must be > 0.0 and < 1.0")
@@ -76,6 +74,7 @@ def tgi_sampling_params(p: GenerateParameters, settings: ServerSettings, stream:
         seed=p.seed,
         max_new_tokens=p.max_new_tokens or 1,  # placeholder until the input length is known
         stop=check_stop(p.stop, settings),
+        include_stop_str_in_output=True,  # TGI's `generated_text` keeps the stop sequence it matched
         logprobs=p.details or stream or best_of > 1,  # TGI's stream events always carry a logprob
         top_n_tokens=check_top_n(p.top_n_tokens or 0, settings),
         prompt_logprobs=p.decoder_input_details,
@@ -115,8 +114,8 @@ def fit_lengths(
 
 def openai_sampling_params(req, settings: ServerSettings, top_n: int, logprobs: bool) -> SamplingParams:
     """OpenAI's parameters: temperature 0 is greedy; otherwise sampling (temperature 1 by default)."""
-    if not 1 <= req.n <= settings.max_concurrent_requests:
-        raise validation_error(f"`n` must be >= 1 and <= {settings.max_concurrent_requests}. Given: {req.n}")
+    if req.n < 1:
+        raise validation_error(f"`n` must be >= 1. Given: {req.n}", "n")
     if req.max_new_tokens is not None and req.max_new_tokens < 1:
         raise validation_error("`max_tokens` must be strictly positive")
     greedy = req.temperature is not None and req.temperature == 0
@@ -132,6 +131,8 @@ def openai_sampling_params(req, settings: ServerSettings, top_n: int, logprobs: 
         max_new_tokens=req.max_new_tokens or 1,  # placeholder until the input length is known
         min_new_tokens=req.min_tokens or 0,
         stop=check_stop(req.stop_list, settings),
+        stop_token_ids=tuple(req.stop_token_ids or ()),
+        include_stop_str_in_output=req.include_stop_str_in_output,
         ignore_eos=req.ignore_eos,
         logprobs=logprobs,
         top_n_tokens=check_top_n(top_n, settings),

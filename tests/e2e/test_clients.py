@@ -155,3 +155,29 @@ def test_raw_routes_match(server, expected):
     body = {"inputs": PROMPT, "parameters": {"max_new_tokens": N}}
     assert httpx.post(server.url + "/generate", json=body, timeout=120).json()["generated_text"] == expected
     assert httpx.post(server.url + "/", json=body, timeout=120).json()[0]["generated_text"] == expected
+
+
+def test_stop_sequences_as_each_api_returns_them(server, expected):
+    """TGI keeps the matched stop sequence in `generated_text`; OpenAI's API trims it."""
+    from openai import OpenAI
+    from text_generation import Client
+
+    stop = expected.split()[1]  # a word the greedy text surely reaches
+    at = expected.index(stop)
+    response = Client(server.url, timeout=120).generate(PROMPT, max_new_tokens=N, stop_sequences=[stop])
+    assert response.details.finish_reason.value == "stop_sequence"
+    assert response.generated_text == expected[: at + len(stop)]
+    client = OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=120)
+    out = client.completions.create(model="tgi", prompt=PROMPT, max_tokens=N, temperature=0, stop=[stop])
+    assert out.choices[0].text == expected[:at] and out.choices[0].finish_reason == "stop"
+
+
+def test_openai_client_reads_our_refusals(server):
+    import openai
+
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=120)
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    with pytest.raises(openai.UnprocessableEntityError) as refused:
+        client.chat.completions.create(model="tgi", messages=MESSAGES, max_tokens=2, tools=[tool])
+    assert refused.value.status_code == 422 and "`tools`" in refused.value.message
+    assert refused.value.body["param"] == "tools" and refused.value.body["type"] == "invalid_request_error"

@@ -11,6 +11,8 @@ import time
 import httpx
 import pytest
 
+from tgi.server.testing import error_of
+
 pytestmark = pytest.mark.e2e
 
 
@@ -61,8 +63,9 @@ def test_validation_errors(get_metrics, server, path, body, message):
     before = get_metrics(server.url)
     r = post(server, path, body)
     assert r.status_code == 422, r.text
-    assert r.json()["error_type"] == "validation"
-    assert r.json()["error"].startswith("Input validation error: " + message)
+    text, kind = error_of(r, path)
+    assert kind == ("invalid_request_error" if path.startswith("/v1/") else "validation")
+    assert text.startswith("Input validation error: " + message)
     after = get_metrics(server.url)
     assert after["tgi_request_generated_tokens_count"] == before["tgi_request_generated_tokens_count"]
 
@@ -151,7 +154,7 @@ def test_api_key_and_sigterm_exit_0(tmp_path, launch_server, stop_server):
     try:
         assert httpx.get(s.url + "/health").status_code == 200
         r = httpx.get(s.url + "/info")
-        assert r.status_code == 401 and r.json()["error_type"] == "unauthorized"
+        assert r.status_code == 401 and error_of(r, "/info") == ("Unauthorized", "unauthorized")
         assert httpx.post(s.url + "/generate", json={"inputs": "x"}).status_code == 401
         auth = {"Authorization": "Bearer s3cret"}
         assert httpx.get(s.url + "/info", headers=auth).status_code == 200
@@ -172,3 +175,75 @@ def test_api_key_and_sigterm_exit_0(tmp_path, launch_server, stop_server):
         assert "tgi serving" in s.stdout.read_text()
     finally:
         stop_server(s)
+
+
+def _first_event(response):
+    """Read up to the first event; returns the line iterator, which the caller keeps (a closed iterator
+    closes the response: the client would have left)."""
+    lines = response.iter_lines()
+    for line in lines:
+        if line.startswith("data:"):
+            return lines
+    raise AssertionError("no event")
+
+
+def _wait_until(get_metrics, url, condition, timeout):
+    deadline = time.monotonic() + timeout
+    while True:
+        m = get_metrics(url)
+        if condition(m) or time.monotonic() > deadline:
+            return m
+        time.sleep(0.05)
+
+
+def test_oversized_and_fan_out_requests_are_refused_at_once(get_metrics, server):
+    """413 past --payload-limit, 422 past --max-client-batch-size, 429 when the sequences asked for do not
+    fit the free slots; each at once, and the server serves on."""
+    total = get_metrics(server.url)["tgi_kv_total_blocks"]
+    start = time.monotonic()
+    r = httpx.post(server.url + "/generate", json={"inputs": "x" * 2_100_000}, timeout=30)
+    assert r.status_code == 413 and error_of(r, "/generate")[1] == "payload_too_large"
+    r = post(server, "/v1/completions", {"prompt": [[72]] * 5000, "n": 128, "max_tokens": 1})
+    assert r.status_code == 422 and "--max-client-batch-size allows 4" in error_of(r, "/v1/")[0]
+    assert time.monotonic() - start < 5
+    long = {"prompt": "Once upon a time", "max_tokens": 300, "ignore_eos": True, "stream": True}
+    with httpx.Client(timeout=120) as c, c.stream("POST", server.url + "/v1/completions", json=long) as held:
+        lines = _first_event(held)  # one of the 4 slots (--max-concurrent-requests 4) is taken
+        start = time.monotonic()
+        r = post(server, "/v1/completions", {"prompt": "x", "n": 4, "max_tokens": 2})
+        assert r.status_code == 429 and error_of(r, "/v1/")[1] == "rate_limit_error"
+        r = post(server, "/v1/completions", {"prompt": "x", "n": 3, "max_tokens": 2, "temperature": 0})
+        assert r.status_code == 200 and len(r.json()["choices"]) == 3  # 1 + 3 fit
+        assert time.monotonic() - start < 30
+        del lines
+    assert httpx.get(server.url + "/health").status_code == 200
+    m = _wait_until(get_metrics, server.url, lambda m: m["tgi_kv_free_blocks"] == total, 10)
+    assert m["tgi_kv_free_blocks"] == total and m["tgi_request_in_flight"] == 0
+
+
+def test_disconnect_while_queued_frees_its_slot_and_runs_no_prefill(
+    tmp_path, launch_server, stop_server, get_metrics
+):
+    s = launch_server(tmp_path, "--max-batch-size", "1")  # one running sequence: the next one queues
+    try:
+        total = get_metrics(s.url)["tgi_kv_total_blocks"]
+        long = {"prompt": "Once upon a time", "max_tokens": 900, "ignore_eos": True, "stream": True}
+        with httpx.Client(timeout=120) as c, c.stream("POST", s.url + "/v1/completions", json=long) as held:
+            lines = _first_event(held)
+            prefilled = get_metrics(s.url)["tgi_prefill_tokens_total"]
+            queued = {"inputs": "A long prompt that never runs. " * 40, "parameters": {"max_new_tokens": 5}}
+            with pytest.raises(httpx.ReadTimeout):  # no header before its first token: the client leaves
+                httpx.post(s.url + "/generate_stream", json=queued, timeout=httpx.Timeout(120, read=1.0))
+            left = time.monotonic()
+            m = _wait_until(
+                get_metrics, s.url, lambda m: m["tgi_request_in_flight"] == 1 and m["tgi_queue_size"] == 0, 5
+            )
+            assert m["tgi_request_in_flight"] == 1 and m["tgi_queue_size"] == 0, m
+            assert time.monotonic() - left < 1.0 and m["tgi_batch_current_size"] == 1
+            del lines
+        m = _wait_until(get_metrics, s.url, lambda m: m["tgi_kv_free_blocks"] == total, 10)
+        assert m["tgi_kv_free_blocks"] == total and m["tgi_request_in_flight"] == 0
+        assert m["tgi_prefill_tokens_total"] == prefilled  # the queued prompt was never run
+        assert m['tgi_request_failure{err="cancelled"}'] >= 1
+    finally:
+        assert stop_server(s) == 0, s.logs()

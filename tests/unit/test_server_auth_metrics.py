@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from tgi.server.app import create_app
 from tgi.server.settings import ServerSettings
-from tgi.server.testing import FakeEngine
+from tgi.server.testing import FakeEngine, error_of
 
 
 def gen(**parameters):
@@ -23,10 +23,9 @@ def test_api_key_on_every_route_but_health():
         assert c.get("/health").status_code == 200
         for method, path in [("get", "/info"), ("get", "/metrics"), ("get", "/v1/models"), ("get", "/docs")]:
             r = getattr(c, method)(path)
-            assert r.status_code == 401 and r.json() == {
-                "error": "Unauthorized",
-                "error_type": "unauthorized",
-            }
+            assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+            kind = "invalid_request_error" if path.startswith("/v1/") else "unauthorized"
+            assert error_of(r, path) == ("Unauthorized", kind)
         assert c.post("/generate", json=gen(max_new_tokens=1)).status_code == 401
         bad = {"Authorization": "Bearer nope"}
         assert c.post("/generate", json=gen(max_new_tokens=1), headers=bad).status_code == 401

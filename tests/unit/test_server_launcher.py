@@ -15,12 +15,14 @@ from tgi.core.config import ConfigError
 from tgi.server.launcher import add_launch_arguments, engine_config, run_launch, serve, server_settings
 from tgi.server.settings import ServerSettings
 from tgi.server.testing import FakeEngine
+from tgi.server.tgi_env import UNSERVED
 
 ENV = [
     "MODEL_ID", "REVISION", "TGI_BACKEND", "DTYPE", "NUM_SHARD", "QUANTIZE", "MAX_INPUT_TOKENS",
     "MAX_INPUT_LENGTH", "MAX_TOTAL_TOKENS", "MAX_BATCH_PREFILL_TOKENS", "MAX_BATCH_TOTAL_TOKENS",
     "MAX_CONCURRENT_REQUESTS", "MAX_BEST_OF", "MAX_STOP_SEQUENCES", "MAX_TOP_N_TOKENS", "HOSTNAME",
-    "PORT", "API_KEY", "JSON_OUTPUT", "MAX_BATCH_SIZE", "SHUTDOWN_TIMEOUT",
+    "PORT", "API_KEY", "JSON_OUTPUT", "MAX_BATCH_SIZE", "SHUTDOWN_TIMEOUT", "MAX_CLIENT_BATCH_SIZE",
+    "PAYLOAD_LIMIT", *UNSERVED,
 ]  # fmt: skip
 
 
@@ -135,3 +137,66 @@ def test_serve_freezes_the_loaded_objects_and_runs_uvicorns_loop(monkeypatch):
                 signal.signal(sig, handler)
     [(method, sockets, frozen)] = calls
     assert (method, sockets) == ("run", [sock]) and frozen > 0
+
+
+def test_client_batch_size_and_payload_limit_flags(monkeypatch):
+    s = server_settings(parse([]))
+    assert (s.max_client_batch_size, s.payload_limit) == (4, 2_000_000)  # TGI's defaults
+    monkeypatch.setenv("MAX_CLIENT_BATCH_SIZE", "8")
+    monkeypatch.setenv("PAYLOAD_LIMIT", "1000")
+    s = server_settings(parse([]))
+    assert (s.max_client_batch_size, s.payload_limit) == (8, 1000)
+    with pytest.raises(ConfigError, match="--payload-limit must be >= 1"):
+        engine_config(parse(["--payload-limit", "0"]))
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_an_empty_api_key_is_refused(monkeypatch, capsys, how):
+    if how == "env":
+        monkeypatch.setenv("API_KEY", "")
+        argv = []
+    else:
+        argv = ["--api-key", " "]
+    with pytest.raises(ConfigError, match=r"--api-key .* is empty"):
+        engine_config(parse(argv))
+    assert run_launch(parse([*argv, "--port", "0", "--hostname", "127.0.0.1"])) == 2
+    assert "is empty" in capsys.readouterr().err
+
+
+def test_tgi_variables_without_a_flag_are_named_at_start(monkeypatch, capsys):
+    from tgi.core.async_engine import AsyncEngine
+
+    monkeypatch.setenv("SHARDED", "true")
+    monkeypatch.setenv("TRUST_REMOTE_CODE", "1")
+    monkeypatch.setenv("PAYLOAD_LIMIT", "5000")  # one we implement: not named
+
+    def stop_after_the_warning(*_args, **_kwargs):
+        raise ConfigError("stop here")
+
+    monkeypatch.setattr(AsyncEngine, "from_config", stop_after_the_warning)
+    assert run_launch(parse(["--port", "0", "--hostname", "127.0.0.1"])) == 2
+    [warning] = [line for line in capsys.readouterr().err.splitlines() if "WARNING" in line]
+    assert "does not implement: SHARDED, TRUST_REMOTE_CODE " in warning and "PAYLOAD_LIMIT" not in warning
+
+
+def test_serve_ends_with_exit_1_when_the_engine_dies(monkeypatch):
+    """A dead engine stops uvicorn (through `on_death`) and the process exits 1 with the cause logged."""
+    engine = FakeEngine()
+    engine.error = None
+    engine.on_death = None
+
+    def run(self, sockets=None):
+        assert callable(engine.on_death) and not self.should_exit
+        engine.error = RuntimeError("the engine thread died")
+        engine.on_death(engine.error)  # as the engine thread calls it
+        assert self.should_exit
+
+    monkeypatch.setattr(uvicorn.Server, "run", run)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    with socket.socket() as sock:
+        try:
+            assert serve(engine, ServerSettings(), sock) == 1
+        finally:
+            gc.unfreeze()
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)

@@ -56,7 +56,7 @@ def test_default_max_new_tokens_is_what_is_left_of_max_total(client, engine):
     assert r.json()["generated_text"] == REPLY  # then EOS
 
 
-def test_eos_stop_sequence_full_text_prefill_and_top_tokens(client):
+def test_eos_stop_sequence_full_text_prefill_and_top_tokens(client, engine):
     r = client.post(
         "/generate",
         json={
@@ -72,7 +72,8 @@ def test_eos_stop_sequence_full_text_prefill_and_top_tokens(client):
         },
     )
     body = r.json()
-    assert body["generated_text"] == "Q:Hello "
+    assert body["generated_text"] == "Q:Hello wor"  # TGI keeps the matched stop sequence
+    assert engine.requests[0][1].include_stop_str_in_output
     assert body["details"]["finish_reason"] == "stop_sequence"
     assert [p["text"] for p in body["details"]["prefill"]] == ["Q", ":"]
     assert body["details"]["prefill"][0]["logprob"] is None

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from tgi.server.app import create_app
 from tgi.server.settings import ServerSettings
-from tgi.server.testing import FakeEngine
+from tgi.server.testing import FakeEngine, error_of
 
 
 @pytest.fixture
@@ -115,8 +115,9 @@ V = "Input validation error: "
 def test_validation_errors(client, engine, route, body, message):
     r = client.post(route, json=body)
     assert r.status_code == 422, r.text
-    assert r.json()["error_type"] == "validation"
-    assert r.json()["error"].startswith(V + message), r.json()
+    text, kind = error_of(r, route)
+    assert kind == ("invalid_request_error" if route.startswith("/v1/") else "validation")
+    assert text.startswith(V + message), r.json()
     assert engine.requests == []  # never reached the engine
 
 
@@ -141,7 +142,8 @@ def test_malformed_and_wrong_types_are_422(client, engine, raw):
 
 def test_openai_wrong_types_are_422(client):
     r = client.post("/v1/chat/completions", json={"messages": "hi"})
-    assert r.status_code == 422 and r.json()["error_type"] == "validation"
+    assert r.status_code == 422 and error_of(r, "/v1/")[1] == "invalid_request_error"
+    assert r.json()["error"]["param"] == "messages"
     r = client.post("/v1/chat/completions", json={"messages": []})
     assert r.status_code == 422
 

@@ -1,0 +1,66 @@
+"""No request field is accepted and then ignored.
+
+Request models allow extra fields so that they can be told apart: a field some API defines that this server
+does not serve (`tools`, `logit_bias`, an image content part, TGI's `watermark`...) is refused by name with a
+422; a field no API defines is dropped with a logged warning. A known field sent with the value that asks for
+the API's default behaviour (`null`, `tool_choice: "none"`, `response_format: {"type": "text"}`...) is what
+the server does anyway, and passes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from tgi.server.errors import unsupported
+
+log = logging.getLogger("tgi.server")
+
+NEUTRAL = (None,)  # the values of a known field that ask for nothing we do not do
+
+
+class RequestModel(BaseModel):
+    """A request body (or part of one): strict types (a string where a number belongs is a 422, as serde
+    gives it); extra fields kept in `model_extra` for `check_fields`.
+
+    `KNOWN` names the fields other APIs define that this model does not serve, each with its neutral values.
+    """
+
+    model_config = ConfigDict(strict=True, extra="allow")
+    KNOWN: ClassVar[dict[str, tuple[Any, ...]]] = {}
+
+    def refusals(self) -> Iterator[tuple[str, str]]:
+        """Declared fields whose value asks for something unsupported: (field, why)."""
+        return iter(())
+
+
+def check_fields(model: BaseModel, path: str = "") -> None:
+    """Raise the 422 for the first field `model` (and its nested models) asks for and we do not serve;
+    log and drop the fields no API defines."""
+    if isinstance(model, RequestModel):
+        for name, why in model.refusals():
+            raise unsupported(path + name, why)
+        known = type(model).KNOWN
+        for name, value in (model.model_extra or {}).items():
+            if name in known:
+                if not _neutral(value, known[name]):
+                    raise unsupported(path + name)
+            else:
+                log.warning(
+                    "ignored the request field `%s`: no API this server implements defines it", path + name
+                )
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        if isinstance(value, BaseModel):
+            check_fields(value, f"{path}{name}.")
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                if isinstance(item, BaseModel):
+                    check_fields(item, f"{path}{name}[{i}].")
+
+
+def _neutral(value: Any, neutral: tuple[Any, ...]) -> bool:
+    return any(value == n and type(value) is type(n) for n in neutral) or value in ([], {})
