@@ -118,6 +118,14 @@ def _llama3_rope(
     )
 
 
+# the `{arch}.rope.scaling.*` keys `_rope_parameters` reads ("finetuned" describes training, not the math),
+# and the values of other keys that ask for nothing more
+_ROPE_SCALING_READ = frozenset(
+    {"type", "factor", "original_context_length", "yarn_beta_fast", "yarn_beta_slow", "finetuned"}
+)
+_NEUTRAL = {"attn_factor": (1.0,), "yarn_log_multiplier": (0.0,)}
+
+
 def _rope_parameters(path: str, reader: GGUFReader, arch: str, theta: float, head_dim: int) -> dict:
     """The config's `rope_parameters`. Raises `UnsupportedModelError` for rope scaling tgi cannot
     reproduce, rather than computing plain rope in its place."""
@@ -125,6 +133,18 @@ def _rope_parameters(path: str, reader: GGUFReader, arch: str, theta: float, hea
     def get(key: str, default: Any = None) -> Any:
         return _field(reader, f"{arch}.rope.scaling.{key}", default)
 
+    prefix = f"{arch}.rope.scaling."
+    for key in reader.fields:
+        name = key[len(prefix) :]
+        if (
+            key.startswith(prefix)
+            and name not in _ROPE_SCALING_READ
+            and get(name) not in _NEUTRAL.get(name, ())
+        ):
+            raise UnsupportedModelError(
+                f"{path}: GGUF rope scaling parameter {key} = {get(name)!r} is not supported (read: "
+                f"{', '.join(sorted(_ROPE_SCALING_READ))}); ignoring it would compute other positions"
+            )
     kind = get("type")
     factor = get("factor")
     orig = get("original_context_length")

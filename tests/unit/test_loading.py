@@ -307,6 +307,26 @@ def test_gguf_rope_scaling_of_an_unsupported_type_is_refused(tmp_path):
         load_config(resolve_model(str(path)))
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "refused"), [("attn_factor", 0.5, True), ("attn_factor", 1.0, False)]
+)
+def test_gguf_rope_scaling_parameters_tgi_does_not_read_are_refused(tmp_path, key, value, refused):
+    import gguf
+
+    def yarn(w):
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(4.0)
+        w.add_float32(f"llama.rope.scaling.{key}", value)
+
+    path = tmp_path / "tiny-yarn.gguf"
+    _write_gguf(path, _tiny_model("llama"), "llama", metadata=yarn)
+    if refused:
+        with pytest.raises(UnsupportedModelError, match=rf"llama\.rope\.scaling\.{key} = {value}"):
+            load_config(resolve_model(str(path)))
+    else:
+        assert load_config(resolve_model(str(path))).rope_parameters["rope_type"] == "yarn"
+
+
 def test_gguf_rope_freqs_that_are_not_llama3_scaling_are_refused(tmp_path):
     """A rope_freqs tensor says the frequencies are scaled; scaling tgi cannot name is not dropped."""
     model = _tiny_model("llama")
