@@ -29,6 +29,7 @@ serve: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 
 test: lint
 	$(BIN)/pytest $(PYTEST_ARGS)

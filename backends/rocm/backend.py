@@ -1,4 +1,4 @@
-"""The ROCm backend: the CUDA backend's code on an AMD GPU (PyTorch's HIP build reuses `torch.cuda`)."""
+"""The ROCm backend: the shared Triton backend on an AMD GPU (PyTorch's HIP build reuses `torch.cuda`)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ from typing import ClassVar
 
 import torch
 
-from tgi.backends.cuda.backend import CudaBackend
+from tgi.backends.triton_common.backend import TritonBackend
 from tgi.core.interfaces import DeviceInfo
 
 
-class RocmBackend(CudaBackend):
+class RocmBackend(TritonBackend):
     """Same device API (`torch.cuda` on HIP), same Triton kernels (triton's AMD backend compiles them),
     `nccl` as the process-group name (PyTorch maps it to RCCL on ROCm). What differs is in README.md."""
 

@@ -47,7 +47,7 @@ def test_tgi_backends_command_lists_them():
 
 
 def test_attention_selection_never_switches_silently():
-    from tgi.backends.cuda.attention import TritonAttention, create_attention
+    from tgi.backends.triton_common.attention import TritonAttention, create_attention
     from tgi.core.interfaces import UnsupportedError
 
     assert isinstance(create_attention("triton"), TritonAttention)
@@ -59,7 +59,7 @@ def test_attention_selection_never_switches_silently():
 
 
 def test_graph_batch_sizes():
-    from tgi.backends.cuda.graphs import graph_batch_sizes
+    from tgi.backends.triton_common.graphs import graph_batch_sizes
 
     assert graph_batch_sizes(1) == [1]
     assert graph_batch_sizes(20) == [1, 2, 4, 8, 16, 20]

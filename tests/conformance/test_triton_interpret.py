@@ -3,7 +3,7 @@
 Part 1 compares each kernel with the CPU backend (its KV write and its SDPA attention) on the same paged
 cache: the KV write, split-K decode (1 to 8 splits, GQA, window, soft-cap) and chunked prefill. Part 2
 runs the whole backend conformance suite on `CudaBackend` with its device swapped for the CPU, so the
-Triton attention, the Triton KV cache and `CudaModelRunner` go through the same checks as every backend,
+Triton attention, the Triton KV cache and `TritonModelRunner` go through the same checks as every backend,
 including the end-to-end generation against `transformers`.
 
 `TRITON_INTERPRET` is read when triton is imported (its own `tl.cdiv` & co. are decorated then), when a
@@ -34,16 +34,16 @@ if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
 os.environ["TRITON_INTERPRET"] = "1"
 pytest.importorskip("triton", reason="triton is not installed (pip install triton; CI installs it)")
 _KERNEL_MODULES = ("common", "reshape_and_cache", "decode", "prefill")
-if "tgi.backends.cuda.triton_kernels.decode" in sys.modules:  # imported earlier without the interpreter
+if "tgi.backends.triton_common.kernels.decode" in sys.modules:  # imported earlier without the interpreter
     for name in _KERNEL_MODULES:
-        importlib.reload(sys.modules[f"tgi.backends.cuda.triton_kernels.{name}"])
-    importlib.reload(sys.modules["tgi.backends.cuda.triton_kernels"])
+        importlib.reload(sys.modules[f"tgi.backends.triton_common.kernels.{name}"])
+    importlib.reload(sys.modules["tgi.backends.triton_common.kernels"])
 
 from tgi.backends.cpu.attention import CpuAttention  # noqa: E402
 from tgi.backends.cpu.kv_cache import CpuKVCache  # noqa: E402
-from tgi.backends.cuda import triton_kernels as tk  # noqa: E402
-from tgi.backends.cuda.attention import TritonAttention  # noqa: E402
 from tgi.backends.cuda.backend import CudaBackend  # noqa: E402
+from tgi.backends.triton_common import kernels as tk  # noqa: E402
+from tgi.backends.triton_common.attention import TritonAttention  # noqa: E402
 from tgi.core.interfaces import AttentionLayerSpec, DeviceInfo, KVCacheSpec, MemoryInfo  # noqa: E402
 from tgi.core.models.context import SeqChunk, build_attention_metadata  # noqa: E402
 from tgi.core.testing import BackendConformance  # noqa: E402

@@ -28,7 +28,7 @@ class TritonKVCache(KVCache):
     def write(
         self, layer_idx: int, key: torch.Tensor, value: torch.Tensor, slot_mapping: torch.Tensor
     ) -> None:
-        from tgi.backends.cuda.triton_kernels import reshape_and_cache
+        from tgi.backends.triton_common.kernels import reshape_and_cache
 
         key_cache, value_cache = self.layer(layer_idx)
         reshape_and_cache(key, value, key_cache, value_cache, slot_mapping)

@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tgi.backends.cuda.triton_kernels.common import interpreting
+from tgi.backends.triton_common.kernels.common import interpreting
 
 
 @triton.jit

@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tgi.backends.cuda.triton_kernels.common import block_d, pv_dot, qk_dot, softcap_fn, upcast_dot
+from tgi.backends.triton_common.kernels.common import block_d, pv_dot, qk_dot, softcap_fn, upcast_dot
 
 
 @triton.jit

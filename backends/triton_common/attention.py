@@ -1,6 +1,6 @@
 """Attention for the CUDA and ROCm backends, chosen by name (`--attention`, env `TGI_ATTENTION`).
 
-* `triton` (default): the Triton kernels of `triton_kernels/` (prefill, split-K decode, KV write).
+* `triton` (default): the Triton kernels of `kernels/` (prefill, split-K decode, KV write).
 * `flash-attn`, `flashinfer`: recognised names. Choosing one whose package does not import is an error
   naming the package; choosing one that imports is an error too, because these paths are not implemented
   yet (there was no GPU to test them on). Never a silent switch to another implementation.
@@ -84,7 +84,7 @@ class TritonAttention(AttentionBackend):
         meta: AttentionMetadata,
         layer: AttentionLayerSpec,
     ) -> torch.Tensor:
-        from tgi.backends.cuda.triton_kernels import paged_prefill_attention
+        from tgi.backends.triton_common.kernels import paged_prefill_attention
 
         key_cache, value_cache = kv_cache.layer(layer_idx)
         return paged_prefill_attention(
@@ -101,7 +101,7 @@ class TritonAttention(AttentionBackend):
         meta: AttentionMetadata,
         layer: AttentionLayerSpec,
     ) -> torch.Tensor:
-        from tgi.backends.cuda.triton_kernels import paged_decode_attention
+        from tgi.backends.triton_common.kernels import paged_decode_attention
 
         key_cache, value_cache = kv_cache.layer(layer_idx)
         splits = meta.extra.get(NUM_SPLITS_KEY) or self.num_decode_splits(

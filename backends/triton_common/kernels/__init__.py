@@ -5,8 +5,8 @@ The wrappers take torch tensors and launch; they import triton lazily so that im
 cheap and works where triton is missing (the error then names the package to install).
 """
 
-from tgi.backends.cuda.triton_kernels.decode import paged_decode_attention
-from tgi.backends.cuda.triton_kernels.prefill import paged_prefill_attention
-from tgi.backends.cuda.triton_kernels.reshape_and_cache import reshape_and_cache
+from tgi.backends.triton_common.kernels.decode import paged_decode_attention
+from tgi.backends.triton_common.kernels.prefill import paged_prefill_attention
+from tgi.backends.triton_common.kernels.reshape_and_cache import reshape_and_cache
 
 __all__ = ["paged_decode_attention", "paged_prefill_attention", "reshape_and_cache"]

@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tgi.backends.cuda.attention import NUM_SPLITS_KEY, TritonAttention
+from tgi.backends.triton_common.attention import NUM_SPLITS_KEY, TritonAttention
 from tgi.core.interfaces.attention import AttentionMetadata
 from tgi.core.models.context import AttentionContext
 
 if TYPE_CHECKING:
-    from tgi.backends.cuda.runner import CudaModelRunner
+    from tgi.backends.triton_common.runner import TritonModelRunner
 
 
 def graph_batch_sizes(max_num_seqs: int) -> list[int]:
@@ -38,7 +38,7 @@ class GraphedDecodeModel:
     """Stands in for the runner's model: decode-only steps replay a captured graph, the rest run eagerly.
     Attribute access (`compute_logits`, `parameters`...) goes to the wrapped model."""
 
-    def __init__(self, runner: CudaModelRunner, sizes: list[int]) -> None:
+    def __init__(self, runner: TritonModelRunner, sizes: list[int]) -> None:
         if not isinstance(runner.attention, TritonAttention):
             raise ValueError(f"CUDA graphs need the triton attention, not '{runner.attention.name}'")
         self.model = runner.model

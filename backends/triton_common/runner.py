@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class CudaModelRunner(TorchModelRunner):
+class TritonModelRunner(TorchModelRunner):
     """`TorchModelRunner` for CUDA/ROCm devices.
 
     * `load()` ends with `profile_activation_memory()`: the largest prefill and decode the scheduler may
@@ -80,7 +80,7 @@ class CudaModelRunner(TorchModelRunner):
     def warmup(self, max_batch_tokens: int, max_num_seqs: int) -> None:
         super().warmup(max_batch_tokens, max_num_seqs)
         if self.cuda_graphs and self.device.type == "cuda":
-            from tgi.backends.cuda.graphs import GraphedDecodeModel, graph_batch_sizes
+            from tgi.backends.triton_common.graphs import GraphedDecodeModel, graph_batch_sizes
 
             self.graphed = GraphedDecodeModel(self, graph_batch_sizes(max_num_seqs))
             self.model = self.graphed  # execute() calls self.model(...): decode steps now replay graphs

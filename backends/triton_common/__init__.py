@@ -1,0 +1,14 @@
+"""What the GPU backends that run Triton kernels share (CUDA and ROCm today, XPU later).
+
+Not a backend: it registers no entry point. The backends derive from `backend.TritonBackend` and reach the
+kernels through it, so that no backend imports another (an import-linter contract in pyproject.toml).
+
+| module | what |
+|---|---|
+| `backend.py` | `TritonBackend`: device, memory for KV sizing, dtypes, attention selection, nccl |
+| `runner.py` | `TritonModelRunner`: activation-memory profile after loading; CUDA graphs after warm-up |
+| `graphs.py` | decode CUDA graphs (HIP graphs on ROCm) |
+| `attention.py` | `TritonAttention`, the `--attention` names |
+| `kv_cache.py` | `TritonKVCache` |
+| `kernels/` | the Triton kernels: KV write, split-K paged decode, ragged/chunked prefill |
+"""

@@ -1,0 +1,125 @@
+"""`TritonBackend`: what the CUDA and ROCm backends share (both reach their GPU through `torch.cuda`).
+
+A concrete backend derives from it and sets its `name`, its `process_group_backend`, and whatever differs
+on its hardware (the ROCm backend names the GPU's architecture in `devices()`)."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+
+from tgi.core.interfaces import (
+    AttentionBackend,
+    Collective,
+    DeviceInfo,
+    KVCache,
+    KVCacheSpec,
+    MemoryInfo,
+    TorchBackend,
+)
+
+if TYPE_CHECKING:
+    from tgi.core.config import EngineConfig
+    from tgi.core.interfaces import ModelRunner
+    from tgi.core.loading.source import ModelSource
+
+#: attention implementation by name (`triton`, `flash-attn`, `flashinfer`); see `attention.py`
+ENV_ATTENTION = "TGI_ATTENTION"
+#: 1: capture CUDA graphs for decode steps (untested on hardware, off by default; see graphs.py)
+ENV_CUDA_GRAPHS = "TGI_CUDA_GRAPHS"
+#: bytes kept free beyond the measured activation peak (allocator fragmentation, NCCL buffers, graphs)
+DEFAULT_MEMORY_MARGIN = 512 * 1024 * 1024
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+class TritonBackend(TorchBackend):
+    """One `torch.cuda` GPU per rank (CUDA, or ROCm's HIP build), Triton attention, nccl collectives.
+
+    :param device_index: the GPU of this rank (default: the current device)
+    :param attention: attention implementation name (default: `$TGI_ATTENTION`, else `triton`)
+    :param cuda_graphs: capture decode steps as CUDA graphs (default: `$TGI_CUDA_GRAPHS`, else off)
+
+    KV-cache sizing: `memory_info()` is called after the weights load; the runner has by then run one
+    profiling step of the largest prefill and decode the scheduler may build (on a temporary cache) and
+    recorded its activation peak with `reserve_activation_memory`. `free` is what the device has left minus
+    that peak and a margin, so the engine's `free * kv_cache_memory_fraction` goes to the KV cache.
+    """
+
+    process_group_backend: ClassVar[str] = "nccl"  # RCCL under the same name on ROCm
+
+    def __init__(
+        self,
+        device_index: int | None = None,
+        attention: str | None = None,
+        cuda_graphs: bool | None = None,
+    ) -> None:
+        if device_index is None:
+            device_index = torch.cuda.current_device() if torch.cuda.is_available() else 0
+        self.device = torch.device("cuda", device_index)
+        self.attention_name = attention or os.environ.get(ENV_ATTENTION) or "triton"
+        self.cuda_graphs = _env_flag(ENV_CUDA_GRAPHS) if cuda_graphs is None else cuda_graphs
+        self.memory_margin = DEFAULT_MEMORY_MARGIN
+        self._activation_bytes = 0
+        self._attention: AttentionBackend | None = None
+
+    # -- device and memory ------------------------------------------------------------------------------
+    def torch_device(self) -> torch.device:
+        return self.device
+
+    def devices(self) -> list[DeviceInfo]:
+        props = torch.cuda.get_device_properties(self.device)
+        return [DeviceInfo(self.device.index or 0, props.name, props.total_memory)]
+
+    def reserve_activation_memory(self, nbytes: int) -> None:
+        """Called by the runner with the measured peak of a forward step beyond the weights."""
+        self._activation_bytes = max(0, int(nbytes))
+
+    def memory_info(self) -> MemoryInfo:
+        free, total = torch.cuda.mem_get_info(self.device)
+        # memory torch's caching allocator holds but does not use is free for the KV cache too
+        cached = torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
+        usable = free + cached - self._activation_bytes - self.memory_margin
+        return MemoryInfo(total=total, free=max(0, usable))
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize(self.device)
+
+    def supported_dtypes(self) -> tuple[str, ...]:
+        return ("bfloat16", "float16", "float32")
+
+    def default_dtype(self) -> str:
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+
+    # -- kernels and storage ----------------------------------------------------------------------------
+    def attention_names(self) -> tuple[str, ...]:
+        from tgi.backends.triton_common.attention import ATTENTION_IMPLS
+
+        return tuple(ATTENTION_IMPLS)
+
+    def select_attention(self, name: str) -> None:
+        from tgi.backends.triton_common.attention import create_attention
+
+        self._attention = create_attention(name)  # raises naming what is missing
+        self.attention_name = name
+
+    def attention(self) -> AttentionBackend:
+        if self._attention is None:
+            from tgi.backends.triton_common.attention import create_attention
+
+            self._attention = create_attention(self.attention_name)
+        return self._attention
+
+    def create_kv_cache(self, spec: KVCacheSpec, num_blocks: int) -> KVCache:
+        from tgi.backends.triton_common.kv_cache import TritonKVCache
+
+        return TritonKVCache(spec, num_blocks, self.torch_device())
+
+    def create_runner(self, source: ModelSource, config: EngineConfig, collective: Collective) -> ModelRunner:
+        from tgi.backends.triton_common.runner import TritonModelRunner
+
+        return TritonModelRunner(self, source, config, collective, cuda_graphs=self.cuda_graphs)
