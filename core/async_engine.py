@@ -58,6 +58,11 @@ class AsyncEngine:
     def model_info(self):
         return self.engine.model_info
 
+    @property
+    def kernels(self) -> dict[str, str]:
+        """Which implementation each of the backend's kernels runs with here (`Backend.describe_kernels`)."""
+        return self.engine.backend.describe_kernels(self.engine.config.dtype)
+
     def stats(self) -> EngineStats:
         return self.engine.stats()
 

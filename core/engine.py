@@ -129,8 +129,10 @@ class LLMEngine:
         backend.check_dtype(dtype)
         fraction = config.kv_cache_memory_fraction or backend.kv_cache_memory_fraction
         config = dataclasses.replace(config, dtype=dtype, kv_cache_memory_fraction=fraction)
+        why = "" if config.dtype else backend.default_dtype_reason()
         attention = backend.attention().name if hasattr(backend, "attention") else "the backend's own"
-        say(f"backend: {spec.name} ({backend.devices()[0].name}), dtype {dtype}, attention {attention}")
+        dtype_note = f"dtype {dtype} (the default: {why})" if why else f"dtype {dtype}"
+        say(f"backend: {spec.name} ({backend.devices()[0].name}), {dtype_note}, attention {attention}")
         source = resolve_model(config.model_id, config.revision)
         say(f"model: {source.model_id} ({source.format}: {source.path})")
         t0 = time.perf_counter()
@@ -159,6 +161,9 @@ class LLMEngine:
             say(f"warm-up done in {time.perf_counter() - t0:.1f}s")
         except BaseException:
             runner.shutdown()  # tensor parallel: stops the worker processes
+            kernels = backend.describe_kernels(dtype)
+            if kernels:
+                say("kernels: " + "; ".join(f"{name} {impl}" for name, impl in kernels.items()))
             raise
         return cls(backend, runner, tokenizer, config, info)
 

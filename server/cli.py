@@ -28,6 +28,12 @@ def _cmd_backends(args: argparse.Namespace) -> int:
         print(f"\nerror: {exc}", file=sys.stderr)
         return 2
     print(f"\nselected ({args.backend}): {spec.name}")
+    backend = spec.create()
+    dtype = backend.default_dtype()
+    why = backend.default_dtype_reason()
+    print(f"default dtype: {dtype}" + (f" ({why})" if why else ""))
+    for name, impl in backend.describe_kernels(dtype).items():
+        print(f"  {name}: {impl}")
     return 0
 
 

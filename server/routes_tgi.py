@@ -229,6 +229,7 @@ async def info(request: Request) -> dict:
         "sha": None,
         "docker_label": None,
         "backend": engine.backend_name,
+        "kernels": getattr(engine, "kernels", None) or {},
     }
 
 

@@ -143,3 +143,6 @@ class Info(BaseModel):
     sha: str | None = None
     docker_label: str | None = None
     backend: str
+    kernels: dict[str, str] = Field(
+        default_factory=dict, description="the backend's kernels and the implementation each runs with here"
+    )

@@ -67,8 +67,25 @@ class CpuBackend(TorchBackend):
         return ("float32", "bfloat16")
 
     def default_dtype(self) -> str:
-        # bfloat16 matrix products run on AMX (or AVX512-BF16); without them float32 is faster and exact
-        return "bfloat16" if self._info.has_amx_bf16 else "float32"
+        # bfloat16 wherever the CPU computes it natively (the GGUF blocks are then read as stored, half the
+        # bytes of float32 elsewhere); float32 where bfloat16 would be emulated, slower than float32 itself
+        return "bfloat16" if self._info.has_native_bf16 else "float32"
+
+    def default_dtype_reason(self) -> str:
+        if self._info.has_amx_bf16:
+            return "this CPU multiplies bfloat16 natively (AMX)"
+        if self._info.has_avx512_bf16:
+            return "this CPU multiplies bfloat16 natively (AVX512-BF16)"
+        return "this CPU has no native bfloat16 arithmetic (AMX or AVX512-BF16): bfloat16 would be emulated"
+
+    def describe_kernels(self, dtype: str) -> dict[str, str]:
+        from tgi.backends.cpu import native
+        from tgi.backends.cpu.kernels import kernel_plan
+        from tgi.backends.cpu.linear import max_block_rows
+
+        built = native.available()
+        impls = native.block_impls() if built else []
+        return kernel_plan(self._info, dtype, self.attention_name, built, impls, max_block_rows(impls))
 
     def torch_device(self) -> torch.device:
         return torch.device("cpu")

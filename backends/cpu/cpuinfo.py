@@ -24,6 +24,11 @@ class CpuInfo:
     def has_avx512_bf16(self) -> bool:
         return "avx512_bf16" in self.flags
 
+    @property
+    def has_native_bf16(self) -> bool:
+        """bfloat16 products in hardware (AMX tiles or AVX512-BF16's dot products)."""
+        return self.has_amx_bf16 or self.has_avx512_bf16
+
     def describe(self) -> str:
         feats = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in self.flags]
         return f"{self.name}, {self.cores} cores" + (f", {' '.join(feats)}" if feats else "")

@@ -48,6 +48,16 @@ class Backend(ABC):
     def default_dtype(self) -> str:
         """The dtype used when the user does not ask for one."""
 
+    def default_dtype_reason(self) -> str:
+        """Why `default_dtype()` is the default on this machine, for the start-up line ("" if obvious)."""
+        return ""
+
+    def describe_kernels(self, dtype: str) -> dict[str, str]:
+        """Kernel -> the implementation it runs with on this machine for a model in `dtype` (e.g. "decode
+        attention": "cpu-native AVX-512"), as chosen at start-up; shown at start, by `tgi backends` and in
+        `/info`. Empty when the backend has nothing to say."""
+        return {}
+
     @abstractmethod
     def create_runner(self, source: ModelSource, config: EngineConfig, collective: Collective) -> ModelRunner:
         """A runner for `source` on this backend (not yet loaded)."""

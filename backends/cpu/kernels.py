@@ -1,0 +1,66 @@
+"""Which implementation each CPU kernel takes on this machine, decided from the CPU's features (as the native
+code's own dispatch decides, once per process) and the switches: reported at start-up, by `tgi backends` and
+in `/info`, so that a figure can always be tied to the code that produced it."""
+
+from __future__ import annotations
+
+import os
+
+from tgi.backends.cpu.cpuinfo import CpuInfo
+
+#: x86-64-v4 (the fused ops' and the paged decode's AVX-512 clone) and x86-64-v3 (their AVX2 clone)
+_V4 = frozenset({"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"})
+_V3 = frozenset({"avx2", "fma", "bmi1", "bmi2", "f16c", "movbe"})
+
+
+def vector_isa(info: CpuInfo) -> str:
+    """The widest instruction set the native elementwise code runs with here."""
+    if info.flags >= _V4:
+        return "AVX-512"
+    if info.flags >= _V3:
+        return "AVX2"
+    return "scalar"
+
+
+def kernel_plan(
+    info: CpuInfo,
+    dtype: str,
+    attention: str,
+    native: bool,
+    block_impls: list[str],
+    max_block_rows: int,
+) -> dict[str, str]:
+    """kernel -> the implementation it uses for a model in `dtype` with attention `attention`; `native`: the
+    native kernels built here; `block_impls`/`max_block_rows`: what the block linear offers and takes."""
+    isa = vector_isa(info)
+    fused = native and os.environ.get("TGI_CPU_FUSED", "1") != "0"
+    plan: dict[str, str] = {}
+    if dtype == "bfloat16":
+        engine = "AMX" if info.has_amx_bf16 else "AVX512-BF16" if info.has_avx512_bf16 else "emulated"
+        plan["dense linear"] = f"oneDNN bfloat16 ({engine})"
+    else:
+        plan["dense linear"] = f"float32 GEMM ({isa})"
+    impl = os.environ.get("TGI_CPU_BLOCK_IMPL", "auto")
+    if dtype != "bfloat16" or not native or os.environ.get("TGI_CPU_BLOCK_KERNELS", "1") == "0":
+        plan["gguf block linear"] = "off (dense weights)"
+    elif max_block_rows <= 0:
+        plan["gguf block linear"] = "off (no fast path on this CPU)"
+    elif impl != "auto":
+        plan["gguf block linear"] = f"{impl} up to {max_block_rows} rows (TGI_CPU_BLOCK_IMPL)"
+    elif "amx" in block_impls:
+        plan["gguf block linear"] = f"avx512-bf16 for 1-2 rows, amx up to {max_block_rows} rows"
+    else:
+        plan["gguf block linear"] = f"{block_impls[-1]} up to {max_block_rows} rows"
+    if attention == "cpu-native":
+        decode = os.environ.get("TGI_CPU_DECODE_IMPL", "auto")
+        if decode != "auto":
+            plan["decode attention"] = f"cpu-native {decode} (TGI_CPU_DECODE_IMPL)"
+        elif info.has_amx_bf16 and dtype == "bfloat16":
+            plan["decode attention"] = f"cpu-native, scores on AMX (head sizes 32-128), else {isa}"
+        else:
+            plan["decode attention"] = f"cpu-native {isa}"
+    else:
+        plan["decode attention"] = f"{attention} (torch)"
+    plan["fused norm/rotary/silu"] = f"native {isa}" if fused else "torch ops"
+    plan["greedy pick"] = f"native {isa}" if fused else "torch ops"
+    return plan

@@ -1,0 +1,85 @@
+"""The CPU backend's defaults follow the CPU at hand: bfloat16 where it is computed natively."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tgi.backends.cpu import backend as cpu_backend
+from tgi.backends.cpu.cpuinfo import cpu_info
+
+
+@pytest.mark.parametrize(
+    ("flags", "dtype", "why"),
+    [
+        ({"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}, "bfloat16", "AMX"),
+        ({"avx2", "avx512f", "avx512_bf16"}, "bfloat16", "AVX512-BF16"),
+        ({"avx2", "avx512f"}, "float32", "would be emulated"),
+        ({"avx2"}, "float32", "would be emulated"),
+    ],
+)
+def test_default_dtype_is_bfloat16_where_the_cpu_computes_it(monkeypatch, flags, dtype, why):
+    info = dataclasses.replace(cpu_info(), flags=frozenset(flags))
+    monkeypatch.setattr(cpu_backend, "cpu_info", lambda: info)
+    backend = cpu_backend.CpuBackend()
+    assert backend.default_dtype() == dtype
+    assert why in backend.default_dtype_reason()
+
+
+AMX = {"avx2", "fma", "bmi1", "bmi2", "f16c", "movbe", "avx512f", "avx512bw", "avx512cd", "avx512dq",
+       "avx512vl", "avx512_bf16", "amx_bf16", "amx_tile"}  # fmt: skip
+EPYC = AMX - {"amx_bf16", "amx_tile"}
+AVX2 = {"avx2", "fma", "bmi1", "bmi2", "f16c", "movbe"}
+
+
+@pytest.mark.parametrize(
+    ("flags", "impls", "rows", "expected"),
+    [
+        (AMX, ["reference", "avx512-bf16", "amx"], 64, {
+            "dense linear": "oneDNN bfloat16 (AMX)",
+            "gguf block linear": "avx512-bf16 for 1-2 rows, amx up to 64 rows",
+            "decode attention": "cpu-native, scores on AMX (head sizes 32-128), else AVX-512",
+            "fused norm/rotary/silu": "native AVX-512",
+        }),
+        (EPYC, ["reference", "avx512-bf16"], 4, {
+            "dense linear": "oneDNN bfloat16 (AVX512-BF16)",
+            "gguf block linear": "avx512-bf16 up to 4 rows",
+            "decode attention": "cpu-native AVX-512",
+            "greedy pick": "native AVX-512",
+        }),
+        (AVX2, ["reference"], 0, {
+            "gguf block linear": "off (no fast path on this CPU)",
+            "decode attention": "cpu-native AVX2",
+            "fused norm/rotary/silu": "native AVX2",
+        }),
+    ],
+)  # fmt: skip
+def test_the_kernel_plan_follows_the_cpu(flags, impls, rows, expected, monkeypatch):
+    from tgi.backends.cpu.kernels import kernel_plan
+
+    for name in ("TGI_CPU_FUSED", "TGI_CPU_BLOCK_KERNELS", "TGI_CPU_BLOCK_IMPL", "TGI_CPU_DECODE_IMPL"):
+        monkeypatch.delenv(name, raising=False)
+    info = dataclasses.replace(cpu_info(), flags=frozenset(flags))
+    plan = kernel_plan(info, "bfloat16", "cpu-native", True, impls, rows)
+    assert {k: plan[k] for k in expected} == expected
+    assert kernel_plan(info, "float32", "cpu-native", True, impls, rows)["gguf block linear"] == (
+        "off (dense weights)"
+    )
+    monkeypatch.setenv("TGI_CPU_FUSED", "0")
+    assert (
+        kernel_plan(info, "bfloat16", "cpu-sdpa", True, impls, rows)["fused norm/rotary/silu"] == "torch ops"
+    )
+    assert (
+        kernel_plan(info, "bfloat16", "cpu-sdpa", False, impls, rows)["decode attention"]
+        == "cpu-sdpa (torch)"
+    )
+
+
+def test_this_machines_plan_is_reported():
+    backend = cpu_backend.CpuBackend()
+    plan = backend.describe_kernels(backend.default_dtype())
+    assert set(plan) == {
+        "dense linear", "gguf block linear", "decode attention", "fused norm/rotary/silu", "greedy pick"
+    }  # fmt: skip
+    assert all(plan.values())
