@@ -1,7 +1,8 @@
 """The engine behind the server: `LLMEngine` stepping on its own thread, one async stream per request.
 
 The event loop never runs model code: it validates, queues a command, and awaits events. The engine thread
-drains commands (add, abort) at the start of every step, so a cancellation frees its blocks within one step.
+drains commands (`AddRequest`, `AbortRequest`) at the start of every step, so a cancellation frees its blocks
+within one step.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import queue
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
 from tgi.core.config import EngineConfig
 from tgi.core.engine import EngineStats, LLMEngine
@@ -19,6 +21,25 @@ from tgi.core.request import EngineError, FinishReason, GenerationResult, StepEr
 from tgi.core.sampling_params import SamplingParams
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AddRequest:
+    """Queue a request the event loop has validated (`LLMEngine.validate`)."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams  # validated, defaults resolved
+
+
+@dataclass(frozen=True)
+class AbortRequest:
+    """Cancel a request (its client went away, or the engine shuts down) and free its KV blocks."""
+
+    request_id: str
+
+
+EngineCommand = AddRequest | AbortRequest
 
 
 class AsyncEngine:
@@ -82,7 +103,7 @@ class AsyncEngine:
         """Stop the engine thread. Without `cancel_inflight`, waits for running requests to finish."""
         if cancel_inflight:
             for request_id in list(self._streams):
-                self._commands.put(("abort", request_id))
+                self._commands.put(AbortRequest(request_id))
                 self._deliver([_cancelled(request_id)])
         while not cancel_inflight and self._streams and self.healthy:
             await asyncio.sleep(0.05)
@@ -95,14 +116,15 @@ class AsyncEngine:
     def stream(
         self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
     ) -> AsyncIterator[TokenEvent]:
-        """Validate (raises `ValidationError` at once), queue, and return the request's event stream."""
+        """Validate (raises `ValidationError` at once: the request's one validation), queue, and return the
+        request's event stream."""
         if not self.healthy:
             raise EngineError(f"the engine is not running: {self.error}")
-        self.engine.validate(prompt_token_ids, params)
+        params = self.engine.validate(prompt_token_ids, params)
         request_id = request_id or uuid.uuid4().hex
         events: asyncio.Queue = asyncio.Queue()
         self._streams[request_id] = events
-        self._commands.put(("add", request_id, list(prompt_token_ids), params))
+        self._commands.put(AddRequest(request_id, list(prompt_token_ids), params))
         self._wakeup.set()
         return self._iterate(request_id, events)
 
@@ -120,7 +142,7 @@ class AsyncEngine:
         finally:
             self._streams.pop(request_id, None)
             if not finished:  # the consumer went away (client disconnected): free its blocks now
-                self._commands.put(("abort", request_id))
+                self._commands.put(AbortRequest(request_id))
                 self._wakeup.set()
 
     async def generate(
@@ -168,20 +190,21 @@ class AsyncEngine:
     def _drain_commands(self) -> None:
         while True:
             try:
-                command = self._commands.get_nowait()
+                command: EngineCommand = self._commands.get_nowait()
             except queue.Empty:
                 return
-            if command[0] == "add":
-                _, request_id, prompt, params = command
+            if isinstance(command, AddRequest):
                 try:
-                    self.engine.add_request(prompt, params, request_id)
+                    self.engine.add_validated_request(
+                        command.prompt_token_ids, command.params, command.request_id
+                    )
                 except Exception as exc:
-                    self._loop.call_soon_threadsafe(self._deliver_error, request_id, exc)
+                    self._loop.call_soon_threadsafe(self._deliver_error, command.request_id, exc)
             else:
                 try:
-                    self.engine.abort(command[1])
+                    self.engine.abort(command.request_id)
                 except Exception:  # its client is gone already; the engine thread must not die of it
-                    log.exception("aborting request %s failed", command[1])
+                    log.exception("aborting request %s failed", command.request_id)
 
     def _fail(self, request_ids: list[str], error: EngineError) -> None:
         for request_id in request_ids:

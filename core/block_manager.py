@@ -58,8 +58,9 @@ class BlockManager:
         total = self.blocks_needed(seq.num_computed_tokens + num_new_tokens)
         return max(0, total - len(seq.block_table))
 
-    def max_new_tokens(self, seq: Sequence) -> int:
-        """The most tokens `seq` can add past `num_computed_tokens` with its blocks plus every free one."""
+    def free_token_capacity(self, seq: Sequence) -> int:
+        """The most tokens `seq` can add past `num_computed_tokens` with its blocks plus every free one
+        (room in the cache, not the sampling parameter `max_new_tokens`)."""
         capacity = (len(seq.block_table) + len(self._free)) * self.block_size
         return max(0, capacity - seq.num_computed_tokens)
 

@@ -19,11 +19,12 @@ from tgi.core.block_manager import BlockManager
 from tgi.core.config import ConfigError, EngineConfig
 from tgi.core.interfaces import Backend, ModelInfo, ModelRunner
 from tgi.core.output import RequestOutput
-from tgi.core.request import FinishReason, GenerationResult, StepError, TokenEvent, ValidationError
+from tgi.core.request import FinishReason, GenerationResult, StepError, TokenEvent
 from tgi.core.sampling_params import SamplingParams
 from tgi.core.scheduler import Scheduler
 from tgi.core.sequence import Sequence
 from tgi.core.tokenization import eos_token_ids
+from tgi.core.validation import RequestLimits, validate_request
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,7 @@ class LLMEngine:
         self.tokenizer = tokenizer
         self.config = config
         self.model_info = info
+        self.limits = RequestLimits(config.max_input_tokens, config.max_total_tokens, info.vocab_size)
         self.block_manager = BlockManager(
             config.max_batch_total_tokens // config.block_size, config.block_size
         )
@@ -127,9 +129,9 @@ class LLMEngine:
             backend.select_attention(config.attention)
         dtype = config.dtype or backend.default_dtype()
         backend.check_dtype(dtype)
+        why = "" if config.dtype else backend.default_dtype_reason()
         fraction = config.kv_cache_memory_fraction or backend.kv_cache_memory_fraction
         config = dataclasses.replace(config, dtype=dtype, kv_cache_memory_fraction=fraction)
-        why = "" if config.dtype else backend.default_dtype_reason()
         attention = backend.attention().name if hasattr(backend, "attention") else "the backend's own"
         dtype_note = f"dtype {dtype} (the default: {why})" if why else f"dtype {dtype}"
         say(f"backend: {spec.name} ({backend.devices()[0].name}), {dtype_note}, attention {attention}")
@@ -159,39 +161,32 @@ class LLMEngine:
             t0 = time.perf_counter()
             runner.warmup(config.max_batch_prefill_tokens, config.max_num_seqs)
             say(f"warm-up done in {time.perf_counter() - t0:.1f}s")
-        except BaseException:
-            runner.shutdown()  # tensor parallel: stops the worker processes
             kernels = backend.describe_kernels(dtype)
             if kernels:
                 say("kernels: " + "; ".join(f"{name} {impl}" for name, impl in kernels.items()))
+        except BaseException:
+            runner.shutdown()  # tensor parallel: stops the worker processes
             raise
         return cls(backend, runner, tokenizer, config, info)
 
     # -- requests ---------------------------------------------------------------------------------------
-    def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
-        """Raise `ValidationError` (TGI's 422) for a request that does not fit the limits."""
-        try:
-            params.validate()
-        except ValueError as exc:
-            raise ValidationError(str(exc)) from None
-        n = len(prompt_token_ids)
-        if n == 0:
-            raise ValidationError("`inputs` cannot be empty")
-        if n > self.config.max_input_tokens:
-            raise ValidationError(f"`inputs` tokens must be <= {self.config.max_input_tokens}. Given: {n}")
-        if n + params.max_new_tokens > self.config.max_total_tokens:
-            raise ValidationError(
-                f"`inputs` tokens + `max_new_tokens` must be <= {self.config.max_total_tokens}. "
-                f"Given: {n} `inputs` tokens and {params.max_new_tokens} `max_new_tokens`"
-            )
-        vocab = self.model_info.vocab_size
-        if any(not 0 <= t < vocab for t in prompt_token_ids):
-            raise ValidationError(f"token ids must be in [0, {vocab})")
+    def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> SamplingParams:
+        """`params` with its defaults resolved, or `ValidationError` (TGI's 422) for a request that does not
+        fit the limits: the request's one validation (`tgi.core.validation`)."""
+        return validate_request(prompt_token_ids, params, self.limits)
 
     def add_request(
         self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
     ) -> str:
-        self.validate(prompt_token_ids, params)
+        """Validate and queue a request; returns its id."""
+        params = self.validate(prompt_token_ids, params)
+        return self.add_validated_request(prompt_token_ids, params, request_id)
+
+    def add_validated_request(
+        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
+    ) -> str:
+        """Queue a request whose `params` came from `validate` (checked, defaults resolved): the engine
+        thread of `AsyncEngine` adds what its caller validated, without checking it again."""
         request_id = request_id or uuid.uuid4().hex
         seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
         seq = Sequence(request_id, list(prompt_token_ids), params, seed)

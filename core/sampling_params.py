@@ -7,8 +7,10 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to pick each next token and when to stop. Validated by `validate()`; the server turns a
-    `ValueError` from it into a 422. Defaults mean greedy decoding, as TGI's `do_sample=false`."""
+    """How to pick each next token and when to stop. Defaults mean greedy decoding, as TGI's
+    `do_sample=false`. The engine resolves `max_new_tokens=None` and validates the whole request once
+    (`tgi.core.validation.validate_request`, which calls `validate()`); the server answers its error with a
+    422."""
 
     do_sample: bool = False
     temperature: float = 1.0  # > 0; with do_sample=False it is ignored (greedy)
@@ -19,7 +21,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0  # in [-2, 2]; subtracts penalty x count of each output token
     presence_penalty: float = 0.0  # in [-2, 2]; subtracts penalty once per output token seen
     seed: int | None = None  # same seed, same tokens, whatever else shares the batch
-    max_new_tokens: int = 20
+    max_new_tokens: int | None = 20  # None: what is left of the engine's max_total_tokens (TGI's default)
     min_new_tokens: int = 0  # EOS and stop sequences are ignored before this many tokens
     stop: tuple[str, ...] = ()  # stop sequences, matched on the detokenized text (may span tokens)
     stop_token_ids: tuple[int, ...] = ()  # extra token ids that end the sequence (EOS is always one)
@@ -32,7 +34,8 @@ class SamplingParams:
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def validate(self) -> None:
-        """Raise `ValueError` with a user-facing message if any field is out of range."""
+        """Raise `ValueError` with a user-facing message if any field is out of range (`max_new_tokens=None`
+        is in range: the engine resolves it first)."""
         if self.temperature <= 0:
             raise ValueError("`temperature` must be strictly positive")
         if self.top_k < 0:
@@ -47,9 +50,10 @@ class SamplingParams:
             raise ValueError("`frequency_penalty` must be >= -2.0 and <= 2.0")
         if not -2 <= self.presence_penalty <= 2:
             raise ValueError("`presence_penalty` must be >= -2.0 and <= 2.0")
-        if self.max_new_tokens < 1:
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise ValueError("`max_new_tokens` must be strictly positive")
-        if self.min_new_tokens < 0 or self.min_new_tokens > self.max_new_tokens:
+        too_many = self.max_new_tokens is not None and self.min_new_tokens > self.max_new_tokens
+        if self.min_new_tokens < 0 or too_many:
             raise ValueError("`min_new_tokens` must be >= 0 and <= `max_new_tokens`")
         if self.top_n_tokens < 0:
             raise ValueError("`top_n_tokens` must be >= 0")

@@ -234,7 +234,7 @@ class Scheduler:
             if n == 0:
                 continue
             while not bm.can_allocate(seq, n):
-                fits = bm.max_new_tokens(seq)
+                fits = bm.free_token_capacity(seq)
                 if not is_decode and self.constraints.chunked_prefill and fits > 0:
                     n = fits  # a smaller prefill chunk beats preempting someone
                     break

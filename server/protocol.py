@@ -40,7 +40,8 @@ class ServingEngine(Protocol):
     def stream(
         self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
     ) -> AsyncIterator[TokenEvent]:
-        """Queue a request and yield its tokens; closing the iterator cancels the request."""
+        """Validate the request once (defaults resolved; `ValidationError`, which the server answers with a
+        422, before anything is queued), queue it and yield its tokens; closing the iterator cancels it."""
         ...
 
     def stats(self) -> EngineStatsLike: ...

@@ -17,7 +17,7 @@ from tgi.server.fields import check_fields
 from tgi.server.schemas_openai import ChatCompletionRequest, CompletionRequest
 from tgi.server.schemas_tgi import ErrorResponse
 from tgi.server.service import InferenceService, RequestTracker
-from tgi.server.validation import fit_lengths, openai_sampling_params
+from tgi.server.validation import openai_sampling_params
 
 router = APIRouter(tags=["OpenAI"])
 
@@ -50,7 +50,6 @@ async def _chat_jobs(service: InferenceService, req: ChatCompletionRequest) -> l
         raise validation_error("`top_logprobs` requires `logprobs` to be true")
     base = openai_sampling_params(req, service.settings, top_n=top_n, logprobs=req.logprobs)
     ids = await service.render_chat([m.template_dict() for m in req.messages])
-    base = fit_lengths(len(ids), req.max_new_tokens, base, service.config)
     return _choices(base, req.n, 0, 0, ids)
 
 
@@ -67,11 +66,7 @@ async def _completion_jobs(service: InferenceService, req: CompletionRequest) ->
     jobs: list[Job] = []
     for p, prompt in enumerate(prompts):
         ids = prompt if isinstance(prompt, list) else await service.encode(prompt)
-        vocab = getattr(getattr(service.engine, "model_info", None), "vocab_size", None)
-        if vocab and any(not 0 <= t < vocab for t in ids):
-            raise validation_error(f"token ids must be in [0, {vocab})")
-        params = fit_lengths(len(ids), req.max_new_tokens, base, service.config)
-        jobs.extend(_choices(params, req.n, p * req.n, p, ids))
+        jobs.extend(_choices(base, req.n, p * req.n, p, ids))
     return jobs
 
 

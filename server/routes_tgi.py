@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse, Response
 
 from tgi.core.request import TokenEvent
 from tgi.core.sampling_params import SamplingParams
+from tgi.core.validation import EMPTY_INPUTS
 from tgi.server import sse
 from tgi.server.errors import ApiError, validation_error
 from tgi.server.fields import check_fields
@@ -24,7 +25,7 @@ from tgi.server.schemas_tgi import (
     StreamResponse,
 )
 from tgi.server.service import InferenceService
-from tgi.server.validation import check_truncate, fit_lengths, tgi_sampling_params
+from tgi.server.validation import check_truncate, tgi_sampling_params
 
 router = APIRouter(tags=["Text Generation Inference"])
 
@@ -55,16 +56,16 @@ def top_tokens_json(event: TokenEvent) -> list[dict]:
 async def prepare(
     service: InferenceService, req: GenerateRequest, stream: bool
 ) -> tuple[list[int], SamplingParams]:
-    """Validate, tokenise (off the loop) and fit the lengths: everything before the scheduler."""
+    """Parse and tokenise (off the loop); the engine validates the rest when the request is queued."""
     check_fields(req)
-    if not req.inputs:
-        raise validation_error("`inputs` cannot be empty")
+    if not req.inputs:  # before tokenizing: a tokenizer that adds BOS would make it one token
+        raise validation_error(EMPTY_INPUTS)
     params = tgi_sampling_params(req.parameters, service.settings, stream)
     truncate = check_truncate(req.parameters.truncate, service.config)
     ids = await service.encode(req.inputs)
     if truncate is not None:
         ids = ids[-truncate:]
-    return ids, fit_lengths(len(ids), req.parameters.max_new_tokens, params, service.config)
+    return ids, params
 
 
 def _sequence(events: list[TokenEvent], req: GenerateRequest) -> dict:

@@ -1,7 +1,8 @@
 """A tiny in-process engine implementing `ServingEngine`, for testing the HTTP layer without a model.
 
 Character-level: each character is a token (its code point). It "generates" the characters of `REPLY`
-in order, then EOS; honours `max_new_tokens`, `ignore_eos`, stop sequences, `top_n_tokens`, seeds.
+in order, then EOS; honours `max_new_tokens`, `ignore_eos`, stop sequences, `top_n_tokens`, seeds. It
+validates a request as the real engine does (`tgi.core.validation`), before recording it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from types import SimpleNamespace
 from tgi.core.config import EngineConfig
 from tgi.core.request import EngineError, FinishReason, PromptToken, TokenEvent, TopToken, ValidationError
 from tgi.core.sampling_params import SamplingParams
+from tgi.core.validation import RequestLimits, validate_request
 
 REPLY = "Hello world!"
 EOS_ID = 0
@@ -91,6 +93,9 @@ class FakeEngine:
     ) -> AsyncIterator[TokenEvent]:
         if self.refuse:
             raise ValidationError(self.refuse)
+        config = self.config
+        limits = RequestLimits(config.max_input_tokens, config.max_total_tokens, self.model_info.vocab_size)
+        params = validate_request(prompt_token_ids, params, limits)
         self.requests.append((list(prompt_token_ids), params))
         fails = len(self.requests) - 1 == self.fail_stream
         return self._run(request_id or "r", list(prompt_token_ids), params, fails)

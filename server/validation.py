@@ -1,23 +1,18 @@
-"""Turn a request's parameters into `SamplingParams`, with TGI's checks and messages (422 before queueing)."""
+"""Parse a request's parameters into `SamplingParams`, with the checks that belong to its API.
+
+What is checked here: what only the server knows (its settings: `best_of`, stop sequences, top tokens), and
+what an API words its own way (TGI's exclusive `top_p` bound, OpenAI's `max_tokens`, `n`). Everything else
+(sampling ranges, lengths, token ids) the engine checks once, with defaults resolved, when the request is
+queued (`tgi.core.validation`); the server answers its `ValidationError` with the same 422.
+"""
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 from tgi.core.config import EngineConfig
 from tgi.core.sampling_params import SamplingParams
 from tgi.server.errors import validation_error
 from tgi.server.schemas_tgi import GenerateParameters
 from tgi.server.settings import ServerSettings
-
-
-def checked(params: SamplingParams) -> SamplingParams:
-    """`SamplingParams.validate()` with its message turned into TGI's 422."""
-    try:
-        params.validate()
-    except ValueError as exc:
-        raise validation_error(str(exc)) from None
-    return params
 
 
 def check_stop(stop: list[str], settings: ServerSettings) -> tuple[str, ...]:
@@ -37,7 +32,7 @@ def check_top_n(top_n: int, settings: ServerSettings) -> int:
 
 
 def tgi_sampling_params(p: GenerateParameters, settings: ServerSettings, stream: bool) -> SamplingParams:
-    """TGI's `Validation::validate` for everything but the lengths (those need the token count)."""
+    """TGI's parameters; the engine checks their ranges and the lengths (`tgi.core.validation`)."""
     # TGI samples as soon as any warper is set, even with do_sample=false.
     do_sample = bool(
         p.do_sample
@@ -61,9 +56,7 @@ def tgi_sampling_params(p: GenerateParameters, settings: ServerSettings, stream:
     if p.top_p is not None and not 0.0 < p.top_p < 1.0:
         # TGI's own bound on its routes (OpenAI routes accept 1.0, which means "off")
         raise validation_error("`top_p` must be > 0.0 and < 1.0")
-    if p.max_new_tokens is not None and p.max_new_tokens < 1:
-        raise validation_error("`max_new_tokens` must be strictly positive")
-    params = SamplingParams(
+    return SamplingParams(
         do_sample=do_sample,
         temperature=p.temperature if p.temperature is not None else 1.0,
         top_k=p.top_k if p.top_k is not None else 0,
@@ -72,15 +65,13 @@ def tgi_sampling_params(p: GenerateParameters, settings: ServerSettings, stream:
         repetition_penalty=p.repetition_penalty if p.repetition_penalty is not None else 1.0,
         frequency_penalty=p.frequency_penalty if p.frequency_penalty is not None else 0.0,
         seed=p.seed,
-        max_new_tokens=p.max_new_tokens or 1,  # placeholder until the input length is known
+        max_new_tokens=p.max_new_tokens,  # None: the engine gives what is left of max_total_tokens
         stop=check_stop(p.stop, settings),
         include_stop_str_in_output=True,  # TGI's `generated_text` keeps the stop sequence it matched
         logprobs=p.details or stream or best_of > 1,  # TGI's stream events always carry a logprob
         top_n_tokens=check_top_n(p.top_n_tokens or 0, settings),
         prompt_logprobs=p.decoder_input_details,
     )
-    checked(params)
-    return params
 
 
 def check_truncate(truncate: int | None, config: EngineConfig) -> int | None:
@@ -91,35 +82,14 @@ def check_truncate(truncate: int | None, config: EngineConfig) -> int | None:
     return truncate
 
 
-def fit_lengths(
-    num_input: int, max_new_tokens: int | None, params: SamplingParams, config: EngineConfig
-) -> SamplingParams:
-    """TGI's length checks, in TGI's order; `max_new_tokens=None` means what is left of `max_total_tokens`."""
-    if num_input == 0:
-        raise validation_error("`inputs` cannot be empty")
-    max_total = config.max_total_tokens
-    if max_new_tokens is None:
-        max_new_tokens = max(max_total - num_input, 1)
-    if num_input + max_new_tokens > max_total:
-        raise validation_error(
-            f"`inputs` tokens + `max_new_tokens` must be <= {max_total}. "
-            f"Given: {num_input} `inputs` tokens and {max_new_tokens} `max_new_tokens`"
-        )
-    if num_input > config.max_input_tokens:
-        raise validation_error(
-            f"`inputs` must have less than {config.max_input_tokens} tokens. Given: {num_input}"
-        )
-    return checked(replace(params, max_new_tokens=max_new_tokens))
-
-
 def openai_sampling_params(req, settings: ServerSettings, top_n: int, logprobs: bool) -> SamplingParams:
     """OpenAI's parameters: temperature 0 is greedy; otherwise sampling (temperature 1 by default)."""
     if req.n < 1:
         raise validation_error(f"`n` must be >= 1. Given: {req.n}", "n")
-    if req.max_new_tokens is not None and req.max_new_tokens < 1:
+    if req.max_new_tokens is not None and req.max_new_tokens < 1:  # OpenAI's name for the field
         raise validation_error("`max_tokens` must be strictly positive")
     greedy = req.temperature is not None and req.temperature == 0
-    params = SamplingParams(
+    return SamplingParams(
         do_sample=not greedy,
         temperature=1.0 if greedy or req.temperature is None else req.temperature,
         top_p=1.0 if req.top_p is None else req.top_p,
@@ -128,7 +98,7 @@ def openai_sampling_params(req, settings: ServerSettings, top_n: int, logprobs: 
         frequency_penalty=req.frequency_penalty or 0.0,
         presence_penalty=req.presence_penalty or 0.0,
         seed=req.seed,
-        max_new_tokens=req.max_new_tokens or 1,  # placeholder until the input length is known
+        max_new_tokens=req.max_new_tokens,  # None: the engine gives what is left of max_total_tokens
         min_new_tokens=req.min_tokens or 0,
         stop=check_stop(req.stop_list, settings),
         stop_token_ids=tuple(req.stop_token_ids or ()),
@@ -137,6 +107,3 @@ def openai_sampling_params(req, settings: ServerSettings, top_n: int, logprobs: 
         logprobs=logprobs,
         top_n_tokens=check_top_n(top_n, settings),
     )
-    if params.min_new_tokens and req.max_new_tokens is None:
-        return params  # checked once max_new_tokens is known
-    return checked(params)

@@ -41,7 +41,7 @@ def test_can_allocate_matches_allocate() -> None:
     with pytest.raises(BlockManagerError):
         bm.allocate(seq, 9)
     assert seq.block_table == [] and bm.num_free_blocks == 2  # a failed allocate changes nothing
-    assert bm.max_new_tokens(seq) == 8
+    assert bm.free_token_capacity(seq) == 8
 
 
 def test_free_returns_every_block_and_double_free_raises() -> None:

@@ -1,0 +1,100 @@
+"""A request is validated once, by the engine, with its defaults resolved (`tgi.core.validation`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tgi.core import engine as engine_module
+from tgi.core.async_engine import AsyncEngine
+from tgi.core.config import EngineConfig
+from tgi.core.engine import LLMEngine
+from tgi.core.request import ValidationError
+from tgi.core.sampling_params import SamplingParams
+from tgi.core.testing.model import write_tiny_llama
+from tgi.core.validation import EMPTY_INPUTS, RequestLimits, validate_request
+
+LIMITS = RequestLimits(max_input_tokens=64, max_total_tokens=128, vocab_size=1000)
+
+
+def test_max_new_tokens_none_is_what_is_left_of_max_total():
+    params = validate_request([1] * 60, SamplingParams(max_new_tokens=None), LIMITS)
+    assert params.max_new_tokens == 68
+    # at least one, so that a too long prompt is refused by its length, not by max_new_tokens
+    with pytest.raises(ValidationError, match=r"must be <= 128\. Given: 128 `inputs` tokens and 1 "):
+        validate_request([1] * 128, SamplingParams(max_new_tokens=None), LIMITS)
+
+
+def test_an_explicit_max_new_tokens_is_kept():
+    params = SamplingParams(max_new_tokens=5, temperature=0.5, do_sample=True)
+    assert validate_request([1, 2], params, LIMITS) == params
+
+
+def test_min_new_tokens_is_checked_against_the_resolved_max():
+    limits = dataclasses.replace(LIMITS, max_input_tokens=127)
+    assert validate_request([1] * 120, SamplingParams(max_new_tokens=None, min_new_tokens=8), limits)
+    with pytest.raises(ValidationError, match="`min_new_tokens` must be >= 0 and <= `max_new_tokens`"):
+        validate_request([1] * 121, SamplingParams(max_new_tokens=None, min_new_tokens=8), limits)
+
+
+def test_tgi_order_ranges_then_empty_then_lengths_then_token_ids():
+    with pytest.raises(ValidationError, match=r"^`temperature` must be strictly positive$"):
+        validate_request([], SamplingParams(temperature=0.0), LIMITS)
+    with pytest.raises(ValidationError, match=f"^{EMPTY_INPUTS}$"):
+        validate_request([], SamplingParams(), LIMITS)
+    with pytest.raises(ValidationError, match=r"^`inputs` tokens \+ `max_new_tokens` must be <= 128"):
+        validate_request([5000] * 100, SamplingParams(max_new_tokens=50), LIMITS)
+    with pytest.raises(ValidationError, match=r"^token ids must be in \[0, 1000\)$"):
+        validate_request([1, 1000], SamplingParams(), LIMITS)
+
+
+def test_every_broken_length_limit_is_named_total_first():
+    with pytest.raises(ValidationError) as only_input:
+        validate_request([1] * 100, SamplingParams(max_new_tokens=10), LIMITS)
+    assert str(only_input.value) == (
+        "`inputs` must have less than 64 tokens. Given: 100 (`inputs` tokens must be <= 64)"
+    )
+    with pytest.raises(ValidationError) as both:
+        validate_request([1] * 100, SamplingParams(max_new_tokens=50), LIMITS)
+    assert str(both.value) == (
+        "`inputs` tokens + `max_new_tokens` must be <= 128. Given: 100 `inputs` tokens and 50 "
+        "`max_new_tokens`; `inputs` must have less than 64 tokens. Given: 100 (`inputs` tokens must be <= 64)"
+    )
+
+
+@pytest.fixture(scope="module")
+def tiny_engine(tmp_path_factory):
+    model = write_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+    return LLMEngine.from_config(
+        EngineConfig(model_id=str(model), backend="cpu", dtype="float32", max_total_tokens=64,
+                     max_batch_total_tokens=256, max_batch_prefill_tokens=64)
+    )  # fmt: skip
+
+
+async def test_the_async_engine_validates_a_request_once(tiny_engine, monkeypatch):
+    calls = []
+
+    def counting(*args):
+        calls.append(args)
+        return validate_request(*args)
+
+    monkeypatch.setattr(engine_module, "validate_request", counting)
+    engine = AsyncEngine(tiny_engine)
+    await engine.start()
+    try:
+        result = await engine.generate([5, 6, 7], SamplingParams(max_new_tokens=None, ignore_eos=True))
+        assert len(calls) == 1  # on the event loop; the engine thread adds what was validated
+        assert len(result.token_ids) == 64 - 3  # the default filled what max_total_tokens leaves
+        with pytest.raises(ValidationError, match="must be <= 64"):
+            engine.stream([5] * 60, SamplingParams(max_new_tokens=10))
+    finally:
+        await engine.shutdown()
+
+
+def test_llm_engine_add_request_validates(tiny_engine):
+    with pytest.raises(ValidationError, match=EMPTY_INPUTS):
+        tiny_engine.add_request([], SamplingParams())
+    request_id = tiny_engine.add_request([5, 6], dataclasses.replace(SamplingParams(), max_new_tokens=None))
+    assert tiny_engine.scheduler.has_unfinished()
+    tiny_engine.abort(request_id)
