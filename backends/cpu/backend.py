@@ -8,16 +8,8 @@ import os
 import torch
 
 from tgi.backends.cpu.cpuinfo import cpu_info
-from tgi.core.interfaces import (
-    AttentionBackend,
-    Collective,
-    DeviceInfo,
-    KVCache,
-    KVCacheSpec,
-    MemoryInfo,
-    Sampler,
-    TorchBackend,
-)
+from tgi.core.interfaces import Collective, DeviceInfo, KVCacheSpec, MemoryInfo
+from tgi.core.torch import AttentionBackend, KVCache, Sampler, TorchBackend
 
 #: "cpu-native": decode on the C++ paged kernel (compiled at first use; needs g++ and ninja);
 #: "cpu-sdpa": the pure-torch reference (index_select gather + masked SDPA). Prefill is the same in both.
@@ -173,7 +165,7 @@ def _fused_ops_enabled() -> bool:
 def _create_attention(name: str) -> AttentionBackend:
     from tgi.backends.cpu.attention import CpuAttention, CpuNativeAttention
     from tgi.backends.cpu.native import NativeBuildError
-    from tgi.core.interfaces.attention import UnsupportedError
+    from tgi.core.interfaces import UnsupportedError
 
     if name == "cpu-sdpa":
         return CpuAttention()

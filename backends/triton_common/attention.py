@@ -12,14 +12,9 @@ import importlib
 
 import torch
 
-from tgi.core.interfaces.attention import (
-    AttentionBackend,
-    AttentionLayerSpec,
-    AttentionMetadata,
-    UnsupportedError,
-)
-from tgi.core.interfaces.kv_cache import KVCache
-from tgi.core.interfaces.types import AttentionCaps
+from tgi.core.interfaces import AttentionCaps, AttentionLayerSpec, UnsupportedError
+from tgi.core.torch.attention import AttentionBackend, AttentionMetadata
+from tgi.core.torch.kv_cache import KVCache
 
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 MAX_HEAD_DIM = 256

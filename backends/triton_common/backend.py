@@ -10,15 +10,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
-from tgi.core.interfaces import (
-    AttentionBackend,
-    Collective,
-    DeviceInfo,
-    KVCache,
-    KVCacheSpec,
-    MemoryInfo,
-    TorchBackend,
-)
+from tgi.core.interfaces import Collective, DeviceInfo, KVCacheSpec, MemoryInfo
+from tgi.core.torch import AttentionBackend, KVCache, TorchBackend
 
 if TYPE_CHECKING:
     from tgi.core.config import EngineConfig

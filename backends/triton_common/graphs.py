@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from tgi.backends.triton_common.attention import NUM_SPLITS_KEY, TritonAttention
-from tgi.core.interfaces.attention import AttentionMetadata
 from tgi.core.models.context import AttentionContext
+from tgi.core.torch.attention import AttentionMetadata
 
 if TYPE_CHECKING:
     from tgi.backends.triton_common.runner import TritonModelRunner

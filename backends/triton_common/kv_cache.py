@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from tgi.core.dtypes import to_torch_dtype
-from tgi.core.interfaces.kv_cache import KVCache
-from tgi.core.interfaces.types import KVCacheSpec
+from tgi.core.interfaces import KVCacheSpec
+from tgi.core.torch.kv_cache import KVCache
 
 
 class TritonKVCache(KVCache):

@@ -8,12 +8,13 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from tgi.core.runner import TorchModelRunner
+from tgi.core.torch.runner import TorchModelRunner
 
 if TYPE_CHECKING:
     from tgi.core.config import EngineConfig
-    from tgi.core.interfaces import Collective, ModelInfo, TorchBackend
+    from tgi.core.interfaces import Collective, ModelInfo
     from tgi.core.loading.source import ModelSource
+    from tgi.core.torch import TorchBackend
 
 log = logging.getLogger(__name__)
 

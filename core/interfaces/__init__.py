@@ -1,52 +1,44 @@
-"""The contract between tgi's core and its hardware backends.
+"""The contract between tgi's core and its hardware backends, whatever their framework.
 
-Bump `INTERFACE_VERSION` on any incompatible change to these classes; the plugin host refuses a backend
-built for another version, with a message naming both.
+Nothing here imports torch or jax: a backend of any framework implements `Backend` and its `ModelRunner`
+with these types. What a torch backend provides beyond it (attention kernels, KV storage, a sampler on
+torch tensors) is in `tgi.core.torch`; what sampling means is specified in `tgi.core.interfaces.sampling`.
+
+Bump `INTERFACE_VERSION` on any incompatible change to these classes or to `tgi.core.torch`'s; the plugin
+host refuses a backend built for another version, with a message naming both.
 """
 
-from tgi.core.interfaces.attention import (
-    AttentionBackend,
-    AttentionLayerSpec,
-    AttentionMetadata,
-    UnsupportedError,
-)
-from tgi.core.interfaces.backend import Backend, TorchBackend
+from tgi.core.interfaces.backend import Backend
 from tgi.core.interfaces.collective import Collective, SingleProcessCollective
-from tgi.core.interfaces.kv_cache import KVCache
 from tgi.core.interfaces.runner import ModelInfo, ModelRunner
-from tgi.core.interfaces.sampler import Sampler, SamplerOutput
 from tgi.core.interfaces.types import (
     DTYPES,
     AttentionCaps,
+    AttentionLayerSpec,
     DeviceInfo,
     KVCacheSpec,
     MemoryInfo,
     ProbeResult,
     RunnerConstraints,
+    UnsupportedError,
 )
 
-INTERFACE_VERSION = 1
+INTERFACE_VERSION = 2  # 2: the contract without torch (tgi.core.torch), create_runner(..., world_size)
 
 __all__ = [
     "DTYPES",
     "INTERFACE_VERSION",
-    "AttentionBackend",
     "AttentionCaps",
     "AttentionLayerSpec",
-    "AttentionMetadata",
     "Backend",
     "Collective",
     "DeviceInfo",
-    "KVCache",
     "KVCacheSpec",
     "MemoryInfo",
     "ModelInfo",
     "ModelRunner",
     "ProbeResult",
     "RunnerConstraints",
-    "Sampler",
-    "SamplerOutput",
     "SingleProcessCollective",
-    "TorchBackend",
     "UnsupportedError",
 ]

@@ -1,4 +1,5 @@
-"""The hardware backend: what every plugin provides, and the extra parts a torch backend provides."""
+"""The hardware backend: what every plugin provides, whatever its framework (torch backends derive from
+`tgi.core.torch.TorchBackend`)."""
 
 from __future__ import annotations
 
@@ -6,16 +7,11 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, ClassVar
 
 from tgi.core.interfaces.collective import Collective, SingleProcessCollective
-from tgi.core.interfaces.types import DeviceInfo, KVCacheSpec, MemoryInfo
+from tgi.core.interfaces.types import DeviceInfo, MemoryInfo, UnsupportedError
 
 if TYPE_CHECKING:
-    import torch
-
     from tgi.core.config import EngineConfig
-    from tgi.core.interfaces.attention import AttentionBackend
-    from tgi.core.interfaces.kv_cache import KVCache
     from tgi.core.interfaces.runner import ModelRunner
-    from tgi.core.interfaces.sampler import Sampler
     from tgi.core.loading.source import ModelSource
 
 
@@ -23,7 +19,8 @@ class Backend(ABC):
     """A hardware backend, created by its `BackendSpec.create` after `probe` said it is available.
 
     Every backend states its devices, memory and dtypes and creates the model runner. Backends that run
-    core's torch models derive from `TorchBackend` instead and get core's runner for free.
+    core's torch models derive from `tgi.core.torch.TorchBackend` instead and get core's runner for free; a
+    backend of another framework (JAX, a vendor's compiler) brings its own `ModelRunner`.
     """
 
     #: the name users select it by (`--backend NAME`); equal to its BackendSpec's name
@@ -71,90 +68,11 @@ class Backend(ABC):
     def select_attention(self, name: str) -> None:
         """Use the attention implementation `name` (`--attention`); raise `UnsupportedError` when it
         cannot be used. Backends without a choice refuse every name."""
-        from tgi.core.interfaces.attention import UnsupportedError
-
         raise UnsupportedError(f"backend '{self.name}' offers no choice of attention implementation")
 
     def check_dtype(self, dtype: str) -> None:
         """Raise `UnsupportedError` if `dtype` cannot be used (never fall back silently)."""
-        from tgi.core.interfaces.attention import UnsupportedError
-
         if dtype not in self.supported_dtypes():
             raise UnsupportedError(
                 f"backend '{self.name}' does not support dtype {dtype} (supported: {', '.join(self.supported_dtypes())})"
             )
-
-
-class TorchBackend(Backend):
-    """A backend that runs core's torch model definitions (CPU, CUDA, ROCm, XPU, Gaudi).
-
-    It provides a device, attention kernels, KV storage and a sampler; core's `TorchModelRunner` does the
-    rest (loading, batching tensors, the forward pass).
-    """
-
-    #: `torch.distributed` process-group backend for tensor parallelism (gloo, nccl, hccl, xccl)
-    process_group_backend: ClassVar[str] = "gloo"
-
-    @abstractmethod
-    def torch_device(self) -> torch.device:
-        """The device model weights and the KV cache live on."""
-
-    @abstractmethod
-    def attention(self) -> AttentionBackend:
-        """The attention kernels."""
-
-    def attention_names(self) -> tuple[str, ...]:
-        """The attention implementations `select_attention` accepts (`--attention NAME`)."""
-        return (self.attention().name,)
-
-    def select_attention(self, name: str) -> None:
-        """Use the attention implementation `name` from now on; raise `UnsupportedError` with the reason
-        when it is unknown or cannot run here (never substitute another)."""
-        from tgi.core.interfaces.attention import UnsupportedError
-
-        if name not in self.attention_names():
-            raise UnsupportedError(
-                f"backend '{self.name}' has no attention '{name}' (available: {', '.join(self.attention_names())})"
-            )
-
-    @abstractmethod
-    def create_kv_cache(self, spec: KVCacheSpec, num_blocks: int) -> KVCache:
-        """Allocate the paged KV cache on the device."""
-
-    def sampler(self) -> Sampler:
-        """The sampler; core's vectorised torch reference by default."""
-        from tgi.core.sampling.sampler import TorchSampler
-
-        return TorchSampler()
-
-    def create_collective(self, rank: int, world_size: int, init_method: str | None = None) -> Collective:
-        """`torch.distributed` with this backend's `process_group_backend`, on its device."""
-        if world_size == 1:
-            return SingleProcessCollective()
-        from tgi.core.parallel.collective import TorchDistributedCollective
-
-        return TorchDistributedCollective(
-            self.process_group_backend, rank, world_size, init_method, device=self.torch_device()
-        )
-
-    def block_weight_types(self, dtype: str) -> frozenset[str]:
-        """GGUF block formats ("Q4_0", "Q4_1", "Q8_0") this backend computes with directly for a model in
-        `dtype`. For a GGUF checkpoint, the runner attaches such weights to their linears as
-        `module.block_weight` (a `tgi.core.loading.block_weights.BlockWeight`) before `prepare_model`; none
-        are read for an empty set. Default: none."""
-        return frozenset()
-
-    def prepare_model(self, model: torch.nn.Module) -> None:
-        """Called once after the weights are loaded, before warm-up: the backend may attach faster kernels
-        to the model's linear layers (set `module.linear_kernel = fn(x, bias)` on modules that declare a
-        `linear_kernel` attribute, see `tgi.core.models.layers.linear`), e.g. with prepacked weights or
-        over the checkpoint's quantized blocks (`module.block_weight`). Such a kernel must compute the same
-        `x @ weight.T + bias`: it may not change the model's results beyond the dtype's rounding."""
-
-    def synchronize(self) -> None:
-        """Wait for queued device work (for timing and warm-up)."""
-
-    def create_runner(self, source: ModelSource, config: EngineConfig, collective: Collective) -> ModelRunner:
-        from tgi.core.runner import TorchModelRunner
-
-        return TorchModelRunner(self, source, config, collective)

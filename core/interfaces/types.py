@@ -1,4 +1,4 @@
-"""Plain data that crosses the core <-> backend boundary (no torch here)."""
+"""Plain data that crosses the core <-> backend boundary (no framework here: no torch, no jax)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,10 @@ from dataclasses import dataclass
 
 #: dtype names used across the boundary; torch backends map them with `tgi.core.dtypes`.
 DTYPES = ("float32", "bfloat16", "float16")
+
+
+class UnsupportedError(RuntimeError):
+    """A backend cannot run what was asked (head size, dtype, feature); the message says why."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,18 @@ class AttentionCaps:
     sliding_window: bool = False
     softcap: bool = False
     chunked_prefill: bool = True  # prefill chunks that attend to earlier cached pages
+
+
+@dataclass(frozen=True)
+class AttentionLayerSpec:
+    """The attention of one layer, as the model defines it."""
+
+    num_heads: int  # query heads (per rank)
+    num_kv_heads: int  # key/value heads (per rank); num_heads % num_kv_heads == 0 (grouped-query)
+    head_dim: int
+    scale: float  # softmax scale, usually head_dim ** -0.5
+    sliding_window: int | None = None  # attend to at most this many most recent positions (incl. self)
+    softcap: float | None = None  # logits -> softcap * tanh(logits / softcap)
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
-from tgi.core.interfaces.attention import AttentionBackend, AttentionMetadata
-from tgi.core.interfaces.kv_cache import KVCache
+from tgi.core.torch.attention import AttentionBackend, AttentionMetadata
+from tgi.core.torch.kv_cache import KVCache
 
 
 @dataclass

@@ -14,8 +14,7 @@ import torch
 from torch import nn
 
 from tgi.core.dtypes import to_torch_dtype
-from tgi.core.interfaces.attention import AttentionLayerSpec
-from tgi.core.interfaces.types import KVCacheSpec
+from tgi.core.interfaces.types import AttentionLayerSpec, KVCacheSpec
 from tgi.core.loading.block_weights import BlockWeight
 from tgi.core.models.context import AttentionContext
 from tgi.core.models.layers import GatedMLP, LinearFactory, RMSNorm, default_weight_loader

@@ -6,8 +6,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tgi.core.interfaces.attention import AttentionLayerSpec
-    from tgi.core.interfaces.types import KVCacheSpec
+    from tgi.core.interfaces.types import AttentionLayerSpec, KVCacheSpec
 
 
 class UnsupportedModelError(ValueError):

@@ -66,7 +66,7 @@ def _free_port() -> int:
 #: importing torch and transformers itself
 FORKSERVER_PRELOAD = [
     "torch",
-    "tgi.core.runner",
+    "tgi.core.torch.runner",
     "tgi.core.parallel.layers",
     "tgi.core.loading.safetensors_loader",
 ]

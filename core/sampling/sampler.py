@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from tgi.core.interfaces.sampler import Sampler, SamplerOutput
 from tgi.core.sampling import processors as P
+from tgi.core.torch.sampler import Sampler, SamplerOutput
 
 if TYPE_CHECKING:
     from tgi.core.batch import ScheduledSequence

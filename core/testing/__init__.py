@@ -1,30 +1,6 @@
-"""Test helpers that backends reuse: the backend conformance suite and its references.
+"""Test helpers that backends of any framework reuse: the reference sampler and its cases
+(`reference_sampler`, `sampling_cases`), small random-weight checkpoints (`tiny_models`, `model`).
 
-A third-party backend runs the suite with a test module of five lines::
-
-    from tgi.core.testing import BackendConformance
-
-    class TestMyChipConformance(BackendConformance):
-        def make_backend(self):
-            return MyChipBackend()
-
-(`pytest` must be installed; see `tgi.core.testing.conformance` for what is checked and the knobs.)
+The torch-level conformance suite (attention, KV cache, sampler on torch tensors) is
+`tgi.core.torch.testing.TorchBackendConformance`.
 """
-
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from tgi.core.testing.conformance import BackendConformance
-
-__all__ = ["BackendConformance"]
-
-
-def __getattr__(name: str):
-    # lazy: importing tgi.core.testing must not need pytest
-    if name == "BackendConformance":
-        from tgi.core.testing.conformance import BackendConformance
-
-        return BackendConformance
-    raise AttributeError(name)

@@ -1,21 +1,9 @@
-"""A sampler written plainly, one row and one token at a time in float64 Python arithmetic: the conformance
-suite's reference for every `Sampler` (core's vectorised `TorchSampler` included).
+"""A sampler written plainly, one row and one token at a time in float64 Python arithmetic: the reference
+every sampler is compared with (core's vectorised `TorchSampler` included, and samplers of other
+frameworks: it takes logits as any array with `tolist()`, or nested lists, and imports no framework).
 
-It is written from the `Sampler` contract and TGI's processor order, not from `tgi.core.sampling`:
-
-1. penalties: the repetition penalty (CTRL / TGI) over the prompt and output tokens (a positive logit of a
-   seen token is divided by it, any other multiplied), then the frequency and presence penalties (OpenAI)
-   over the output tokens only (`logit -= frequency * count + presence`, for tokens with a count);
-2. a greedy row (`do_sample=False`) takes the first maximum of the penalised logits;
-3. a sampled row divides them by its temperature, keeps its `top_k` best tokens (0: all), then the
-   smallest prefix of those whose probability (renormalised over them) reaches `top_p`, then the locally
-   typical set: the kept tokens ordered by how far their surprisal is from the entropy, up to and including
-   the one whose cumulative probability reaches `typical_p` (and any tied with it);
-4. the draw is the Gumbel-max trick with counter-based noise: token `argmax_j x_j - log(-log u_j)` over the
-   kept tokens, with `u_j` in (0, 1) a pure function of (row seed, tokens generated so far, j) given by
-   `uniform_noise` — so the same seed, step and logits give the same token whatever shares the batch;
-5. the reported logprob is the log-softmax, at the chosen token, of the logits after penalties and
-   temperature and before any truncation.
+It is written from the specification in `tgi.core.interfaces.sampling` (parameters, order of processors,
+counter-based seeding), not from `tgi.core.sampling`.
 """
 
 from __future__ import annotations
@@ -24,33 +12,14 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from tgi.core.interfaces.sampling import uniform_noise
 
 if TYPE_CHECKING:
-    import torch
-
     from tgi.core.batch import ScheduledSequence
 
-_MASK = (1 << 64) - 1
-_GOLDEN = 0x9E3779B97F4A7C15  # splitmix64's increment
-_STREAM = 0xD1B54A32D192ED03  # spreads seeds apart before they are mixed
-
-
-def _splitmix64(z: int) -> int:
-    """The splitmix64 finaliser on an unsigned 64-bit integer."""
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
-    return z ^ (z >> 31)
-
-
-def uniform_noise(seed: int, step: int, vocab_size: int) -> list[float]:
-    """The noise of one row: `u_j` for j in [0, vocab_size), each the top 23 bits of
-    `splitmix64(base + (j + 1) * GOLDEN)` mapped to `(bits + 0.5) / 2^23`, where
-    `base = splitmix64(splitmix64(seed * STREAM + GOLDEN) + step * GOLDEN)`, all modulo 2^64."""
-    base = _splitmix64((_splitmix64((seed * _STREAM + _GOLDEN) & _MASK) + step * _GOLDEN) & _MASK)
-    return [
-        ((_splitmix64((base + (j + 1) * _GOLDEN) & _MASK) >> 41) + 0.5) / (1 << 23) for j in range(vocab_size)
-    ]
+__all__ = ["ReferenceDraw", "reference_sample", "uniform_noise"]
 
 
 @dataclass
@@ -113,19 +82,29 @@ def _kept(x: list[float], top_k: int, top_p: float, typical_p: float) -> list[in
     return kept
 
 
-def reference_sample(logits: torch.Tensor, rows: Sequence[ScheduledSequence]) -> ReferenceDraw:
-    """The token and logprob the `Sampler` contract gives each row of `logits` [N, vocab] (any device or
-    dtype; read as float64)."""
-    if logits.dim() != 2 or logits.shape[0] != len(rows):
-        raise ValueError(f"logits {tuple(logits.shape)} do not match {len(rows)} rows")
+def _rows_of(logits: Any) -> list[list[float]]:
+    """`logits` [N, vocab] as N lists of floats: a torch tensor (any device or dtype), a numpy or JAX
+    array, or nested sequences."""
+    if hasattr(logits, "detach"):  # torch: off the device, and bfloat16 read exactly
+        logits = logits.detach().cpu().double()
+    values = logits.tolist() if hasattr(logits, "tolist") else logits
+    return [[float(v) for v in row] for row in values]
+
+
+def reference_sample(logits: Any, rows: Sequence[ScheduledSequence]) -> ReferenceDraw:
+    """The token and logprob `tgi.core.interfaces.sampling` gives each row of `logits` [N, vocab] (read
+    as float64)."""
+    table = _rows_of(logits)
+    if len(table) != len(rows) or any(len(row) != len(table[0]) for row in table):
+        raise ValueError(f"logits of {len(table)} rows do not match {len(rows)} rows")
     out = ReferenceDraw([], [])
-    for values, row in zip(logits.detach().cpu().double().tolist(), rows, strict=True):
+    for values, row in zip(table, rows, strict=True):
         params = row.sampling
         x = _penalised(list(values), row)
         if params.do_sample:
             x = [v / params.temperature for v in x]
             kept = _kept(x, params.top_k, params.top_p, params.typical_p)
-            noise = uniform_noise(row.seed % (1 << 64), row.num_generated, len(x))
+            noise = uniform_noise(row.seed, row.num_generated, len(x))
             token = max(kept, key=lambda t: (x[t] - math.log(-math.log(noise[t])), -t))
         else:
             token = max(range(len(x)), key=lambda t: (x[t], -t))  # the first maximum

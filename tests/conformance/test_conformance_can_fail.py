@@ -8,11 +8,11 @@ import pytest
 
 from tgi.core.models import llama
 from tgi.core.sampling import processors as P
-from tgi.core.testing import BackendConformance
 from tgi.core.testing.model import write_tiny_llama
+from tgi.core.torch.testing import TorchBackendConformance
 
 
-class CpuSuite(BackendConformance):  # not collected: its checks run below, on purpose broken
+class CpuSuite(TorchBackendConformance):  # not collected: its checks run below, on purpose broken
     backend_name = "cpu"
 
 

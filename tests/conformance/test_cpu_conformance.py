@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from tgi.core.testing import BackendConformance
+from tgi.core.torch.testing import TorchBackendConformance
 
 
-class TestCpuConformance(BackendConformance):
+class TestCpuConformance(TorchBackendConformance):
     def make_backend(self):
         from tgi.backends.cpu.backend import CpuBackend
 
         return CpuBackend()
 
 
-class TestCpuSdpaConformance(BackendConformance):
+class TestCpuSdpaConformance(TorchBackendConformance):
     """The pure-torch reference attention ("cpu-sdpa"; the default is "cpu-native") passes it too."""
 
     def make_backend(self):

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tgi.core.testing import BackendConformance
+from tgi.core.torch.testing import TorchBackendConformance
 
 requires_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA/ROCm device visible")
 
 
 @requires_gpu
 @pytest.mark.skipif(bool(getattr(torch.version, "hip", None)), reason="ROCm build: see the rocm class")
-class TestCudaConformance(BackendConformance):
+class TestCudaConformance(TorchBackendConformance):
     def make_backend(self):
         from tgi.backends.cuda.backend import CudaBackend
 
@@ -21,7 +21,7 @@ class TestCudaConformance(BackendConformance):
 
 @requires_gpu
 @pytest.mark.skipif(not getattr(torch.version, "hip", None), reason="not a ROCm build of PyTorch")
-class TestRocmConformance(BackendConformance):
+class TestRocmConformance(TorchBackendConformance):
     def make_backend(self):
         from tgi.backends.rocm.backend import RocmBackend
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pathlib
 import sys
 
-from tgi.core.testing import BackendConformance
+from tgi.core.torch.testing import TorchBackendConformance
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "tgi-backend-example"
 
 
-class TestExampleConformance(BackendConformance):
+class TestExampleConformance(TorchBackendConformance):
     def make_backend(self):
         if str(EXAMPLE) not in sys.path:
             sys.path.insert(0, str(EXAMPLE))

@@ -46,7 +46,7 @@ from tgi.backends.triton_common import kernels as tk  # noqa: E402
 from tgi.backends.triton_common.attention import TritonAttention  # noqa: E402
 from tgi.core.interfaces import AttentionLayerSpec, DeviceInfo, KVCacheSpec, MemoryInfo  # noqa: E402
 from tgi.core.models.context import SeqChunk, build_attention_metadata  # noqa: E402
-from tgi.core.testing import BackendConformance  # noqa: E402
+from tgi.core.torch.testing import TorchBackendConformance  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # max abs error of the Triton output against the CPU backend's, which itself rounds to the dtype
@@ -195,7 +195,7 @@ class InterpretedCudaBackend(CudaBackend):
         return "float32"
 
 
-class TestTritonInterpretedConformance(BackendConformance):
+class TestTritonInterpretedConformance(TorchBackendConformance):
     dtypes = ("float32", "bfloat16")  # float16 is covered kernel by kernel above (interpreter time)
 
     def make_backend(self):

@@ -26,7 +26,7 @@ requires_import_linter = pytest.mark.skipif(
 
 
 def _lint_imports(cwd: pathlib.Path, pythonpath: pathlib.Path | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
+    env = dict(os.environ, COLUMNS="200")  # one line per contract in the report
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
     return subprocess.run(
@@ -60,19 +60,28 @@ def test_the_tree_keeps_the_contracts():
 
 
 def _fake_tree(tmp_path: pathlib.Path, importer: str, imported: str) -> pathlib.Path:
-    """A plain `tgi` tree (no package-dir) with every package the contracts name, where `importer` imports
-    `imported`, and the real pyproject.toml beside it. Returns the folder to put on PYTHONPATH."""
+    """A plain `tgi` tree (no package-dir) of empty packages: every package the contracts name, the imports
+    their `ignore_imports` allow, and `importer` importing `imported`; the real pyproject.toml beside it.
+    Returns the folder to put on PYTHONPATH."""
     src = tmp_path / "src"
-    modules = {"tgi.core", "tgi.backends", "tgi.server"}
+    imports: dict[str, list[str]] = {"tgi.core": [], "tgi.backends": [], "tgi.server": []}
     for contract in CONTRACTS.values():
         for key in ("source_modules", "forbidden_modules", "modules"):
-            modules.update(contract.get(key, []))
-    for module in modules:
-        folder = src.joinpath(*module.split("."))
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "__init__.py").write_text('"""A stand-in."""\n')
-    module_file = src.joinpath(*importer.split(".")).with_suffix(".py")
-    module_file.write_text(f"import {imported}\n")
+            imports.update({m: [] for m in contract.get(key, []) if m.startswith("tgi.")})
+    for contract in CONTRACTS.values():
+        for rule in contract.get("ignore_imports", []):
+            a, b = (m.strip() for m in rule.split("->"))
+            imports.setdefault(a, []).append(b)
+            imports.setdefault(b, [])
+    imports.setdefault(importer, []).append(imported)
+    for module, targets in imports.items():
+        parts = module.split(".")
+        for depth in range(2, len(parts) + 1):  # `tgi` itself stays a namespace package
+            folder = src.joinpath(*parts[:depth])
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "__init__.py").touch()
+        body = "".join(f"import {target}\n" for target in targets)
+        src.joinpath(*parts, "__init__.py").write_text(f'"""A stand-in."""\n{body}')
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     return src
 
@@ -86,6 +95,9 @@ def _fake_tree(tmp_path: pathlib.Path, importer: str, imported: str) -> pathlib.
         ("tgi.backends.rocm.backend", "tgi.backends.cuda", "backend-no-backend"),
         ("tgi.backends.triton_common.backend", "tgi.backends.cuda", "shared-no-backend"),
         ("tgi.backends.cpu.backend", "tgi.server", "backend-no-server"),
+        ("tgi.core.interfaces.runner", "torch", "interfaces-framework-free"),
+        ("tgi.core.interfaces.runner", "tgi.core.torch", "interfaces-framework-free"),
+        ("tgi.core.engine", "tgi.core.interfaces.attention", "deprecated-reexports"),
     ],
 )
 def test_a_forbidden_import_breaks_its_contract(tmp_path, importer, imported, contract):
@@ -95,3 +107,21 @@ def test_a_forbidden_import_breaks_its_contract(tmp_path, importer, imported, co
     assert f"{CONTRACTS[contract]['name']} BROKEN" in out.stdout
     assert f"{importer} -> {imported}" in out.stdout
     assert f"Contracts: {len(CONTRACTS) - 1} kept, 1 broken." in out.stdout
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "tgi.core.interfaces",
+        "tgi.core.interfaces.sampling",
+        "tgi.core.testing.reference_sampler",
+        "tgi.core.testing.sampling_cases",
+        "tgi.core.validation",
+    ],
+)
+def test_the_framework_free_parts_import_no_framework(module):
+    code = (
+        f"import sys, {module}; assert 'torch' not in sys.modules and 'jax' not in sys.modules, sys.modules"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr

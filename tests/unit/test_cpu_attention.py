@@ -10,10 +10,10 @@ import torch
 
 from tgi.backends.cpu.attention import CpuAttention
 from tgi.backends.cpu.kv_cache import CpuKVCache
-from tgi.core.interfaces.attention import AttentionLayerSpec, UnsupportedError
+from tgi.core.interfaces import AttentionLayerSpec, UnsupportedError
 from tgi.core.interfaces.types import KVCacheSpec
 from tgi.core.models.context import SeqChunk, build_attention_metadata
-from tgi.core.testing.reference import dense_attention
+from tgi.core.torch.testing.reference import dense_attention
 
 # per sequence: prompt chunk lengths (a prompt split over steps), then decode steps
 SCHEDULES = [

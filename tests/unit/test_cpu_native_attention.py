@@ -13,10 +13,10 @@ from tgi.backends.cpu import native
 from tgi.backends.cpu.attention import CpuAttention, CpuNativeAttention
 from tgi.backends.cpu.cpuinfo import cpu_info
 from tgi.backends.cpu.kv_cache import CpuKVCache
-from tgi.core.interfaces.attention import AttentionLayerSpec, UnsupportedError
+from tgi.core.interfaces import AttentionLayerSpec, UnsupportedError
 from tgi.core.interfaces.types import KVCacheSpec
 from tgi.core.models.context import SeqChunk, build_attention_metadata
-from tgi.core.testing.reference import AttentionCase, run_attention_schedule
+from tgi.core.torch.testing.reference import AttentionCase, run_attention_schedule
 
 
 def dense_decode(q, k, v, layer: AttentionLayerSpec) -> torch.Tensor:

@@ -9,7 +9,8 @@ import pytest
 from tgi.backends.cpu.backend import CpuBackend
 from tgi.core.config import ConfigError, EngineConfig
 from tgi.core.engine import DEFAULT_MAX_BATCH_PREFILL_TOKENS, derive_limits
-from tgi.core.interfaces import KVCacheSpec, MemoryInfo, ModelInfo, TorchBackend
+from tgi.core.interfaces import KVCacheSpec, MemoryInfo, ModelInfo
+from tgi.core.torch import TorchBackend
 
 INFO = ModelInfo("LlamaForCausalLM", 49152, 8192, (2,), "bfloat16", 135_000_000)
 SPEC = KVCacheSpec(num_layers=30, num_kv_heads=3, head_dim=64, block_size=16, dtype="bfloat16")

@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from tgi.core.interfaces import (
-    AttentionBackend,
-    AttentionCaps,
-    DeviceInfo,
-    KVCache,
-    KVCacheSpec,
-    MemoryInfo,
-    TorchBackend,
-)
+from tgi.core.interfaces import AttentionCaps, DeviceInfo, KVCacheSpec, MemoryInfo
+from tgi.core.torch import AttentionBackend, KVCache, TorchBackend
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 

@@ -1,4 +1,4 @@
-"""Logits processing and token selection."""
+"""Logits processing and token selection on torch tensors (what sampling means: `tgi.core.interfaces.sampling`)."""
 
 from __future__ import annotations
 
@@ -26,11 +26,9 @@ class SamplerOutput:
 class Sampler(ABC):
     """Turns a batch of next-token logits into tokens, vectorised over the batch.
 
-    Contract: row i of `logits` belongs to `rows[i]`. Penalties (repetition, frequency, presence) read the
-    row's token history; `temperature`, `top_k`, `top_p`, `typical_p` shape the distribution when
-    `do_sample`, otherwise the choice is the argmax of the penalised logits. Reported logprobs are the
-    log-softmax of the penalised, temperature-scaled logits (before top-k/top-p/typical truncation). A seeded
-    row draws the same token for the same (seed, step, logits) whatever the other rows are.
+    Contract: row i of `logits` belongs to `rows[i]`, and each row gets the token and logprob that
+    `tgi.core.interfaces.sampling` specifies (parameters, order of processors, seeding), the same for every
+    framework; `tgi.core.testing.reference_sampler` computes it plainly and the conformance suites compare.
     """
 
     @abstractmethod

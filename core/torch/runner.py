@@ -18,8 +18,8 @@ from tgi.core.tokenization import config_eos_token_ids
 
 if TYPE_CHECKING:
     from tgi.core.config import EngineConfig
-    from tgi.core.interfaces import TorchBackend
     from tgi.core.loading.source import ModelSource
+    from tgi.core.torch.backend import TorchBackend
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 import torch
 
 from tgi.core.dtypes import to_torch_dtype
-from tgi.core.interfaces import AttentionLayerSpec, KVCacheSpec, TorchBackend
+from tgi.core.interfaces import AttentionLayerSpec, KVCacheSpec
 from tgi.core.models.context import SeqChunk, build_attention_metadata
+from tgi.core.torch.backend import TorchBackend
 
 #: max abs error allowed against the float64 reference (outputs are O(1): values ~ N(0, 1))
 TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 6e-2}

@@ -1,4 +1,4 @@
-"""The backend conformance suite: a test class that any torch backend's test module subclasses.
+"""The torch-level conformance suite: a test class that any torch backend's test module subclasses.
 
 Checks, against core's references:
 
@@ -10,16 +10,16 @@ Checks, against core's references:
   layers are left unchanged;
 * the sampler (`test_sampler_*`): greedy and seeded sampling, with every processor and penalty, give the
   tokens (and logprobs) of `reference_sampler.reference_sample`, a sampler written plainly, one row and one
-  token at a time in float64;
+  token at a time in float64, on the framework-free cases of `tgi.core.testing.sampling_cases`;
 * end to end (`test_greedy_generation_matches_transformers`): a small random-weight Llama, saved as
   safetensors and loaded through `LLMEngine` on the backend, generates the greedy tokens `transformers`
   computes from the same checkpoint.
 
 Use (a test module of the backend's own package; pytest collects the `Test*` subclass)::
 
-    from tgi.core.testing import BackendConformance
+    from tgi.core.torch.testing import TorchBackendConformance
 
-    class TestMyChipConformance(BackendConformance):
+    class TestMyChipConformance(TorchBackendConformance):
         def make_backend(self):
             from tgi_mychip.backend import MyChipBackend
             return MyChipBackend()
@@ -35,8 +35,9 @@ from typing import ClassVar
 import pytest
 import torch
 
-from tgi.core.interfaces import KVCacheSpec, TorchBackend
-from tgi.core.testing.reference import (
+from tgi.core.interfaces import KVCacheSpec
+from tgi.core.torch.backend import TorchBackend
+from tgi.core.torch.testing.reference import (
     LONG_SCHEDULE,
     TOLERANCE,
     AttentionCase,
@@ -58,7 +59,7 @@ ALL_DTYPES = ("float32", "bfloat16", "float16")
 _HF_TOKENS: dict[str, list[list[int]]] = {}  # transformers' greedy tokens, by checkpoint
 
 
-class BackendConformance:
+class TorchBackendConformance:
     """Subclass as `Test<Name>Conformance` and provide `make_backend()` or `backend_name`."""
 
     #: build the backend through the plugin host by this name (when `make_backend` is not overridden)
@@ -159,70 +160,29 @@ class BackendConformance:
         assert torch.equal(got_k0, base[0][0]) and torch.equal(got_v0, base[0][1]), "layer 0 changed"
 
     # -- sampler ----------------------------------------------------------------------------------------
-    def _check_sampler(self, backend: TorchBackend, params_list) -> None:
-        """Assert that the backend's sampler picks the reference's tokens, with its logprobs, on the same
-        rows: random logits over 128 tokens, a few tokens of history each (1 or 2 of them generated), the
-        row seed the params' (else 1000 + row)."""
-        from tgi.core.batch import ScheduledSequence
+    def _check_sampler(self, backend: TorchBackend, case_name: str) -> None:
+        """Assert that the backend's sampler picks the reference's tokens, with its logprobs, on one of the
+        framework-free cases (`tgi.core.testing.sampling_cases`)."""
         from tgi.core.testing.reference_sampler import reference_sample
+        from tgi.core.testing.sampling_cases import LOGPROB_TOLERANCE, SAMPLER_CASES
 
-        gen = torch.Generator().manual_seed(3)
-        logits = torch.randn(len(params_list), 128, generator=gen) * 3
-        rows = [
-            ScheduledSequence(
-                request_id=f"r{i}",
-                token_ids=[9],
-                start_pos=4 + i,
-                block_table=[0],
-                is_prefill=False,
-                sample=True,
-                sampling=p,
-                seed=1000 + i if p.seed is None else p.seed,
-                num_prompt_tokens=3,
-                all_token_ids=[5, 9, 9, 7, 1 + i][: 4 + i % 2],
-            )
-            for i, p in enumerate(params_list)
-        ]
-        ours = backend.sampler().sample(logits.to(backend.torch_device()), rows)
-        ref = reference_sample(logits, rows)
+        case = SAMPLER_CASES[case_name]()
+        logits = torch.tensor(case.logits, dtype=torch.float32)
+        ours = backend.sampler().sample(logits.to(backend.torch_device()), case.rows)
+        ref = reference_sample(case.logits, case.rows)
         assert ours.token_ids.cpu().tolist() == ref.token_ids
         torch.testing.assert_close(
             ours.logprobs.cpu().double(),
             torch.tensor(ref.logprobs, dtype=torch.float64),
-            atol=1e-4,
-            rtol=1e-4,
+            atol=LOGPROB_TOLERANCE,
+            rtol=LOGPROB_TOLERANCE,
         )
 
     def test_sampler_greedy_matches_reference(self, backend: TorchBackend) -> None:
-        from tgi.core.sampling_params import SamplingParams
-
-        params = [
-            SamplingParams(),
-            SamplingParams(repetition_penalty=1.3),
-            SamplingParams(frequency_penalty=0.5),
-            SamplingParams(repetition_penalty=0.7, presence_penalty=-1.5),
-        ]
-        self._check_sampler(backend, params * 4)
+        self._check_sampler(backend, "greedy")
 
     def test_sampler_seeded_matches_reference(self, backend: TorchBackend) -> None:
-        from dataclasses import replace
-
-        from tgi.core.sampling_params import SamplingParams
-
-        params = [
-            SamplingParams(do_sample=True, seed=7),
-            SamplingParams(do_sample=True, temperature=0.7, top_k=20, seed=8),
-            SamplingParams(do_sample=True, top_k=3, seed=12),
-            SamplingParams(do_sample=True, top_p=0.8, typical_p=0.9, seed=9),
-            SamplingParams(do_sample=True, temperature=2.0, top_p=0.4, seed=13),
-            SamplingParams(do_sample=True, temperature=2.0, typical_p=0.3, seed=14),
-            SamplingParams(do_sample=True, temperature=1.3, presence_penalty=0.4, seed=10),
-            SamplingParams(do_sample=True, top_k=5, top_p=0.9, repetition_penalty=1.2, seed=2**64 - 1),
-            SamplingParams(do_sample=True, temperature=0.5, typical_p=0.5, frequency_penalty=-0.7, seed=11),
-        ]
-        # each setting with 6 seeds, next to greedy rows: truncation errors show in some draws
-        rows = [replace(p, seed=(p.seed + 7919 * j) % 2**64) for j in range(6) for p in params]
-        self._check_sampler(backend, [*rows, SamplingParams(), SamplingParams(repetition_penalty=1.3)])
+        self._check_sampler(backend, "seeded")
 
     # -- end to end -------------------------------------------------------------------------------------
     @pytest.fixture(scope="class")

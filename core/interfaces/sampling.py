@@ -1,0 +1,69 @@
+"""What sampling means, for every framework: the parameters, the order of the processors, the seeding.
+
+A backend's sampler (core's `TorchSampler`, a JAX sampler, a vendor's) gives each row of a batch of
+next-token logits the token and logprob specified here; `tgi.core.testing.reference_sampler` computes them
+plainly (one row, one token at a time, float64 Python) and `tgi.core.testing.sampling_cases` holds the cases
+every sampler is compared on (no framework: logits are lists of floats).
+
+A row is a `ScheduledSequence`: its `sampling` (`SamplingParams`), its `seed`, its token history
+(`all_token_ids`, of which the first `num_prompt_tokens` are the prompt) and `num_generated`. In order:
+
+1. penalties, on the logits: the repetition penalty (CTRL / TGI) over the prompt and output tokens (a
+   positive logit of a seen token is divided by it, any other multiplied), then the frequency and presence
+   penalties (OpenAI) over the output tokens only (`logit -= frequency * count + presence`, for tokens with
+   a count);
+2. a greedy row (`do_sample=False`) takes the first maximum of the penalised logits;
+3. a sampled row divides them by its temperature, keeps its `top_k` best tokens (0: all), then the smallest
+   prefix of those whose probability (renormalised over them) reaches `top_p`, then the locally typical set:
+   the kept tokens ordered by how far their surprisal is from the entropy, up to and including the one whose
+   cumulative probability reaches `typical_p` (and any tied with it);
+4. the draw is the Gumbel-max trick with counter-based noise: token `argmax_j x_j - log(-log u_j)` over the
+   kept tokens, with `u_j = uniform_noise(seed, num_generated, vocab)[j]`: the same seed, step and logits
+   give the same token whatever shares the batch, on any device and in any framework;
+5. the reported logprob is the log-softmax, at the chosen token, of the logits after penalties and
+   temperature and before any truncation; top tokens (`top_n_tokens`) are the best of the same
+   log-softmax.
+"""
+
+from __future__ import annotations
+
+#: the processors of a sampled row, in the order they apply (a greedy row stops after the penalties)
+PROCESSOR_ORDER = (
+    "repetition_penalty",
+    "frequency_presence_penalty",
+    "temperature",
+    "top_k",
+    "top_p",
+    "typical_p",
+    "gumbel_max_draw",
+)
+
+MASK64 = (1 << 64) - 1
+GOLDEN = 0x9E3779B97F4A7C15  # splitmix64's increment
+STREAM = 0xD1B54A32D192ED03  # spreads seeds apart before they are mixed
+MIX1 = 0xBF58476D1CE4E5B9
+MIX2 = 0x94D049BB133111EB
+#: the noise keeps the top NOISE_BITS bits of each hash: `(bits + 0.5) / 2**NOISE_BITS` is exact in float32
+#: and strictly below 1 (with 24 bits the largest value rounds to 1.0, a token that wins every draw)
+NOISE_BITS = 23
+
+
+def splitmix64(z: int) -> int:
+    """splitmix64's finaliser on an unsigned 64-bit integer."""
+    z = ((z ^ (z >> 30)) * MIX1) & MASK64
+    z = ((z ^ (z >> 27)) * MIX2) & MASK64
+    return z ^ (z >> 31)
+
+
+def uniform_noise(seed: int, step: int, vocab_size: int) -> list[float]:
+    """The noise of one row at one step: `u_j` in (0, 1) for j in [0, vocab_size), each the top 23 bits of
+    `splitmix64(base + (j + 1) * GOLDEN)` mapped to `(bits + 0.5) / 2^23`, where
+    `base = splitmix64(splitmix64(seed * STREAM + GOLDEN) + step * GOLDEN)`, all modulo 2^64 (`seed` is
+    taken modulo 2^64). Vectorised samplers compute the same bits with wrapping 64-bit integers."""
+    seed &= MASK64
+    base = splitmix64((splitmix64((seed * STREAM + GOLDEN) & MASK64) + step * GOLDEN) & MASK64)
+    shift = 64 - NOISE_BITS
+    scale = 1.0 / (1 << NOISE_BITS)
+    return [
+        ((splitmix64((base + (j + 1) * GOLDEN) & MASK64) >> shift) + 0.5) * scale for j in range(vocab_size)
+    ]

@@ -1,0 +1,86 @@
+"""The cases every sampler is compared on with the reference sampler, whatever its framework.
+
+A case is a batch of rows (`ScheduledSequence`s with their parameters, seeds and token histories) and
+float32-representable logits as plain lists; a torch sampler gets `torch.tensor(case.logits)`, a JAX one
+`jnp.asarray(case.logits)`, and both must give `reference_sample(case.logits, case.rows)`'s tokens and
+logprobs (see `tgi.core.interfaces.sampling` for what they mean).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from tgi.core.batch import ScheduledSequence
+from tgi.core.sampling_params import SamplingParams
+
+#: logprobs may differ from the reference's float64 values by this much (float32 arithmetic)
+LOGPROB_TOLERANCE = 1e-4
+
+
+@dataclass(frozen=True)
+class SamplerCase:
+    """One batch for a sampler: `logits` [len(rows)][vocab] and the rows they belong to."""
+
+    rows: list[ScheduledSequence]
+    logits: list[list[float]]
+
+
+def greedy_params() -> list[SamplingParams]:
+    """Greedy rows with every penalty."""
+    return [
+        SamplingParams(),
+        SamplingParams(repetition_penalty=1.3),
+        SamplingParams(frequency_penalty=0.5),
+        SamplingParams(repetition_penalty=0.7, presence_penalty=-1.5),
+    ]
+
+
+def seeded_params() -> list[SamplingParams]:
+    """Sampled rows with every processor, each with 6 seeds, beside two greedy rows (truncation errors show
+    in some draws only)."""
+    params = [
+        SamplingParams(do_sample=True, seed=7),
+        SamplingParams(do_sample=True, temperature=0.7, top_k=20, seed=8),
+        SamplingParams(do_sample=True, top_k=3, seed=12),
+        SamplingParams(do_sample=True, top_p=0.8, typical_p=0.9, seed=9),
+        SamplingParams(do_sample=True, temperature=2.0, top_p=0.4, seed=13),
+        SamplingParams(do_sample=True, temperature=2.0, typical_p=0.3, seed=14),
+        SamplingParams(do_sample=True, temperature=1.3, presence_penalty=0.4, seed=10),
+        SamplingParams(do_sample=True, top_k=5, top_p=0.9, repetition_penalty=1.2, seed=2**64 - 1),
+        SamplingParams(do_sample=True, temperature=0.5, typical_p=0.5, frequency_penalty=-0.7, seed=11),
+    ]
+    rows = [replace(p, seed=(p.seed + 7919 * j) % 2**64) for j in range(6) for p in params]
+    return [*rows, SamplingParams(), SamplingParams(repetition_penalty=1.3)]
+
+
+def sampler_case(params_list: list[SamplingParams], vocab_size: int = 128, seed: int = 3) -> SamplerCase:
+    """Random logits (standard normal x 3, rounded to float32) over `vocab_size` tokens, one row per
+    params; each row has a few tokens of history (1 or 2 of them generated) and the params' seed, else
+    1000 + its index."""
+    gen = np.random.default_rng(seed)
+    logits = (gen.standard_normal((len(params_list), vocab_size)) * 3).astype(np.float32)
+    rows = [
+        ScheduledSequence(
+            request_id=f"r{i}",
+            token_ids=[9],
+            start_pos=4 + i,
+            block_table=[0],
+            is_prefill=False,
+            sample=True,
+            sampling=p,
+            seed=1000 + i if p.seed is None else p.seed,
+            num_prompt_tokens=3,
+            all_token_ids=[5, 9, 9, 7, 1 + i][: 4 + i % 2],
+        )
+        for i, p in enumerate(params_list)
+    ]
+    return SamplerCase(rows, logits.tolist())
+
+
+#: name -> the case, for parametrised tests
+SAMPLER_CASES = {
+    "greedy": lambda: sampler_case(greedy_params() * 4),
+    "seeded": lambda: sampler_case(seeded_params()),
+}

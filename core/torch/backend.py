@@ -1,0 +1,93 @@
+"""`TorchBackend`: a backend that runs core's torch model definitions on its own kernels."""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import TYPE_CHECKING, ClassVar
+
+from tgi.core.interfaces.backend import Backend
+from tgi.core.interfaces.collective import Collective, SingleProcessCollective
+from tgi.core.interfaces.types import KVCacheSpec, UnsupportedError
+
+if TYPE_CHECKING:
+    import torch
+
+    from tgi.core.config import EngineConfig
+    from tgi.core.interfaces.runner import ModelRunner
+    from tgi.core.loading.source import ModelSource
+    from tgi.core.torch.attention import AttentionBackend
+    from tgi.core.torch.kv_cache import KVCache
+    from tgi.core.torch.sampler import Sampler
+
+
+class TorchBackend(Backend):
+    """A backend that runs core's torch model definitions (CPU, CUDA, ROCm, XPU, Gaudi).
+
+    It provides a device, attention kernels, KV storage and a sampler; core's `TorchModelRunner` does the
+    rest (loading, batching tensors, the forward pass).
+    """
+
+    #: `torch.distributed` process-group backend for tensor parallelism (gloo, nccl, hccl, xccl)
+    process_group_backend: ClassVar[str] = "gloo"
+
+    @abstractmethod
+    def torch_device(self) -> torch.device:
+        """The device model weights and the KV cache live on."""
+
+    @abstractmethod
+    def attention(self) -> AttentionBackend:
+        """The attention kernels."""
+
+    def attention_names(self) -> tuple[str, ...]:
+        """The attention implementations `select_attention` accepts (`--attention NAME`)."""
+        return (self.attention().name,)
+
+    def select_attention(self, name: str) -> None:
+        """Use the attention implementation `name` from now on; raise `UnsupportedError` with the reason
+        when it is unknown or cannot run here (never substitute another)."""
+        if name not in self.attention_names():
+            raise UnsupportedError(
+                f"backend '{self.name}' has no attention '{name}' (available: {', '.join(self.attention_names())})"
+            )
+
+    @abstractmethod
+    def create_kv_cache(self, spec: KVCacheSpec, num_blocks: int) -> KVCache:
+        """Allocate the paged KV cache on the device."""
+
+    def sampler(self) -> Sampler:
+        """The sampler; core's vectorised torch reference by default."""
+        from tgi.core.sampling.sampler import TorchSampler
+
+        return TorchSampler()
+
+    def create_collective(self, rank: int, world_size: int, init_method: str | None = None) -> Collective:
+        """`torch.distributed` with this backend's `process_group_backend`, on its device."""
+        if world_size == 1:
+            return SingleProcessCollective()
+        from tgi.core.parallel.collective import TorchDistributedCollective
+
+        return TorchDistributedCollective(
+            self.process_group_backend, rank, world_size, init_method, device=self.torch_device()
+        )
+
+    def block_weight_types(self, dtype: str) -> frozenset[str]:
+        """GGUF block formats ("Q4_0", "Q4_1", "Q8_0") this backend computes with directly for a model in
+        `dtype`. For a GGUF checkpoint, the runner attaches such weights to their linears as
+        `module.block_weight` (a `tgi.core.loading.block_weights.BlockWeight`) before `prepare_model`; none
+        are read for an empty set. Default: none."""
+        return frozenset()
+
+    def prepare_model(self, model: torch.nn.Module) -> None:
+        """Called once after the weights are loaded, before warm-up: the backend may attach faster kernels
+        to the model's linear layers (set `module.linear_kernel = fn(x, bias)` on modules that declare a
+        `linear_kernel` attribute, see `tgi.core.models.layers.linear`), e.g. with prepacked weights or
+        over the checkpoint's quantized blocks (`module.block_weight`). Such a kernel must compute the same
+        `x @ weight.T + bias`: it may not change the model's results beyond the dtype's rounding."""
+
+    def synchronize(self) -> None:
+        """Wait for queued device work (for timing and warm-up)."""
+
+    def create_runner(self, source: ModelSource, config: EngineConfig, collective: Collective) -> ModelRunner:
+        from tgi.core.torch.runner import TorchModelRunner
+
+        return TorchModelRunner(self, source, config, collective)
