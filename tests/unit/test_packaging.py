@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import fnmatch
 import pathlib
 
 import tomllib
@@ -21,6 +22,51 @@ def test_every_python_package_folder_is_listed_in_pyproject():
             found.add(".".join([package, *rel.parts]))
     assert found - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
     assert listed - found == set(), "these listed packages have no folder"
+
+
+def _package_folder(package: str) -> pathlib.Path:
+    for folder, prefix in MAPPING.items():
+        if package == prefix or package.startswith(prefix + "."):
+            return ROOT.joinpath(folder, *package.split(".")[prefix.count(".") + 1 :])
+    raise AssertionError(f"{package} is outside the mapped folders")
+
+
+def _glob_matches(relative: str, pattern: str) -> bool:
+    """setuptools' package-data globbing: a pattern is relative to the package's folder and `*` stays within
+    one folder."""
+    parts, pattern_parts = relative.split("/"), pattern.split("/")
+    return len(parts) == len(pattern_parts) and all(map(fnmatch.fnmatchcase, parts, pattern_parts))
+
+
+def test_every_native_source_is_package_data():
+    """A non-editable install ships the Python modules and only what [tool.setuptools.package-data] matches:
+    the C++ files the CPU kernels are compiled from at first use must all be matched."""
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(setuptools["packages"])
+    patterns = [
+        (_package_folder(package), pattern)
+        for key, key_patterns in setuptools.get("package-data", {}).items()
+        for package in (sorted(listed) if key in ("*", "") else [key])
+        if package in listed
+        for pattern in key_patterns
+    ]
+    sources = sorted(p for p in (ROOT / "backends").rglob("*") if p.suffix in (".cpp", ".h"))
+    assert any(p.name == "bindings.cpp" for p in sources), "the native kernels' sources moved?"
+    unmatched = [
+        str(source.relative_to(ROOT))
+        for source in sources
+        if not any(
+            source.is_relative_to(folder) and _glob_matches(source.relative_to(folder).as_posix(), pattern)
+            for folder, pattern in patterns
+        )
+    ]
+    assert not unmatched, f"add these to [tool.setuptools.package-data] in pyproject.toml: {unmatched}"
+
+
+def test_native_kernels_are_not_python_strings():
+    """The kernels live as .cpp/.h files (real line numbers, C++ tooling), not as C++ source in Python modules."""
+    leftovers = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "backends").rglob("*_src.py"))
+    assert not leftovers, leftovers
 
 
 def test_no_backend_folder_is_empty():

@@ -1,5 +1,6 @@
-"""Native (C++) CPU kernels, compiled at first use with `torch.utils.cpp_extension.load_inline`: the paged
-decode attention, the linear over GGUF block-quantized weights and fused elementwise ops, in one library.
+"""Native (C++) CPU kernels, compiled at first use with `torch.utils.cpp_extension.load` from the C++ files
+next to this module (package data): the paged decode attention, the linear over GGUF block-quantized weights
+and fused elementwise ops, in one library. `bindings.cpp` makes the Python module of the ops in `ops.h`.
 
 The build needs a C++ compiler (g++) and ninja (a dependency of tgi); it is cached by torch under
 `$TORCH_EXTENSIONS_DIR` (default `~/.cache/torch_extensions`), or under `$TGI_CACHE_DIR/torch_extensions`
@@ -11,7 +12,9 @@ compiler's reason.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import pathlib
 import shutil
 import threading
 from types import ModuleType
@@ -33,6 +36,8 @@ __all__ = [
 ]
 
 _EXT_NAME = "tgi_cpu_kernels"
+#: the folder of the C++ sources (`*.cpp`, compiled and linked into one library) and their headers (`*.h`)
+_SOURCE_DIR = pathlib.Path(__file__).resolve().parent
 _lock = threading.Lock()
 _module: ModuleType | None = None
 _error: NativeBuildError | None = None
@@ -65,6 +70,21 @@ def _build_dir() -> str | None:
     return path
 
 
+def _sources() -> tuple[list[str], str]:
+    """The translation units to compile, and a digest of the headers they include. torch's `load` rebuilds
+    when the content of a source it is given changes, not a header's: the digest goes into the flags."""
+    sources = sorted(str(p) for p in _SOURCE_DIR.glob("*.cpp"))
+    headers = sorted(_SOURCE_DIR.glob("*.h"))
+    if not sources or not headers:
+        raise FileNotFoundError(
+            f"the C++ sources are missing from {_SOURCE_DIR} (package data not installed?)"
+        )
+    digest = hashlib.sha256()
+    for header in headers:
+        digest.update(header.name.encode() + b"\0" + header.read_bytes() + b"\0")
+    return sources, digest.hexdigest()[:16]
+
+
 def load() -> ModuleType:
     """The compiled extension (built on first call); raises `NativeBuildError` with the reason."""
     global _module, _error
@@ -75,33 +95,17 @@ def load() -> ModuleType:
             return _module
         if _error is not None:
             raise _error
-        from torch.utils.cpp_extension import load_inline
-
-        from tgi.backends.cpu.native import block_linear_src, common_src, fused_ops_src, paged_attention_src
+        from torch.utils.cpp_extension import load as load_extension
 
         _ensure_ninja()
         try:
-            _module = load_inline(
+            sources, headers_digest = _sources()
+            _module = load_extension(
                 name=_EXT_NAME,
-                cpp_sources=[
-                    common_src.CPP_SOURCE,
-                    paged_attention_src.CPP_SOURCE,
-                    block_linear_src.CPP_SOURCE,
-                    fused_ops_src.CPP_SOURCE,
-                ],
-                functions=[
-                    "paged_decode",
-                    "block_pack",
-                    "block_linear",
-                    "block_impls",
-                    "rms_norm",
-                    "rotary_inplace",
-                    "silu_mul",
-                    "kv_write",
-                    "greedy_pick",
-                ],
-                extra_cflags=["-O3", "-fopenmp", "-fno-math-errno"],
+                sources=sources,
+                extra_cflags=["-O3", "-fopenmp", "-fno-math-errno", f"-DTGI_NATIVE_HEADERS={headers_digest}"],
                 extra_ldflags=["-fopenmp"],
+                extra_include_paths=[str(_SOURCE_DIR)],
                 build_directory=_build_dir(),
                 verbose=False,
             )

@@ -1,6 +1,6 @@
-"""C++ helpers shared by the CPU's native kernels (placed first in the compiled source)."""
-
-CPP_SOURCE = r"""
+// Helpers shared by the CPU's native kernels (tgi_common::...): AVX-512 lanes and exp, CPU feature checks,
+// the AMX tile configuration.
+#pragma once
 #include <cstdint>
 #include <cstring>
 
@@ -99,4 +99,3 @@ inline float exp_nonpos(float x) {
 }
 
 }  // namespace tgi_common
-"""

@@ -1,18 +1,15 @@
-"""C++ source of the CPU's fused elementwise ops (compiled by `tgi.backends.cpu.native`).
-
-One call each instead of 4-12 small torch ops per layer: RMSNorm with its residual add, rotary embedding of
-q and k in place, SiLU(gate) * up. Each rounds where the torch ops it replaces round (after every op in
-bfloat16), so results match them up to the order of the variance sum (and SiLU's exp and reciprocal, within
-an ulp of float32).
-
-With AVX-512 each row is done in one pass in registers, 16 lanes at a time (measured alone, 2 cores, bf16:
-rotary over [2048, 12 x 64] 2.7 -> 0.47 ms, RMSNorm [2048, 576] 1.3 -> 0.6 ms; in the default model's
-decode step at batch 32, successive runs, the three ops went 7.4 -> 3.4 ms); elsewhere, float32 row buffers
-and loops the compiler vectorises.
-"""
-
-CPP_SOURCE = r"""
-#include <torch/extension.h>
+// The CPU's fused elementwise ops: RMSNorm with its residual add, rotary embedding of q and k in place,
+// SiLU(gate) * up, and the KV cache write.
+//
+// One call each instead of 4-12 small torch ops per layer. Each rounds where the torch ops it replaces round
+// (after every op in bfloat16), so results match them up to the order of the variance sum (and SiLU's exp and
+// reciprocal, within an ulp of float32).
+//
+// With AVX-512 each row is done in one pass in registers, 16 lanes at a time (measured alone, 2 cores, bf16:
+// rotary over [2048, 12 x 64] 2.7 -> 0.47 ms, RMSNorm [2048, 576] 1.3 -> 0.6 ms; in the default model's
+// decode step at batch 32, successive runs, the three ops went 7.4 -> 3.4 ms); elsewhere, float32 row buffers
+// and loops the compiler vectorises.
+#include <torch/types.h>
 #include <ATen/Parallel.h>
 
 #include <cmath>
@@ -25,13 +22,11 @@ CPP_SOURCE = r"""
 #include <immintrin.h>
 #endif
 
-namespace tgi_fused {
+#include "common.h"
+#include "fused_ops.h"
+#include "ops.h"
 
-// calls f(scalar_t{}) with the tensor's element type: float or at::BFloat16
-template <typename F> void dispatch(const torch::Tensor& t, F f) {
-  if (t.scalar_type() == at::kFloat) f(float{});
-  else f(at::BFloat16{});
-}
+namespace tgi_fused {
 
 // Rows are processed in float32 buffers by branch-free loops the compiler vectorises (one clone per
 // instruction set); `bf16` rounds each intermediate to bfloat16 where the torch op would store one.
@@ -126,24 +121,8 @@ TGI_CLONES void silu_mul_row(float* g, const float* u, int64_t n, bool bf16) {
   if (bf16) round_all(g, n);
 }
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#ifdef TGI_FUSED_AVX512
 // ---- AVX-512: one pass per row in registers, the same rounding points as the loops above ----------------
-#define TGI_FUSED_AVX512 1
-#define TGI_V512 __attribute__((target("avx512f,avx512bw,avx512vl")))
-inline bool use_avx512() {
-  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                         __builtin_cpu_supports("avx512vl");
-  return ok;
-}
-using tgi_common::lanes16;
-TGI_V512 inline __m512 load16(const float* p, __mmask16 k) { return _mm512_maskz_loadu_ps(k, p); }
-TGI_V512 inline __m512 load16(const at::BFloat16* p, __mmask16 k) {
-  return tgi_common::bf16x16_to_float(_mm256_maskz_loadu_epi16(k, p));
-}
-TGI_V512 inline void store16(float* p, __m512 v, __mmask16 k) { _mm512_mask_storeu_ps(p, k, v); }
-TGI_V512 inline void store16(at::BFloat16* p, __m512 v, __mmask16 k) {  // v already bfloat16-exact
-  _mm256_mask_storeu_epi16(p, k, _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16)));
-}
 // round_bf16 on 16 lanes when the tensor is bfloat16
 template <bool BF16> TGI_V512 inline __m512 rnd16(__m512 v) {
   if (!BF16) return v;
@@ -300,81 +279,6 @@ void silu_mul_rows(const T* gu, T* out, int64_t rows, int64_t inter) {
   });
 }
 
-// Greedy choice over one row of logits: the first index of the maximum (a NaN wins, as in torch.argmax)
-// and that token's log-softmax, max + log(sum(exp(x - max))) subtracted, in float32.
-inline float load_logit(const float* row, int64_t i) { return row[i]; }
-inline float load_logit(const at::BFloat16* row, int64_t i) { return static_cast<float>(row[i]); }
-
-template <typename T>
-void greedy_row_scalar(const T* row, int64_t V, int64_t* id, float* logprob) {
-  int64_t best = 0;
-  float m = load_logit(row, 0);
-  for (int64_t i = 1; i < V && m == m; ++i) {
-    const float v = load_logit(row, i);
-    if (v > m || v != v) {
-      m = v;
-      best = i;
-    }
-  }
-  *id = best;
-  if (m != m || std::isinf(m)) {  // NaN; all -inf (logsumexp -inf) or a +inf logit: x - lse as torch has it
-    *logprob = m != m ? NAN : load_logit(row, best) - m;
-    return;
-  }
-  float sum = 0.0f;
-  for (int64_t i = 0; i < V; ++i) sum += tgi_common::exp_nonpos(load_logit(row, i) - m);
-  *logprob = load_logit(row, best) - (m + std::log(sum));
-}
-
-#ifdef TGI_FUSED_AVX512
-template <typename T>
-TGI_V512 void greedy_row_avx512(const T* row, int64_t V, int64_t* id, float* logprob) {
-  // pass 1: the maximum, each lane keeping its first index of it; NaN sends the row to the scalar rules
-  __m512 best = _mm512_set1_ps(-INFINITY);
-  __m512i best_i = _mm512_setzero_si512();
-  __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512i step = _mm512_set1_epi32(16);
-  __mmask16 nan = 0;
-  for (int64_t i = 0; i < V; i += 16) {
-    const __mmask16 k = lanes16(V - i);
-    const __m512 v = load16(row + i, k);
-    nan |= _mm512_mask_cmp_ps_mask(k, v, v, _CMP_UNORD_Q);
-    const __mmask16 gt = _mm512_mask_cmp_ps_mask(k, v, best, _CMP_GT_OQ);
-    best = _mm512_mask_mov_ps(best, gt, v);
-    best_i = _mm512_mask_mov_epi32(best_i, gt, idx);
-    idx = _mm512_add_epi32(idx, step);
-  }
-  const float m = _mm512_reduce_max_ps(best);
-  if (nan || std::isinf(m) || V >= (int64_t(1) << 31)) {
-    greedy_row_scalar(row, V, id, logprob);
-    return;
-  }
-  const __mmask16 at_max = _mm512_cmp_ps_mask(best, _mm512_set1_ps(m), _CMP_EQ_OQ);
-  const int64_t b = _mm512_mask_reduce_min_epi32(at_max, best_i);
-  *id = b;
-  // pass 2: sum of exp(x - max)
-  const __m512 mv = _mm512_set1_ps(m);
-  __m512 sum = _mm512_setzero_ps();
-  for (int64_t i = 0; i < V; i += 16) {
-    const __mmask16 k = lanes16(V - i);
-    const __m512 e = tgi_common::exp16_nonpos(_mm512_sub_ps(load16(row + i, k), mv));
-    sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(k, e));
-  }
-  *logprob = load_logit(row, b) - (m + std::log(_mm512_reduce_add_ps(sum)));
-}
-#endif
-
-template <typename T>
-void greedy_row(const T* row, int64_t V, int64_t* id, float* logprob) {
-#ifdef TGI_FUSED_AVX512
-  if (use_avx512()) {
-    greedy_row_avx512(row, V, id, logprob);
-    return;
-  }
-#endif
-  greedy_row_scalar(row, V, id, logprob);
-}
-
 }  // namespace tgi_fused
 
 std::tuple<torch::Tensor, torch::Tensor> rms_norm(torch::Tensor x, c10::optional<torch::Tensor> residual,
@@ -430,27 +334,6 @@ torch::Tensor silu_mul(torch::Tensor gate_up) {
   return out;
 }
 
-std::tuple<torch::Tensor, torch::Tensor> greedy_pick(torch::Tensor logits) {
-  using namespace tgi_fused;
-  TORCH_CHECK(logits.dim() == 2 && logits.size(1) > 0, "logits must be [N, V]");
-  TORCH_CHECK(logits.scalar_type() == at::kFloat || logits.scalar_type() == at::kBFloat16,
-              "float32 or bfloat16 only");
-  logits = logits.contiguous();
-  const int64_t n = logits.size(0), V = logits.size(1);
-  auto ids = torch::empty({n}, logits.options().dtype(at::kLong));
-  auto logprobs = torch::empty({n}, logits.options().dtype(at::kFloat));
-  int64_t* ip = ids.data_ptr<int64_t>();
-  float* lp = logprobs.data_ptr<float>();
-  dispatch(logits, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    const scalar_t* x = logits.data_ptr<scalar_t>();
-    at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) greedy_row<scalar_t>(x + r * V, V, ip + r, lp + r);
-    });
-  });
-  return {ids, logprobs};
-}
-
 void kv_write(torch::Tensor key_cache, torch::Tensor value_cache, torch::Tensor key, torch::Tensor value,
               torch::Tensor slots) {
   TORCH_CHECK(key_cache.is_contiguous() && value_cache.is_contiguous() && key_cache.dim() == 4 &&
@@ -480,4 +363,3 @@ void kv_write(torch::Tensor key_cache, torch::Tensor value_cache, torch::Tensor 
     std::memcpy(vc + slot * bytes, vp + i * vs, bytes);
   }
 }
-"""

@@ -1,0 +1,17 @@
+// The Python module: what torch.utils.cpp_extension.load_inline(functions=[...]) generated before the kernels
+// moved to these files (each op's docstring is its name).
+#include <torch/extension.h>
+
+#include "ops.h"
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("paged_decode", torch::wrap_pybind_function(paged_decode), "paged_decode");
+  m.def("block_pack", torch::wrap_pybind_function(block_pack), "block_pack");
+  m.def("block_linear", torch::wrap_pybind_function(block_linear), "block_linear");
+  m.def("block_impls", torch::wrap_pybind_function(block_impls), "block_impls");
+  m.def("rms_norm", torch::wrap_pybind_function(rms_norm), "rms_norm");
+  m.def("rotary_inplace", torch::wrap_pybind_function(rotary_inplace), "rotary_inplace");
+  m.def("silu_mul", torch::wrap_pybind_function(silu_mul), "silu_mul");
+  m.def("kv_write", torch::wrap_pybind_function(kv_write), "kv_write");
+  m.def("greedy_pick", torch::wrap_pybind_function(greedy_pick), "greedy_pick");
+}

@@ -1,0 +1,128 @@
+// The CPU linear over GGUF block-quantized weights: the ops `block_pack`, `block_linear` (which picks an
+// implementation) and `block_impls`. The layout and the implementations: block_linear.h.
+#include <torch/types.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "block_linear.h"
+#include "ops.h"
+
+torch::Tensor block_pack(torch::Tensor raw, int64_t qtype, int64_t n, int64_t k) {
+  using namespace tgi_blocks;
+  TORCH_CHECK(qtype == kQ4_0 || qtype == kQ4_1 || qtype == kQ8_0, "unknown block type ", qtype);
+  TORCH_CHECK(n > 0 && k > 0 && k % QK == 0, "K must be a positive multiple of 32, got ", k);
+  TORCH_CHECK(raw.scalar_type() == at::kByte, "raw blocks must be uint8");
+  raw = raw.contiguous();
+  TORCH_CHECK(raw.numel() == n * (k / QK) * raw_block_bytes(qtype), "raw blocks hold ", raw.numel(),
+              " bytes, expected ", n * (k / QK) * raw_block_bytes(qtype));
+  const int64_t groups = (n + R - 1) / R;
+  auto out = torch::empty({groups * (k / QK) * packed_stride(qtype)}, raw.options());
+  pack(raw.data_ptr<uint8_t>(), qtype, n, k, out.data_ptr<uint8_t>());
+  return out;
+}
+
+torch::Tensor block_linear(torch::Tensor x, torch::Tensor packed, int64_t qtype, int64_t n, int64_t k,
+                           c10::optional<torch::Tensor> bias, int64_t impl) {
+  using namespace tgi_blocks;
+  TORCH_CHECK(qtype == kQ4_0 || qtype == kQ4_1 || qtype == kQ8_0, "unknown block type ", qtype);
+  TORCH_CHECK(n > 0 && k > 0 && k % QK == 0, "K must be a positive multiple of 32, got ", k);
+  TORCH_CHECK(x.dim() == 2 && x.size(1) == k, "x must be [M, ", k, "]");
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16, "block_linear takes bfloat16 inputs");
+  const int64_t nb = k / QK, groups = (n + R - 1) / R;
+  TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous() &&
+                  packed.numel() == groups * nb * packed_stride(qtype),
+              "packed weights do not match [", n, ", ", k, "] (see block_pack)");
+  if (bias.has_value()) TORCH_CHECK(bias->dim() == 1 && bias->size(0) == n, "bias must be [", n, "]");
+  x = x.contiguous();
+  const int64_t M = x.size(0);
+  auto out = torch::empty({M, n}, x.options());
+  if (M == 0) return out;
+  const uint16_t* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
+  torch::Tensor bias_f;
+  const float* bp = nullptr;
+  if (bias.has_value()) {
+    bias_f = bias->to(at::kFloat).contiguous();
+    bp = bias_f.data_ptr<float>();
+  }
+  uint16_t* op = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+  const uint8_t* wp = packed.data_ptr<uint8_t>();
+  // impl: 0 the fastest this CPU has, 1 scalar reference, 2 AVX512-BF16, 3 AMX
+  TORCH_CHECK(impl >= 0 && impl <= 3, "unknown implementation ", impl);
+#if defined(__x86_64__)
+  TORCH_CHECK(impl != 2 || has_avx512_bf16(), "this CPU has no AVX512-BF16");
+  TORCH_CHECK(impl != 3 || amx_ready(), "AMX is not available here");
+  // auto: one or two rows read the weights fastest on the AVX512-BF16 path; more rows share each
+  // dequantized tile on AMX (decode step of the default model, 2 cores: batch 1 17.4 vs 21.5 ms on AMX,
+  // batch 8 24.6 ms on AMX vs 30.2)
+  const bool few_rows = M <= 2 && has_avx512_bf16();
+  if (impl == 3 || (impl == 0 && !few_rows && amx_ready())) {
+    const int64_t pass_rows = 48;  // three 16-row tiles of x per dequantized weight tile
+    at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+      std::unique_ptr<float[]> y(new float[pass_rows * (end - begin) * R]);  // every element is stored first
+      for (int64_t m0 = 0; m0 < M; m0 += pass_rows) {
+        const int64_t mt = std::min<int64_t>(pass_rows, M - m0);
+        const int64_t mts[3] = {std::min<int64_t>(16, mt), std::min<int64_t>(16, std::max<int64_t>(0, mt - 16)),
+                                std::max<int64_t>(0, mt - 32)};
+        const uint16_t* xm = xp + m0 * k;
+        if (mt > 32) groups_amx<3>(xm, k, mts, wp, qtype, begin, end, y.get());
+        else if (mt > 16) groups_amx<2>(xm, k, mts, wp, qtype, begin, end, y.get());
+        else groups_amx<1>(xm, k, mts, wp, qtype, begin, end, y.get());
+        const int64_t width = (end - begin) * R, col0 = begin * R;
+        store_rows_bf16(y.get(), width, bp ? bp + col0 : nullptr, mt, std::min(width, n - col0),
+                        op + m0 * n + col0, n);
+      }
+    });
+    return out;
+  }
+  const bool fast = impl == 2 || (impl == 0 && has_avx512_bf16());
+#else
+  TORCH_CHECK(impl < 2, "no vector implementation on this architecture");
+  const bool fast = false;
+#endif
+  std::vector<float> sx(M * nb);  // sum of each block of x (for the Q4_1 mins; the AMX path needs none)
+  for (int64_t i = 0; i < M * nb; ++i) {
+    float s = 0.0f;
+    for (int j = 0; j < QK; ++j) s += bf16_to_float(xp[i * QK + j]);
+    sx[i] = s;
+  }
+  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> y(M * R);
+    for (int64_t g = begin; g < end; ++g) {
+      const int64_t rows = std::min<int64_t>(R, n - g * R);
+#if defined(__x86_64__)
+      if (fast) {
+        group_avx512(xp, M, k, sx.data(), wp, qtype, g, y.data());
+        store_rows_bf16(y.data(), R, bp ? bp + g * R : nullptr, M, rows, op + g * R, n);
+        continue;
+      }
+#endif
+      group_ref(xp, M, k, sx.data(), wp, qtype, g, y.data());
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t col = g * R + r;
+          op[m * n + col] = float_to_bf16(y[m * R + r] + (bp ? bp[col] : 0.0f));
+        }
+    }
+  });
+  return out;
+}
+
+std::vector<std::string> block_impls() {
+  using namespace tgi_blocks;
+  std::vector<std::string> out{"reference"};
+#if defined(__x86_64__)
+  if (has_avx512_bf16()) out.push_back("avx512-bf16");
+  if (amx_ready()) out.push_back("amx");
+#endif
+  return out;
+}

@@ -1,0 +1,31 @@
+// The ops the extension exports: bindings.cpp binds them to Python, tgi.backends.cpu.native wraps them.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
+// paged_attention.cpp
+torch::Tensor paged_decode(torch::Tensor q, torch::Tensor key_cache, torch::Tensor value_cache,
+                           torch::Tensor block_tables, torch::Tensor seq_lens, double scale,
+                           int64_t sliding_window, double softcap, int64_t impl);
+
+// block_linear.cpp
+torch::Tensor block_pack(torch::Tensor raw, int64_t qtype, int64_t n, int64_t k);
+torch::Tensor block_linear(torch::Tensor x, torch::Tensor packed, int64_t qtype, int64_t n, int64_t k,
+                           c10::optional<torch::Tensor> bias, int64_t impl);
+std::vector<std::string> block_impls();
+
+// fused_ops.cpp
+std::tuple<torch::Tensor, torch::Tensor> rms_norm(torch::Tensor x, c10::optional<torch::Tensor> residual,
+                                                  torch::Tensor weight, double eps);
+void rotary_inplace(torch::Tensor qkv, torch::Tensor cos, torch::Tensor sin, int64_t heads, int64_t head_dim);
+torch::Tensor silu_mul(torch::Tensor gate_up);
+void kv_write(torch::Tensor key_cache, torch::Tensor value_cache, torch::Tensor key, torch::Tensor value,
+              torch::Tensor slots);
+
+// greedy_pick.cpp
+std::tuple<torch::Tensor, torch::Tensor> greedy_pick(torch::Tensor logits);

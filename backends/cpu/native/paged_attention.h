@@ -1,0 +1,101 @@
+// Shared by the paged decode attention's vector path (paged_attention.cpp) and its AMX path
+// (paged_attention_amx.cpp): element loads and stores, and the AVX-512 value pass both use.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "common.h"
+
+namespace tgi_attention {
+
+// Element loads as float. bfloat16 is the top half of a float32.
+inline float load_f(const float* p, int64_t i) { return p[i]; }
+inline float load_f(const uint16_t* p, int64_t i) {
+  uint32_t u = static_cast<uint32_t>(p[i]) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+inline void store_f(float* p, int64_t i, float v) { p[i] = v; }
+inline void store_f(uint16_t* p, int64_t i, float v) {
+  // round to nearest even (inputs are finite)
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof(u));
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  p[i] = static_cast<uint16_t>(u >> 16);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TGI_AVX512_PATH 1
+// AVX-512 path, compiled for AVX-512F only inside these functions and used only when the CPU has it
+// (checked at run time), for head sizes that are a multiple of 16 (C = head_dim / 16 vectors per row).
+__attribute__((target("avx512f"))) inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+__attribute__((target("avx512f"))) inline __m512 load16(const uint16_t* p) {
+  return tgi_common::bf16x16_to_float(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+template <typename T, int C, int GB>
+__attribute__((target("avx512f"))) inline void pass2_group(
+    const T* __restrict vc, const int32_t* __restrict table, int64_t seq_len, int64_t start, int64_t bs,
+    int64_t row, int64_t kh, int64_t g0, int64_t n, const float* __restrict scores,
+    const float* __restrict inv_p, float* __restrict acc) {
+  __m512 a[GB][C];
+  for (int h = 0; h < GB; ++h)
+    for (int c = 0; c < C; ++c) a[h][c] = _mm512_setzero_ps();
+  const float* pg = scores + g0 * n;
+  for (int64_t b = start / bs, t = start; t < seq_len; ++b) {
+    const T* vb = vc + static_cast<int64_t>(table[b]) * bs * row + kh * C * 16;
+    const int64_t stop = std::min(seq_len, (b + 1) * bs);
+    for (int64_t o = t - b * bs; t < stop; ++t, ++o) {
+      const T* vp = vb + o * row;
+      __m512 vv[C];
+      for (int c = 0; c < C; ++c) vv[c] = load16(vp + 16 * c);
+      for (int h = 0; h < GB; ++h) {
+        const __m512 p = _mm512_set1_ps(pg[h * n + (t - start)]);
+        for (int c = 0; c < C; ++c) a[h][c] = _mm512_fmadd_ps(p, vv[c], a[h][c]);
+      }
+    }
+  }
+  for (int h = 0; h < GB; ++h) {
+    const __m512 s = _mm512_set1_ps(inv_p[g0 + h]);
+    for (int c = 0; c < C; ++c) _mm512_storeu_ps(acc + (g0 + h) * C * 16 + 16 * c, _mm512_mul_ps(a[h][c], s));
+  }
+}
+
+// pass 2 for all G query heads of a kv head: GB heads at a time (accumulators in registers, each value row
+// widened once per group). acc [G][C * 16] = sum over keys of scores * V, times inv_p per head.
+template <typename T, int C>
+__attribute__((target("avx512f"))) void pass2_all(
+    const T* __restrict vc, const int32_t* __restrict table, int64_t seq_len, int64_t start, int64_t bs,
+    int64_t row, int64_t kh, int64_t G, int64_t n, const float* __restrict scores,
+    const float* __restrict inv_p, float* __restrict acc) {
+  constexpr int kMaxGB = (16 / C) < 4 ? (16 / C > 0 ? 16 / C : 1) : 4;
+  for (int64_t g = 0; g < G;) {
+    const int64_t gb = std::min<int64_t>(G - g, kMaxGB);
+    switch (gb) {
+      case 4: pass2_group<T, C, (kMaxGB >= 4 ? 4 : 1)>(vc, table, seq_len, start, bs, row, kh, g, n, scores, inv_p, acc); break;
+      case 3: pass2_group<T, C, (kMaxGB >= 3 ? 3 : 1)>(vc, table, seq_len, start, bs, row, kh, g, n, scores, inv_p, acc); break;
+      case 2: pass2_group<T, C, (kMaxGB >= 2 ? 2 : 1)>(vc, table, seq_len, start, bs, row, kh, g, n, scores, inv_p, acc); break;
+      default: pass2_group<T, C, 1>(vc, table, seq_len, start, bs, row, kh, g, n, scores, inv_p, acc); break;
+    }
+    g += gb;
+  }
+}
+#endif
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TGI_AMX_ATTENTION 1
+// The AMX path (paged_attention_amx.cpp): bfloat16, head size 32, 64, 96 or 128, block size a multiple of 16,
+// at most 16 query heads per kv head.
+void decode_all_amx(const uint16_t* q, const uint16_t* kc, const uint16_t* vc, const int32_t* tables,
+                    const int32_t* lens, uint16_t* out, int64_t D, int64_t H, int64_t hkv, int64_t dh, int64_t bs,
+                    int64_t max_blocks, float scale, int64_t window, float softcap);
+#endif
+
+}  // namespace tgi_attention
