@@ -6,12 +6,12 @@ Nothing here imports torch at import time: `load_config` / `iter_weights` import
 from tgi.core.loading.resolve import (
     DEFAULT_MODEL_ID,
     ModelNotFoundError,
-    WeightSelector,
     default_model_path,
     iter_weights,
     load_config,
     resolve_model,
 )
+from tgi.core.loading.selection import WeightSelector
 from tgi.core.loading.source import ModelSource
 
 __all__ = [

@@ -70,4 +70,7 @@ def iter_block_weights(source, config, qtypes: Iterable[str]) -> Iterator[tuple[
         return iter(())
     from tgi.core.loading.gguf_loader import iter_gguf_blocks
 
-    return iter_gguf_blocks(source.path, config, qtypes)
+    return (
+        (name, BlockWeight(qtype, torch.from_numpy(data), rows, cols))
+        for name, qtype, data, rows, cols in iter_gguf_blocks(source.path, config, qtypes)
+    )

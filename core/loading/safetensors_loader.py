@@ -1,22 +1,20 @@
 """Hugging Face checkpoints: config.json + *.safetensors (single file or sharded with an index).
 
 Tensors are memory-mapped with `safetensors.safe_open(framework="pt")` and yielded in the file's dtype
-(bf16 stays bf16, fp16 stays fp16): the caller casts them where it places them.
+(bf16 stays bf16, fp16 stays fp16): the caller casts them where it places them. The same tensors as numpy
+arrays: `safetensors_arrays.py`.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import torch
 from safetensors import safe_open
 from transformers import AutoConfig, PretrainedConfig
 
-from tgi.core.loading.resolve import SKIP, WeightSelector, selection
-
-INDEX_FILE = "model.safetensors.index.json"
+from tgi.core.loading.safetensors_arrays import safetensors_files
+from tgi.core.loading.selection import SKIP, WeightSelector, selection
 
 
 def safetensors_config(folder: str) -> PretrainedConfig:
@@ -29,33 +27,6 @@ def safetensors_config(folder: str) -> PretrainedConfig:
     if getattr(config, "dtype", None) is None:
         config.dtype = _first_tensor_dtype(folder)
     return config
-
-
-def safetensors_files(folder: str) -> list[Path]:
-    """The checkpoint's shard files, from the index when there is one, else every *.safetensors file.
-
-    Raises `ValueError` naming the entry when the index names a shard outside `folder` (an absolute path,
-    or one with a `..` part), before any file is opened."""
-    root = Path(folder)
-    index = root / INDEX_FILE
-    if index.is_file():
-        weight_map = json.loads(index.read_text())["weight_map"]
-        for name in sorted(set(weight_map.values())):
-            if Path(name).is_absolute() or ".." in Path(name).parts:
-                raise ValueError(
-                    f"{folder}: {INDEX_FILE} names the shard {name!r}, a path outside the model folder"
-                )
-        files = sorted({root / f for f in weight_map.values()})
-        missing = [f.name for f in files if not f.is_file()]
-        if missing:
-            raise FileNotFoundError(
-                f"{folder}: shards listed in {INDEX_FILE} are missing: {', '.join(missing)}"
-            )
-        return files
-    files = sorted(root.glob("*.safetensors"))
-    if not files:
-        raise FileNotFoundError(f"{folder}: no *.safetensors file")
-    return files
 
 
 _DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}

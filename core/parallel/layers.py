@@ -24,7 +24,7 @@ from torch import nn
 
 from tgi.core.config import ConfigError
 from tgi.core.interfaces.collective import Collective
-from tgi.core.loading.resolve import WeightSelector
+from tgi.core.loading.selection import WeightSelector
 from tgi.core.models.layers import LinearFactory, linear
 
 #: fused-module shard ids that hold key/value heads (replicated when kv_heads < tp_size)

@@ -125,3 +125,18 @@ def test_the_framework_free_parts_import_no_framework(module):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
+
+
+def test_loading_has_no_import_cycles():
+    """The format loaders import shared helpers (`selection`), never the dispatcher (`resolve`) that imports
+    them; block weights are built outside the GGUF loader."""
+    grimp = pytest.importorskip("grimp", reason="grimp comes with import-linter (the dev extra)")
+    graph = grimp.build_graph("tgi.core", cache_dir=None)
+    modules = sorted(m for m in graph.modules if m.startswith("tgi.core.loading"))
+    cycles = [
+        (a, b)
+        for a in modules
+        for b in modules
+        if a < b and graph.chain_exists(a, b) and graph.chain_exists(b, a)
+    ]
+    assert not cycles, cycles
