@@ -64,7 +64,9 @@ def derive_limits(
     if config.max_batch_total_tokens is not None:
         num_blocks = -(-config.max_batch_total_tokens // bs)
     else:
-        free = backend.memory_info().free * config.kv_cache_memory_fraction
+        # the runner's view where it has one (several devices: the least free), else the backend's
+        memory = runner.memory_info() or backend.memory_info()
+        free = memory.free * config.kv_cache_memory_fraction
         # never more than every running sequence at full length could use
         num_blocks = int(min(free // spec.bytes_per_block, config.max_num_seqs * -(-max_total // bs)))
     if num_blocks * bs < max_total:
@@ -125,6 +127,7 @@ class LLMEngine:
             raise ConfigError(f"--quantize {config.quantize} is not supported yet")
         spec = (registry or BackendRegistry()).select(config.backend)
         backend = spec.create()
+        backend.spec = spec  # how a backend that runs ranks in other processes builds them
         if config.attention:
             backend.select_attention(config.attention)
         dtype = config.dtype or backend.default_dtype()
@@ -139,20 +142,15 @@ class LLMEngine:
         say(f"model: {source.model_id} ({source.format}: {source.path})")
         t0 = time.perf_counter()
         tokenizer = load_tokenizer(source)
-        memory = backend
-        if config.num_shard > 1:  # tensor parallelism: this process is rank 0, ranks 1..N-1 are spawned
-            from tgi.core.parallel.runner import RankMemory, TensorParallelRunner
-
-            runner = TensorParallelRunner.start(spec, backend, source, config, progress=say)
-            memory = RankMemory(runner)  # the KV cache is sized by the rank with the least free memory
-        else:
-            runner = backend.create_runner(source, config, backend.create_collective(0, 1))
+        # --num-shard: the backend decides how its devices share the model (torch backends: one process per
+        # rank, tensor-parallel layers)
+        runner = backend.create_runner(source, config, config.num_shard)
         try:
             info = runner.load()
             say(
                 f"weights loaded: {info.architecture}, {info.num_parameters / 1e6:.0f}M parameters in {time.perf_counter() - t0:.1f}s"
             )
-            config = derive_limits(config, info, runner, memory)
+            config = derive_limits(config, info, runner, backend)
             runner.initialize_cache(config.max_batch_total_tokens // config.block_size)
             say(
                 f"KV cache: {config.max_batch_total_tokens} tokens; max input {config.max_input_tokens}, "

@@ -112,7 +112,9 @@ class TritonBackend(TorchBackend):
 
         return TritonKVCache(spec, num_blocks, self.torch_device())
 
-    def create_runner(self, source: ModelSource, config: EngineConfig, collective: Collective) -> ModelRunner:
+    def create_rank_runner(
+        self, source: ModelSource, config: EngineConfig, collective: Collective
+    ) -> ModelRunner:
         from tgi.backends.triton_common.runner import TritonModelRunner
 
         return TritonModelRunner(self, source, config, collective, cuda_graphs=self.cuda_graphs)

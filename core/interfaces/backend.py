@@ -6,13 +6,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, ClassVar
 
-from tgi.core.interfaces.collective import Collective, SingleProcessCollective
 from tgi.core.interfaces.types import DeviceInfo, MemoryInfo, UnsupportedError
 
 if TYPE_CHECKING:
     from tgi.core.config import EngineConfig
     from tgi.core.interfaces.runner import ModelRunner
     from tgi.core.loading.source import ModelSource
+    from tgi.core.plugins.spec import BackendSpec
 
 
 class Backend(ABC):
@@ -28,6 +28,9 @@ class Backend(ABC):
     #: share of the free memory (`memory_info().free` after loading) the KV cache takes when the user sets no
     #: budget (`--max-batch-total-tokens`); device memory is the server's alone, host memory is shared
     kv_cache_memory_fraction: ClassVar[float] = 0.9
+    #: the spec this backend was created from, set by the engine after `spec.create()`: a backend that runs
+    #: ranks in other processes builds their backends with it (`spec.create` is picklable for entry points)
+    spec: BackendSpec | None = None
 
     @abstractmethod
     def devices(self) -> list[DeviceInfo]:
@@ -56,14 +59,14 @@ class Backend(ABC):
         return {}
 
     @abstractmethod
-    def create_runner(self, source: ModelSource, config: EngineConfig, collective: Collective) -> ModelRunner:
-        """A runner for `source` on this backend (not yet loaded)."""
+    def create_runner(self, source: ModelSource, config: EngineConfig, world_size: int = 1) -> ModelRunner:
+        """A runner for `source` over `world_size` devices (`--num-shard`), not yet loaded.
 
-    def create_collective(self, rank: int, world_size: int, init_method: str | None = None) -> Collective:
-        """The collective for tensor parallelism; a single process gets the identity collective."""
-        if world_size == 1:
-            return SingleProcessCollective()
-        raise NotImplementedError(f"backend '{self.name}' does not support tensor parallelism yet")
+        How the devices share the model is the backend's to decide: torch backends run one process per
+        rank with tensor-parallel layers (`tgi.core.torch.TorchBackend`), a JAX backend may run one process
+        over a device mesh, a compiler may place the model on its cores itself. Whatever it does, the
+        engine sees one `ModelRunner`. Raise `ConfigError` or `UnsupportedError`, with the reason, when the
+        model cannot be split over `world_size` devices here."""
 
     def select_attention(self, name: str) -> None:
         """Use the attention implementation `name` (`--attention`); raise `UnsupportedError` when it

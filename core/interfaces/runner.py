@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 from tgi.core.batch import ScheduledBatch, StepOutput
-from tgi.core.interfaces.types import KVCacheSpec, RunnerConstraints
+from tgi.core.interfaces.types import KVCacheSpec, MemoryInfo, RunnerConstraints
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,12 @@ class ModelRunner(ABC):
     def warmup(self, max_batch_tokens: int, max_num_seqs: int) -> None:  # noqa: B027 - optional
         """Run the largest step the scheduler may build, so that compilation, graph capture and peak memory
         happen before serving; raise with the reason if it does not fit."""
+
+    def memory_info(self) -> MemoryInfo | None:
+        """Memory to size the KV cache from, after `load()`, when the runner knows it better than its
+        backend's `memory_info()` does (several devices or processes: the one with the least free).
+        None (the default): the backend's."""
+        return None
 
     def constraints(self) -> RunnerConstraints:
         """Shape constraints the scheduler must honour (default: none)."""

@@ -32,9 +32,9 @@ from tgi.core.request import EngineError
 
 if TYPE_CHECKING:
     from tgi.core.config import EngineConfig
-    from tgi.core.interfaces import Backend
     from tgi.core.loading.source import ModelSource
     from tgi.core.plugins.spec import BackendSpec
+    from tgi.core.torch.backend import TorchBackend
 
 log = logging.getLogger(__name__)
 
@@ -110,8 +110,9 @@ def _shutdown_workers(workers: list[_Worker], timeout: float = 10.0) -> None:
 
 
 class TensorParallelRunner(ModelRunner):
-    """A `ModelRunner` over N ranks: rank 0's own runner (`backend.create_runner` with a collective of
-    N ranks) plus N-1 spawned worker processes running the same. Build it with `start()`.
+    """A `ModelRunner` over N ranks: rank 0's own runner (`backend.create_rank_runner` with a collective of
+    N ranks) plus N-1 spawned worker processes running the same. Build it with `start()`: what
+    `TorchBackend.create_runner` does for more than one device.
 
     On a rank's failure it logs the reason, kills the surviving workers, calls `on_failure` callbacks,
     and (when `shutdown_process` is true, or by default when a SIGTERM handler is installed, as a server
@@ -121,13 +122,14 @@ class TensorParallelRunner(ModelRunner):
     def __init__(
         self,
         spec: BackendSpec,
-        backend: Backend,
+        backend: TorchBackend,
         source: ModelSource,
         config: EngineConfig,
+        world_size: int,
         shutdown_process: bool | None = None,
     ) -> None:
         self.spec, self.backend, self.source, self.config = spec, backend, source, config
-        self.world_size = config.num_shard
+        self.world_size = world_size
         self.shutdown_process = shutdown_process
         self.workers: list[_Worker] = []
         self.local: ModelRunner | None = None
@@ -146,20 +148,27 @@ class TensorParallelRunner(ModelRunner):
     @classmethod
     def start(
         cls,
-        spec: BackendSpec,
-        backend: Backend,
+        backend: TorchBackend,
         source: ModelSource,
         config: EngineConfig,
+        world_size: int,
         progress: Callable[[str], None] | None = None,
         **kwargs: Any,
     ) -> TensorParallelRunner:
-        """Check that the model splits over `config.num_shard` ranks (`ConfigError` with the reason if
-        not), spawn ranks 1..N-1, and join the group; raises `ShardFailure` if a rank fails to start."""
+        """Check that the model splits over `world_size` ranks (`ConfigError` with the reason if not),
+        spawn ranks 1..N-1 (each builds its backend from `backend.spec`), and join the group; raises
+        `ShardFailure` if a rank fails to start."""
+        from tgi.core.config import ConfigError
         from tgi.core.loading import load_config
         from tgi.core.parallel.layers import check_tensor_parallel
 
-        check_tensor_parallel(load_config(source), config.num_shard)
-        runner = cls(spec, backend, source, config, **kwargs)
+        check_tensor_parallel(load_config(source), world_size)
+        if backend.spec is None:
+            raise ConfigError(
+                f"--num-shard {world_size}: backend '{backend.name}' was not created from its BackendSpec "
+                "(the engine sets `backend.spec`), so its other ranks cannot be started"
+            )
+        runner = cls(backend.spec, backend, source, config, world_size, **kwargs)
         try:
             runner._spawn(progress or (lambda msg: log.info(msg)))
         except BaseException:
@@ -212,7 +221,7 @@ class TensorParallelRunner(ModelRunner):
         if "error" in result:
             raise ShardFailure(f"rank 0 could not join the group: {describe_exception(result['error'])}")
         self.collective = result["collective"]
-        self.local = self.backend.create_runner(self.source, self.config, self.collective)
+        self.local = self.backend.create_rank_runner(self.source, self.config, self.collective)
         self._started = True
 
     # -- failure ----------------------------------------------------------------------------------------
@@ -301,7 +310,7 @@ class TensorParallelRunner(ModelRunner):
     def kv_cache_spec(self) -> KVCacheSpec:
         return self.local.kv_cache_spec()  # per rank: the same on every rank
 
-    def memory_info(self) -> MemoryInfo:
+    def memory_info(self) -> MemoryInfo | None:
         """The least free memory of any rank (shared host memory counts 1/N per rank): sizing the KV
         cache from it gives every rank the same number of blocks, the minimum over ranks."""
         return self._call("memory_info")
@@ -336,13 +345,3 @@ class TensorParallelRunner(ModelRunner):
             if close is not None:
                 close()
             self.collective = None
-
-
-class RankMemory:
-    """Adapter for `derive_limits`: reports a tensor-parallel runner's memory as a backend would."""
-
-    def __init__(self, runner: TensorParallelRunner) -> None:
-        self.runner = runner
-
-    def memory_info(self) -> MemoryInfo:
-        return self.runner.memory_info()

@@ -83,7 +83,7 @@ def worker_main(
         if config.attention:  # the same kernels as rank 0
             backend.select_attention(config.attention)
         collective = backend.create_collective(rank, world_size, init_method)
-        runner = backend.create_runner(source, config, collective)
+        runner = backend.create_rank_runner(source, config, collective)
         while True:
             try:
                 data = conn.recv_bytes()

@@ -87,7 +87,21 @@ class TorchBackend(Backend):
     def synchronize(self) -> None:
         """Wait for queued device work (for timing and warm-up)."""
 
-    def create_runner(self, source: ModelSource, config: EngineConfig, collective: Collective) -> ModelRunner:
+    def create_runner(self, source: ModelSource, config: EngineConfig, world_size: int = 1) -> ModelRunner:
+        """One rank's runner for a single device; over `world_size > 1` devices, tensor parallelism by
+        processes: this process is rank 0 of a `TensorParallelRunner` that starts ranks 1..N-1, each
+        building this backend again from `self.spec` and its rank's runner (`create_rank_runner`)."""
+        if world_size == 1:
+            return self.create_rank_runner(source, config, SingleProcessCollective())
+        from tgi.core.parallel.runner import TensorParallelRunner
+
+        return TensorParallelRunner.start(self, source, config, world_size)
+
+    def create_rank_runner(
+        self, source: ModelSource, config: EngineConfig, collective: Collective
+    ) -> ModelRunner:
+        """The runner of one rank of `collective`'s group (the whole model when it is a group of one):
+        core's `TorchModelRunner` unless the backend brings its own."""
         from tgi.core.torch.runner import TorchModelRunner
 
         return TorchModelRunner(self, source, config, collective)
