@@ -41,6 +41,11 @@ class _SinglePlugin:
         )
 
 
+def backend_registry(name: str, create: Callable[[], Backend]) -> BackendRegistry:
+    """A plugin host that knows one backend, `name`, built by `create` (no entry points loaded)."""
+    return BackendRegistry(plugins={name: _SinglePlugin(name, create)}, autoload=False)
+
+
 def generate_greedy(
     model_path: str | Path,
     name: str,
@@ -56,7 +61,7 @@ def generate_greedy(
     from tgi.core.engine import LLMEngine
     from tgi.core.sampling_params import SamplingParams
 
-    registry = BackendRegistry(plugins={name: _SinglePlugin(name, create)}, autoload=False)
+    registry = backend_registry(name, create)
     config = EngineConfig(
         model_id=str(model_path),
         backend=name,

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import pytest
 
+from tgi.core.interfaces import RunnerConstraints
 from tgi.core.models import llama
 from tgi.core.sampling import processors as P
-from tgi.core.testing.model import write_tiny_llama
+from tgi.core.scheduler import Scheduler
+from tgi.core.testing.model import transformers_greedy, write_tiny_llama
+from tgi.core.torch.runner import TorchModelRunner
 from tgi.core.torch.testing import TorchBackendConformance
 
 
@@ -59,6 +62,48 @@ def test_a_model_with_wrong_rotary_frequencies_fails(suite, backend, monkeypatch
         inv_freq, scaling = real(config, device)
         return inv_freq * 1.5, scaling
 
+    reference = transformers_greedy(path)  # before the defect: transformers' own model
     monkeypatch.setattr(llama, "compute_inv_freq", off)
     with pytest.raises(AssertionError):
-        suite.test_greedy_generation_matches_transformers(backend, path)
+        suite.test_greedy_generation_matches_transformers(backend, path, _checked(), reference)
+
+
+def _checked() -> dict:
+    return {"count": 0, "violations": []}
+
+
+class BatchOfOne(TorchModelRunner):
+    def constraints(self) -> RunnerConstraints:
+        return RunnerConstraints(max_batch_size=1)
+
+
+def test_a_scheduler_that_ignores_the_runner_constraints_fails(suite, backend, monkeypatch, tmp_path):
+    path = write_tiny_llama(tmp_path / "tiny-llama")
+    monkeypatch.setattr(backend, "create_rank_runner", lambda *args: BatchOfOne(backend, *args))
+    suite.test_runner_constraints_are_honoured(backend, path, _checked())  # honoured: batches of one
+    real = Scheduler.from_config
+    monkeypatch.setattr(
+        Scheduler, "from_config", classmethod(lambda cls, config, bm, constraints: real(config, bm, None))
+    )
+    with pytest.raises(AssertionError, match="sequences > max_batch_size 1"):
+        suite.test_runner_constraints_are_honoured(backend, path, _checked())
+
+
+def test_an_abort_that_keeps_the_blocks_fails(suite, backend, monkeypatch, tmp_path):
+    path = write_tiny_llama(tmp_path / "tiny-llama")
+    reference = transformers_greedy(path)
+    real = Scheduler.abort
+
+    def abort_keeping_blocks(self, request_id):
+        seq = self._seqs.get(request_id)
+        table = list(seq.block_table) if seq is not None else []
+        found = real(self, request_id)
+        if table:  # take the blocks back out of the free list, as a leak would leave them
+            for block in table:
+                self.block_manager._free.remove(block)
+                self.block_manager._ref_counts[block] = 1
+        return found
+
+    monkeypatch.setattr(Scheduler, "abort", abort_keeping_blocks)
+    with pytest.raises(AssertionError, match="blocks still held"):
+        suite.test_cancellation_frees_blocks_and_spares_the_others(backend, path, _checked(), reference)

@@ -11,9 +11,8 @@ Checks, against core's references:
 * the sampler (`test_sampler_*`): greedy and seeded sampling, with every processor and penalty, give the
   tokens (and logprobs) of `reference_sampler.reference_sample`, a sampler written plainly, one row and one
   token at a time in float64, on the framework-free cases of `tgi.core.testing.sampling_cases`;
-* end to end (`test_greedy_generation_matches_transformers`): a small random-weight Llama, saved as
-  safetensors and loaded through `LLMEngine` on the backend, generates the greedy tokens `transformers`
-  computes from the same checkpoint.
+* through a real engine, the runner-level checks every backend passes (`RunnerConformance`): greedy tokens
+  equal `transformers`' on a small random-weight Llama, preemption, cancellation, runner constraints.
 
 Use (a test module of the backend's own package; pytest collects the `Test*` subclass)::
 
@@ -36,6 +35,7 @@ import pytest
 import torch
 
 from tgi.core.interfaces import KVCacheSpec
+from tgi.core.testing.runner_conformance import RunnerConformance
 from tgi.core.torch.backend import TorchBackend
 from tgi.core.torch.testing.reference import (
     LONG_SCHEDULE,
@@ -56,27 +56,25 @@ ATTENTION_CASES: dict[str, AttentionCase] = {
     "long-gqa2-bs16": AttentionCase(4, 2, 32, 16, schedule=LONG_SCHEDULE, num_decodes=2),
 }
 ALL_DTYPES = ("float32", "bfloat16", "float16")
-_HF_TOKENS: dict[str, list[list[int]]] = {}  # transformers' greedy tokens, by checkpoint
 
 
-class TorchBackendConformance:
-    """Subclass as `Test<Name>Conformance` and provide `make_backend()` or `backend_name`."""
+class TorchBackendConformance(RunnerConformance):
+    """Subclass as `Test<Name>Conformance` and provide `make_backend()` or `backend_name`: the runner-level
+    checks of `RunnerConformance` (through a real engine) and the torch-level ones below."""
 
-    #: build the backend through the plugin host by this name (when `make_backend` is not overridden)
-    backend_name: ClassVar[str | None] = None
     #: dtypes to test attention in (default: every dtype both the backend and its attention support)
     dtypes: ClassVar[tuple[str, ...] | None] = None
     #: names of ATTENTION_CASES to run (default: all)
     attention_cases: ClassVar[tuple[str, ...] | None] = None
-    #: dtype of the end-to-end comparison (default: float32 when supported, else the backend's default)
-    generation_dtype: ClassVar[str | None] = None
 
-    def make_backend(self) -> TorchBackend:
-        if self.backend_name is None:
-            raise NotImplementedError("set `backend_name` or override `make_backend()`")
-        from tgi.core.plugins import BackendRegistry
+    def engine_block_size(self, backend: TorchBackend) -> int:
+        return pick_block_size(16, backend.attention().caps().block_sizes)
 
-        return BackendRegistry(allow=[self.backend_name]).select(self.backend_name).create()
+    @pytest.fixture(scope="class")
+    @classmethod
+    def backend(cls) -> TorchBackend:
+        """The backend the torch-level checks call directly (the engines get their own instance)."""
+        return cls().make_backend()
 
     def read_kv_slots(self, cache, layer_idx: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values [len(slots), Hkv, D] stored at `slots`. The default reads caches whose `layer()`
@@ -93,12 +91,6 @@ class TorchBackendConformance:
             pytest.skip("KV layout unknown to the suite: override read_kv_slots()")
         idx = slots.to(keys.device, torch.int64)
         return keys.reshape(shape)[idx].cpu(), values.reshape(shape)[idx].cpu()
-
-    # -- fixtures ---------------------------------------------------------------------------------------
-    @pytest.fixture(scope="class")
-    @classmethod
-    def backend(cls) -> TorchBackend:
-        return cls().make_backend()
 
     def _dtypes(self, backend: TorchBackend) -> tuple[str, ...]:
         caps = backend.attention().caps()
@@ -183,25 +175,3 @@ class TorchBackendConformance:
 
     def test_sampler_seeded_matches_reference(self, backend: TorchBackend) -> None:
         self._check_sampler(backend, "seeded")
-
-    # -- end to end -------------------------------------------------------------------------------------
-    @pytest.fixture(scope="class")
-    @classmethod
-    def tiny_llama(cls, tmp_path_factory):
-        from tgi.core.testing.model import write_tiny_llama
-
-        path = tmp_path_factory.getbasetemp() / "tgi-conformance-tiny-llama"  # shared by every backend
-        return path if (path / "config.json").exists() else write_tiny_llama(path)
-
-    def test_greedy_generation_matches_transformers(self, backend: TorchBackend, tiny_llama) -> None:
-        from tgi.core.testing.model import generate_greedy, transformers_greedy
-
-        dtype = self.generation_dtype or (
-            "float32" if "float32" in backend.supported_dtypes() else backend.default_dtype()
-        )
-        bs = pick_block_size(16, backend.attention().caps().block_sizes)
-        ours = generate_greedy(tiny_llama, backend.name, lambda: backend, dtype, bs)
-        key = str(tiny_llama)
-        if key not in _HF_TOKENS:  # computed once per session
-            _HF_TOKENS[key] = transformers_greedy(tiny_llama)
-        assert ours == _HF_TOKENS[key]

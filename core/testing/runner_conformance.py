@@ -1,0 +1,220 @@
+"""The runner-level conformance suite: what every backend must do through a real engine, whatever its
+framework (torch, JAX, a vendor's compiler). It talks to the backend through `Backend` and `ModelRunner`
+only, and imports no framework itself (the reference tokens come from `transformers`).
+
+On a small random-weight Llama (`model.write_tiny_llama`), loaded through `LLMEngine` and the plugin host:
+
+* `test_greedy_generation_matches_transformers`: three prompts generated together (continuous batching,
+  a 45-token prompt prefilled in chunks) give the greedy tokens `transformers` computes from the same
+  checkpoint, each prompt on its own;
+* `test_preemption_keeps_the_tokens`: with a KV cache too small for all of them at once, sequences are
+  preempted and recomputed, and the tokens stay the same; every block is free at the end;
+* `test_cancellation_frees_blocks_and_spares_the_others`: a request cancelled while running and one
+  cancelled while queued produce no further token and give their blocks back; the others' tokens do not
+  change;
+* `test_runner_constraints_are_honoured`: every batch the engine hands the runner, in all the tests above,
+  fits what the runner's `constraints()` declare (batch size, mixed batches, chunked prefill, prefill
+  buckets, block size).
+
+Use (a test module of the backend's package; torch backends get it with `TorchBackendConformance`)::
+
+    from tgi.core.testing import RunnerConformance
+
+    class TestMyChipRunner(RunnerConformance):
+        def make_backend(self):
+            from tgi_mychip.backend import MyChipBackend
+            return MyChipBackend()
+
+Knobs (class attributes): `generation_dtype`, `max_batch_prefill_tokens` (a runner that cannot chunk
+prefills sets it to 64, so that the longest prompt fits one step), `engine_block_size()`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import pytest
+
+from tgi.core.batch import ScheduledBatch
+from tgi.core.interfaces import Backend, RunnerConstraints
+from tgi.core.testing.model import PROMPTS, backend_registry, write_tiny_llama
+
+#: the reference's length: every request generates this many tokens (EOS ignored)
+MAX_NEW_TOKENS = 8
+_REFERENCE: dict[str, list[list[int]]] = {}  # transformers' greedy tokens, by checkpoint
+
+
+def constraint_violations(
+    batch: ScheduledBatch, constraints: RunnerConstraints, block_size: int
+) -> list[str]:
+    """What in `batch` breaks `constraints` (empty when it fits)."""
+    found = []
+    seqs = batch.sequences
+    if constraints.max_batch_size is not None and len(seqs) > constraints.max_batch_size:
+        found.append(f"{len(seqs)} sequences > max_batch_size {constraints.max_batch_size}")
+    prefills = [s for s in seqs if s.is_prefill]
+    if not constraints.mixed_batches and prefills and len(prefills) < len(seqs):
+        found.append("prefill chunks and decode tokens in one step (mixed_batches=False)")
+    for s in prefills:
+        whole = s.start_pos == 0 and len(s.token_ids) == len(s.all_token_ids)
+        if not constraints.chunked_prefill and not whole:
+            found.append(
+                f"{s.request_id}: a prefill chunk of {len(s.token_ids)} tokens (chunked_prefill=False)"
+            )
+        if constraints.prefill_buckets and len(s.token_ids) > max(constraints.prefill_buckets):
+            found.append(
+                f"{s.request_id}: a {len(s.token_ids)}-token chunk beyond the largest prefill bucket"
+            )
+    if constraints.block_size is not None and constraints.block_size != block_size:
+        found.append(f"block size {block_size}, the runner needs {constraints.block_size}")
+    return found
+
+
+class RunnerConformance:
+    """Subclass as `Test<Name>...` and provide `make_backend()` or `backend_name`."""
+
+    #: build the backend through the plugin host by this name (when `make_backend` is not overridden)
+    backend_name: ClassVar[str | None] = None
+    #: dtype of the engine (default: float32 when supported, else the backend's default)
+    generation_dtype: ClassVar[str | None] = None
+    #: the engine's step budget: 32 prefills the 45-token prompt in two chunks (64 for runners that cannot)
+    max_batch_prefill_tokens: ClassVar[int] = 32
+
+    def make_backend(self) -> Backend:
+        if self.backend_name is None:
+            raise NotImplementedError("set `backend_name` or override `make_backend()`")
+        from tgi.core.plugins import BackendRegistry
+
+        return BackendRegistry(allow=[self.backend_name]).select(self.backend_name).create()
+
+    def engine_block_size(self, backend: Backend) -> int:
+        """The KV block size of the engines the suite builds (16 unless the backend needs another)."""
+        return 16
+
+    # -- fixtures ---------------------------------------------------------------------------------------
+    @pytest.fixture(scope="class")
+    @classmethod
+    def engine_backend(cls) -> Backend:
+        """The backend the suite's engines run on: an instance of its own, so that nothing the engines
+        leave in it (workspaces made under the engine's inference mode) meets other tests of the class."""
+        return cls().make_backend()
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def tiny_llama(cls, tmp_path_factory):
+        path = tmp_path_factory.getbasetemp() / "tgi-conformance-tiny-llama"  # shared by every backend
+        return path if (path / "config.json").exists() else write_tiny_llama(path)
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def batches_checked(cls) -> dict[str, Any]:
+        """Every batch the suite's engines ran, checked against their runner's constraints."""
+        return {"count": 0, "violations": []}
+
+    @pytest.fixture
+    def reference(self, tiny_llama) -> list[list[int]]:
+        """`transformers`' greedy tokens for `PROMPTS` (computed once per session)."""
+        from tgi.core.testing.model import transformers_greedy
+
+        key = str(tiny_llama)
+        if key not in _REFERENCE:
+            _REFERENCE[key] = transformers_greedy(tiny_llama, PROMPTS, MAX_NEW_TOKENS)
+        return _REFERENCE[key]
+
+    def make_engine(self, backend: Backend, model_path, checked: dict[str, Any], **limits: Any):
+        """An `LLMEngine` on `backend` (through the plugin host) whose runner checks every batch against
+        its constraints into `checked`."""
+        from tgi.core.config import EngineConfig
+        from tgi.core.engine import LLMEngine
+
+        dtype = self.generation_dtype or (
+            "float32" if "float32" in backend.supported_dtypes() else backend.default_dtype()
+        )
+        settings = dict(
+            model_id=str(model_path), backend=backend.name, dtype=dtype,
+            block_size=self.engine_block_size(backend), max_total_tokens=128, max_batch_total_tokens=1024,
+            max_batch_prefill_tokens=self.max_batch_prefill_tokens, max_num_seqs=8,
+        )  # fmt: skip
+        config = EngineConfig(**{**settings, **limits})
+        engine = LLMEngine.from_config(config, registry=backend_registry(backend.name, lambda: backend))
+        constraints, block_size = engine.runner.constraints(), engine.config.block_size
+        execute: Callable = engine.runner.execute
+
+        def checked_execute(batch: ScheduledBatch):
+            checked["count"] += 1
+            checked["violations"] += constraint_violations(batch, constraints, block_size)
+            return execute(batch)
+
+        engine.runner.execute = checked_execute  # the instance's, for this engine only
+        return engine
+
+    @staticmethod
+    def _params():
+        from tgi.core.sampling_params import SamplingParams
+
+        return SamplingParams(max_new_tokens=MAX_NEW_TOKENS, ignore_eos=True)
+
+    @staticmethod
+    def _assert_all_blocks_free(engine) -> None:
+        bm = engine.block_manager
+        assert not engine.has_unfinished()
+        assert bm.num_free_blocks == bm.num_blocks, f"{bm.num_blocks - bm.num_free_blocks} blocks still held"
+        bm.check_invariants()
+
+    # -- the checks -------------------------------------------------------------------------------------
+    def test_greedy_generation_matches_transformers(
+        self, engine_backend, tiny_llama, batches_checked, reference
+    ):
+        engine = self.make_engine(engine_backend, tiny_llama, batches_checked)
+        results = engine.generate([list(p) for p in PROMPTS], self._params())
+        assert [r.token_ids for r in results] == reference
+        self._assert_all_blocks_free(engine)
+
+    def test_preemption_keeps_the_tokens(self, engine_backend, tiny_llama, batches_checked, reference):
+        bs = self.engine_block_size(engine_backend)
+        budget = max(64, bs)  # 64 tokens: the longest request (45 + 8) fits, all three (95) do not
+        engine = self.make_engine(
+            engine_backend, tiny_llama, batches_checked, max_total_tokens=64, max_batch_total_tokens=budget
+        )
+        results = engine.generate([list(p) for p in PROMPTS], self._params())
+        if engine.scheduler.num_preemptions == 0:
+            pytest.skip(f"with KV blocks of {bs} tokens, one block held every request: nothing preempted")
+        assert [r.token_ids for r in results] == reference
+        self._assert_all_blocks_free(engine)
+
+    def test_cancellation_frees_blocks_and_spares_the_others(
+        self, engine_backend, tiny_llama, batches_checked, reference
+    ):
+        engine = self.make_engine(engine_backend, tiny_llama, batches_checked, max_num_seqs=3)
+        params = self._params()
+        ids = [engine.add_request(list(p), params) for p in PROMPTS]
+        queued = engine.add_request(list(PROMPTS[1]), params)  # a fourth: waits (max_num_seqs=3)
+        tokens: dict[str, list[int]] = {rid: [] for rid in [*ids, queued]}
+        running: list[str] = []
+        for _ in range(20):  # until a request runs (it has its first token)
+            for event in engine.step():
+                tokens[event.request_id].append(event.token_id)
+            running = [rid for rid in ids if tokens[rid]]
+            if running:
+                break
+        assert running and not tokens[queued], "a request should run and the fourth wait"
+        victim = running[-1]
+        assert engine.abort(victim) and engine.abort(queued)
+        cancelled_at = len(tokens[victim])
+        while engine.has_unfinished():
+            for event in engine.step():
+                tokens[event.request_id].append(event.token_id)
+        assert len(tokens[victim]) == cancelled_at < MAX_NEW_TOKENS and tokens[queued] == []
+        spared = [i for i, rid in enumerate(ids) if rid != victim]
+        assert [tokens[ids[i]] for i in spared] == [reference[i] for i in spared]
+        self._assert_all_blocks_free(engine)
+
+    def test_runner_constraints_are_honoured(self, engine_backend, tiny_llama, batches_checked):
+        """Checks the batches of the tests above (run them with this one), and of a busy run of its own."""
+        engine = self.make_engine(engine_backend, tiny_llama, batches_checked, max_num_seqs=4)
+        many = [list(p) for p in PROMPTS] * 3
+        engine.generate(many, dataclasses.replace(self._params(), max_new_tokens=4))
+        assert batches_checked["count"] > 0
+        assert not batches_checked["violations"], batches_checked["violations"][:5]
