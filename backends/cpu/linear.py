@@ -21,12 +21,15 @@ MAX_PACKED_ROWS = 16
 
 def max_block_rows(impls: list[str]) -> int:
     """Inputs with at most this many rows use the GGUF block kernel where the checkpoint has blocks
-    (`TGI_CPU_BLOCK_ROWS` overrides). Measured on the default model, 2 cores: with AMX the block kernel
-    wins up to 64 rows (decode step batch 32: 60.0 vs 76.8 ms dense; 64-row prefill: even; 256 rows:
-    289 vs 202 ms dense); with AVX512-BF16 only, up to a few rows (batch 8: 30.2 vs 28.6 ms dense)."""
+    (`TGI_CPU_BLOCK_ROWS` overrides). Measured on the default model, 2 cores: on the Intel Xeon with AMX
+    the block kernel wins up to 64 rows (decode step batch 32: 60.0 vs 76.8 ms dense; 64-row prefill: even;
+    256 rows: 289 vs 202 ms dense). On the AMD EPYC (AVX512-BF16, no AMX: oneDNN's dense products run on
+    AVX512-BF16 too) the AVX512-BF16 block kernel wins up to 64 rows as well ([M, 576] x [576, 1536]: M=8
+    31 vs 42 us, M=32 109 vs 160 us, M=64 216 vs 227 us); on the Xeon it lost to AMX's dense products above
+    a few rows, but there the AMX block kernel serves those rows."""
     if os.environ.get("TGI_CPU_BLOCK_ROWS"):
         return int(os.environ["TGI_CPU_BLOCK_ROWS"])
-    return 64 if "amx" in impls else 4 if "avx512-bf16" in impls else 0
+    return 64 if "amx" in impls or "avx512-bf16" in impls else 0
 
 
 #: the block kernel's implementation (`tgi.backends.cpu.native.BLOCK_IMPLS`): "auto" picks the fastest here

@@ -84,6 +84,10 @@ class TorchBackend(Backend):
         over the checkpoint's quantized blocks (`module.block_weight`). Such a kernel must compute the same
         `x @ weight.T + bias`: it may not change the model's results beyond the dtype's rounding."""
 
+    def begin_step(self, num_tokens: int) -> None:
+        """Called by the torch runner before each step with the step's token count: a backend may size
+        per-step resources here (the CPU backend: its intra-op threads). Default: nothing."""
+
     def synchronize(self) -> None:
         """Wait for queued device work (for timing and warm-up)."""
 

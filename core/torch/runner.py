@@ -106,6 +106,7 @@ class TorchModelRunner(ModelRunner):
         seqs = batch.sequences
         device = self.device
         input_ids = torch.tensor([t for s in seqs for t in s.token_ids], dtype=torch.int64, device=device)
+        self.backend.begin_step(input_ids.numel())
         positions = build_positions(seqs, device)
         meta = build_attention_metadata(seqs, self.config.block_size, device)
         self.attention.prepare(meta)

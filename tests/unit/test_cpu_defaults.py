@@ -42,9 +42,9 @@ AVX2 = {"avx2", "fma", "bmi1", "bmi2", "f16c", "movbe"}
             "decode attention": "cpu-native, scores on AMX (head sizes 32-128), else AVX-512",
             "fused norm/rotary/silu": "native AVX-512",
         }),
-        (EPYC, ["reference", "avx512-bf16"], 4, {
+        (EPYC, ["reference", "avx512-bf16"], 64, {
             "dense linear": "oneDNN bfloat16 (AVX512-BF16)",
-            "gguf block linear": "avx512-bf16 up to 4 rows",
+            "gguf block linear": "avx512-bf16 up to 64 rows",
             "decode attention": "cpu-native AVX-512",
             "greedy pick": "native AVX-512",
         }),
@@ -80,6 +80,50 @@ def test_this_machines_plan_is_reported():
     backend = cpu_backend.CpuBackend()
     plan = backend.describe_kernels(backend.default_dtype())
     assert set(plan) == {
-        "dense linear", "gguf block linear", "decode attention", "fused norm/rotary/silu", "greedy pick"
+        "dense linear", "gguf block linear", "decode attention", "fused norm/rotary/silu", "greedy pick",
+        "threads",
     }  # fmt: skip
     assert all(plan.values())
+
+
+def test_block_rows_follow_the_cpu(monkeypatch):
+    from tgi.backends.cpu.linear import max_block_rows
+
+    monkeypatch.delenv("TGI_CPU_BLOCK_ROWS", raising=False)
+    assert max_block_rows(["reference", "avx512-bf16", "amx"]) == 64
+    assert max_block_rows(["reference", "avx512-bf16"]) == 64  # oneDNN's dense products have no AMX either
+    assert max_block_rows(["reference"]) == 0
+    monkeypatch.setenv("TGI_CPU_BLOCK_ROWS", "8")
+    assert max_block_rows(["reference", "avx512-bf16"]) == 8
+
+
+@pytest.mark.parametrize(
+    ("cores", "env", "small", "big"),
+    [
+        (2, {}, 1, 2),
+        (8, {}, 7, 8),
+        (1, {}, 1, 1),
+        (2, {"OMP_NUM_THREADS": "2"}, 2, 2),
+        (2, {"TGI_CPU_SMALL_STEP_TOKENS": "0"}, 2, 2),
+    ],
+)
+def test_small_steps_leave_a_core_to_the_server(monkeypatch, cores, env, small, big):
+    import torch
+
+    for name in ("OMP_NUM_THREADS", "TGI_CPU_SMALL_STEP_TOKENS"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    info = dataclasses.replace(cpu_info(), cores=cores)
+    monkeypatch.setattr(cpu_backend, "cpu_info", lambda: info)
+    before = torch.get_num_threads()
+    try:
+        backend = cpu_backend.CpuBackend()
+        assert (backend.step_threads(1), backend.step_threads(8)) == (small, small)
+        assert (backend.step_threads(9), backend.step_threads(2048)) == (big, big)
+        backend.begin_step(1)
+        assert torch.get_num_threads() == small
+        backend.begin_step(512)
+        assert torch.get_num_threads() == big
+    finally:
+        torch.set_num_threads(before)
