@@ -1,7 +1,9 @@
-"""Benchmarks: a serving load generator (`tgi benchmark serving`) and an engine micro-benchmark
-(`tgi benchmark engine`). The scripts under `benchmarks/` are thin wrappers around these modules.
+"""`tgi.benchmarks` (the `benchmarks/` folder): a serving load generator (`tgi benchmark serving`, or
+`python benchmarks/serving.py`) and an engine micro-benchmark (`tgi benchmark engine`, or
+`python benchmarks/engine_bench.py`). Not part of the server: `tgi`'s `benchmark` command loads it on use.
 
 Modules: `prompts` (seeded prompt sets), `stats` (percentiles), `client` (one streamed request, OpenAI or
 TGI API), `serving` (sweeps, reports, CLI), `peers` (start llama.cpp / our server / the `transformers`
-baseline), `engine` (prefill and decode step timings straight on `LLMEngine`), `plot` (PNG).
+baseline), `engine_bench` (prefill and decode step timings straight on `LLMEngine`), `plot` (PNG), `cli`
+(the `tgi benchmark` command). `cuda_bench.py` and `tp_memory.py` are scripts of their own.
 """

@@ -1,5 +1,5 @@
-"""`tgi benchmark serving ...` (load generator, `tgi.server.bench.serving`) and `tgi benchmark engine ...`
-(engine micro-benchmark, `tgi.server.bench.engine`). Importing this module imports neither torch nor httpx."""
+"""`tgi benchmark serving ...` (load generator, `tgi.benchmarks.serving`) and `tgi benchmark engine ...`
+(engine micro-benchmark, `tgi.benchmarks.engine_bench`). Importing this module imports neither torch nor httpx."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import argparse
 
 def add_benchmark_command(subparsers) -> None:
     """Register `benchmark` and its two subcommands on the `tgi` command's subparsers."""
-    from tgi.server.bench import engine, serving
+    from tgi.benchmarks import engine_bench, serving
 
     p = subparsers.add_parser("benchmark", help="serving load generator and engine micro-benchmark")
     sub = p.add_subparsers(dest="benchmark", required=True)
@@ -25,8 +25,8 @@ def add_benchmark_command(subparsers) -> None:
     p_engine = sub.add_parser(
         "engine",
         help="prefill and decode step latency and throughput straight on the engine (no HTTP)",
-        description=engine.__doc__,
+        description=engine_bench.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    engine.add_arguments(p_engine)
-    p_engine.set_defaults(func=engine.run)
+    engine_bench.add_arguments(p_engine)
+    p_engine.set_defaults(func=engine_bench.run)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from tgi.server.bench.prompts import BenchPrompt
+from tgi.benchmarks.prompts import BenchPrompt
 
 if TYPE_CHECKING:
     import httpx

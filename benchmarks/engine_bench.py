@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tgi.server.bench.stats import summarize
+from tgi.benchmarks.stats import summarize
 
 SCHEMA = "tgi-bench-engine/1"
 
@@ -232,9 +232,9 @@ def run(args: argparse.Namespace) -> int:
     """`tgi benchmark engine`."""
     import logging
 
+    from tgi.benchmarks.serving import machine_info
     from tgi.core.config import ConfigError
     from tgi.core.engine import LLMEngine
-    from tgi.server.bench.serving import machine_info
 
     if args.decode_length < 1 or args.runs < 1 or args.warmups < 0:
         print("error: --decode-length and --runs must be >= 1, --warmups >= 0", file=sys.stderr)
@@ -299,3 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tgi benchmark engine", description=__doc__.split("\n\n")[0])
     add_arguments(parser)
     return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":  # `python benchmarks/<this file> ...`
+    import sys
+
+    sys.exit(main())

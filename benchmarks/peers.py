@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tgi.server.bench.client import RequestResult
-from tgi.server.bench.prompts import BenchPrompt
+from tgi.benchmarks.client import RequestResult
+from tgi.benchmarks.prompts import BenchPrompt
 
 #: PEERS.md's llama-server settings: 2 threads, 32 slots of 1,024 tokens, continuous batching (default on)
 LLAMA_THREADS, LLAMA_CONTEXT, LLAMA_SLOTS = 2, 32768, 32
@@ -247,3 +247,42 @@ class TransformersPeer:
                 if on_done:
                     on_done(r)
         return results, time.perf_counter() - t_level
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python benchmarks/peers.py ours|llama.cpp`: start a peer server on a free loopback port, print its
+    URL, and keep it up until Ctrl-C. To benchmark peers, prefer `tgi benchmark serving --start ours
+    --start llama.cpp --start transformers`, which starts and stops them."""
+    import argparse
+    import shlex
+
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("peer", choices=("ours", "llama.cpp"))
+    p.add_argument("--model-id", default=None, help="model (llama.cpp: a GGUF; default: the default model's)")
+    p.add_argument("--llama-server", default=None, help="llama-server binary (default: from PATH)")
+    p.add_argument("--threads", type=int, default=LLAMA_THREADS)
+    p.add_argument("--args", default="", help="extra arguments for the server (one string)")
+    args = p.parse_args(argv)
+    extra = shlex.split(args.args)
+    if args.peer == "ours":
+        server = start_ours(args.model_id, extra)
+    else:
+        binary = find_llama_server(args.llama_server)
+        if binary is None:
+            print("llama-server not found (PATH or --llama-server)", file=sys.stderr)
+            return 2
+        gguf = args.model_id or default_gguf()
+        server = start_llama_server(binary, gguf, threads=args.threads, extra_args=extra)
+    print(f"{server.name} ready on {server.url} (log: {server.log_path}); Ctrl-C stops it", flush=True)
+    try:
+        while server.proc.poll() is None:
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -68,3 +68,9 @@ def main(argv: list[str] | None = None) -> int:
         plot_report(json.load(f), args.output, args.title)
     print(args.output)
     return 0
+
+
+if __name__ == "__main__":  # `python benchmarks/<this file> ...`
+    import sys
+
+    sys.exit(main())

@@ -93,3 +93,26 @@ def build_prompts(name: str, n: int, seed: int = 0, max_tokens: int | None = Non
     if name == "peers":
         return peers_prompts(n, seed, max_tokens or 128)
     return sharegpt_like_prompts(n, seed, max_tokens)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python benchmarks/prompts.py [peers|sharegpt-like] [N] [--seed S]`: print a seeded prompt set as
+    JSON lines."""
+    import argparse
+    import json
+
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("set", nargs="?", default="peers", choices=sorted(PROMPT_SETS))
+    p.add_argument("n", nargs="?", type=int, default=16)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-tokens", type=int, default=None)
+    args = p.parse_args(argv)
+    for prompt in build_prompts(args.set, args.n, args.seed, args.max_tokens):
+        print(json.dumps({"prompt": prompt.text, "max_tokens": prompt.max_tokens, "words": prompt.num_words}))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

@@ -23,9 +23,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from tgi.server.bench.client import APIS, RequestResult, check_loopback, send
-from tgi.server.bench.prompts import PROMPT_SETS, BenchPrompt, build_prompts
-from tgi.server.bench.stats import summarize
+from tgi.benchmarks.client import APIS, RequestResult, check_loopback, send
+from tgi.benchmarks.prompts import PROMPT_SETS, BenchPrompt, build_prompts
+from tgi.benchmarks.stats import summarize
 
 SCHEMA = "tgi-bench-serving/1"
 STARTABLE = ("ours", "llama.cpp", "transformers")
@@ -533,7 +533,7 @@ def run(args: argparse.Namespace) -> int:
     """`tgi benchmark serving`: returns the exit status (2 for bad arguments, 1 if any request failed)."""
     import shlex
 
-    from tgi.server.bench import peers
+    from tgi.benchmarks import peers
 
     try:
         options = options_from_args(args)
@@ -600,7 +600,7 @@ def run(args: argparse.Namespace) -> int:
             json.dump(report, f, indent=2)
         print(f"\nJSON report: {args.json_path}", file=sys.stderr)
     if args.plot_path:
-        from tgi.server.bench.plot import plot_report
+        from tgi.benchmarks.plot import plot_report
 
         plot_report(report, args.plot_path)
         print(f"plot: {args.plot_path}", file=sys.stderr)
@@ -611,3 +611,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tgi benchmark serving", description=__doc__.split("\n\n")[0])
     add_arguments(parser)
     return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":  # `python benchmarks/<this file> ...`
+    import sys
+
+    sys.exit(main())

@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_launch.set_defaults(func=run_launch)
 
     try:
-        from tgi.server.benchmark_cli import add_benchmark_command
+        from tgi.benchmarks.cli import add_benchmark_command
     except ImportError:
         pass
     else:

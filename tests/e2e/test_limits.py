@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from tgi.server.testing import error_of
+from fake_engine import error_of
 
 pytestmark = pytest.mark.e2e
 

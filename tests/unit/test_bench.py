@@ -19,10 +19,10 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from tgi.server.bench import engine as engine_bench
-from tgi.server.bench.client import check_loopback
-from tgi.server.bench.prompts import PREFIX, build_prompts, peers_prompts, sharegpt_like_prompts
-from tgi.server.bench.serving import (
+from tgi.benchmarks import engine_bench
+from tgi.benchmarks.client import check_loopback
+from tgi.benchmarks.prompts import PREFIX, build_prompts, peers_prompts, sharegpt_like_prompts
+from tgi.benchmarks.serving import (
     SCHEMA,
     Options,
     Target,
@@ -32,7 +32,7 @@ from tgi.server.bench.serving import (
     parse_server,
     run_benchmark,
 )
-from tgi.server.bench.stats import percentile, summarize
+from tgi.benchmarks.stats import percentile, summarize
 
 TTFT, ITL, TOKENS = 0.12, 0.04, 5  # the fake server's timings and output length
 
@@ -278,7 +278,7 @@ def test_failed_requests_are_counted_not_raised(fake):
 
 
 def test_http_error_is_reported(fake, monkeypatch):
-    import tgi.server.bench.serving as serving
+    import tgi.benchmarks.serving as serving
 
     real = serving.build_prompts
     monkeypatch.setattr(
@@ -307,9 +307,9 @@ def test_cli_writes_json_and_plot(fake, tmp_path, capsys):
 
 def test_our_servers_stream_format(tmp_path):
     """The real HTTP layer (on the fake engine): OpenAI usage and ignore_eos, TGI details, both parsed."""
+    from fake_engine import FakeEngine
     from tgi.core.config import EngineConfig
     from tgi.server.app import create_app
-    from tgi.server.testing import FakeEngine
 
     config = EngineConfig(
         model_id="fake/model",
@@ -330,7 +330,7 @@ def test_our_servers_stream_format(tmp_path):
 # -- the plot ----------------------------------------------------------------------------------------------
 def test_plot_writes_png(tmp_path):
     pytest.importorskip("matplotlib")
-    from tgi.server.bench.plot import plot_report
+    from tgi.benchmarks.plot import plot_report
 
     def row(server, c, tok_s, ttft):
         stats = {"mean": ttft, "p50": ttft, "p90": ttft, "p99": ttft, "min": ttft, "max": ttft}

@@ -9,7 +9,12 @@ import pathlib
 import tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-MAPPING = {"core": "tgi.core", "backends": "tgi.backends", "server": "tgi.server"}
+MAPPING = {
+    "core": "tgi.core",
+    "backends": "tgi.backends",
+    "server": "tgi.server",
+    "benchmarks": "tgi.benchmarks",
+}
 
 
 def test_every_python_package_folder_is_listed_in_pyproject():

@@ -9,9 +9,9 @@ import re
 import pytest
 from fastapi.testclient import TestClient
 
+from fake_engine import FakeEngine, error_of
 from tgi.server.app import create_app
 from tgi.server.settings import ServerSettings
-from tgi.server.testing import FakeEngine, error_of
 
 
 def gen(**parameters):

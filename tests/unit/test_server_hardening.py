@@ -12,9 +12,9 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from fake_engine import FakeEngine, error_of
 from tgi.server.app import create_app
 from tgi.server.settings import ServerSettings
-from tgi.server.testing import FakeEngine, error_of
 
 MSGS = [{"role": "user", "content": "Hi"}]
 

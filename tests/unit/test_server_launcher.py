@@ -11,10 +11,10 @@ import socket
 import pytest
 import uvicorn
 
+from fake_engine import FakeEngine
 from tgi.core.config import ConfigError
 from tgi.server.launcher import add_launch_arguments, engine_config, run_launch, serve, server_settings
 from tgi.server.settings import ServerSettings
-from tgi.server.testing import FakeEngine
 from tgi.server.tgi_env import UNSERVED
 
 ENV = [

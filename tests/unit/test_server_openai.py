@@ -7,9 +7,9 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
+from fake_engine import REPLY, FakeEngine
 from tgi.core.sampling_params import SamplingParams
 from tgi.server.app import create_app
-from tgi.server.testing import REPLY, FakeEngine
 
 MSGS = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
 

@@ -7,9 +7,9 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
+from fake_engine import REPLY, FakeEngine
 from tgi.server.app import create_app
 from tgi.server.settings import ServerSettings
-from tgi.server.testing import REPLY, FakeEngine
 
 
 @pytest.fixture

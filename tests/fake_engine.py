@@ -1,4 +1,5 @@
-"""A tiny in-process engine implementing `ServingEngine`, for testing the HTTP layer without a model.
+"""A tiny in-process engine implementing `tgi.server.protocol.ServingEngine`, for testing the HTTP layer
+without a model (a test helper, not part of the package: `pythonpath = ["tests"]` in pyproject.toml).
 
 Character-level: each character is a token (its code point). It "generates" the characters of `REPLY`
 in order, then EOS; honours `max_new_tokens`, `ignore_eos`, stop sequences, `top_n_tokens`, seeds. It
