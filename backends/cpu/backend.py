@@ -48,7 +48,6 @@ class CpuBackend(TorchBackend):
         self._small_step_tokens = 0 if pinned else small_step_tokens()
         self._step_threads = self._threads
         torch.set_num_threads(self._threads)
-        self._attention: AttentionBackend | None = None
         self.attention_name = default_attention()
 
     def devices(self) -> list[DeviceInfo]:
@@ -147,15 +146,8 @@ class CpuBackend(TorchBackend):
     def attention_names(self) -> tuple[str, ...]:
         return ATTENTION_NAMES
 
-    def select_attention(self, name: str) -> None:
-        super().select_attention(name)  # unknown names
-        self._attention = _create_attention(name)  # raises UnsupportedError with the compiler's reason
-        self.attention_name = name
-
-    def attention(self) -> AttentionBackend:
-        if self._attention is None:
-            self._attention = _create_attention(self.attention_name)
-        return self._attention
+    def create_attention(self, name: str) -> AttentionBackend:
+        return _create_attention(name)  # raises UnsupportedError with the compiler's reason
 
     def create_kv_cache(self, spec: KVCacheSpec, num_blocks: int) -> KVCache:
         from tgi.backends.cpu import native

@@ -58,7 +58,6 @@ class TritonBackend(TorchBackend):
         self.cuda_graphs = _env_flag(ENV_CUDA_GRAPHS) if cuda_graphs is None else cuda_graphs
         self.memory_margin = DEFAULT_MEMORY_MARGIN
         self._activation_bytes = 0
-        self._attention: AttentionBackend | None = None
 
     # -- device and memory ------------------------------------------------------------------------------
     def torch_device(self) -> torch.device:
@@ -94,18 +93,10 @@ class TritonBackend(TorchBackend):
 
         return tuple(ATTENTION_IMPLS)
 
-    def select_attention(self, name: str) -> None:
+    def create_attention(self, name: str) -> AttentionBackend:
         from tgi.backends.triton_common.attention import create_attention
 
-        self._attention = create_attention(name)  # raises naming what is missing
-        self.attention_name = name
-
-    def attention(self) -> AttentionBackend:
-        if self._attention is None:
-            from tgi.backends.triton_common.attention import create_attention
-
-            self._attention = create_attention(self.attention_name)
-        return self._attention
+        return create_attention(name)  # raises naming what is missing
 
     def create_kv_cache(self, spec: KVCacheSpec, num_blocks: int) -> KVCache:
         from tgi.backends.triton_common.kv_cache import TritonKVCache

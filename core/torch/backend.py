@@ -34,13 +34,24 @@ class TorchBackend(Backend):
     def torch_device(self) -> torch.device:
         """The device model weights and the KV cache live on."""
 
+    #: the attention implementation in use (`--attention`); a backend sets its default in `__init__`
+    attention_name: str
+    _attention: AttentionBackend | None = None  # made once, by `attention()` or `select_attention`
+
     @abstractmethod
-    def attention(self) -> AttentionBackend:
-        """The attention kernels."""
+    def create_attention(self, name: str) -> AttentionBackend:
+        """A new instance of the attention implementation `name` (one of `attention_names()`); raise
+        `UnsupportedError` with the reason when it cannot run here."""
 
     def attention_names(self) -> tuple[str, ...]:
         """The attention implementations `select_attention` accepts (`--attention NAME`)."""
-        return (self.attention().name,)
+        return (self.attention_name,)
+
+    def attention(self) -> AttentionBackend:
+        """The attention kernels: `attention_name`'s, made on first use and kept."""
+        if self._attention is None:
+            self._attention = self.create_attention(self.attention_name)
+        return self._attention
 
     def select_attention(self, name: str) -> None:
         """Use the attention implementation `name` from now on; raise `UnsupportedError` with the reason
@@ -49,6 +60,8 @@ class TorchBackend(Backend):
             raise UnsupportedError(
                 f"backend '{self.name}' has no attention '{name}' (available: {', '.join(self.attention_names())})"
             )
+        self._attention = self.create_attention(name)
+        self.attention_name = name
 
     @abstractmethod
     def create_kv_cache(self, spec: KVCacheSpec, num_blocks: int) -> KVCache:

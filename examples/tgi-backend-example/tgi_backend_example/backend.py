@@ -83,6 +83,7 @@ class ExampleAttention(AttentionBackend):
 
 class ExampleBackend(TorchBackend):
     name = "example"
+    attention_name = "example-naive"
 
     def devices(self):
         return [DeviceInfo(0, "host CPU (example backend)", 0)]
@@ -101,7 +102,7 @@ class ExampleBackend(TorchBackend):
     def torch_device(self):
         return torch.device("cpu")
 
-    def attention(self):
+    def create_attention(self, name):
         return ExampleAttention()
 
     def create_kv_cache(self, spec, num_blocks) -> KVCache:
