@@ -12,11 +12,11 @@ from tgi.core.request import TokenEvent
 from tgi.core.sampling_params import SamplingParams
 from tgi.server import openai_format as fmt
 from tgi.server import sse
-from tgi.server.errors import ApiError, validation_error
+from tgi.server.errors import validation_error
 from tgi.server.fields import check_fields
 from tgi.server.schemas_openai import ChatCompletionRequest, CompletionRequest
 from tgi.server.schemas_tgi import ErrorResponse
-from tgi.server.service import InferenceService, RequestTracker
+from tgi.server.service import InferenceService
 from tgi.server.validation import openai_sampling_params
 
 router = APIRouter(tags=["OpenAI"])
@@ -148,41 +148,24 @@ async def _respond(request: Request, req, chat: bool) -> Response:
         raise
     env.object = "chat.completion.chunk" if chat else "text_completion"
     chunk = _chat_chunk if chat else _completion_chunk
-    return sse.EventStreamResponse(
-        _chunks(tracker, env, jobs, first, merged, chunk, logprobs, req.include_usage)
-    )
+    chunks = _chunks(env, jobs, first, merged, chunk, logprobs, req.include_usage)
+    # after the headers, an error is the last event (OpenAI's shape)
+    return sse.EventStreamResponse(sse.with_error_tail(chunks, merged, tracker, request.url.path))
 
 
 async def _chunks(
-    tracker: RequestTracker,
-    env,
-    jobs: list[Job],
-    first,
-    merged: AsyncIterator,
-    chunk,
-    logprobs: bool,
-    include_usage: bool,
+    env, jobs: list[Job], first, merged: AsyncIterator, chunk, logprobs: bool, include_usage: bool
 ) -> AsyncIterator[bytes]:
     generated = {j.index: 0 for j in jobs}
-    try:
-        item = first
-        while item is not None:
-            i, event = item
-            generated[jobs[i].index] = event.index + 1
-            yield sse.event(env.body([chunk(jobs[i], event, logprobs)]))
-            item = await anext(merged, None)
-        if include_usage:
-            yield sse.event(env.body([], _usage(jobs, generated)))
-        yield sse.DONE
-    except ApiError as exc:  # after the headers: the error is the last event
-        tracker.finish(exc)
-        yield sse.event(exc.openai_body())
-    except BaseException as exc:
-        tracker.finish(exc)
-        raise
-    finally:
-        await merged.aclose()
-        tracker.finish()
+    item = first
+    while item is not None:
+        i, event = item
+        generated[jobs[i].index] = event.index + 1
+        yield sse.event(env.body([chunk(jobs[i], event, logprobs)]))
+        item = await anext(merged, None)
+    if include_usage:
+        yield sse.event(env.body([], _usage(jobs, generated)))
+    yield sse.DONE
 
 
 _ERRORS = {code: {"model": ErrorResponse} for code in (422, 429, 500)}

@@ -12,7 +12,7 @@ from tgi.core.request import TokenEvent
 from tgi.core.sampling_params import SamplingParams
 from tgi.core.validation import EMPTY_INPUTS
 from tgi.server import sse
-from tgi.server.errors import ApiError, validation_error
+from tgi.server.errors import validation_error
 from tgi.server.fields import check_fields
 from tgi.server.metrics import CONTENT_TYPE
 from tgi.server.schemas_tgi import (
@@ -128,40 +128,31 @@ async def generate_sse(service: InferenceService, req: GenerateRequest, request:
         tracker.finish(exc)
         raise
 
-    async def body() -> AsyncIterator[bytes]:
-        try:
-            event = first
-            while event is not None:
-                out: dict = {
-                    "index": event.index + 1,
-                    "token": token_json(event),
-                    "top_tokens": top_tokens_json(event),
-                    "generated_text": None,
-                    "details": None,
-                }
-                if event.finish_reason is not None:
-                    prefix = req.inputs if req.parameters.return_full_text else ""
-                    out["generated_text"] = prefix + (event.generated_text or "")
-                    if req.parameters.details:
-                        out["details"] = {
-                            "finish_reason": event.finish_reason.value,
-                            "generated_tokens": event.index + 1,
-                            "seed": event.seed,
-                            "input_length": len(ids),
-                        }
-                yield sse.event(out)
-                event = await anext(stream, None)
-        except ApiError as exc:  # after the headers: TGI sends the error as the last event
-            tracker.finish(exc)
-            yield sse.event(exc.body())
-        except BaseException as exc:
-            tracker.finish(exc)
-            raise
-        finally:
-            await stream.aclose()
-            tracker.finish()
+    async def chunks() -> AsyncIterator[bytes]:
+        event = first
+        while event is not None:
+            out: dict = {
+                "index": event.index + 1,
+                "token": token_json(event),
+                "top_tokens": top_tokens_json(event),
+                "generated_text": None,
+                "details": None,
+            }
+            if event.finish_reason is not None:
+                prefix = req.inputs if req.parameters.return_full_text else ""
+                out["generated_text"] = prefix + (event.generated_text or "")
+                if req.parameters.details:
+                    out["details"] = {
+                        "finish_reason": event.finish_reason.value,
+                        "generated_tokens": event.index + 1,
+                        "seed": event.seed,
+                        "input_length": len(ids),
+                    }
+            yield sse.event(out)
+            event = await anext(stream, None)
 
-    return sse.EventStreamResponse(body())
+    # after the headers, TGI sends an error as the last event
+    return sse.EventStreamResponse(sse.with_error_tail(chunks(), stream, tracker, request.url.path))
 
 
 @router.post("/generate", response_model=GenerateResponse, responses=_ERRORS)

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import StreamingResponse
@@ -51,6 +51,37 @@ class EventStreamResponse(StreamingResponse):
             if aclose is not None:
                 with contextlib.suppress(Exception):
                     await aclose()
+
+
+class Tracker(Protocol):
+    """What `with_error_tail` needs of a request's tracker (`tgi.server.service.RequestTracker`)."""
+
+    def finish(self, exc: BaseException | None = None) -> None: ...
+
+
+async def with_error_tail(
+    chunks: AsyncIterator[bytes], stream: AsyncIterator[Any], tracker: Tracker, path: str
+) -> AsyncIterator[bytes]:
+    """The body of a streamed response: `chunks` (the route's events from the engine's `stream`), then,
+    if an `ApiError` comes once the headers are sent, that error as the last event, in the shape of the
+    route's API (TGI's body, or OpenAI's on `/v1`). However it ends (done, failed, client gone), the
+    engine's stream is closed (a request still running is cancelled) and `tracker` finishes once, with
+    the error if there was one."""
+    try:
+        async for chunk in chunks:
+            yield chunk
+    except ApiError as exc:
+        tracker.finish(exc)
+        yield event(exc.body_for(path))
+    except BaseException as exc:
+        tracker.finish(exc)
+        raise
+    finally:
+        aclose = getattr(chunks, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        await stream.aclose()
+        tracker.finish()
 
 
 async def peek(stream: AsyncIterator[T]) -> tuple[T | None, AsyncIterator[T]]:
