@@ -232,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
     """`tgi benchmark engine`."""
     import logging
 
-    from tgi.benchmarks.serving import machine_info
+    from tgi.benchmarks.report import machine_info
     from tgi.core.config import ConfigError
     from tgi.core.engine import LLMEngine
 

@@ -22,16 +22,8 @@ from starlette.routing import Route
 from tgi.benchmarks import engine_bench
 from tgi.benchmarks.client import check_loopback
 from tgi.benchmarks.prompts import PREFIX, build_prompts, peers_prompts, sharegpt_like_prompts
-from tgi.benchmarks.serving import (
-    SCHEMA,
-    Options,
-    Target,
-    format_markdown,
-    format_table,
-    parse_levels,
-    parse_server,
-    run_benchmark,
-)
+from tgi.benchmarks.report import SCHEMA, format_markdown, format_table
+from tgi.benchmarks.serving import Options, Target, parse_levels, parse_server, run_benchmark
 from tgi.benchmarks.stats import percentile, summarize
 
 TTFT, ITL, TOKENS = 0.12, 0.04, 5  # the fake server's timings and output length
