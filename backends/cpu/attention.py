@@ -19,9 +19,9 @@ import os
 import torch
 import torch.nn.functional as F
 
-from tgi.core.interfaces.attention import AttentionBackend, AttentionLayerSpec, AttentionMetadata
-from tgi.core.interfaces.kv_cache import KVCache
 from tgi.core.interfaces.types import AttentionCaps
+from tgi.core.torch.attention import AttentionBackend, AttentionLayerSpec, AttentionMetadata
+from tgi.core.torch.kv_cache import KVCache
 
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
@@ -112,7 +112,14 @@ class CpuAttention(AttentionBackend):
         n = blocks.numel()
         numel = n * bs * hkv * dh
         buf = self._workspace.get(name)
-        if buf is None or buf.numel() < numel or buf.dtype != cache.dtype or buf.device != cache.device:
+        # (a buffer made under inference mode cannot be written outside it, and the reverse: make another)
+        if (
+            buf is None
+            or buf.numel() < numel
+            or buf.dtype != cache.dtype
+            or buf.device != cache.device
+            or buf.is_inference() != torch.is_inference_mode_enabled()
+        ):
             buf = torch.empty(numel, dtype=cache.dtype, device=cache.device)
             self._workspace[name] = buf
         dst = buf[:numel].view(n, bs, hkv, dh)

@@ -97,7 +97,6 @@ def _fake_tree(tmp_path: pathlib.Path, importer: str, imported: str) -> pathlib.
         ("tgi.backends.cpu.backend", "tgi.server", "backend-no-server"),
         ("tgi.core.interfaces.runner", "torch", "interfaces-framework-free"),
         ("tgi.core.interfaces.runner", "tgi.core.torch", "interfaces-framework-free"),
-        ("tgi.core.engine", "tgi.core.interfaces.attention", "deprecated-reexports"),
         ("tgi.backends.cpu.backend", "tgi.benchmarks", "no-benchmarks"),
     ],
 )

@@ -134,3 +134,13 @@ def test_caps_and_check():
         attn.check(AttentionLayerSpec(4, 2, 64, 0.1), 16, "float16")
     with pytest.raises(UnsupportedError, match="block size 3"):
         attn.check(AttentionLayerSpec(4, 2, 64, 0.1), 3, "float32")
+
+
+def test_the_gather_workspace_serves_inside_and_outside_inference_mode():
+    attention = CpuAttention()
+    cache = torch.randn(8, 16, 2, 64)
+    blocks = torch.tensor([1, 2])
+    with torch.inference_mode():
+        inside = attention._gather("k", cache, blocks).clone()
+    outside = attention._gather("k", cache, blocks)  # raised before: an inference tensor written outside
+    assert torch.equal(inside, outside) and torch.equal(outside[:16], cache[1].reshape(16, 2, 64))
