@@ -93,11 +93,15 @@ def machine_info() -> dict:
     try:
         with open("/proc/cpuinfo") as f:
             text = f.read()
-        for line in text.splitlines():
-            if line.startswith("model name"):
-                info["cpu"] = line.split(":", 1)[1].strip()
-                break
-        flags = next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), [])
+        first = text.split("\n\n", 1)[0]  # the first processor's entry
+        fields = {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in first.splitlines())}
+        if fields.get("model name"):
+            info["cpu"] = fields["model name"]
+        # vendor, family and model tell machines of one name apart (an "AMD EPYC" of family 26 is Zen 5)
+        for key, name in (("vendor_id", "cpu_vendor"), ("cpu family", "cpu_family"), ("model", "cpu_model")):
+            if fields.get(key):
+                info[name] = fields[key]
+        flags = fields.get("flags", "").split()
         info["cpu_features"] = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
     except OSError:
         pass

@@ -42,10 +42,25 @@ class Target:
     api: str = "openai"
     model: str | None = None
     offline: object | None = None  # a `TransformersPeer`: closed loop only, static batches of C
+    info: dict | None = None  # what the server's TGI `/info` said (dtype, backend, kernels), where it has one
 
     def describe(self) -> dict:
         kind = "offline" if self.offline is not None else self.api
-        return {"name": self.name, "url": self.url, "api": kind, "model": self.model}
+        out = {"name": self.name, "url": self.url, "api": kind, "model": self.model}
+        if self.info:
+            keys = ("model_id", "model_dtype", "backend", "kernels", "version")
+            out["info"] = {k: self.info[k] for k in keys if k in self.info}
+        return out
+
+
+async def _server_info(client, url: str) -> dict | None:
+    """TGI's `/info` of a server (ours, TGI), so that the report says what code produced its figures;
+    None for servers without it (llama.cpp)."""
+    try:
+        r = await client.get(url.rstrip("/") + "/info", timeout=5.0)
+        return r.json() if r.status_code == 200 and isinstance(r.json(), dict) else None
+    except Exception:
+        return None
 
 
 @dataclass
@@ -211,6 +226,8 @@ async def run_benchmark(targets: Sequence[Target], options: Options) -> dict:
     try:
         async with httpx.AsyncClient(trust_env=False, limits=limits, timeout=timeout) as client:
             for t in targets:
+                if t.offline is None:
+                    t.info = await _server_info(client, t.url)
                 if t.offline is not None and options.mode != "concurrency":
                     progress.note(f"{t.name}: offline static batching has no arrival rate; skipped")
                 if warm and t.offline is None:

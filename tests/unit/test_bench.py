@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import pathlib
 import random
 import socket
@@ -151,10 +152,16 @@ def _fake_app(seen: list) -> Starlette:
 
         return StreamingResponse(stream(), media_type="text/event-stream")
 
+    async def info(request):
+        return JSONResponse(
+            {"model_dtype": "bfloat16", "backend": "cpu", "kernels": {"greedy pick": "native"}}
+        )
+
     return Starlette(
         routes=[
             Route("/v1/completions", completions, methods=["POST"]),
             Route("/generate_stream", generate_stream, methods=["POST"]),
+            Route("/info", info, methods=["GET"]),
         ]
     )
 
@@ -237,6 +244,14 @@ def test_report_shape_tables_and_side_by_side_ratios(fake, tmp_path):
     text = json.dumps(report, allow_nan=False)  # strict JSON
     assert json.loads(text)["schema"] == SCHEMA
     assert {"created", "machine", "options", "servers", "results", "ratios"} <= set(report)
+    # what produced the figures: each server's /info, and the CPU (vendor, family and model where Linux says)
+    assert report["servers"][0]["info"] == {
+        "model_dtype": "bfloat16",
+        "backend": "cpu",
+        "kernels": {"greedy pick": "native"},
+    }
+    if os.path.exists("/proc/cpuinfo"):
+        assert {"cpu", "cpu_vendor", "cpu_family", "cpu_model", "cpu_features"} <= set(report["machine"])
     assert [(r["server"], r["level_label"]) for r in report["results"]] == [
         ("a", "C=1"),
         ("b", "C=1"),
