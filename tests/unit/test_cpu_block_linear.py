@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from cpu_features import MISSING_CPU_FEATURE
 
 from tgi.backends.cpu import native
 from tgi.backends.cpu.cpuinfo import cpu_info
@@ -46,7 +47,7 @@ def require(impl: str) -> None:
     kernels report them: a kernel that fails, or a probe of theirs that misses a feature, fails the test)."""
     missing = [flag for flag in CPU_FLAGS[impl] if flag not in cpu_info().flags]
     if missing:
-        pytest.skip(f"this CPU lacks {', '.join(missing)}")
+        pytest.skip(f"{MISSING_CPU_FEATURE}: {', '.join(missing)}")
     assert impl in native.block_impls(), f"this CPU has {', '.join(CPU_FLAGS[impl])}, the kernels miss {impl}"
 
 

@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from cpu_features import MISSING_CPU_FEATURE
 
 from tgi.backends.cpu import native
 from tgi.backends.cpu.attention import CpuAttention, CpuNativeAttention
@@ -165,7 +166,7 @@ def _decode(q, cache, meta, layer, impl):
     return attn.decode(q, cache, 0, meta, layer)
 
 
-@pytest.mark.skipif(not AMX, reason="this CPU offers no AMX")
+@pytest.mark.skipif(not AMX, reason=f"{MISSING_CPU_FEATURE}: amx_tile, amx_bf16")
 @pytest.mark.parametrize("heads", [(4, 4), (9, 3), (16, 1)], ids=["mha", "smollm", "g16"])
 @pytest.mark.parametrize("head_dim", [32, 64, 96, 128])
 @pytest.mark.parametrize("block_size", [16, 32])
@@ -180,7 +181,7 @@ def test_amx_decode_matches_dense(heads, head_dim, block_size):
     assert (out.double() - vector.double()).abs().max().item() < 2e-2
 
 
-@pytest.mark.skipif(not AMX, reason="this CPU offers no AMX")
+@pytest.mark.skipif(not AMX, reason=f"{MISSING_CPU_FEATURE}: amx_tile, amx_bf16")
 @pytest.mark.parametrize("window,softcap", [(1, None), (6, None), (40, None), (None, 3.0), (21, 3.0)])
 def test_amx_decode_window_and_softcap(window, softcap):
     layer = AttentionLayerSpec(6, 2, 64, 64**-0.5, sliding_window=window, softcap=softcap)
@@ -191,7 +192,13 @@ def test_amx_decode_window_and_softcap(window, softcap):
 
 
 @pytest.mark.parametrize(
-    "impl", ["vector", pytest.param("amx", marks=pytest.mark.skipif(not AMX, reason="no AMX"))]
+    "impl",
+    [
+        "vector",
+        pytest.param(
+            "amx", marks=pytest.mark.skipif(not AMX, reason=f"{MISSING_CPU_FEATURE}: amx_tile, amx_bf16")
+        ),
+    ],
 )
 def test_decode_never_reads_unused_slots(impl):
     # NaN in every slot no sequence owns (the tail of each last block included): a kernel that multiplies
@@ -211,7 +218,7 @@ def test_decode_never_reads_unused_slots(impl):
     assert (out.double() - expected).abs().max().item() < 2e-2
 
 
-@pytest.mark.skipif(not AMX, reason="this CPU offers no AMX")
+@pytest.mark.skipif(not AMX, reason=f"{MISSING_CPU_FEATURE}: amx_tile, amx_bf16")
 def test_amx_decode_refuses_what_it_cannot_run():
     layer = AttentionLayerSpec(4, 2, 80, 80**-0.5)
     q, cache, meta, _, _ = make_decode_batch(layer, 16, torch.bfloat16, [5, 20])
