@@ -96,6 +96,7 @@ class AsyncEngine:
         if self._thread is not None:
             return
         self._loop = asyncio.get_running_loop()
+        self.engine.backend.serve_beside_event_loop()
         self._thread = threading.Thread(target=self._run, name="tgi-engine", daemon=True)
         self._thread.start()
 

@@ -44,8 +44,8 @@ class CpuBackend(TorchBackend):
         env_threads = os.environ.get("OMP_NUM_THREADS", "")
         pinned = num_threads or (int(env_threads) if env_threads.isdigit() else 0)
         self._threads = pinned or self._info.cores
-        # small steps leave a core to the server unless the user pinned the thread count
-        self._small_step_tokens = 0 if pinned else small_step_tokens()
+        self._pinned = bool(pinned)
+        self._small_step_tokens = 0  # until a server shares the cores (serve_beside_event_loop)
         self._step_threads = self._threads
         torch.set_num_threads(self._threads)
         self.attention_name = default_attention()
@@ -80,21 +80,30 @@ class CpuBackend(TorchBackend):
         built = native.available()
         impls = native.block_impls() if built else []
         plan = kernel_plan(self._info, dtype, self.attention_name, built, impls, max_block_rows(impls))
-        small = self._small_step_tokens
+        small = (
+            self._small_step_tokens
+            if self._small_step_tokens
+            else (0 if self._pinned else small_step_tokens())
+        )
         less = (
-            f" ({self._threads - 1} for steps of at most {small} tokens)"
+            f" ({self._threads - 1} for steps of at most {small} tokens when serving)"
             if self._threads > 1 and small
             else ""
         )
         plan["threads"] = f"{self._threads}{less}"
         return plan
 
+    def serve_beside_event_loop(self) -> None:
+        # small steps leave a core to the server, unless the user pinned the thread count
+        self._small_step_tokens = 0 if self._pinned else small_step_tokens()
+
     def step_threads(self, num_tokens: int) -> int:
-        """Intra-op threads for a step of `num_tokens` tokens: all of them, but one less for a step of at
-        most `TGI_CPU_SMALL_STEP_TOKENS` (default 8) tokens. Such a step is too short to split well, and
-        the free core runs the server (event loop, HTTP) meanwhile: an OpenMP team that loses a core to it
-        mid-step waits for it. Measured on 2 cores (AMD EPYC, bfloat16, C=1 serving): ITL p50 10.4 -> 7.5 ms
-        with the whole step on one thread."""
+        """Intra-op threads for a step of `num_tokens` tokens: all of them; when serving (see
+        `serve_beside_event_loop`), one less for a step of at most `TGI_CPU_SMALL_STEP_TOKENS` (default 8)
+        tokens. Such a step is too short to split well, and the free core runs the server (event loop, HTTP)
+        meanwhile: an OpenMP team that loses a core to it mid-step waits for it. Measured on 2 cores (AMD
+        EPYC, bfloat16): serving at C=1, ITL p50 10.4 -> 7.5 ms with the whole step on one thread; offline
+        (nothing else running) a batch-1 step is faster on both, 5.3 vs 7.2 ms, so it keeps them."""
         if self._threads > 1 and num_tokens <= self._small_step_tokens:
             return self._threads - 1
         return self._threads

@@ -58,6 +58,12 @@ class Backend(ABC):
         `/info`. Empty when the backend has nothing to say."""
         return {}
 
+    def serve_beside_event_loop(self) -> None:
+        """Called once when the engine starts stepping beside a server in this process (`AsyncEngine`), whose
+        event loop and clients want CPU time while a step runs: a backend computing on the host may leave
+        them some. Offline use (`LLMEngine.generate`) never calls it. Default: nothing."""
+        return
+
     @abstractmethod
     def create_runner(self, source: ModelSource, config: EngineConfig, world_size: int = 1) -> ModelRunner:
         """A runner for `source` over `world_size` devices (`--num-shard`), not yet loaded.

@@ -119,6 +119,8 @@ def test_small_steps_leave_a_core_to_the_server(monkeypatch, cores, env, small, 
     before = torch.get_num_threads()
     try:
         backend = cpu_backend.CpuBackend()
+        assert backend.step_threads(1) == big  # offline: nothing else wants the cores
+        backend.serve_beside_event_loop()
         assert (backend.step_threads(1), backend.step_threads(8)) == (small, small)
         assert (backend.step_threads(9), backend.step_threads(2048)) == (big, big)
         backend.begin_step(1)
