@@ -75,11 +75,13 @@ class CpuBackend(TorchBackend):
     def describe_kernels(self, dtype: str) -> dict[str, str]:
         from tgi.backends.cpu import native
         from tgi.backends.cpu.kernels import kernel_plan
-        from tgi.backends.cpu.linear import max_block_rows
+        from tgi.backends.cpu.linear import max_block_rows, max_block_rows_f32
 
         built = native.available()
         impls = native.block_impls() if built else []
-        plan = kernel_plan(self._info, dtype, self.attention_name, built, impls, max_block_rows(impls))
+        blocks = self.blocks_for(dtype)
+        rows = (max_block_rows_f32() if dtype == "float32" else max_block_rows(impls)) if blocks else 0
+        plan = kernel_plan(self._info, dtype, self.attention_name, built, impls, rows, blocks)
         small = (
             self._small_step_tokens
             if self._small_step_tokens
@@ -123,6 +125,7 @@ class CpuBackend(TorchBackend):
         from tgi.backends.cpu.linear import (
             attach_block_kernels,
             max_block_rows,
+            max_block_rows_f32,
             prepack_linears,
             prepacking_supported,
         )
@@ -137,20 +140,30 @@ class CpuBackend(TorchBackend):
             prepack_linears(model)
         # the runner attached the checkpoint's blocks where `block_weight_types` asked for them
         if any(getattr(m, "block_weight", None) is not None for m in model.modules()):
-            attach_block_kernels(model, max_block_rows(native.block_impls()))
+            f32 = next(model.parameters()).dtype == torch.float32
+            attach_block_kernels(model, max_block_rows_f32() if f32 else max_block_rows(native.block_impls()))
         # RMSNorm, rotary and SiLU-mul as one native call each (TGI_CPU_FUSED=0 keeps the torch ops)
         if _fused_ops_enabled():
             attach_fused_ops(model)
 
     def block_weight_types(self, dtype: str) -> frozenset[str]:
-        # GGUF Q4_0/Q4_1/Q8_0 weights are computed with as stored (native kernel) for small bfloat16 inputs;
-        # float32 models keep the dense products (exact parity), so they read no blocks.
-        # TGI_CPU_BLOCK_KERNELS=0 turns it off (the dense copy then serves every product)
-        if dtype != "bfloat16" or os.environ.get("TGI_CPU_BLOCK_KERNELS", "1") == "0":
+        # GGUF Q4_0/Q4_1/Q8_0 weights are computed with as stored (native kernels) for small inputs of a
+        # bfloat16 model, and of a float32 one where float32 is the default (a CPU without bfloat16
+        # arithmetic: the dense float32 products would read 4x the bytes). Elsewhere float32 keeps the dense
+        # products, exactly transformers' arithmetic. TGI_CPU_BLOCK_KERNELS=0 turns both off;
+        # TGI_CPU_BLOCK_KERNELS_F32=1/0 forces the float32 use on/off.
+        if os.environ.get("TGI_CPU_BLOCK_KERNELS", "1") == "0" or not self.blocks_for(dtype):
             return frozenset()
         from tgi.backends.cpu import native
 
         return frozenset(native.BLOCK_TYPES) if native.available() else frozenset()
+
+    def blocks_for(self, dtype: str) -> bool:
+        """Whether a model in `dtype` computes with the GGUF blocks (see `block_weight_types`)."""
+        if dtype == "bfloat16":
+            return True
+        forced = os.environ.get("TGI_CPU_BLOCK_KERNELS_F32", "")
+        return dtype == "float32" and (forced == "1" if forced else not self._info.has_native_bf16)
 
     def attention_names(self) -> tuple[str, ...]:
         return ATTENTION_NAMES

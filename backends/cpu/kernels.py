@@ -29,9 +29,11 @@ def kernel_plan(
     native: bool,
     block_impls: list[str],
     max_block_rows: int,
+    blocks: bool | None = None,
 ) -> dict[str, str]:
     """kernel -> the implementation it uses for a model in `dtype` with attention `attention`; `native`: the
-    native kernels built here; `block_impls`/`max_block_rows`: what the block linear offers and takes."""
+    native kernels built here; `block_impls`/`max_block_rows`: what the block linear offers and takes;
+    `blocks`: whether a model in `dtype` computes with the GGUF blocks (default: bfloat16 only)."""
     isa = vector_isa(info)
     fused = native and os.environ.get("TGI_CPU_FUSED", "1") != "0"
     plan: dict[str, str] = {}
@@ -41,8 +43,12 @@ def kernel_plan(
     else:
         plan["dense linear"] = f"float32 GEMM ({isa})"
     impl = os.environ.get("TGI_CPU_BLOCK_IMPL", "auto")
-    if dtype != "bfloat16" or not native or os.environ.get("TGI_CPU_BLOCK_KERNELS", "1") == "0":
+    blocks = dtype == "bfloat16" if blocks is None else blocks
+    if not blocks or not native or os.environ.get("TGI_CPU_BLOCK_KERNELS", "1") == "0":
         plan["gguf block linear"] = "off (dense weights)"
+    elif dtype == "float32":
+        avx2 = "AVX2" if {"avx2", "fma", "f16c"} <= info.flags else "scalar"
+        plan["gguf block linear"] = f"float32 {avx2} up to {max_block_rows} rows"
     elif max_block_rows <= 0:
         plan["gguf block linear"] = "off (no fast path on this CPU)"
     elif impl != "auto":

@@ -73,6 +73,29 @@ def test_block_linear_equals_the_dequantized_product(qtype, rows, cols, m, impl)
     torch.testing.assert_close(y.double(), expected, rtol=2**-8, atol=1e-3 * expected.abs().max().item())
 
 
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1", "Q8_0"])
+@pytest.mark.parametrize("rows,cols", [(16, 32), (40, 96), (200, 576)])
+@pytest.mark.parametrize("m", [1, 3, 16, 37])
+@pytest.mark.parametrize("impl", ["auto", "reference"])
+def test_float32_block_linear_equals_the_dequantized_product(qtype, rows, cols, m, impl):
+    """The float32 path (CPUs without bfloat16 arithmetic): "auto" is the AVX2 kernel where the CPU has
+    AVX2, FMA and F16C, "reference" the plain loops (x86-64 clones)."""
+    if impl == "auto":
+        missing = [f for f in ("avx2", "fma", "f16c") if f not in cpu_info().flags]
+        if missing:
+            pytest.skip(f"{MISSING_CPU_FEATURE}: {', '.join(missing)}")
+    block = random_blocks(qtype, rows, cols, seed=rows + m)
+    w = block.dequantize().double()
+    torch.manual_seed(m)
+    x = torch.randn(m, cols)
+    bias = torch.randn(rows)
+    packed = native.block_pack(block.data, qtype, rows, cols)
+    y = native.block_linear(x, packed, qtype, rows, cols, bias, impl=impl)
+    assert y.dtype == torch.float32 and y.shape == (m, rows)
+    expected = x.double() @ w.T + bias.double()
+    torch.testing.assert_close(y.double(), expected, rtol=1e-5, atol=1e-5 * expected.abs().max().item())
+
+
 def test_packed_layout_is_the_size_of_the_blocks_padded_to_16_rows():
     block = random_blocks("Q4_1", 20, 64, seed=0)
     packed = native.block_pack(block.data, "Q4_1", 20, 64)
@@ -82,8 +105,10 @@ def test_packed_layout_is_the_size_of_the_blocks_padded_to_16_rows():
 def test_block_linear_refuses_what_it_cannot_compute():
     block = random_blocks("Q8_0", 16, 64, seed=1)
     packed = native.block_pack(block.data, "Q8_0", 16, 64)
-    with pytest.raises(RuntimeError, match="bfloat16"):
-        native.block_linear(torch.randn(2, 64), packed, "Q8_0", 16, 64)
+    with pytest.raises(RuntimeError, match="bfloat16 or float32"):
+        native.block_linear(torch.randn(2, 64).half(), packed, "Q8_0", 16, 64)
+    with pytest.raises(RuntimeError, match="one implementation"):
+        native.block_linear(torch.randn(2, 64), packed, "Q8_0", 16, 64, impl="avx512-bf16")
     with pytest.raises(RuntimeError, match="do not match"):
         native.block_linear(torch.randn(2, 64).bfloat16(), packed, "Q8_0", 32, 64)
 
@@ -104,11 +129,27 @@ def test_gguf_blocks_dequantize_to_the_loaded_weights():
         assert torch.equal(blocks[name].dequantize(), dense[name]), name
 
 
-def test_cpu_backend_asks_for_blocks_only_for_bfloat16_models(monkeypatch):
-    from tgi.backends.cpu.backend import CpuBackend
+def test_cpu_backend_asks_for_blocks_for_bfloat16_and_default_float32_models(monkeypatch):
+    import dataclasses
 
-    backend = CpuBackend()
+    from tgi.backends.cpu import backend as cpu_backend
+
+    monkeypatch.delenv("TGI_CPU_BLOCK_KERNELS_F32", raising=False)
+    native_bf16 = dataclasses.replace(cpu_info(), flags=frozenset({"avx2", "fma", "f16c", "avx512_bf16"}))
+    monkeypatch.setattr(cpu_backend, "cpu_info", lambda: native_bf16)
+    backend = cpu_backend.CpuBackend()
     assert backend.block_weight_types("bfloat16") == frozenset(native.BLOCK_TYPES)
-    assert backend.block_weight_types("float32") == frozenset()  # dense products: no block copy is read
+    # float32 is a choice there: dense products, exactly transformers' arithmetic, no block copy read
+    assert backend.block_weight_types("float32") == frozenset()
+    monkeypatch.setenv("TGI_CPU_BLOCK_KERNELS_F32", "1")
+    assert backend.block_weight_types("float32") == frozenset(native.BLOCK_TYPES)
+    monkeypatch.delenv("TGI_CPU_BLOCK_KERNELS_F32")
+    # without bfloat16 arithmetic float32 is the default, and dense float32 would read 4x the bytes
+    avx2_only = dataclasses.replace(cpu_info(), flags=frozenset({"avx2", "fma", "f16c"}))
+    monkeypatch.setattr(cpu_backend, "cpu_info", lambda: avx2_only)
+    backend = cpu_backend.CpuBackend()
+    assert backend.default_dtype() == "float32"
+    assert backend.block_weight_types("float32") == frozenset(native.BLOCK_TYPES)
+    assert backend.describe_kernels("float32")["gguf block linear"] == "float32 AVX2 up to 16 rows"
     monkeypatch.setenv("TGI_CPU_BLOCK_KERNELS", "0")
-    assert backend.block_weight_types("bfloat16") == frozenset()
+    assert backend.block_weight_types("bfloat16") == backend.block_weight_types("float32") == frozenset()

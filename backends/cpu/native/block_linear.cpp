@@ -31,13 +31,57 @@ torch::Tensor block_pack(torch::Tensor raw, int64_t qtype, int64_t n, int64_t k)
   return out;
 }
 
+namespace {
+// x float32 [M, k] -> out float32 [M, n] (see block_linear_f32.cpp)
+torch::Tensor block_linear_f32(const torch::Tensor& x, const torch::Tensor& packed, int64_t qtype, int64_t n,
+                               int64_t k, const c10::optional<torch::Tensor>& bias, int64_t impl,
+                               torch::Tensor out) {
+  using namespace tgi_blocks;
+  const int64_t M = x.size(0), nb = k / QK, groups = (n + R - 1) / R;
+  const float* xp = x.data_ptr<float>();
+  torch::Tensor bias_f;
+  const float* bp = nullptr;
+  if (bias.has_value()) {
+    bias_f = bias->to(at::kFloat).contiguous();
+    bp = bias_f.data_ptr<float>();
+  }
+  std::vector<float> sx(M * nb);  // sum of each block of x (for the Q4_1 mins)
+  for (int64_t i = 0; i < M * nb; ++i) {
+    float s = 0.0f;
+    for (int j = 0; j < QK; ++j) s += xp[i * QK + j];
+    sx[i] = s;
+  }
+  float* op = out.data_ptr<float>();
+  const uint8_t* wp = packed.data_ptr<uint8_t>();
+#if defined(__x86_64__)
+  const bool vector = impl == 0 && has_avx2_fma();  // impl 1: the plain loops, the reference
+#endif
+  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> y(M * R);
+    for (int64_t g = begin; g < end; ++g) {
+#if defined(__x86_64__)
+      if (vector) group_f32_avx2(xp, M, k, sx.data(), wp, qtype, g, y.data());
+      else group_f32(xp, M, k, sx.data(), wp, qtype, g, y.data());
+#else
+      group_f32(xp, M, k, sx.data(), wp, qtype, g, y.data());
+#endif
+      const int64_t rows = std::min<int64_t>(R, n - g * R);
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t r = 0; r < rows; ++r) op[m * n + g * R + r] = y[m * R + r] + (bp ? bp[g * R + r] : 0.0f);
+    }
+  });
+  return out;
+}
+}  // namespace
+
 torch::Tensor block_linear(torch::Tensor x, torch::Tensor packed, int64_t qtype, int64_t n, int64_t k,
                            c10::optional<torch::Tensor> bias, int64_t impl) {
   using namespace tgi_blocks;
   TORCH_CHECK(qtype == kQ4_0 || qtype == kQ4_1 || qtype == kQ8_0, "unknown block type ", qtype);
   TORCH_CHECK(n > 0 && k > 0 && k % QK == 0, "K must be a positive multiple of 32, got ", k);
   TORCH_CHECK(x.dim() == 2 && x.size(1) == k, "x must be [M, ", k, "]");
-  TORCH_CHECK(x.scalar_type() == at::kBFloat16, "block_linear takes bfloat16 inputs");
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat,
+              "block_linear takes bfloat16 or float32 inputs");
   const int64_t nb = k / QK, groups = (n + R - 1) / R;
   TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous() &&
                   packed.numel() == groups * nb * packed_stride(qtype),
@@ -47,6 +91,10 @@ torch::Tensor block_linear(torch::Tensor x, torch::Tensor packed, int64_t qtype,
   const int64_t M = x.size(0);
   auto out = torch::empty({M, n}, x.options());
   if (M == 0) return out;
+  if (x.scalar_type() == at::kFloat) {
+    TORCH_CHECK(impl <= 1, "float32 inputs have one implementation (auto)");
+    return block_linear_f32(x, packed, qtype, n, k, bias, impl, out);
+  }
   const uint16_t* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
   torch::Tensor bias_f;
   const float* bp = nullptr;

@@ -16,6 +16,7 @@
 // - block_linear_amx.cpp: the weights dequantized to bfloat16 tiles, as the dense weights are, multiplied on
 //   AMX.
 // - block_linear_reference.cpp: a scalar path over the same layout (what a CPU without AVX512-BF16 takes).
+// - block_linear_f32.cpp: float32 x (the float32 models of CPUs without bfloat16 arithmetic), float32 out.
 // The packing is in block_linear_pack.cpp.
 #pragma once
 
@@ -75,6 +76,16 @@ inline uint16_t float_to_bf16(float v) {  // round to nearest even; NaN stays Na
 
 // packing (block_linear_pack.cpp)
 void pack(const uint8_t* raw, int64_t qtype, int64_t N, int64_t K, uint8_t* out);
+
+// float32 activations (block_linear_f32.cpp): x float32 [M, K], y [M, R] float32
+void group_f32(const float* x, int64_t M, int64_t K, const float* sx, const uint8_t* packed, int64_t qtype,
+               int64_t g, float* y);
+#if defined(__x86_64__)
+bool has_avx2_fma();
+__attribute__((target("avx2,fma,f16c"))) void group_f32_avx2(const float* x, int64_t M, int64_t K,
+                                                             const float* sx, const uint8_t* packed,
+                                                             int64_t qtype, int64_t g, float* y);
+#endif
 
 // reference path (block_linear_reference.cpp)
 void group_ref(const uint16_t* x, int64_t M, int64_t K, const float* sx, const uint8_t* packed, int64_t qtype,

@@ -1,0 +1,137 @@
+// The CPU block linear for float32 activations: the path of CPUs without bfloat16 arithmetic, whose models
+// run in float32 (AVX-512, AVX2 or plain x86-64: one clone of the same loops each, chosen at load time).
+// Each block's integers are widened to float32 rows of 16 (one group), multiplied with x exactly, summed in
+// float32 per block and scaled: y += d * sum(x q) + m * sum(x), as the bfloat16 paths do.
+#include <cstdint>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "block_linear.h"
+
+namespace tgi_blocks {
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TGI_F32_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define TGI_F32_CLONES
+#endif
+
+TGI_F32_CLONES void group_f32(const float* x, int64_t M, int64_t K, const float* sx, const uint8_t* packed,
+                              int64_t qtype, int64_t g, float* y /* [M, R] */) {
+  const int64_t nb = K / QK, vb = value_bytes(qtype), S = packed_stride(qtype);
+  for (int64_t i = 0; i < M * R; ++i) y[i] = 0.0f;
+  alignas(64) float w[QK][R];  // w[k][r]: the block's integer of row r, column k
+  alignas(64) float d[R], mn[R];
+  const float offset = qtype == kQ4_0 ? 8.0f : 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* o = packed + (g * nb + b) * S;
+    if (qtype == kQ8_0) {  // chunk p: byte 2r + j is row r, column 2p + j
+      for (int p = 0; p < QK / 2; ++p)
+        for (int r = 0; r < R; ++r) {
+          w[2 * p][r] = static_cast<float>(static_cast<int8_t>(o[32 * p + 2 * r]));
+          w[2 * p + 1][r] = static_cast<float>(static_cast<int8_t>(o[32 * p + 2 * r + 1]));
+        }
+    } else {  // chunk c: byte 2r + j is row r, low nibble column 4c + j, high nibble column 4c + 2 + j
+      for (int c = 0; c < QK / 4; ++c)
+        for (int r = 0; r < R; ++r) {
+          const uint8_t lo = o[32 * c + 2 * r], hi = o[32 * c + 2 * r + 1];
+          w[4 * c][r] = static_cast<float>(lo & 0x0F) - offset;
+          w[4 * c + 1][r] = static_cast<float>(hi & 0x0F) - offset;
+          w[4 * c + 2][r] = static_cast<float>(lo >> 4) - offset;
+          w[4 * c + 3][r] = static_cast<float>(hi >> 4) - offset;
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+      uint16_t h;
+      std::memcpy(&h, o + vb + 2 * r, 2);
+      d[r] = half_to_float(h);
+      std::memcpy(&h, o + vb + 2 * R + 2 * r, 2);
+      mn[r] = half_to_float(h);
+    }
+    for (int64_t m = 0; m < M; ++m) {
+      const float* xb = x + m * K + b * QK;
+      alignas(64) float acc[R] = {};
+      for (int k = 0; k < QK; ++k) {
+        const float xv = xb[k];
+        for (int r = 0; r < R; ++r) acc[r] += w[k][r] * xv;
+      }
+      const float s = sx[m * nb + b];
+      float* ym = y + m * R;
+      for (int r = 0; r < R; ++r) ym[r] += d[r] * acc[r] + mn[r] * s;
+    }
+  }
+}
+
+#if defined(__x86_64__)
+// ---- AVX2 + FMA (any x86-64 server of the last decade): 8 rows a vector, a group's 16 rows in two -----------
+#define TGI_F32_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+bool has_avx2_fma() {
+  static const bool ok =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return ok;
+}
+
+// the 16 rows' values of one 32-byte chunk as two 8-row halves, each lane a row: (byte 2r + 1) << 8 | byte 2r
+TGI_F32_AVX2 inline void chunk_words(const uint8_t* chunk, __m256i& lo_rows, __m256i& hi_rows) {
+  lo_rows = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(chunk)));
+  hi_rows = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(chunk + 16)));
+}
+
+TGI_F32_AVX2 void group_f32_avx2(const float* x, int64_t M, int64_t K, const float* sx, const uint8_t* packed,
+                                 int64_t qtype, int64_t g, float* y /* [M, R] */) {
+  const int64_t nb = K / QK, vb = value_bytes(qtype), S = packed_stride(qtype);
+  for (int64_t i = 0; i < M * R; ++i) y[i] = 0.0f;
+  __m256 w[QK][2];  // w[k][h]: column k of rows 8h .. 8h + 7
+  const __m256i nib = _mm256_set1_epi32(0x0F);
+  const __m256 offset = _mm256_set1_ps(qtype == kQ4_0 ? 8.0f : 0.0f);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* o = packed + (g * nb + b) * S;
+    if (qtype == kQ8_0) {  // chunk p: row r's bytes are columns 2p, 2p + 1 (signed)
+      for (int p = 0; p < QK / 2; ++p) {
+        __m256i v[2];
+        chunk_words(o + 32 * p, v[0], v[1]);
+        for (int h = 0; h < 2; ++h) {
+          w[2 * p][h] = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(v[h], 24), 24));
+          w[2 * p + 1][h] = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(v[h], 16), 24));
+        }
+      }
+    } else {  // chunk c: low nibbles columns 4c, 4c + 1, high nibbles 4c + 2, 4c + 3
+      for (int c = 0; c < QK / 4; ++c) {
+        __m256i v[2];
+        chunk_words(o + 32 * c, v[0], v[1]);
+        for (int h = 0; h < 2; ++h) {
+          const int shifts[4] = {0, 8, 4, 12};
+          for (int j = 0; j < 4; ++j) {
+            const __m256i q = _mm256_and_si256(_mm256_srlv_epi32(v[h], _mm256_set1_epi32(shifts[j])), nib);
+            w[4 * c + j][h] = _mm256_sub_ps(_mm256_cvtepi32_ps(q), offset);
+          }
+        }
+      }
+    }
+    __m256 d[2], mn[2];
+    for (int h = 0; h < 2; ++h) {
+      d[h] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o + vb + 16 * h)));
+      mn[h] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o + vb + 2 * R + 16 * h)));
+    }
+    for (int64_t m = 0; m < M; ++m) {
+      const float* xb = x + m * K + b * QK;
+      __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+      for (int k = 0; k < QK; ++k) {
+        const __m256 xv = _mm256_broadcast_ss(xb + k);
+        acc0 = _mm256_fmadd_ps(w[k][0], xv, acc0);
+        acc1 = _mm256_fmadd_ps(w[k][1], xv, acc1);
+      }
+      const __m256 s = _mm256_set1_ps(sx[m * nb + b]);
+      float* ym = y + m * R;
+      _mm256_storeu_ps(ym, _mm256_fmadd_ps(mn[0], s, _mm256_fmadd_ps(d[0], acc0, _mm256_loadu_ps(ym))));
+      _mm256_storeu_ps(ym + 8, _mm256_fmadd_ps(mn[1], s, _mm256_fmadd_ps(d[1], acc1, _mm256_loadu_ps(ym + 8))));
+    }
+  }
+}
+#endif
+
+}  // namespace tgi_blocks

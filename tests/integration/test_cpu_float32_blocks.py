@@ -1,0 +1,46 @@
+"""Float32 models on CPUs without bfloat16 arithmetic compute with the GGUF blocks (AVX2 float32 kernel):
+forced here (`TGI_CPU_BLOCK_KERNELS_F32=1`), the default model's greedy tokens equal the dense float32
+products' (the same weights, float32 sums in another order)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tgi.core.config import EngineConfig
+from tgi.core.engine import LLMEngine
+from tgi.core.sampling_params import SamplingParams
+
+pytestmark = pytest.mark.slow
+
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):\n",
+    "Here is a list of three fruits:\n1.",
+    "Question: What is 17 multiplied by 23?\nAnswer:",
+]
+
+
+def _greedy(monkeypatch, forced: str) -> tuple[list[list[int]], dict[str, str], int]:
+    monkeypatch.setenv("TGI_CPU_BLOCK_KERNELS_F32", forced)
+    engine = LLMEngine.from_config(
+        EngineConfig(
+            dtype="float32", max_batch_total_tokens=2048, max_total_tokens=512, max_batch_prefill_tokens=256,
+            max_num_seqs=8,
+        )
+    )  # fmt: skip
+    kernels = engine.backend.describe_kernels("float32")
+    block_linears = sum(
+        type(getattr(m, "linear_kernel", None)).__name__ == "BlockLinearKernel"
+        for m in engine.runner.model.modules()
+    )
+    results = engine.generate(PROMPTS, SamplingParams(max_new_tokens=16, ignore_eos=True))
+    return [r.token_ids for r in results], kernels, block_linears
+
+
+def test_float32_block_kernels_keep_the_greedy_tokens(monkeypatch):
+    dense, dense_kernels, none = _greedy(monkeypatch, "0")
+    blocks, block_kernels, block_linears = _greedy(monkeypatch, "1")
+    assert dense_kernels["gguf block linear"] == "off (dense weights)" and none == 0
+    assert block_kernels["gguf block linear"].startswith("float32 ")
+    assert block_linears == 30 * 4 + 1  # qkv, o, gate-up, down in every layer, and the tied head
+    assert blocks == dense
