@@ -7,6 +7,7 @@ import json
 import re
 
 import pytest
+from asgi_calls import disconnect_after, http_scope, ignore
 from fastapi.testclient import TestClient
 
 from fake_engine import FakeEngine, error_of
@@ -64,23 +65,6 @@ def test_metrics_count_what_was_sent_and_apps_do_not_clash():
         assert "tgi_request_count_total" not in text
 
 
-def _scope(path: str, spec: str) -> dict:
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": spec},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"content-type", b"application/json"), (b"host", b"t")],
-        "client": ("127.0.0.1", 1),
-        "server": ("t", 80),
-    }
-
-
 @pytest.mark.parametrize("spec", ["2.3", "2.4"])
 @pytest.mark.parametrize("path", ["/generate_stream", "/v1/chat/completions"])
 async def test_disconnect_mid_stream_cancels_the_engine_stream(spec, path):
@@ -108,7 +92,7 @@ async def test_disconnect_mid_stream_cancels_the_engine_stream(spec, path):
                 raise OSError("client went away")
             got_chunk.set()
 
-    await asyncio.wait_for(app(_scope(path, spec), receive, send), 5)
+    await asyncio.wait_for(app(http_scope(path, spec), receive, send), 5)
     assert state["chunks"] < 10
     assert len(engine.cancelled) == 1 and engine.running == 0
     assert app.state.service.in_flight == 0
@@ -118,19 +102,7 @@ async def test_disconnect_mid_stream_cancels_the_engine_stream(spec, path):
 async def test_disconnect_during_non_streamed_generate_cancels():
     engine = FakeEngine(delay=0.01)
     app = create_app(engine, ServerSettings(start_engine=False))
-    body = json.dumps(gen(max_new_tokens=100)).encode()
-    state = {"body_sent": False}
-
-    async def receive():
-        if not state["body_sent"]:
-            state["body_sent"] = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await asyncio.sleep(0.05)
-        return {"type": "http.disconnect"}
-
-    async def send(message):
-        pass
-
-    await asyncio.wait_for(app(_scope("/generate", "2.3"), receive, send), 5)
+    receive = disconnect_after(json.dumps(gen(max_new_tokens=100)).encode(), 0.05)
+    await asyncio.wait_for(app(http_scope("/generate", "2.3"), receive, ignore), 5)
     assert len(engine.cancelled) == 1 and engine.running == 0
     assert app.state.service.in_flight == 0

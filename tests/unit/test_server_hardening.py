@@ -10,6 +10,7 @@ import time
 
 import httpx
 import pytest
+from asgi_calls import disconnect_after, http_scope, ignore
 from fastapi.testclient import TestClient
 
 from fake_engine import FakeEngine, error_of
@@ -129,12 +130,7 @@ async def test_payload_refused_before_the_body_is_read():
     async def send(message):
         sent.append(message)
 
-    scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-        "path": "/generate", "raw_path": b"/generate", "query_string": b"", "root_path": "",
-        "headers": [(b"content-type", b"application/json"), (b"content-length", b"5000000")],
-        "client": ("127.0.0.1", 1), "server": ("t", 80),
-    }  # fmt: skip
+    scope = http_scope("/generate", headers=((b"content-length", b"5000000"),))
     await app(scope, receive, send)
     assert sent[0]["status"] == 413 and reads == []
 
@@ -265,15 +261,6 @@ def test_one_failing_sibling_cancels_the_others(path, body):
 
 
 # -- disconnect while queued ------------------------------------------------------------------------------
-def _scope(path: str) -> dict:
-    return {
-        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"}, "http_version": "1.1",
-        "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
-        "root_path": "", "headers": [(b"content-type", b"application/json")], "client": ("127.0.0.1", 1),
-        "server": ("t", 80),
-    }  # fmt: skip
-
-
 @pytest.mark.parametrize("path", ["/generate_stream", "/v1/chat/completions", "/v1/completions", "/"])
 async def test_disconnect_before_the_first_token_cancels_at_once(path):
     engine = FakeEngine(first_delay=30)  # queued behind others: no token for a long time
@@ -284,21 +271,9 @@ async def test_disconnect_before_the_first_token_cancels_at_once(path):
         "/v1/chat/completions": {"messages": MSGS, "stream": True, "max_tokens": 5, "n": 2},
         "/v1/completions": {"prompt": "x", "stream": True, "max_tokens": 5},
     }[path]
-    body = json.dumps(payload).encode()
-    state = {"body_sent": False}
-
-    async def receive():
-        if not state["body_sent"]:
-            state["body_sent"] = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await asyncio.sleep(0.05)
-        return {"type": "http.disconnect"}
-
-    async def send(message):
-        pass
-
+    receive = disconnect_after(json.dumps(payload).encode(), 0.05)
     start = time.monotonic()
-    await asyncio.wait_for(app(_scope(path), receive, send), 5)
+    await asyncio.wait_for(app(http_scope(path), receive, ignore), 5)
     assert time.monotonic() - start < 1
     assert len(engine.cancelled) == len(engine.requests) >= 1 and engine.running == 0
     assert app.state.service.in_flight == 0
