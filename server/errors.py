@@ -90,10 +90,9 @@ def _describe(errors: list) -> str:
 
 
 def _first_param(errors: list) -> str | None:
-    for e in errors[:1]:
-        loc = [str(p) for p in e.get("loc", ()) if p != "body"]
-        return ".".join(loc) or None
-    return None
+    """The field of the first error, e.g. "messages" (OpenAI's `param`); None when it names none."""
+    loc = [str(p) for p in errors[0].get("loc", ()) if p != "body"] if errors else []
+    return ".".join(loc) or None
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -75,18 +75,14 @@ class CpuBackend(TorchBackend):
     def describe_kernels(self, dtype: str) -> dict[str, str]:
         from tgi.backends.cpu import native
         from tgi.backends.cpu.kernels import kernel_plan
-        from tgi.backends.cpu.linear import max_block_rows, max_block_rows_f32
+        from tgi.backends.cpu.linear import block_rows
 
         built = native.available()
         impls = native.block_impls() if built else []
         blocks = self.blocks_for(dtype)
-        rows = (max_block_rows_f32() if dtype == "float32" else max_block_rows(impls)) if blocks else 0
+        rows = block_rows(dtype, impls) if blocks else 0
         plan = kernel_plan(self._info, dtype, self.attention_name, built, impls, rows, blocks)
-        small = (
-            self._small_step_tokens
-            if self._small_step_tokens
-            else (0 if self._pinned else small_step_tokens())
-        )
+        small = 0 if self._pinned else small_step_tokens()  # what serve_beside_event_loop turns on
         less = (
             f" ({self._threads - 1} for steps of at most {small} tokens when serving)"
             if self._threads > 1 and small
@@ -124,8 +120,7 @@ class CpuBackend(TorchBackend):
         from tgi.backends.cpu.fused import attach_fused_ops
         from tgi.backends.cpu.linear import (
             attach_block_kernels,
-            max_block_rows,
-            max_block_rows_f32,
+            block_rows,
             prepack_linears,
             prepacking_supported,
         )
@@ -140,8 +135,8 @@ class CpuBackend(TorchBackend):
             prepack_linears(model)
         # the runner attached the checkpoint's blocks where `block_weight_types` asked for them
         if any(getattr(m, "block_weight", None) is not None for m in model.modules()):
-            f32 = next(model.parameters()).dtype == torch.float32
-            attach_block_kernels(model, max_block_rows_f32() if f32 else max_block_rows(native.block_impls()))
+            dtype = "float32" if next(model.parameters()).dtype == torch.float32 else "bfloat16"
+            attach_block_kernels(model, block_rows(dtype, native.block_impls()))
         # RMSNorm, rotary and SiLU-mul as one native call each (TGI_CPU_FUSED=0 keeps the torch ops)
         if _fused_ops_enabled():
             attach_fused_ops(model)

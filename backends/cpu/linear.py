@@ -43,6 +43,11 @@ def max_block_rows_f32() -> int:
     return 16
 
 
+def block_rows(dtype: str, impls: list[str]) -> int:
+    """The most rows a block kernel takes for a model in `dtype` (see the two functions above)."""
+    return max_block_rows_f32() if dtype == "float32" else max_block_rows(impls)
+
+
 #: the block kernel's implementation (`tgi.backends.cpu.native.BLOCK_IMPLS`): "auto" picks the fastest here
 BLOCK_IMPL = os.environ.get("TGI_CPU_BLOCK_IMPL", "auto")
 

@@ -32,6 +32,21 @@ torch::Tensor block_pack(torch::Tensor raw, int64_t qtype, int64_t n, int64_t k)
 }
 
 namespace {
+inline float as_float(float v) { return v; }
+inline float as_float(uint16_t v) { return tgi_blocks::bf16_to_float(v); }
+
+// the sum of each of x's `count` blocks of 32 (float32 or bfloat16 bits), in float32: the Q4_1 mins' term
+template <typename T>
+std::vector<float> block_sums(const T* x, int64_t count) {
+  std::vector<float> sx(count);
+  for (int64_t i = 0; i < count; ++i) {
+    float s = 0.0f;
+    for (int j = 0; j < tgi_blocks::QK; ++j) s += as_float(x[i * tgi_blocks::QK + j]);
+    sx[i] = s;
+  }
+  return sx;
+}
+
 // x float32 [M, k] -> out float32 [M, n] (see block_linear_f32.cpp)
 torch::Tensor block_linear_f32(const torch::Tensor& x, const torch::Tensor& packed, int64_t qtype, int64_t n,
                                int64_t k, const c10::optional<torch::Tensor>& bias, int64_t impl,
@@ -45,12 +60,7 @@ torch::Tensor block_linear_f32(const torch::Tensor& x, const torch::Tensor& pack
     bias_f = bias->to(at::kFloat).contiguous();
     bp = bias_f.data_ptr<float>();
   }
-  std::vector<float> sx(M * nb);  // sum of each block of x (for the Q4_1 mins)
-  for (int64_t i = 0; i < M * nb; ++i) {
-    float s = 0.0f;
-    for (int j = 0; j < QK; ++j) s += xp[i * QK + j];
-    sx[i] = s;
-  }
+  const std::vector<float> sx = block_sums(xp, M * nb);
   float* op = out.data_ptr<float>();
   const uint8_t* wp = packed.data_ptr<uint8_t>();
 #if defined(__x86_64__)
@@ -137,12 +147,7 @@ torch::Tensor block_linear(torch::Tensor x, torch::Tensor packed, int64_t qtype,
   TORCH_CHECK(impl < 2, "no vector implementation on this architecture");
   const bool fast = false;
 #endif
-  std::vector<float> sx(M * nb);  // sum of each block of x (for the Q4_1 mins; the AMX path needs none)
-  for (int64_t i = 0; i < M * nb; ++i) {
-    float s = 0.0f;
-    for (int j = 0; j < QK; ++j) s += bf16_to_float(xp[i * QK + j]);
-    sx[i] = s;
-  }
+  const std::vector<float> sx = block_sums(xp, M * nb);  // (the AMX path needs none)
   at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> y(M * R);
     for (int64_t g = begin; g < end; ++g) {
