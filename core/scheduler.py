@@ -6,6 +6,13 @@ longer than the budget left is fed in chunks, so a long prompt never stalls runn
 sequence cannot get a block for its next tokens, the lowest-ranked running sequence is preempted: its
 blocks are freed and it goes back to the waiting queue, to be recomputed (prompt + output so far) later.
 
+Prefix caching (when the block manager has it on): a sequence admitted from the waiting queue first takes
+the longest chain of cached blocks that starts its tokens, and only the rest counts against the step's
+token budget and is fed. At least its last known token is always fed (its logits give the next token),
+and a sequence that wants prompt logprobs takes no cached block past the prompt positions it has already
+been given logprobs for. After each step, the blocks it completed are entered in the cache. Preemption
+and cancellation free blocks as before: cached ones stay findable until their blocks are reused.
+
 Rank: higher `params.priority` first, then arrival order (FIFO within a priority).
 
 Engine contract, once per step: `batch = schedule()` -> `out = runner.execute(batch)` (skip when
@@ -20,7 +27,7 @@ import time
 from collections import deque
 
 from tgi.core.batch import ScheduledBatch, ScheduledSequence, StepOutput
-from tgi.core.block_manager import BlockManager
+from tgi.core.block_manager import NO_PREFIX, BlockManager, CachedPrefix
 from tgi.core.config import ConfigError, EngineConfig
 from tgi.core.interfaces.types import RunnerConstraints
 from tgi.core.request import FinishReason
@@ -69,6 +76,10 @@ class Scheduler:
         self._step = 0
         self._last_step_prefill = False  # mixed_batches=False: alternate kinds when both have work
         self.num_preemptions = 0  # total, for metrics
+        # tokens of admitted sequences (first admissions and re-admissions after preemption) found in the
+        # prefix cache, and those that had to be computed; for metrics
+        self.num_cache_hit_tokens = 0
+        self.num_cache_miss_tokens = 0
 
     @classmethod
     def from_config(
@@ -183,6 +194,7 @@ class Scheduler:
             if seq.num_computed_tokens != s.start_pos:
                 raise SchedulerError(f"{s.request_id}: update out of order (call it once per batch)")
             seq.num_computed_tokens += s.num_tokens
+            self.block_manager.cache_computed(seq)
             if s.want_prompt_logprobs:
                 seq.prompt_logprobs_upto = s.start_pos + s.num_tokens
             if s.sample:
@@ -197,15 +209,17 @@ class Scheduler:
         # Ranking by original arrival puts a preempted sequence ahead of every later arrival of its priority.
         bisect.insort(self.waiting, seq, key=_rank)
 
-    def _chunk_len(self, seq: Sequence, budget: int) -> int:
-        """Tokens of `seq` to feed this step within `budget`; 0 when it must wait for a step with room."""
-        remaining = seq.num_uncomputed_tokens
+    def _chunk_len(self, seq: Sequence, budget: int, start: int | None = None) -> int:
+        """Tokens of `seq` to feed this step within `budget`, from position `start` (default: its
+        computed tokens); 0 when it must wait for a step with room."""
+        start = seq.num_computed_tokens if start is None else start
+        remaining = seq.num_tokens - start
         n = min(remaining, budget, self.max_chunk_tokens)
         # A recomputation that reaches prompt positions whose logprobs were already returned stops at the
         # first position not yet reported, so the chunk after it asks for exactly the rest.
         upto = seq.prompt_logprobs_upto
-        if seq.want_prompt_logprobs and seq.num_computed_tokens < upto < seq.num_prompt_tokens:
-            n = min(n, upto - seq.num_computed_tokens)
+        if seq.want_prompt_logprobs and start < upto < seq.num_prompt_tokens:
+            n = min(n, upto - start)
         if n < remaining and not self.constraints.chunked_prefill:
             return 0
         return n
@@ -264,18 +278,32 @@ class Scheduler:
         if allow_prefill and not preempted:
             while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
                 seq = self.waiting[0]
-                n = self._chunk_len(seq, budget)
-                if n == 0 or not bm.can_allocate(seq, n):
+                prefix = self._cached_prefix(seq)
+                n = self._chunk_len(seq, budget, start=prefix.num_tokens)
+                if n == 0 or not bm.can_allocate(seq, n, prefix):
                     break  # head-of-line: keep priority and FIFO order strict
-                bm.allocate(seq, n)
+                bm.allocate(seq, n, prefix)
                 self.waiting.pop(0)
                 seq.status = SequenceStatus.RUNNING
+                self.num_cache_hit_tokens += prefix.num_tokens
+                self.num_cache_miss_tokens += seq.num_tokens - prefix.num_tokens
                 if seq.first_scheduled_time is None:
                     seq.first_scheduled_time = time.monotonic()
+                    seq.num_cached_prompt_tokens = min(prefix.num_tokens, seq.num_prompt_tokens)
                 self.running.append(seq)
                 prefills.append((seq, n))
                 budget -= n
         return prefills, decodes
+
+    def _cached_prefix(self, seq: Sequence) -> CachedPrefix:
+        """The cached blocks `seq` may start from. Prompt positions whose logprobs are still owed are
+        computed, not read from the cache (their logits are needed)."""
+        if not self.block_manager.prefix_caching:
+            return NO_PREFIX
+        limit = seq.num_tokens - 1
+        if seq.want_prompt_logprobs and seq.prompt_logprobs_upto < seq.num_prompt_tokens:
+            limit = min(limit, seq.prompt_logprobs_upto)
+        return self.block_manager.match_prefix(seq, limit)
 
     def _pick_victim(self, seq: Sequence, scheduled: set[str]) -> Sequence | None:
         """The lowest-ranked other running sequence, not scheduled this step, that can be recomputed."""

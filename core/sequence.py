@@ -36,6 +36,7 @@ class Sequence:
         params: SamplingParams | None = None,
         seed: int = 0,
         arrival_time: float | None = None,
+        cache_key: bytes = b"",
     ) -> None:
         if not prompt_token_ids:
             raise ValueError(f"request {request_id!r}: the prompt must have at least one token")
@@ -55,6 +56,12 @@ class Sequence:
         # Prompt positions [0, prompt_logprobs_upto) were fed in chunks that returned prompt logprobs; a
         # recomputation must not ask for them again (see Scheduler._chunk_len).
         self.prompt_logprobs_upto = 0
+        # Prefix caching (see BlockManager). `cache_key`: anything besides the tokens that changes this
+        # request's keys/values (a LoRA adapter id, a tenant salt); blocks are shared only between equal keys.
+        self.cache_key = cache_key
+        self.block_hashes: list[bytes] = []  # chained hashes of the full blocks of token_ids, grown lazily
+        self.num_registered_blocks = 0  # leading block_table blocks already offered to the prefix cache
+        self.num_cached_prompt_tokens = 0  # prompt tokens read from the cache when first scheduled
 
     # ---- tokens -------------------------------------------------------------------------------------
     @property

@@ -1,0 +1,45 @@
+"""Prefix-cache block identity: a SHA-256 chained over full blocks of token ids (no torch here).
+
+A full block's hash covers its own token ids and its parent's hash, so equal hashes mean equal whole
+prefixes, not just equal blocks. The first block's parent is a root that folds in everything besides the
+tokens that changes the keys/values: the engine's namespace (model and revision) and the request's
+`cache_key` (a LoRA adapter id, a tenant salt). SHA-256 rather than Python's `hash`, which is salted per
+process and easy to collide on purpose (vLLM moved to SHA-256 after GHSA-rm76-4mrf-v9r8): a collision would
+hand one request another's keys/values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Sequence
+
+_DOMAIN = b"tgi-prefix-cache-v1\0"
+
+
+def root_hash(namespace: bytes, cache_key: bytes) -> bytes:
+    """The parent of a sequence's first block. Length-prefixed, so (b"ab", b"c") != (b"a", b"bc")."""
+    h = hashlib.sha256(_DOMAIN)
+    for part in (namespace, cache_key):
+        h.update(struct.pack("<Q", len(part)))
+        h.update(part)
+    return h.digest()
+
+
+def block_hash(parent: bytes, token_ids: Sequence[int]) -> bytes:
+    """The hash of one full block: its parent's hash, then its token ids as little-endian int64."""
+    h = hashlib.sha256(parent)
+    h.update(struct.pack(f"<{len(token_ids)}q", *token_ids))
+    return h.digest()
+
+
+def extend_block_hashes(
+    hashes: list[bytes], token_ids: Sequence[int], block_size: int, num_blocks: int, root: bytes
+) -> None:
+    """Append to `hashes` (the hashes of the first `len(hashes)` blocks of `token_ids`) until it holds
+    `num_blocks`, or every full block of `token_ids` if fewer. Token lists only grow, so a hash, once
+    computed, stays valid: each block is hashed once per sequence."""
+    last_full = min(num_blocks, len(token_ids) // block_size)
+    for i in range(len(hashes), last_full):
+        parent = hashes[i - 1] if i else root
+        hashes.append(block_hash(parent, token_ids[i * block_size : (i + 1) * block_size]))
