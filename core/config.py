@@ -26,6 +26,9 @@ class EngineConfig:
     )
     max_num_seqs: int = 256  # sequences running at once
     num_shard: int = 1
+    # reuse the KV blocks of prompts already seen (`--prefix-caching`, TGI's PREFIX_CACHING); the engine
+    # turns it off for a runner that cannot prefill from the middle of a prompt (no chunked prefill)
+    prefix_caching: bool = True
     quantize: str | None = None
     # the seeds of requests that give none are drawn from a generator seeded with this; None: from the OS
     # (unseeded sampling differs from one start to the next), a number: the same draws at every start

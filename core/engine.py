@@ -44,6 +44,11 @@ class EngineStats:
     block_size: int
     num_preemptions: int
     num_prefill_tokens: int  # prompt tokens run through the model since start (chunks and recomputation)
+    prefix_caching: bool = False  # whether KV blocks of prompts already seen are reused
+    # tokens of admitted sequences read from the prefix cache / computed, since start (re-admissions after
+    # preemption included)
+    num_prefix_cache_hit_tokens: int = 0
+    num_prefix_cache_miss_tokens: int = 0
 
 
 def derive_limits(
@@ -101,10 +106,17 @@ class LLMEngine:
         self.config = config
         self.model_info = info
         self.limits = RequestLimits(config.max_input_tokens, config.max_total_tokens, info.vocab_size)
+        constraints = runner.constraints()
+        if config.prefix_caching and not constraints.chunked_prefill:
+            log.warning("prefix caching is off: this runner cannot prefill from the middle of a prompt")
+            config = self.config = dataclasses.replace(config, prefix_caching=False)
         self.block_manager = BlockManager(
-            config.max_batch_total_tokens // config.block_size, config.block_size
+            config.max_batch_total_tokens // config.block_size,
+            config.block_size,
+            prefix_caching=config.prefix_caching,
+            namespace=f"{config.model_id}@{config.revision}:{info.dtype}".encode(),
         )
-        self.scheduler = Scheduler.from_config(config, self.block_manager, runner.constraints())
+        self.scheduler = Scheduler.from_config(config, self.block_manager, constraints)
         # the model's eos ids, the tokenizer's, and the chat template's end-of-turn token
         self.eos_token_ids = frozenset(info.eos_token_ids) | frozenset(eos_token_ids(tokenizer))
         self._outputs: dict[str, RequestOutput] = {}
@@ -217,6 +229,9 @@ class LLMEngine:
             block_size=self.block_manager.block_size,
             num_preemptions=self.scheduler.num_preemptions,
             num_prefill_tokens=self.num_prefill_tokens,
+            prefix_caching=self.block_manager.prefix_caching,
+            num_prefix_cache_hit_tokens=self.scheduler.num_cache_hit_tokens,
+            num_prefix_cache_miss_tokens=self.scheduler.num_cache_miss_tokens,
         )
 
     # -- the step ---------------------------------------------------------------------------------------

@@ -60,6 +60,7 @@ class RequestOutput:
             event,
             generated_text=self.stops.text,
             num_prompt_tokens=seq.num_prompt_tokens,
+            num_cached_tokens=seq.num_cached_prompt_tokens,
             prompt_tokens=self._prompt_tokens() if params.prompt_logprobs else None,
             seed=seq.seed if params.do_sample else None,
             queue_time=first - self.arrival,

@@ -55,6 +55,7 @@ class TokenEvent:
     generated_text: str | None = None  # the whole output text (with a matched stop sequence only when
     # `include_stop_str_in_output`)
     num_prompt_tokens: int = 0
+    num_cached_tokens: int = 0  # prompt tokens whose keys/values came from the prefix cache
     prompt_tokens: tuple[PromptToken, ...] | None = None  # when prompt logprobs were asked
     seed: int | None = None  # the seed used, when sampling
     queue_time: float = 0.0  # seconds from arrival to the first scheduled step

@@ -32,6 +32,16 @@ def _flag(value) -> bool:
     return str(value).lower() in ("1", "true", "yes", "on")
 
 
+def _on_off(value: str) -> bool:
+    """An on/off flag's value: true/false, 1/0, yes/no, on/off (any case); anything else is an error."""
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+
+
 def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     """TGI's launcher flags; each defaults to its environment variable (named in the help)."""
     a = parser.add_argument
@@ -62,6 +72,13 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
         default=_env("ATTENTION"),
         help="attention implementation of the backend (e.g. triton, flash-attn on cuda; cpu-native, "
         "cpu-sdpa on cpu); default: the backend's own [env: ATTENTION]",
+    )
+    a(
+        "--prefix-caching",
+        type=_on_off,
+        default=_env("PREFIX_CACHING", default="true"),  # a string default goes through `type` too
+        metavar="{true,false}",
+        help="reuse the KV blocks of prompts already seen; default: true [env: PREFIX_CACHING]",
     )
     a("--quantize", default=_env("QUANTIZE"), help="weight quantization (not supported yet) [env: QUANTIZE]")
     a(
@@ -225,6 +242,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         max_batch_prefill_tokens=args.max_batch_prefill_tokens,
         max_batch_total_tokens=args.max_batch_total_tokens,
         num_shard=args.num_shard,
+        prefix_caching=args.prefix_caching,
         quantize=args.quantize,
         **kwargs,
     )

@@ -3,7 +3,9 @@
 TGI's counters carry no `_total` suffix (its Rust exporter adds none), and dashboards query those names, so
 the counters here are exposed under exactly those names. Gauges are read from `engine.stats()` at scrape time.
 Extensions: `tgi_kv_free_blocks` / `tgi_kv_total_blocks` (the KV pool), `tgi_request_in_flight` (the
-concurrency slots taken: one per engine sequence), `tgi_prefill_tokens_total`.
+concurrency slots taken: one per engine sequence), `tgi_prefill_tokens_total`,
+`tgi_prefix_cache_hit_tokens_total` / `tgi_prefix_cache_miss_tokens_total` (tokens of admitted sequences
+read from the prefix cache / computed).
 """
 
 from __future__ import annotations
@@ -75,6 +77,13 @@ class _EngineGauges:
         yield CounterMetricFamily(
             "tgi_prefill_tokens", "Prompt tokens run through the model", value=s.num_prefill_tokens
         )
+        for name, doc, value in (
+            ("hit", "read from the prefix cache", s.num_prefix_cache_hit_tokens),
+            ("miss", "not in the prefix cache, computed", s.num_prefix_cache_miss_tokens),
+        ):
+            yield CounterMetricFamily(
+                f"tgi_prefix_cache_{name}_tokens", f"Tokens of admitted sequences {doc}", value=value
+            )
 
 
 class ServerMetrics:

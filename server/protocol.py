@@ -23,6 +23,8 @@ class EngineStatsLike(Protocol):
     num_free_blocks: int
     num_total_blocks: int
     block_size: int
+    num_prefix_cache_hit_tokens: int  # prompt tokens read from the prefix cache since start
+    num_prefix_cache_miss_tokens: int  # prompt tokens computed (not found in the cache) since start
 
 
 class ServingEngine(Protocol):

@@ -70,9 +70,15 @@ async def _completion_jobs(service: InferenceService, req: CompletionRequest) ->
     return jobs
 
 
-def _usage(jobs: list[Job], generated: dict[int, int]) -> dict:
+def _usage(jobs: list[Job], generated: dict[int, int], cached: dict[int, int]) -> dict:
+    """Usage over the choices: `generated` and `cached` (prompt tokens read from the prefix cache) by choice
+    index. A prompt counts once; its cached tokens are the fewest any of its choices read."""
     prompt_tokens = sum(len(ids) for ids in {j.prompt: j.ids for j in jobs}.values())
-    return fmt.usage(prompt_tokens, sum(generated.values()))
+    cached_per_prompt: dict[int, int] = {}
+    for j in jobs:
+        least = cached_per_prompt.get(j.prompt, cached.get(j.index, 0))
+        cached_per_prompt[j.prompt] = min(least, cached.get(j.index, 0))
+    return fmt.usage(prompt_tokens, sum(generated.values()), sum(cached_per_prompt.values()))
 
 
 def _chat_choice(job: Job, events: list[TokenEvent], logprobs: bool) -> dict:
@@ -139,7 +145,8 @@ async def _respond(request: Request, req, chat: bool) -> Response:
             build = _chat_choice if chat else _completion_choice
             choices = [build(j, events, logprobs) for j, events in zip(jobs, results, strict=True)]
             generated = {j.index: len(events) for j, events in zip(jobs, results, strict=True)}
-            return JSONResponse(env.body(choices, _usage(jobs, generated)))
+            cached = {j.index: events[-1].num_cached_tokens for j, events in zip(jobs, results, strict=True)}
+            return JSONResponse(env.body(choices, _usage(jobs, generated, cached)))
         merged = sse.merge([service.stream(j.ids, j.params) for j in jobs])
         # queued until the first token: a client that leaves meanwhile cancels every choice
         first, merged = await sse.cancel_on_disconnect(request, sse.peek(merged))
@@ -157,14 +164,17 @@ async def _chunks(
     env, jobs: list[Job], first, merged: AsyncIterator, chunk, logprobs: bool, include_usage: bool
 ) -> AsyncIterator[bytes]:
     generated = {j.index: 0 for j in jobs}
+    cached: dict[int, int] = {}
     item = first
     while item is not None:
         i, event = item
         generated[jobs[i].index] = event.index + 1
+        if event.finish_reason is not None:
+            cached[jobs[i].index] = event.num_cached_tokens
         yield sse.event(env.body([chunk(jobs[i], event, logprobs)]))
         item = await anext(merged, None)
     if include_usage:
-        yield sse.event(env.body([], _usage(jobs, generated)))
+        yield sse.event(env.body([], _usage(jobs, generated, cached)))
     yield sse.DONE
 
 

@@ -221,6 +221,7 @@ async def info(request: Request) -> dict:
         "sha": None,
         "docker_label": None,
         "backend": engine.backend_name,
+        "prefix_caching": cfg.prefix_caching,
         "kernels": getattr(engine, "kernels", None) or {},
     }
 

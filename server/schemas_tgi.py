@@ -143,6 +143,9 @@ class Info(BaseModel):
     sha: str | None = None
     docker_label: str | None = None
     backend: str
+    prefix_caching: bool = Field(
+        default=False, description="whether the KV blocks of prompts already seen are reused"
+    )
     kernels: dict[str, str] = Field(
         default_factory=dict, description="the backend's kernels and the implementation each runs with here"
     )

@@ -70,6 +70,8 @@ class FakeEngine:
     started: bool = False
     healthy: bool = True
     refuse: str | None = None  # raise ValidationError(refuse) from stream(), as the real engine may
+    # the k-th stream asked for says cached_tokens[k] prompt tokens came from the prefix cache (0 past it)
+    cached_tokens: tuple[int, ...] = ()
 
     async def start(self) -> None:
         self.started = True
@@ -84,6 +86,8 @@ class FakeEngine:
             num_running=self.running,
             num_batch_tokens=self.running,
             num_prefill_tokens=0,
+            num_prefix_cache_hit_tokens=0,
+            num_prefix_cache_miss_tokens=0,
             num_free_blocks=64 - used,
             num_total_blocks=64,
             block_size=16,
@@ -98,11 +102,12 @@ class FakeEngine:
         limits = RequestLimits(config.max_input_tokens, config.max_total_tokens, self.model_info.vocab_size)
         params = validate_request(prompt_token_ids, params, limits)
         self.requests.append((list(prompt_token_ids), params))
-        fails = len(self.requests) - 1 == self.fail_stream
-        return self._run(request_id or "r", list(prompt_token_ids), params, fails)
+        k = len(self.requests) - 1
+        cached = self.cached_tokens[k] if k < len(self.cached_tokens) else 0
+        return self._run(request_id or "r", list(prompt_token_ids), params, k == self.fail_stream, cached)
 
     async def _run(
-        self, rid: str, prompt: list[int], params: SamplingParams, fails: bool
+        self, rid: str, prompt: list[int], params: SamplingParams, fails: bool, cached: int = 0
     ) -> AsyncIterator[TokenEvent]:
         self.running += 1
         finished = False
@@ -153,6 +158,7 @@ class FakeEngine:
                     finish_reason=reason,
                     generated_text=text if final else None,
                     num_prompt_tokens=len(prompt),
+                    num_cached_tokens=cached if final else 0,
                     prompt_tokens=tuple(
                         PromptToken(t, chr(t), None if k == 0 else -1.0) for k, t in enumerate(prompt)
                     )

@@ -22,7 +22,7 @@ ENV = [
     "MAX_INPUT_LENGTH", "MAX_TOTAL_TOKENS", "MAX_BATCH_PREFILL_TOKENS", "MAX_BATCH_TOTAL_TOKENS",
     "MAX_CONCURRENT_REQUESTS", "MAX_BEST_OF", "MAX_STOP_SEQUENCES", "MAX_TOP_N_TOKENS", "HOSTNAME",
     "PORT", "API_KEY", "JSON_OUTPUT", "MAX_BATCH_SIZE", "SHUTDOWN_TIMEOUT", "MAX_CLIENT_BATCH_SIZE",
-    "PAYLOAD_LIMIT", *UNSERVED,
+    "PAYLOAD_LIMIT", "PREFIX_CACHING", *UNSERVED,
 ]  # fmt: skip
 
 
@@ -76,6 +76,17 @@ def test_environment_variables(monkeypatch):
     monkeypatch.setenv("MAX_INPUT_TOKENS", "150")  # the current name wins over the legacy one
     assert parse([]).max_input_tokens == 150
     assert parse(["--max-input-length", "50"]).max_input_tokens == 50  # flags win over the environment
+
+
+def test_prefix_caching_is_on_unless_turned_off_by_flag_or_variable(monkeypatch, capsys):
+    assert engine_config(parse([])).prefix_caching is True
+    assert engine_config(parse(["--prefix-caching", "false"])).prefix_caching is False
+    monkeypatch.setenv("PREFIX_CACHING", "0")  # TGI's variable
+    assert engine_config(parse([])).prefix_caching is False
+    assert engine_config(parse(["--prefix-caching", "true"])).prefix_caching is True
+    with pytest.raises(SystemExit):
+        parse(["--prefix-caching", "maybe"])
+    assert "expected true or false, got 'maybe'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -51,6 +51,7 @@ def test_chat_completion(client, engine):
         "prompt_tokens": len(prompt),
         "completion_tokens": 5,
         "total_tokens": len(prompt) + 5,
+        "prompt_tokens_details": {"cached_tokens": 0},
     }
     ids, params = engine.requests[0]
     assert ids == [ord(c) for c in prompt] and params.is_greedy
@@ -94,6 +95,20 @@ def test_chat_stream_with_usage(client):
     assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 4
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_usage_reports_the_prompt_tokens_read_from_the_prefix_cache(stream):
+    # chat: the engine read 16 prompt tokens from the cache; completions with two prompts x n=2: a prompt
+    # counts once, with the fewest cached tokens of its choices (streams 1-4: prompt 0 twice, prompt 1 twice)
+    engine = FakeEngine(cached_tokens=(16, 2, 3, 0, 1))
+    with TestClient(create_app(engine)) as c:
+        opts = {"stream": stream, "stream_options": {"include_usage": True}} if stream else {}
+        chat = c.post("/v1/chat/completions", json={"messages": MSGS, "max_tokens": 2, **opts})
+        completion = c.post("/v1/completions", json={"prompt": ["ab", "cd"], "n": 2, "max_tokens": 2, **opts})
+    usages = [chunks(r.text)[-1]["usage"] if stream else r.json()["usage"] for r in (chat, completion)]
+    assert [u["prompt_tokens_details"] for u in usages] == [{"cached_tokens": 16}, {"cached_tokens": 2}]
+    assert usages[1]["prompt_tokens"] == 4
+
+
 def test_chat_stream_n2_interleaves(client):
     r = client.post("/v1/chat/completions", json={"messages": MSGS, "stream": True, "max_tokens": 3, "n": 2})
     cs = chunks(r.text)
@@ -110,7 +125,12 @@ def test_completions_prompt_list_and_ignore_eos(client, engine):
     assert body["object"] == "text_completion"
     assert [c["index"] for c in body["choices"]] == [0, 1]
     assert all(c["finish_reason"] == "length" for c in body["choices"])
-    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 40, "total_tokens": 43}
+    assert body["usage"] == {
+        "prompt_tokens": 3,
+        "completion_tokens": 40,
+        "total_tokens": 43,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
     assert all(p.ignore_eos for _, p in engine.requests)
 
 

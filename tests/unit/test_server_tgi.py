@@ -142,6 +142,7 @@ def test_info_health_docs(client, engine):
     assert info["max_input_tokens"] == 64 and info["max_total_tokens"] == 128
     assert info["max_concurrent_requests"] == 128 and info["max_best_of"] == 2
     assert info["max_stop_sequences"] == 4 and info["max_top_n_tokens"] == 5
+    assert info["prefix_caching"] is True  # the default
     assert client.get("/health").status_code == 200
     assert client.get("/docs").status_code == 200
     paths = client.get("/openapi.json").json()["paths"]
