@@ -111,3 +111,16 @@ def build_positions(seqs: Sequence[Any], device: torch.device | str | None = Non
         start = int(seq.start_pos)
         pos.extend(range(start, start + _num_tokens(seq)))
     return torch.tensor(pos, dtype=torch.int64, device=device)
+
+
+def token_seq_lens(meta: AttentionMetadata, num_tokens: int) -> torch.Tensor:
+    """[num_tokens] int64: for each token of the step, the length of its sequence at the end of the step
+    (0 for padding tokens past the prefill and decode tokens)."""
+    device = meta.slot_mapping.device
+    q_lens = (meta.query_start_loc[1:] - meta.query_start_loc[:-1]).to(torch.int64)
+    prefill = torch.repeat_interleave(meta.prefill_seq_lens.to(torch.int64), q_lens)
+    out = torch.zeros(num_tokens, dtype=torch.int64, device=device)
+    n = meta.num_prefill_tokens
+    out[:n] = prefill
+    out[n : n + meta.num_decode_tokens] = meta.decode_seq_lens.to(torch.int64)
+    return out

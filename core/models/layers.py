@@ -175,3 +175,69 @@ class GatedMLP(nn.Module):
             return self.down_proj(self.act_mul_kernel(self.gate_up_proj(x)))
         gate, up = self.gate_up_proj(x).split(self._inter, dim=-1)
         return self.down_proj(self.act(gate) * up)
+
+
+class OffsetRMSNorm(nn.Module):
+    """Gemma's RMS norm: the weight is stored as an offset from 1 and applied in float32 before the cast
+    back (`(norm(x) * (1 + w)).to(dtype)`, where `RMSNorm` casts first). Same `forward(x, residual)`."""
+
+    def __init__(self, hidden_size: int, eps: float, dtype: torch.dtype, device: object = None) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(hidden_size, dtype=dtype, device=device))
+        self.eps = eps
+
+    def forward(
+        self, x: torch.Tensor, residual: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if residual is not None:
+            x = x + residual
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (xf * (1.0 + self.weight.float())).to(x.dtype), x
+
+
+class LayerNorm(nn.Module):
+    """`nn.LayerNorm` (weight and bias, in the input dtype) with the fused residual add of `RMSNorm`:
+    `forward(x, residual)` returns `(norm(x + residual), x + residual)`."""
+
+    def __init__(self, hidden_size: int, eps: float, dtype: torch.dtype, device: object = None) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size, dtype=dtype, device=device))
+        self.bias = nn.Parameter(torch.zeros(hidden_size, dtype=dtype, device=device))
+        self.eps = eps
+
+    def forward(
+        self, x: torch.Tensor, residual: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if residual is not None:
+            x = x + residual
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps), x
+
+
+class MLP(nn.Module):
+    """down(act(up(x))): the two-matrix MLP (StarCoder2's c_fc/c_proj, Falcon's dense_h_to_4h/dense_4h_to_h);
+    `names` are the checkpoint's names of the two linears."""
+
+    def __init__(
+        self,
+        hidden_size: int,
+        intermediate_size: int,
+        hidden_act: str,
+        bias: bool,
+        linear: LinearFactory,
+        dtype: torch.dtype,
+        device: object,
+        names: tuple[str, str] = ("c_fc", "c_proj"),
+    ) -> None:
+        super().__init__()
+        self._up, self._down = names
+        setattr(
+            self, self._up, linear.column(hidden_size, intermediate_size, bias, dtype=dtype, device=device)
+        )
+        setattr(
+            self, self._down, linear.row(intermediate_size, hidden_size, bias, dtype=dtype, device=device)
+        )
+        self.act = activation(hidden_act)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return getattr(self, self._down)(self.act(getattr(self, self._up)(x)))

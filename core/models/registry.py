@@ -18,11 +18,23 @@ _ARCHITECTURES: dict[str, tuple[str, str]] = {
     "LlamaForCausalLM": ("tgi.core.models.llama", "LlamaForCausalLM"),
     "MistralForCausalLM": ("tgi.core.models.llama", "MistralForCausalLM"),
     "Qwen2ForCausalLM": ("tgi.core.models.llama", "Qwen2ForCausalLM"),
+    "Qwen3ForCausalLM": ("tgi.core.models.llama", "Qwen3ForCausalLM"),
+    "GemmaForCausalLM": ("tgi.core.models.gemma", "GemmaForCausalLM"),
+    "Gemma2ForCausalLM": ("tgi.core.models.gemma", "Gemma2ForCausalLM"),
+    "Phi3ForCausalLM": ("tgi.core.models.phi3", "Phi3ForCausalLM"),
+    "Starcoder2ForCausalLM": ("tgi.core.models.starcoder2", "Starcoder2ForCausalLM"),
+    "FalconForCausalLM": ("tgi.core.models.falcon", "FalconForCausalLM"),
 }
 _MODEL_TYPES: dict[str, str] = {
     "llama": "LlamaForCausalLM",
     "mistral": "MistralForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "gemma": "GemmaForCausalLM",
+    "gemma2": "Gemma2ForCausalLM",
+    "phi3": "Phi3ForCausalLM",
+    "starcoder2": "Starcoder2ForCausalLM",
+    "falcon": "FalconForCausalLM",
 }
 
 

@@ -14,7 +14,8 @@ import torch
 #: rope types whose frequencies do not depend on the sequence length, so per-token positions are exact.
 #: "dynamic" (NTK) rescales with the current length in transformers; up to `max_position_embeddings` it
 #: equals plain RoPE, which is what we compute.
-SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "dynamic")
+#: "longrope" (Phi-3) switches from short to long factors by sequence length: see `LongRotaryEmbedding`.
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "dynamic", "longrope")
 
 
 def rope_parameters(config: Any) -> dict[str, Any]:
@@ -35,6 +36,13 @@ def head_dim_of(config: Any) -> int:
     return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
 
 
+def rotary_dim_of(config: Any) -> int:
+    """How many dims of each head rotate (`partial_rotary_factor` of them; all by default)."""
+    params = rope_parameters(config)
+    factor = params.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", None) or 1.0)
+    return int(head_dim_of(config) * factor)
+
+
 def compute_inv_freq(config: Any, device: torch.device | str | None = None) -> tuple[torch.Tensor, float]:
     """(inverse frequencies [head_dim // 2] float32, attention scaling applied to cos/sin)."""
     params = rope_parameters(config)
@@ -45,7 +53,7 @@ def compute_inv_freq(config: Any, device: torch.device | str | None = None) -> t
         raise UnsupportedModelError(
             f"rope scaling type '{rope_type}' is not supported (supported: {', '.join(SUPPORTED_ROPE_TYPES)})"
         )
-    dim = head_dim_of(config)
+    dim = rotary_dim_of(config)
     if rope_type in ("default", "dynamic"):
         base = float(params["rope_theta"])
         inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
@@ -67,13 +75,63 @@ class RotaryEmbedding:
         self.inv_freq = self.inv_freq.to(device)
         return self
 
-    def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin of shape [T, 1, head_dim // 2] in `dtype` (computed in float32, as transformers does)."""
-        freqs = positions.to(torch.float32)[:, None] * self.inv_freq[None, :]
+    #: whether `cos_sin` needs each token's sequence length (`seq_lens`)
+    needs_seq_lens = False
+
+    def cos_sin(
+        self, positions: torch.Tensor, dtype: torch.dtype, seq_lens: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin of shape [T, 1, rotary_dim // 2] in `dtype` (computed in float32, as transformers does)."""
+        return self._cos_sin(positions.to(torch.float32)[:, None] * self.inv_freq[None, :], dtype)
+
+    def _cos_sin(self, freqs: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         cos, sin = freqs.cos(), freqs.sin()
         if self.attention_scaling != 1.0:
             cos, sin = cos * self.attention_scaling, sin * self.attention_scaling
         return cos.to(dtype)[:, None, :], sin.to(dtype)[:, None, :]
+
+
+class LongRotaryEmbedding(RotaryEmbedding):
+    """LongRoPE (Phi-3): short factors while a sequence is at most `original_max_position_embeddings`
+    long, long factors past it. transformers decides per forward call by the longest sequence in it; we
+    decide per sequence and step, by the sequence's length at the end of the step (`seq_lens`, one per
+    token), which is the same for one sequence generated alone. Keys already in the KV cache keep the
+    rotation they were written with, as in transformers' cache."""
+
+    needs_seq_lens = True
+
+    def __init__(self, config: Any, device: torch.device | str | None = None) -> None:
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+        params = rope_parameters(config)
+        self.original_max = int(
+            params.get("original_max_position_embeddings") or config.original_max_position_embeddings
+        )
+        short, scaling = ROPE_INIT_FUNCTIONS["longrope"](config, device)
+        long, _ = ROPE_INIT_FUNCTIONS["longrope"](config, device, seq_len=self.original_max + 1)
+        super().__init__(short, float(scaling))
+        self.long_inv_freq = long.float().to(device)
+
+    def to(self, device: torch.device | str) -> LongRotaryEmbedding:
+        self.long_inv_freq = self.long_inv_freq.to(device)
+        return super().to(device)
+
+    def cos_sin(
+        self, positions: torch.Tensor, dtype: torch.dtype, seq_lens: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if seq_lens is None:
+            raise ValueError("LongRoPE needs each token's sequence length")
+        long = (seq_lens > self.original_max)[:, None]
+        inv_freq = torch.where(long, self.long_inv_freq[None, :], self.inv_freq[None, :])
+        return self._cos_sin(positions.to(torch.float32)[:, None] * inv_freq, dtype)
+
+
+def rotary_embedding(config: Any, device: torch.device | str | None = None) -> RotaryEmbedding:
+    """The rotary embedding of `config` (LongRoPE where it says so), on `device`."""
+    if rope_parameters(config)["rope_type"] == "longrope":
+        return LongRotaryEmbedding(config).to(device or "cpu")
+    inv_freq, scaling = compute_inv_freq(config)
+    return RotaryEmbedding(inv_freq, scaling).to(device or "cpu")
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

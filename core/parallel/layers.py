@@ -41,11 +41,11 @@ def check_tensor_parallel(config: Any, tp_size: int) -> None:
         attention_layer_specs(config, tp_size)
     except ValueError as exc:
         raise ConfigError(f"--num-shard {tp_size}: {exc}") from None
-    inter = getattr(config, "intermediate_size", None)
-    if inter is not None and inter % tp_size:
-        raise ConfigError(
-            f"--num-shard {tp_size}: the MLP's intermediate size {inter} is not divisible by {tp_size} shards"
-        )
+    from tgi.core.models.registry import model_class_for
+
+    for what, size in model_class_for(config).sharded_sizes(config).items():
+        if size % tp_size:
+            raise ConfigError(f"--num-shard {tp_size}: {what} {size} is not divisible by {tp_size} shards")
     # the vocabulary needs no check: it is padded to a multiple of tp_size (padding logits are dropped)
 
 
@@ -195,8 +195,9 @@ class ParallelLinearFactory(LinearFactory):
 
     @classmethod
     def for_config(cls, collective: Collective, config: Any) -> ParallelLinearFactory:
-        heads = config.num_attention_heads
-        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        from tgi.core.models.registry import model_class_for
+
+        kv_heads = model_class_for(config).num_kv_heads(config)
         return cls(collective, max(1, collective.world_size // kv_heads))
 
     def column(
@@ -239,20 +240,12 @@ class ParallelLinearFactory(LinearFactory):
 def weight_selector(model: nn.Module) -> WeightSelector:
     """What this rank reads of each checkpoint tensor: its slice for the parallel layers, all of it for
     replicated ones (norms), nothing for tensors the model skips."""
-    from tgi.core.models.llama import _STACKED
-
-    stacked = getattr(model, "stacked_params", _STACKED)
     modules = dict(model.named_modules())
-    tied = bool(getattr(model, "tie_word_embeddings", False))
 
     def select(name: str) -> object:
-        if "rotary_emb." in name or (name == "lm_head.weight" and tied):
+        if model.skip_weight(name):
             return False
-        target, shard = name, None
-        for hf_part, fused_part, shard_id in stacked:
-            if hf_part in name:
-                target, shard = name.replace(hf_part, fused_part), shard_id
-                break
+        target, shard = model.checkpoint_target(name)
         module_name, _, param_name = target.rpartition(".")
         weight_slice = getattr(modules.get(module_name), "weight_slice", None)
         if weight_slice is None:
