@@ -24,6 +24,9 @@ _ARCHITECTURES: dict[str, tuple[str, str]] = {
     "Phi3ForCausalLM": ("tgi.core.models.phi3", "Phi3ForCausalLM"),
     "Starcoder2ForCausalLM": ("tgi.core.models.starcoder2", "Starcoder2ForCausalLM"),
     "FalconForCausalLM": ("tgi.core.models.falcon", "FalconForCausalLM"),
+    "MixtralForCausalLM": ("tgi.core.models.mixtral", "MixtralForCausalLM"),
+    "Qwen2MoeForCausalLM": ("tgi.core.models.mixtral", "Qwen2MoeForCausalLM"),
+    "Qwen3MoeForCausalLM": ("tgi.core.models.mixtral", "Qwen3MoeForCausalLM"),
 }
 _MODEL_TYPES: dict[str, str] = {
     "llama": "LlamaForCausalLM",
@@ -35,6 +38,9 @@ _MODEL_TYPES: dict[str, str] = {
     "phi3": "Phi3ForCausalLM",
     "starcoder2": "Starcoder2ForCausalLM",
     "falcon": "FalconForCausalLM",
+    "mixtral": "MixtralForCausalLM",
+    "qwen2_moe": "Qwen2MoeForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
 }
 
 

@@ -1,4 +1,4 @@
-"""Random-weight Llama / Qwen2 checkpoints (config.json + safetensors + a word-level tokenizer), for tests
+"""Random-weight checkpoints (Llama / Qwen2 by name, or any transformers config) (config.json + safetensors + a word-level tokenizer), for tests
 and benchmarks of code paths that need a real checkpoint but not a trained one."""
 
 from __future__ import annotations
@@ -26,18 +26,8 @@ def save_random_model(
     `init_std` redraws every matrix with that standard deviation (larger weights put logits far apart, so
     that greedy choices are stable across kernels)."""
     import torch
-    from tokenizers import Tokenizer
-    from tokenizers.models import WordLevel
-    from tokenizers.pre_tokenizers import Whitespace
-    from transformers import (
-        LlamaConfig,
-        LlamaForCausalLM,
-        PreTrainedTokenizerFast,
-        Qwen2Config,
-        Qwen2ForCausalLM,
-    )
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-    folder = Path(folder)
     kwargs = dict(
         vocab_size=vocab_size,
         hidden_size=hidden_size,
@@ -61,6 +51,35 @@ def save_random_model(
                     proj.bias.normal_(0, 0.5)
     else:
         raise ValueError(kind)
+    return _save(folder, model, vocab_size, init_std, dtype)
+
+
+def save_random_checkpoint(
+    folder: Path | str,
+    config,
+    *,
+    init_std: float | None = None,
+    dtype: str = "float32",
+    seed: int = 0,
+) -> Path:
+    """Save a randomly initialised model of any transformers `config` (with a word-level tokenizer of
+    `config.vocab_size` words) to `folder` and return it; `init_std` as in `save_random_model`."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config)
+    return _save(folder, model, config.vocab_size, init_std, dtype)
+
+
+def _save(folder: Path | str, model, vocab_size: int, init_std: float | None, dtype: str) -> Path:
+    import torch
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+    from transformers import PreTrainedTokenizerFast
+
+    folder = Path(folder)
     if init_std is not None:
         with torch.no_grad():
             for p in model.parameters():
