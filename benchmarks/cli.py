@@ -1,5 +1,6 @@
-"""`tgi benchmark serving ...` (load generator, `tgi.benchmarks.serving`) and `tgi benchmark engine ...`
-(engine micro-benchmark, `tgi.benchmarks.engine_bench`). Importing this module imports neither torch nor httpx."""
+"""`tgi benchmark serving ...` (load generator, `tgi.benchmarks.serving`), `tgi benchmark engine ...`
+(engine micro-benchmark, `tgi.benchmarks.engine_bench`) and `tgi benchmark multiturn ...` (multi-turn chat
+with prefix caching on and off, `tgi.benchmarks.multiturn`). Importing this module imports neither torch nor httpx."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import argparse
 
 def add_benchmark_command(subparsers) -> None:
     """Register `benchmark` and its two subcommands on the `tgi` command's subparsers."""
-    from tgi.benchmarks import engine_bench, serving
+    from tgi.benchmarks import engine_bench, multiturn, serving
 
-    p = subparsers.add_parser("benchmark", help="serving load generator and engine micro-benchmark")
+    p = subparsers.add_parser(
+        "benchmark", help="serving load generator, engine micro-benchmark, multi-turn chat"
+    )
     sub = p.add_subparsers(dest="benchmark", required=True)
 
     p_serving = sub.add_parser(
@@ -30,3 +33,12 @@ def add_benchmark_command(subparsers) -> None:
     )
     engine_bench.add_arguments(p_engine)
     p_engine.set_defaults(func=engine_bench.run)
+
+    p_multiturn = sub.add_parser(
+        "multiturn",
+        help="multi-turn chat sharing a system prompt, our server with prefix caching on and off",
+        description=multiturn.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    multiturn.add_arguments(p_multiturn)
+    p_multiturn.set_defaults(func=multiturn.run)

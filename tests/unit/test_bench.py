@@ -10,12 +10,11 @@ import os
 import pathlib
 import random
 import socket
-import threading
 import time
 from types import SimpleNamespace
 
 import pytest
-import uvicorn
+from server_thread import ServerThread as _ServerThread
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
@@ -164,28 +163,6 @@ def _fake_app(seen: list) -> Starlette:
             Route("/info", info, methods=["GET"]),
         ]
     )
-
-
-class _ServerThread:
-    def __init__(self, app) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="off"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert self.server.started
-        return self
-
-    def __exit__(self, *exc):
-        self.server.should_exit = True
-        self.thread.join(10)
-        self.sock.close()
 
 
 @pytest.fixture(scope="module")
