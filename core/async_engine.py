@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 from tgi.core.config import EngineConfig
 from tgi.core.engine import EngineStats, LLMEngine
+from tgi.core.guided import Grammar
+from tgi.core.guided.compiler import CompiledGrammar
 from tgi.core.request import EngineError, FinishReason, GenerationResult, StepError, TokenEvent
 from tgi.core.sampling_params import SamplingParams
 
@@ -114,6 +116,10 @@ class AsyncEngine:
             await asyncio.to_thread(self._thread.join, 10)
 
     # -- requests ---------------------------------------------------------------------------------------
+    def compile_grammar(self, grammar: Grammar) -> CompiledGrammar:
+        """`LLMEngine.compile_grammar` (thread-safe: the server calls it from a worker thread)."""
+        return self.engine.compile_grammar(grammar)
+
     def stream(
         self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
     ) -> AsyncIterator[TokenEvent]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from tgi.core.sampling_params import SamplingParams
 
@@ -37,6 +38,18 @@ class ScheduledSequence:
         return len(self.all_token_ids) - self.num_prompt_tokens
 
 
+@dataclass(frozen=True)
+class TokenMasks:
+    """The tokens some sampled rows may take (guided decoding), as bits: token `t` of row `rows[j]` is
+    allowed when bit `t % 32` of `bitmask[j, t // 32]` is set. `rows` index the rows the sampler gets (the
+    sequences with `sample=True`, in batch order); other rows are unconstrained. `bitmask` is a numpy int32
+    array `[len(rows), ceil(vocab_size / 32)]` (no framework tensor: a backend converts it)."""
+
+    rows: tuple[int, ...]
+    bitmask: Any  # numpy.ndarray [len(rows), words] int32
+    vocab_size: int
+
+
 @dataclass
 class ScheduledBatch:
     """A step's work. Prefill chunks come first, then decode tokens, so a runner can split the flat token
@@ -46,6 +59,7 @@ class ScheduledBatch:
     sequences: list[ScheduledSequence]  # prefill chunks first, then decodes
     num_prefill_seqs: int  # sequences[:num_prefill_seqs] are prefills
     freed_request_ids: list[str] = field(default_factory=list)  # finished/preempted/cancelled since last step
+    token_masks: TokenMasks | None = None  # the grammar masks of constrained rows (set by the engine)
 
     @property
     def num_tokens(self) -> int:

@@ -17,9 +17,12 @@ from dataclasses import dataclass
 from tgi.core.batch import StepOutput
 from tgi.core.block_manager import BlockManager
 from tgi.core.config import ConfigError, EngineConfig
+from tgi.core.guided.compiler import CompiledGrammar, GrammarCompiler
+from tgi.core.guided.decoding import GuidedDecoding
+from tgi.core.guided.grammar import Grammar, GrammarError
 from tgi.core.interfaces import Backend, ModelInfo, ModelRunner
 from tgi.core.output import RequestOutput
-from tgi.core.request import FinishReason, GenerationResult, StepError, TokenEvent
+from tgi.core.request import FinishReason, GenerationResult, StepError, TokenEvent, ValidationError
 from tgi.core.sampling_params import SamplingParams
 from tgi.core.scheduler import Scheduler
 from tgi.core.sequence import Sequence
@@ -124,6 +127,8 @@ class LLMEngine:
         self._rng = random.SystemRandom() if config.seed is None else random.Random(config.seed)
         self.num_batch_tokens = 0
         self.num_prefill_tokens = 0
+        self.guided = GuidedDecoding(info.vocab_size)
+        self._grammars: GrammarCompiler | None = None
 
     @classmethod
     def from_config(
@@ -182,8 +187,28 @@ class LLMEngine:
     # -- requests ---------------------------------------------------------------------------------------
     def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> SamplingParams:
         """`params` with its defaults resolved, or `ValidationError` (TGI's 422) for a request that does not
-        fit the limits: the request's one validation (`tgi.core.validation`)."""
-        return validate_request(prompt_token_ids, params, self.limits)
+        fit the limits or whose grammar cannot be used: the request's one validation (`tgi.core.validation`).
+        A grammar is compiled here unless it is cached (`compile_grammar`, which a server calls first on a
+        worker thread)."""
+        params = validate_request(prompt_token_ids, params, self.limits)
+        if params.grammar is not None:
+            self.compile_grammar(params.grammar)
+        return params
+
+    def compile_grammar(self, grammar: Grammar) -> CompiledGrammar:
+        """The grammar compiled against this model's tokenizer (cached by grammar), or `ValidationError`
+        saying why it cannot constrain this model's output. Thread-safe."""
+        if not self.runner.capabilities().token_masks:
+            name = getattr(getattr(self.backend, "spec", None), "name", type(self.backend).__name__)
+            raise ValidationError(
+                f"the {name} backend cannot apply grammar masks: `grammar` (guided decoding) is not supported"
+            )
+        if self._grammars is None:
+            self._grammars = GrammarCompiler(self.tokenizer, self.model_info.vocab_size, self.eos_token_ids)
+        try:
+            return self._grammars.compile(grammar)
+        except GrammarError as exc:
+            raise ValidationError(str(exc)) from None
 
     def add_request(
         self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
@@ -200,6 +225,8 @@ class LLMEngine:
         request_id = request_id or uuid.uuid4().hex
         seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
         seq = Sequence(request_id, list(prompt_token_ids), params, seed)
+        if params.grammar is not None:
+            self.guided.start(request_id, self.compile_grammar(params.grammar))
         self._outputs[request_id] = RequestOutput(seq, self.tokenizer, self.eos_token_ids)
         self.scheduler.add(seq)
         return request_id
@@ -207,6 +234,7 @@ class LLMEngine:
     def abort(self, request_id: str) -> bool:
         """Cancel a request; its KV blocks are free when this returns."""
         self._outputs.pop(request_id, None)
+        self.guided.drop(request_id)
         return self.scheduler.abort(request_id)
 
     def abort_all(self) -> list[str]:
@@ -256,6 +284,8 @@ class LLMEngine:
             out = self._outputs.get(s.request_id)
             if out is not None and out.first_scheduled is None:
                 out.first_scheduled = now
+        if len(self.guided):
+            batch.token_masks = self.guided.masks([s for s in batch.sequences if s.sample])
         output: StepOutput = self.runner.execute(batch)
         for request_id, logprobs in output.prompt_logprobs.items():
             if request_id in self._outputs:
@@ -274,6 +304,9 @@ class LLMEngine:
             if event.finish_reason is not None:
                 self.scheduler.finish(seq.request_id, event.finish_reason)
                 del self._outputs[seq.request_id]
+                self.guided.drop(seq.request_id)
+            else:
+                self.guided.advance(seq.request_id, output.token_ids[i])
         return events
 
     # -- the in-process Python API ---------------------------------------------------------------------

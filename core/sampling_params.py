@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tgi.core.guided.grammar import Grammar
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -31,6 +33,7 @@ class SamplingParams:
     top_n_tokens: int = 0  # also report this many most likely alternatives per step
     prompt_logprobs: bool = False  # logprobs of the prompt tokens (TGI `decoder_input_details`)
     priority: int = 0  # higher runs first; equal priorities are FIFO
+    grammar: Grammar | None = None  # the output must match it (JSON schema, regex, Lark): guided decoding
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def validate(self) -> None:
@@ -59,6 +62,12 @@ class SamplingParams:
             raise ValueError("`top_n_tokens` must be >= 0")
         if self.seed is not None and not 0 <= self.seed < 2**64:
             raise ValueError("`seed` must be in [0, 2^64)")
+        if self.grammar is not None and (self.min_new_tokens or self.ignore_eos):
+            # the grammar decides where the output ends: past its end only the end of sequence is allowed
+            name = "min_new_tokens" if self.min_new_tokens else "ignore_eos"
+            raise ValueError(
+                f"`{name}` cannot be combined with a grammar: the grammar decides where the output ends"
+            )
 
     @property
     def is_greedy(self) -> bool:

@@ -158,6 +158,12 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
         help="largest request body in bytes; larger: 413 [env: PAYLOAD_LIMIT]",
     )
     a(
+        "--disable-grammar-support",
+        action="store_true",
+        default=_flag(_env("DISABLE_GRAMMAR_SUPPORT", default="")),
+        help="refuse `grammar`, `response_format` and `tools` with a 422 [env: DISABLE_GRAMMAR_SUPPORT]",
+    )
+    a(
         "--json-output",
         action="store_true",
         default=_flag(_env("JSON_OUTPUT", default="")),
@@ -257,6 +263,7 @@ def server_settings(args: argparse.Namespace, on_ready=None) -> ServerSettings:
         max_client_batch_size=args.max_client_batch_size,
         payload_limit=args.payload_limit,
         api_key=args.api_key,
+        disable_grammar_support=args.disable_grammar_support,
         shutdown_grace_s=args.shutdown_timeout,
         on_ready=on_ready,
     )

@@ -10,10 +10,13 @@ from tgi.core.request import FinishReason, TokenEvent
 SYSTEM_FINGERPRINT = "tgi-0.1.0"
 
 
-def finish_reason(reason: FinishReason | None) -> str | None:
+def finish_reason(reason: FinishReason | None, tool_call: bool = False) -> str | None:
+    """OpenAI's name for why a choice ended; a tool call that was not cut short ends with `tool_calls`."""
     if reason is None:
         return None
-    return "length" if reason is FinishReason.LENGTH else "stop"
+    if reason is FinishReason.LENGTH:
+        return "length"
+    return "tool_calls" if tool_call else "stop"
 
 
 def visible_text(event: TokenEvent) -> str:

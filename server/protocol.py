@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 from tgi.core.config import EngineConfig
+from tgi.core.guided import Grammar
 from tgi.core.request import TokenEvent
 from tgi.core.sampling_params import SamplingParams
 
@@ -44,6 +45,11 @@ class ServingEngine(Protocol):
     ) -> AsyncIterator[TokenEvent]:
         """Validate the request once (defaults resolved; `ValidationError`, which the server answers with a
         422, before anything is queued), queue it and yield its tokens; closing the iterator cancels it."""
+        ...
+
+    def compile_grammar(self, grammar: Grammar) -> Any:
+        """Compile a request's grammar for this model (cached), or raise `ValidationError` saying why it
+        cannot be used. Thread-safe: called from a worker thread, never on the event loop."""
         ...
 
     def stats(self) -> EngineStatsLike: ...

@@ -14,9 +14,11 @@ from tgi.server import openai_format as fmt
 from tgi.server import sse
 from tgi.server.errors import validation_error
 from tgi.server.fields import check_fields
+from tgi.server.guided import one_grammar, refuse_if_disabled, response_format_grammar, vllm_guided_grammar
 from tgi.server.schemas_openai import ChatCompletionRequest, CompletionRequest
 from tgi.server.schemas_tgi import ErrorResponse
 from tgi.server.service import InferenceService
+from tgi.server.tools import CallStream, ToolPlan, message_for, plan_tools, render_inputs
 from tgi.server.validation import openai_sampling_params
 
 router = APIRouter(tags=["OpenAI"])
@@ -30,18 +32,43 @@ class Job:
     prompt: int  # which prompt (completions may send several)
     ids: list[int]
     params: SamplingParams
+    tools: ToolPlan | None = None  # chat with `tools`: how to read the output back
 
 
 def _service(request: Request) -> InferenceService:
     return request.app.state.service
 
 
-def _choices(base: SamplingParams, n: int, first_index: int, prompt: int, ids: list[int]) -> list[Job]:
+def _choices(
+    base: SamplingParams, n: int, first_index: int, prompt: int, ids: list[int], tools: ToolPlan | None = None
+) -> list[Job]:
     jobs = []
     for j in range(n):
         params = base if base.seed is None or j == 0 else replace(base, seed=(base.seed + j) % 2**64)
-        jobs.append(Job(first_index + j, prompt, ids, params))
+        jobs.append(Job(first_index + j, prompt, ids, params, tools))
     return jobs
+
+
+async def _with_grammar(
+    service: InferenceService, req, base: SamplingParams, tools: ToolPlan | None = None
+) -> SamplingParams:
+    """`base` constrained by the one grammar the request asks for (compiled now, off the event loop)."""
+    guided = vllm_guided_grammar(req)
+    guided_field = next(
+        (n for n in ("guided_json", "guided_regex", "guided_choice") if getattr(req, n) is not None), ""
+    )
+    grammar = one_grammar(
+        ("response_format", response_format_grammar(req.response_format)),
+        ("tools", tools.grammar if tools is not None else None),
+        (guided_field, guided),
+    )
+    if grammar is None:
+        return base
+    field = "tools" if tools is not None and tools.grammar is not None else "response_format"
+    field = guided_field if guided else field
+    refuse_if_disabled(grammar, service.settings.disable_grammar_support, field)
+    await service.compile_grammar(grammar, field)
+    return replace(base, grammar=grammar)
 
 
 async def _chat_jobs(service: InferenceService, req: ChatCompletionRequest) -> list[Job]:
@@ -49,8 +76,14 @@ async def _chat_jobs(service: InferenceService, req: ChatCompletionRequest) -> l
     if top_n and not req.logprobs:
         raise validation_error("`top_logprobs` requires `logprobs` to be true")
     base = openai_sampling_params(req, service.settings, top_n=top_n, logprobs=req.logprobs)
-    ids = await service.render_chat([m.template_dict() for m in req.messages])
-    return _choices(base, req.n, 0, 0, ids)
+    tools = plan_tools(req.tools, req.tool_choice)
+    base = await _with_grammar(service, req, base, tools)
+    template = getattr(service.tokenizer, "chat_template", None)
+    messages, template_kwargs = render_inputs(
+        [m.template_dict() for m in req.messages], tools, template, req.tool_prompt
+    )
+    ids = await service.render_chat(messages, **template_kwargs)
+    return _choices(base, req.n, 0, 0, ids, tools)
 
 
 async def _completion_jobs(service: InferenceService, req: CompletionRequest) -> list[Job]:
@@ -60,6 +93,7 @@ async def _completion_jobs(service: InferenceService, req: CompletionRequest) ->
         raise validation_error("`suffix` is not supported")
     top_n = req.logprobs or 0
     base = openai_sampling_params(req, service.settings, top_n=top_n, logprobs=req.logprobs is not None)
+    base = await _with_grammar(service, req, base)
     prompts = req.prompts()
     if not prompts:
         raise validation_error("`prompt` cannot be empty")
@@ -83,11 +117,12 @@ def _usage(jobs: list[Job], generated: dict[int, int], cached: dict[int, int]) -
 
 def _chat_choice(job: Job, events: list[TokenEvent], logprobs: bool) -> dict:
     final = events[-1]
+    message, called = message_for(final.generated_text or "", job.tools)
     return {
         "index": job.index,
-        "message": {"role": "assistant", "content": final.generated_text or ""},
+        "message": message,
         "logprobs": {"content": [fmt.chat_logprob(e) for e in events]} if logprobs else None,
-        "finish_reason": fmt.finish_reason(final.finish_reason),
+        "finish_reason": fmt.finish_reason(final.finish_reason, called),
     }
 
 
@@ -101,22 +136,40 @@ def _completion_choice(job: Job, events: list[TokenEvent], logprobs: bool) -> di
     }
 
 
-def _chat_chunk(job: Job, event: TokenEvent, logprobs: bool) -> dict:
-    return {
-        "index": job.index,
-        "delta": {"role": "assistant", "content": fmt.visible_text(event)},
-        "logprobs": {"content": [fmt.chat_logprob(event)]} if logprobs else None,
-        "finish_reason": fmt.finish_reason(event.finish_reason),
-    }
+def _chat_chunker(jobs: list[Job]):
+    """The chunks of each chat event: one per delta (a tool call's header and its arguments go in separate
+    chunks, as OpenAI sends them); nothing for a token that adds nothing yet (a call's held-back brace)."""
+    calls = {j.index: CallStream(j.tools) for j in jobs if j.tools is not None and j.tools.may_call}
+
+    def chunks(job: Job, event: TokenEvent, logprobs: bool) -> list[dict]:
+        stream = calls.get(job.index)
+        last = event.finish_reason is not None
+        if stream is None:
+            deltas = [{"role": "assistant", "content": fmt.visible_text(event)}]
+        else:
+            deltas = stream.feed(fmt.visible_text(event), last) or ([{}] if last or logprobs else [])
+            deltas = [{"role": "assistant", **d} for d in deltas]
+        out = [{"index": job.index, "delta": d, "logprobs": None, "finish_reason": None} for d in deltas]
+        if out and logprobs:
+            out[-1]["logprobs"] = {"content": [fmt.chat_logprob(event)]}
+        if out:
+            out[-1]["finish_reason"] = fmt.finish_reason(
+                event.finish_reason, stream is not None and stream.is_call
+            )
+        return out
+
+    return chunks
 
 
-def _completion_chunk(job: Job, event: TokenEvent, logprobs: bool) -> dict:
-    return {
-        "index": job.index,
-        "text": fmt.visible_text(event),
-        "logprobs": fmt.completion_logprobs([event]) if logprobs else None,
-        "finish_reason": fmt.finish_reason(event.finish_reason),
-    }
+def _completion_chunk(job: Job, event: TokenEvent, logprobs: bool) -> list[dict]:
+    return [
+        {
+            "index": job.index,
+            "text": fmt.visible_text(event),
+            "logprobs": fmt.completion_logprobs([event]) if logprobs else None,
+            "finish_reason": fmt.finish_reason(event.finish_reason),
+        }
+    ]
 
 
 def _fan_out(req, chat: bool) -> tuple[int, str, str]:
@@ -154,7 +207,7 @@ async def _respond(request: Request, req, chat: bool) -> Response:
         tracker.finish(exc)
         raise
     env.object = "chat.completion.chunk" if chat else "text_completion"
-    chunk = _chat_chunk if chat else _completion_chunk
+    chunk = _chat_chunker(jobs) if chat else _completion_chunk
     chunks = _chunks(env, jobs, first, merged, chunk, logprobs, req.include_usage)
     # after the headers, an error is the last event (OpenAI's shape)
     return sse.EventStreamResponse(sse.with_error_tail(chunks, merged, tracker, request.url.path))
@@ -171,7 +224,8 @@ async def _chunks(
         generated[jobs[i].index] = event.index + 1
         if event.finish_reason is not None:
             cached[jobs[i].index] = event.num_cached_tokens
-        yield sse.event(env.body([chunk(jobs[i], event, logprobs)]))
+        for choice in chunk(jobs[i], event, logprobs):
+            yield sse.event(env.body([choice]))
         item = await anext(merged, None)
     if include_usage:
         yield sse.event(env.body([], _usage(jobs, generated, cached)))

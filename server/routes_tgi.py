@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
@@ -14,6 +15,7 @@ from tgi.core.validation import EMPTY_INPUTS
 from tgi.server import sse
 from tgi.server.errors import validation_error
 from tgi.server.fields import check_fields
+from tgi.server.guided import refuse_if_disabled, tgi_grammar
 from tgi.server.metrics import CONTENT_TYPE
 from tgi.server.schemas_tgi import (
     CompatGenerateRequest,
@@ -62,6 +64,13 @@ async def prepare(
         raise validation_error(EMPTY_INPUTS)
     params = tgi_sampling_params(req.parameters, service.settings, stream)
     truncate = check_truncate(req.parameters.truncate, service.config)
+    if req.parameters.grammar is not None:
+        grammar = tgi_grammar(req.parameters.grammar, "parameters.grammar")
+        refuse_if_disabled(grammar, service.settings.disable_grammar_support, "parameters.grammar")
+        await service.compile_grammar(
+            grammar, "parameters.grammar"
+        )  # off the event loop; the engine finds it cached
+        params = replace(params, grammar=grammar)
     ids = await service.encode(req.inputs)
     if truncate is not None:
         ids = ids[-truncate:]

@@ -1,7 +1,7 @@
 """OpenAI's request schemas (chat completions, completions); responses are built in `openai_format`.
 
 Extensions accepted as vLLM and TGI do: `top_k`, `repetition_penalty`, `min_tokens`, `ignore_eos`,
-`stop_token_ids`, `include_stop_str_in_output`. Fields OpenAI or vLLM define that are not served here are
+`stop_token_ids`, `include_stop_str_in_output`, `guided_json`, `guided_regex`, `guided_choice`, `tool_prompt`. Fields OpenAI or vLLM define that are not served here are
 refused by name (`tgi.server.fields`).
 """
 
@@ -15,14 +15,14 @@ from pydantic import Field
 from tgi.server.fields import NEUTRAL, RequestModel
 
 # OpenAI's and vLLM's request fields that this server does not serve yet, with the values that ask for the
-# default behaviour (which is what it does).
+# default behaviour (which is what it does). Chat completions serve `tools`, `tool_choice`,
+# `parallel_tool_calls` and TGI's `tool_prompt` (declared on `ChatCompletionRequest`); completions refuse them.
 _OPENAI_UNSERVED: dict[str, tuple[Any, ...]] = {
     "tools": NEUTRAL,
     "tool_choice": (None, "none"),
     "parallel_tool_calls": (None, True),
     "functions": NEUTRAL,
     "function_call": (None, "none"),
-    "response_format": (None, {"type": "text"}),
     "logit_bias": NEUTRAL,
     "audio": NEUTRAL,
     "modalities": (None, ["text"]),
@@ -39,9 +39,6 @@ _OPENAI_UNSERVED: dict[str, tuple[Any, ...]] = {
     "min_p": (None, 0.0, 0),
     "use_beam_search": (None, False),
     "length_penalty": (None, 1.0, 1),
-    "guided_json": NEUTRAL,
-    "guided_regex": NEUTRAL,
-    "guided_choice": NEUTRAL,
     "guided_grammar": NEUTRAL,
     "structured_outputs": NEUTRAL,
     "allowed_token_ids": NEUTRAL,
@@ -118,6 +115,11 @@ class _Sampling(RequestModel):
     stop_token_ids: list[int] | None = None
     include_stop_str_in_output: bool = False
     user: str | None = None  # an end-user id: no effect on generation, in OpenAI's API either
+    # guided decoding (`tgi.server.guided`): OpenAI's, and vLLM's extensions
+    response_format: dict | None = None
+    guided_json: dict | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
     KNOWN: ClassVar = _OPENAI_UNSERVED
 
     @property
@@ -137,6 +139,12 @@ class ChatCompletionRequest(_Sampling):
     max_completion_tokens: int | None = None
     logprobs: bool = False
     top_logprobs: int | None = None
+    # tool calling (`tgi.server.tools`); one call per choice at most, which `parallel_tool_calls` allows
+    # either way
+    tools: list[Any] | None = None
+    tool_choice: str | dict | None = None
+    parallel_tool_calls: bool | None = None
+    tool_prompt: str | None = None  # TGI's: the instruction shown before the tools
 
     @property
     def max_new_tokens(self) -> int | None:

@@ -8,7 +8,6 @@ this server does not serve is refused by name, one TGI does not define is logged
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -35,7 +34,9 @@ class GenerateParameters(RequestModel):
     decoder_input_details: bool = False
     seed: int | None = None
     top_n_tokens: int | None = None
-    grammar: Any | None = None
+    grammar: dict | None = Field(
+        None, description='{"type": "json" | "json_schema" | "regex", "value": ...}: the output must match it'
+    )
     adapter_id: str | None = None
 
     def refusals(self) -> Iterator[tuple[str, str]]:
@@ -43,8 +44,6 @@ class GenerateParameters(RequestModel):
             yield "watermark", "is not supported by this server yet"
         if self.adapter_id is not None:
             yield "adapter_id", "is not supported: this server loads no LoRA adapters"
-        if self.grammar is not None:
-            yield "grammar", "is not supported by this server yet"
 
 
 class GenerateRequest(RequestModel):

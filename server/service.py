@@ -8,6 +8,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+from tgi.core.guided import Grammar
 from tgi.core.request import EngineError, FinishReason, OverloadedError, TokenEvent, ValidationError
 from tgi.core.sampling_params import SamplingParams
 from tgi.server.errors import ApiError, internal_error, overloaded, validation_error
@@ -123,6 +124,14 @@ class InferenceService:
             return self._encode(text, add_special_tokens=False)
 
         return await asyncio.to_thread(run)
+
+    async def compile_grammar(self, grammar: Grammar, field: str | None = None) -> None:
+        """Compile (or find cached) a request's grammar in a worker thread: an expensive grammar never
+        stalls the event loop or the engine thread. A grammar that cannot be used is a 422."""
+        try:
+            await asyncio.to_thread(self.engine.compile_grammar, grammar)
+        except ValidationError as exc:
+            raise validation_error(str(exc), field) from None
 
     async def stream(self, token_ids: list[int], params: SamplingParams) -> AsyncIterator[TokenEvent]:
         """The engine's stream with its errors as `ApiError`; closing this closes (cancels) the engine's."""

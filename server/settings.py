@@ -14,6 +14,7 @@ class ServerSettings:
     max_top_n_tokens: int = 5
     max_client_batch_size: int = 4  # sequences one request may ask for (prompts x `n`; TGI's default)
     payload_limit: int = 2_000_000  # request body bytes; more: 413 (TGI's default)
+    disable_grammar_support: bool = False  # `grammar`, `response_format` and `tools` get a 422
     api_key: str | None = None  # when set, every route but /health needs `Authorization: Bearer <key>`
     model_id: str | None = None  # the name shown to clients; None: the engine's model id
     start_engine: bool = True  # call `engine.start()` / `engine.shutdown()` in the app's lifespan

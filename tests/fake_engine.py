@@ -93,6 +93,12 @@ class FakeEngine:
             block_size=16,
         )
 
+    def compile_grammar(self, grammar) -> None:
+        # as a backend without grammar masks answers (the real engine's words)
+        raise ValidationError(
+            "the fake backend cannot apply grammar masks: `grammar` (guided decoding) is not supported"
+        )
+
     def stream(
         self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
     ) -> AsyncIterator[TokenEvent]:

@@ -19,6 +19,7 @@ from tgi.core.interfaces.types import (
     KVCacheSpec,
     MemoryInfo,
     ProbeResult,
+    RunnerCapabilities,
     RunnerConstraints,
     UnsupportedError,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "ModelInfo",
     "ModelRunner",
     "ProbeResult",
+    "RunnerCapabilities",
     "RunnerConstraints",
     "SingleProcessCollective",
     "UnsupportedError",

@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 from tgi.core.batch import ScheduledBatch, StepOutput
-from tgi.core.interfaces.types import KVCacheSpec, MemoryInfo, RunnerConstraints
+from tgi.core.interfaces.types import KVCacheSpec, MemoryInfo, RunnerCapabilities, RunnerConstraints
 
 
 @dataclass(frozen=True)
@@ -59,10 +59,15 @@ class ModelRunner(ABC):
         """Shape constraints the scheduler must honour (default: none)."""
         return RunnerConstraints()
 
+    def capabilities(self) -> RunnerCapabilities:
+        """What this runner can do beyond the plain contract (default: nothing more)."""
+        return RunnerCapabilities()
+
     @abstractmethod
     def execute(self, batch: ScheduledBatch) -> StepOutput:
         """Run one step: write the batch's keys/values, compute logits, sample the sequences with
-        `sample=True`. Must not keep references to `batch` past the call, except per-request state it
+        `sample=True` (applying `batch.token_masks` when `capabilities().token_masks`). Must not keep
+        references to `batch` past the call, except per-request state it
         drops when the request id appears in a later batch's `freed_request_ids`."""
 
     def shutdown(self) -> None:  # noqa: B027 - optional

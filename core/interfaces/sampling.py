@@ -8,6 +8,9 @@ every sampler is compared on (no framework: logits are lists of floats).
 A row is a `ScheduledSequence`: its `sampling` (`SamplingParams`), its `seed`, its token history
 (`all_token_ids`, of which the first `num_prompt_tokens` are the prompt) and `num_generated`. In order:
 
+0. a grammar mask (guided decoding), for rows the batch's `TokenMasks` names: every token it does not allow
+   gets logit -inf, so it is never chosen and every later step (and the reported logprob) sees the masked
+   logits;
 1. penalties, on the logits: the repetition penalty (CTRL / TGI) over the prompt and output tokens (a
    positive logit of a seen token is divided by it, any other multiplied), then the frequency and presence
    penalties (OpenAI) over the output tokens only (`logit -= frequency * count + presence`, for tokens with
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 #: the processors of a sampled row, in the order they apply (a greedy row stops after the penalties)
 PROCESSOR_ORDER = (
+    "grammar_mask",
     "repetition_penalty",
     "frequency_presence_penalty",
     "temperature",

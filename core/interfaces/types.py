@@ -101,3 +101,11 @@ class RunnerConstraints:
     chunked_prefill: bool = True  # may split a prompt over steps (needs attention over cached pages)
     mixed_batches: bool = True  # prefill chunks and decode tokens may share one step
     block_size: int | None = None  # KV block size the runner requires (None: the engine's choice)
+
+
+@dataclass(frozen=True)
+class RunnerCapabilities:
+    """Features beyond the plain contract that a runner states it has; the engine refuses a request that
+    needs one it lacks, naming it."""
+
+    token_masks: bool = False  # applies grammar masks when sampling (guided decoding)

@@ -26,7 +26,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tgi.core.batch import ScheduledBatch, StepOutput
-from tgi.core.interfaces import KVCacheSpec, MemoryInfo, ModelInfo, ModelRunner, RunnerConstraints
+from tgi.core.interfaces import (
+    KVCacheSpec,
+    MemoryInfo,
+    ModelInfo,
+    ModelRunner,
+    RunnerCapabilities,
+    RunnerConstraints,
+)
 from tgi.core.parallel.worker import describe_exception, run_command, worker_main
 from tgi.core.request import EngineError
 
@@ -327,6 +334,9 @@ class TensorParallelRunner(ModelRunner):
 
     def constraints(self) -> RunnerConstraints:
         return self.local.constraints()
+
+    def capabilities(self) -> RunnerCapabilities:
+        return self.local.capabilities()  # rank 0 (this process) samples
 
     def execute(self, batch: ScheduledBatch) -> StepOutput:
         return self._call("execute", batch)

@@ -7,6 +7,7 @@ the caller (`TorchSampler`) hands them its own copy.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 import torch
@@ -145,3 +146,26 @@ def apply_typical_p(logits: torch.Tensor, typical_p: torch.Tensor) -> torch.Tens
     remove_sorted &= mass < 1.0
     remove = torch.zeros_like(remove_sorted).scatter_(1, sorted_idx, remove_sorted)
     return logits.masked_fill_(remove, float("-inf"))
+
+
+def _bit_table(device: torch.device) -> torch.Tensor:
+    """`[256, 8]` bool: bit b of byte value v."""
+    return ((torch.arange(256, device=device)[:, None] >> torch.arange(8, device=device)) & 1).bool()
+
+
+def apply_token_masks(logits: torch.Tensor, masks) -> torch.Tensor:
+    """Set the tokens a grammar forbids to -inf, in the rows `masks.rows` (`tgi.core.batch.TokenMasks`:
+    bit `t % 32` of word `t // 32` allows token t). Tokens past the mask's vocabulary are forbidden. In place.
+    """
+    if sys.byteorder != "little":
+        raise NotImplementedError("token masks are read as little-endian bytes; this machine is big-endian")
+    n, vocab = len(masks.rows), logits.shape[1]
+    # int32 words as little-endian bytes: byte k of a word holds its bits 8k..8k+7, so bit t of the row
+    # is bit t % 8 of byte t // 8
+    as_bytes = torch.from_numpy(masks.bitmask).view(torch.uint8).to(logits.device, non_blocking=True)
+    allowed = _bit_table(logits.device)[as_bytes.long()].view(n, -1)  # [n, words * 32]
+    if allowed.shape[1] < vocab:
+        allowed = torch.nn.functional.pad(allowed, (0, vocab - allowed.shape[1]), value=False)
+    rows = torch.tensor(masks.rows, dtype=torch.int64, device=logits.device)
+    logits[rows] = logits.index_select(0, rows).masked_fill_(~allowed[:, :vocab], float("-inf"))
+    return logits

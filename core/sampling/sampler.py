@@ -11,11 +11,12 @@ from tgi.core.sampling import processors as P
 from tgi.core.torch.sampler import Sampler, SamplerOutput
 
 if TYPE_CHECKING:
-    from tgi.core.batch import ScheduledSequence
+    from tgi.core.batch import ScheduledSequence, TokenMasks
 
 
 class TorchSampler(Sampler):
-    """Penalties -> temperature -> top-k/top-p -> typical-p -> seeded Gumbel-max draw, for all rows at once.
+    """Grammar masks -> penalties -> temperature -> top-k/top-p -> typical-p -> seeded Gumbel-max draw, for
+    all rows at once.
 
     Per-row parameters become small `[N]` tensors; all the math is batched (no per-row torch ops).
 
@@ -34,10 +35,14 @@ class TorchSampler(Sampler):
     with no penalty, no sampling and no top tokens take it instead of the torch ops.
     """
 
+    supports_token_masks = True
+
     def __init__(self, greedy_kernel=None) -> None:
         self.greedy_kernel = greedy_kernel
 
-    def sample(self, logits: torch.Tensor, rows: Sequence[ScheduledSequence]) -> SamplerOutput:
+    def sample(
+        self, logits: torch.Tensor, rows: Sequence[ScheduledSequence], token_masks: TokenMasks | None = None
+    ) -> SamplerOutput:
         if logits.dim() != 2 or logits.shape[0] != len(rows):
             raise ValueError(f"logits {tuple(logits.shape)} do not match {len(rows)} rows")
         n, vocab = logits.shape
@@ -55,12 +60,16 @@ class TorchSampler(Sampler):
         need_freq = any(x != 0.0 for x in freq) or any(x != 0.0 for x in pres)
         any_sample = any(do_sample)
         top_n = max(p.top_n_tokens for p in params)
+        if token_masks is not None:  # our own float32 copy, with the tokens no grammar allows at -inf
+            logits = P.apply_token_masks(
+                logits.float() if logits.dtype != torch.float32 else logits.clone(), token_masks
+            )
         if self.greedy_kernel is not None and not (need_rep or need_freq or any_sample or top_n):
             token_ids, logprobs = self.greedy_kernel(logits)
             return SamplerOutput(token_ids=token_ids, logprobs=logprobs)
 
         x = logits if logits.dtype == torch.float32 else logits.float()
-        if need_rep or need_freq or any_sample:
+        if (need_rep or need_freq or any_sample) and token_masks is None:
             x = x.clone() if x is logits else x  # every processor below works in place on our copy
 
         if need_rep or need_freq:

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 from tgi.core.interfaces.sampling import uniform_noise
 
 if TYPE_CHECKING:
-    from tgi.core.batch import ScheduledSequence
+    from tgi.core.batch import ScheduledSequence, TokenMasks
 
-__all__ = ["ReferenceDraw", "reference_sample", "uniform_noise"]
+__all__ = ["ReferenceDraw", "allowed_tokens", "reference_sample", "uniform_noise"]
 
 
 @dataclass
@@ -91,15 +91,28 @@ def _rows_of(logits: Any) -> list[list[float]]:
     return [[float(v) for v in row] for row in values]
 
 
-def reference_sample(logits: Any, rows: Sequence[ScheduledSequence]) -> ReferenceDraw:
+def allowed_tokens(token_masks: TokenMasks, j: int) -> set[int]:
+    """The tokens mask row `j` allows: bit `t % 32` of word `t // 32`, read one token at a time."""
+    words = [int(w) & 0xFFFFFFFF for w in token_masks.bitmask[j].tolist()]
+    return {t for t in range(min(len(words) * 32, token_masks.vocab_size)) if words[t // 32] >> (t % 32) & 1}
+
+
+def reference_sample(
+    logits: Any, rows: Sequence[ScheduledSequence], token_masks: TokenMasks | None = None
+) -> ReferenceDraw:
     """The token and logprob `tgi.core.interfaces.sampling` gives each row of `logits` [N, vocab] (read
-    as float64)."""
+    as float64), with `token_masks` (guided decoding) applied first."""
     table = _rows_of(logits)
     if len(table) != len(rows) or any(len(row) != len(table[0]) for row in table):
         raise ValueError(f"logits of {len(table)} rows do not match {len(rows)} rows")
+    masked = {}
+    if token_masks is not None:
+        masked = {i: allowed_tokens(token_masks, j) for j, i in enumerate(token_masks.rows)}
     out = ReferenceDraw([], [])
-    for values, row in zip(table, rows, strict=True):
+    for i, (values, row) in enumerate(zip(table, rows, strict=True)):
         params = row.sampling
+        if i in masked:
+            values = [v if t in masked[i] else -math.inf for t, v in enumerate(values)]
         x = _penalised(list(values), row)
         if params.do_sample:
             x = [v / params.temperature for v in x]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from tgi.core.batch import ScheduledSequence
+from tgi.core.batch import ScheduledSequence, TokenMasks
 from tgi.core.sampling_params import SamplingParams
 
 #: logprobs may differ from the reference's float64 values by this much (float32 arithmetic)
@@ -25,6 +25,7 @@ class SamplerCase:
 
     rows: list[ScheduledSequence]
     logits: list[list[float]]
+    token_masks: TokenMasks | None = None  # grammar masks of some rows (guided decoding)
 
 
 def greedy_params() -> list[SamplingParams]:
@@ -79,8 +80,27 @@ def sampler_case(params_list: list[SamplingParams], vocab_size: int = 128, seed:
     return SamplerCase(rows, logits.tolist())
 
 
+def masked_case(vocab_size: int = 128, seed: int = 5) -> SamplerCase:
+    """Greedy and sampled rows, every other one under a grammar mask that allows a few random tokens (one
+    row: a single token, as a grammar that must close), for samplers with `supports_token_masks`."""
+    params = [*greedy_params(), *seeded_params()[::3]]
+    case = sampler_case(params, vocab_size, seed)
+    gen = np.random.default_rng(seed)
+    rows = tuple(range(0, len(params), 2))
+    allowed = np.zeros((len(rows), vocab_size), dtype=bool)
+    for j in range(len(rows)):
+        allowed[j, gen.choice(vocab_size, size=1 if j == 0 else 1 + j % 9, replace=False)] = True
+    words = -(-vocab_size // 32)
+    bits = np.zeros((len(rows), words * 32), dtype=np.uint64)
+    bits[:, :vocab_size] = allowed
+    weights = np.uint64(1) << np.arange(32, dtype=np.uint64)
+    packed = (bits.reshape(len(rows), words, 32) * weights).sum(axis=2).astype(np.uint32).view(np.int32)
+    return replace(case, token_masks=TokenMasks(rows=rows, bitmask=packed, vocab_size=vocab_size))
+
+
 #: name -> the case, for parametrised tests
 SAMPLER_CASES = {
     "greedy": lambda: sampler_case(greedy_params() * 4),
     "seeded": lambda: sampler_case(seeded_params()),
+    "masked": masked_case,
 }

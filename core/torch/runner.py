@@ -9,7 +9,7 @@ import torch
 
 from tgi.core.batch import ScheduledBatch, ScheduledSequence, StepOutput
 from tgi.core.dtypes import to_torch_dtype
-from tgi.core.interfaces import Collective, KVCacheSpec, ModelInfo, ModelRunner
+from tgi.core.interfaces import Collective, KVCacheSpec, ModelInfo, ModelRunner, RunnerCapabilities
 from tgi.core.loading import iter_weights, load_config
 from tgi.core.loading.block_weights import iter_block_weights
 from tgi.core.models.context import AttentionContext, build_attention_metadata, build_positions
@@ -74,6 +74,9 @@ class TorchModelRunner(ModelRunner):
             num_parameters=sum(p.numel() for p in self.model.parameters()),
         )
 
+    def capabilities(self) -> RunnerCapabilities:
+        return RunnerCapabilities(token_masks=self.sampler.supports_token_masks)
+
     def kv_cache_spec(self) -> KVCacheSpec:
         return kv_cache_spec(self.hf_config, self.config.block_size, self.dtype, self.collective.world_size)
 
@@ -127,7 +130,7 @@ class TorchModelRunner(ModelRunner):
             logits = self.model.compute_logits(hidden.index_select(0, last))  # [N, V] float32
         # tensor parallel: every rank computes the (all-gathered) logits, rank 0 alone samples
         if sampled and self.collective.rank == 0:
-            result = self.sampler.sample(logits, rows)
+            result = self.sampler.sample(logits, rows, batch.token_masks)
             output.request_ids = [s.request_id for s in rows]
             output.token_ids = result.token_ids.tolist()
             output.logprobs = result.logprobs.tolist()

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-    from tgi.core.batch import ScheduledSequence
+    from tgi.core.batch import ScheduledSequence, TokenMasks
 
 
 @dataclass
@@ -29,8 +29,17 @@ class Sampler(ABC):
     Contract: row i of `logits` belongs to `rows[i]`, and each row gets the token and logprob that
     `tgi.core.interfaces.sampling` specifies (parameters, order of processors, seeding), the same for every
     framework; `tgi.core.testing.reference_sampler` computes it plainly and the conformance suites compare.
+
+    Guided decoding: a sampler that sets `supports_token_masks` applies `token_masks` (the grammar masks of
+    some rows, `tgi.core.batch.TokenMasks`) before anything else: a row's forbidden tokens are never chosen
+    and its logprobs are those of the masked logits. One that does not is never given masks: the engine
+    refuses grammar requests on its backend, by name.
     """
 
+    supports_token_masks: bool = False
+
     @abstractmethod
-    def sample(self, logits: torch.Tensor, rows: Sequence[ScheduledSequence]) -> SamplerOutput:
-        """`logits` [N, vocab] float32, one row per entry of `rows`."""
+    def sample(
+        self, logits: torch.Tensor, rows: Sequence[ScheduledSequence], token_masks: TokenMasks | None = None
+    ) -> SamplerOutput:
+        """`logits` [N, vocab] float32, one row per entry of `rows`; `token_masks` index the same rows."""

@@ -139,11 +139,11 @@ async def test_payload_refused_before_the_body_is_read():
 @pytest.mark.parametrize(
     ("path", "extra", "name"),
     [
-        ("/v1/chat/completions", {"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ("/v1/completions", {"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
         ("/v1/chat/completions", {"tool_choice": "required"}, "tool_choice"),
-        ("/v1/chat/completions", {"response_format": {"type": "json_object"}}, "response_format"),
+        ("/v1/chat/completions", {"guided_grammar": 'root ::= "x"'}, "guided_grammar"),
         ("/v1/chat/completions", {"logit_bias": {"42": 5}}, "logit_bias"),
-        ("/v1/chat/completions", {"parallel_tool_calls": False}, "parallel_tool_calls"),
+        ("/v1/completions", {"parallel_tool_calls": False}, "parallel_tool_calls"),
         (
             "/v1/chat/completions",
             {"stream_options": {"continuous_usage_stats": True}},
@@ -151,7 +151,7 @@ async def test_payload_refused_before_the_body_is_read():
         ),
         ("/v1/completions", {"best_of": 3}, "best_of"),
         ("/v1/completions", {"logit_bias": {"1": -100}}, "logit_bias"),
-        ("/v1/completions", {"guided_json": {"type": "object"}}, "guided_json"),
+        ("/v1/completions", {"structured_outputs": {"json": {"type": "object"}}}, "structured_outputs"),
     ],
 )
 def test_known_unserved_openai_fields_are_refused_by_name(engine, path, extra, name):
@@ -197,7 +197,6 @@ def test_a_field_no_api_defines_is_logged_and_ignored(engine, caplog):
     [
         ({"watermark": True}, "parameters.watermark"),
         ({"adapter_id": "my-lora"}, "parameters.adapter_id"),
-        ({"grammar": {"type": "json", "value": {}}}, "parameters.grammar"),
     ],
 )
 @pytest.mark.parametrize("path", ["/generate", "/generate_stream", "/"])

@@ -160,8 +160,11 @@ class TorchBackendConformance(RunnerConformance):
 
         case = SAMPLER_CASES[case_name]()
         logits = torch.tensor(case.logits, dtype=torch.float32)
-        ours = backend.sampler().sample(logits.to(backend.torch_device()), case.rows)
-        ref = reference_sample(case.logits, case.rows)
+        sampler = backend.sampler()
+        if case.token_masks is not None and not sampler.supports_token_masks:
+            pytest.skip(f"{type(sampler).__name__} does not apply grammar masks (guided decoding is refused)")
+        ours = sampler.sample(logits.to(backend.torch_device()), case.rows, case.token_masks)
+        ref = reference_sample(case.logits, case.rows, case.token_masks)
         assert ours.token_ids.cpu().tolist() == ref.token_ids
         torch.testing.assert_close(
             ours.logprobs.cpu().double(),
@@ -175,3 +178,6 @@ class TorchBackendConformance(RunnerConformance):
 
     def test_sampler_seeded_matches_reference(self, backend: TorchBackend) -> None:
         self._check_sampler(backend, "seeded")
+
+    def test_sampler_grammar_masks_match_reference(self, backend: TorchBackend) -> None:
+        self._check_sampler(backend, "masked")

@@ -1,0 +1,67 @@
+"""What a request asks its output to match: a JSON schema, a regular expression or a Lark grammar.
+
+Plain data (no grammar engine, no torch): it travels in `SamplingParams.grammar`, is hashable (compiled
+grammars are cached by it) and is turned into a token mask by `tgi.core.guided.compiler`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+GrammarKind = Literal["json_schema", "regex", "lark"]
+
+#: how JSON is written under a schema unless the schema's own `x-guidance` says otherwise: one space after
+#: `,` and `:` (as models write JSON) and no other whitespace, so that a small model cannot spend its
+#: token budget on newlines between the fields
+JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+class GrammarError(ValueError):
+    """A grammar that cannot be used: invalid, unsupported, or too expensive to compile. The message is
+    written for the client (the server answers it with a 422)."""
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """`kind` and its `source` text: a JSON schema (serialised in its own key order,
+    which is the order the fields are generated in), a regex matched against the
+    whole output, or a Lark grammar (llguidance's dialect, which may embed `%json {schema}`)."""
+
+    kind: GrammarKind
+    source: str
+
+    @classmethod
+    def json_schema(cls, schema: dict[str, Any] | bool | str) -> Grammar:
+        """From a schema object (or its JSON text); raises `GrammarError` when it is not JSON."""
+        if isinstance(schema, str):
+            try:
+                schema = json.loads(schema)
+            except json.JSONDecodeError as exc:
+                raise GrammarError(f"the JSON schema is not valid JSON: {exc}") from None
+        if not isinstance(schema, dict | bool):
+            raise GrammarError(f"a JSON schema must be an object, got {type(schema).__name__}")
+        return cls("json_schema", json.dumps(schema))
+
+    @classmethod
+    def json_object(cls) -> Grammar:
+        """Any JSON object (OpenAI's `response_format: {"type": "json_object"}`)."""
+        return cls.json_schema({"type": "object"})
+
+    @classmethod
+    def regex(cls, pattern: str) -> Grammar:
+        if not isinstance(pattern, str) or not pattern:
+            raise GrammarError("a regex grammar needs a non-empty pattern string")
+        return cls("regex", pattern)
+
+    @classmethod
+    def lark(cls, text: str) -> Grammar:
+        if not isinstance(text, str) or not text.strip():
+            raise GrammarError("a Lark grammar needs a non-empty grammar text")
+        return cls("lark", text)
+
+    def describe(self) -> str:
+        """A short label for logs and metrics (not the whole source)."""
+        head = self.source if len(self.source) <= 60 else self.source[:57] + "..."
+        return f"{self.kind} {head}"
