@@ -98,6 +98,17 @@ class TritonBackend(TorchBackend):
 
         return create_attention(name)  # raises naming what is missing
 
+    def prepare_model(self, model: torch.nn.Module) -> None:
+        """Mixture-of-experts layers with SiLU experts compute through the fused Triton kernel
+        (`kernels.fused_moe`); everything else keeps the model's own products."""
+        from tgi.core.models.moe import GroupedExperts
+
+        for module in model.modules():
+            if isinstance(module, GroupedExperts) and module.hidden_act in ("silu", "swish"):
+                from tgi.backends.triton_common.kernels.fused_moe import fused_moe
+
+                module.experts_kernel = fused_moe
+
     def create_kv_cache(self, spec: KVCacheSpec, num_blocks: int) -> KVCache:
         from tgi.backends.triton_common.kv_cache import TritonKVCache
 

@@ -1,0 +1,109 @@
+"""The Triton fused mixture-of-experts kernel (CUDA/ROCm), run on CPU tensors by triton's interpreter
+(`TRITON_INTERPRET=1`, set by tests/conftest.py before triton is imported): equal to core's grouped expert
+products, and a tiny Mixtral served end to end by the CUDA backend on CPU tensors (every kernel Triton)
+gives transformers' greedy tokens. Skipped where a GPU is visible (the kernels then run natively)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+if torch.cuda.is_available():
+    pytest.skip("a GPU is visible: the kernels are not interpreted", allow_module_level=True)
+if os.environ.get("TRITON_INTERPRET") != "1":
+    pytest.skip("TRITON_INTERPRET=1 was not set before triton was imported", allow_module_level=True)
+pytest.importorskip("triton", reason="triton is not installed (pip install triton; CI installs it)")
+
+from tgi.backends.cuda.backend import CudaBackend
+from tgi.backends.triton_common.kernels.fused_moe import align_pairs, fused_moe
+from tgi.core.interfaces import DeviceInfo, MemoryInfo
+from tgi.core.models.moe import GroupedExperts, grouped_moe, route
+
+# max abs error against grouped_moe in float64 on the same (dtype-rounded) inputs, relative to the largest
+# output: about two roundings to the dtype (the intermediate product and the output)
+TOL = {torch.float32: 1e-6, torch.bfloat16: 1e-2, torch.float16: 1e-3}
+
+
+def test_kernel_is_interpreted():
+    from tgi.backends.triton_common.kernels import fused_moe as module
+
+    assert type(module._gate_up_kernel).__name__ == "InterpretedFunction"
+
+
+def test_align_pairs_groups_and_pads_per_expert():
+    ids = torch.tensor([[2, 0], [2, 1], [0, 2]])  # pairs 0..5; expert 0: 1, 4; expert 1: 3; 2: 0, 2, 5
+    pairs, tiles = align_pairs(ids, num_experts=4, block_m=4)
+    assert tiles.tolist() == [0, 1, 2]  # expert 3 has no pair and no tile
+    assert pairs.tolist() == [1, 4, 6, 6, 3, 6, 6, 6, 0, 2, 5, 6]  # 6 = padding
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("tokens", [1, 5, 37])
+def test_fused_moe_equals_grouped_experts(dtype, tokens):
+    gen = torch.Generator().manual_seed(tokens)
+    e, h, inter, k = 8, 64, 48, 2  # I = 48: a partial column block of 32
+    x = torch.randn(tokens, h, generator=gen).to(dtype)
+    w13 = (torch.randn(e, 2 * inter, h, generator=gen) * 0.15).to(dtype)
+    w2 = (torch.randn(e, h, inter, generator=gen) * 0.15).to(dtype)
+    logits = torch.randn(tokens, e, generator=gen)
+    logits[:, 3] = -1e4  # an expert no token chose
+    weights, ids = route(logits, k, renormalize=True)
+    expected = grouped_moe(x.double(), w13.double(), w2.double(), weights.double(), ids, F.silu)
+    out = fused_moe(x, w13, w2, weights, ids)
+    assert out.dtype == dtype and out.shape == (tokens, h)
+    err = ((out.double() - expected).abs().max() / expected.abs().max()).item()
+    print(f"fused MoE T={tokens} {dtype}: max abs error {err:.2e} of the largest output")
+    assert err <= TOL[dtype]
+
+
+class InterpretedCudaBackend(CudaBackend):
+    """`CudaBackend` on CPU tensors: attention, KV cache and MoE kernels are Triton, interpreted."""
+
+    def __init__(self) -> None:
+        super().__init__(device_index=0, attention="triton", cuda_graphs=False)
+        self.device = torch.device("cpu")
+
+    def devices(self):
+        return [DeviceInfo(0, "host CPU (Triton interpreter)", 0)]
+
+    def memory_info(self):
+        return MemoryInfo(total=8 << 30, free=4 << 30)
+
+    def synchronize(self):
+        pass
+
+    def default_dtype(self):
+        return "float32"
+
+
+def test_mixtral_through_the_cuda_backend_equals_transformers(tmp_path):
+    import transformers
+
+    from tgi.core.testing.model import PROMPTS, VOCAB_SIZE, generate_greedy, transformers_greedy
+    from tgi.core.testing.tiny_models import save_random_checkpoint
+
+    config = transformers.MixtralConfig(
+        vocab_size=VOCAB_SIZE, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=256,
+        bos_token_id=0, eos_token_id=1,
+    )  # fmt: skip
+    folder = save_random_checkpoint(tmp_path / "mixtral", config, init_std=0.08)
+    attached = []
+
+    def create():
+        backend = InterpretedCudaBackend()
+        prepare = backend.prepare_model
+
+        def prepare_and_check(model):
+            prepare(model)
+            attached.extend(m.experts_kernel for m in model.modules() if isinstance(m, GroupedExperts))
+
+        backend.prepare_model = prepare_and_check
+        return backend
+
+    tokens = generate_greedy(folder, "cuda-interpreted", create, "float32", 16, PROMPTS, 4)
+    assert attached and all(k is fused_moe for k in attached)  # the fused kernel ran, not the fallback
+    assert tokens == transformers_greedy(folder, PROMPTS, 4)
