@@ -64,9 +64,29 @@ def architecture_of(config: Any) -> str:
 
 
 def model_class_for(config: Any) -> type:
-    """The model class for a transformers config (by `architectures[0]`, else `model_type`)."""
-    module, cls = _ARCHITECTURES[architecture_of(config)]
+    """The model class for a transformers config: the native one (by `architectures[0]`, else
+    `model_type`), else the transformers fallback (`TransformersCausalLM`) where it can run the model;
+    raises `UnsupportedModelError` saying why neither can."""
+    try:
+        module, cls = _ARCHITECTURES[architecture_of(config)]
+    except UnsupportedModelError:
+        from tgi.core.models.transformers_fallback import TransformersCausalLM, fallback_class
+
+        try:
+            fallback_class(config)
+        except UnsupportedModelError as exc:
+            raise UnsupportedModelError(f"{exc} (native: {', '.join(_ARCHITECTURES)})") from None
+        return TransformersCausalLM
     return getattr(importlib.import_module(module), cls)
+
+
+def model_path(config: Any) -> str:
+    """ "native" or "transformers" (the fallback): which implementation runs `config`."""
+    return (
+        "native"
+        if model_class_for(config).__module__ != "tgi.core.models.transformers_fallback"
+        else "transformers"
+    )
 
 
 def attention_layer_specs(config: Any, tp_size: int = 1) -> list[AttentionLayerSpec]:

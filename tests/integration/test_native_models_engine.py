@@ -1,6 +1,7 @@
-"""Every native architecture through the real engine on the CPU backend (float32): greedy tokens equal
-transformers' (`transformers_greedy`), for one request alone and for three batched with chunked prefill
-under a KV budget small enough that requests are preempted and recomputed."""
+"""Every native architecture, and two served by the transformers fallback (GPT-2, OPT), through the real
+engine on the CPU backend (float32): greedy tokens equal transformers' (`transformers_greedy`), for one
+request alone and for three batched with chunked prefill under a KV budget small enough that requests are
+preempted and recomputed."""
 
 from __future__ import annotations
 
@@ -40,6 +41,22 @@ CONFIGS = {
         num_experts_per_tok=2,
         moe_intermediate_size=32,
         shared_expert_intermediate_size=48,
+    ),
+    # the transformers fallback
+    "gpt2 (fallback)": lambda: transformers.GPT2Config(
+        vocab_size=VOCAB_SIZE, n_positions=256, n_embd=64, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=1
+    ),
+    "opt (fallback)": lambda: transformers.OPTConfig(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=64,
+        ffn_dim=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=256,
+        word_embed_proj_dim=64,
+        pad_token_id=2,
+        bos_token_id=0,
+        eos_token_id=1,
     ),
     "qwen3-moe": lambda: transformers.Qwen3MoeConfig(
         **SMALL, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32

@@ -1,0 +1,78 @@
+"""The transformers fallback (architectures with no native model): transformers' own GPT-2, OPT and
+GPT-NeoX modules with their attention routed to the CPU backend's paged attention through transformers'
+attention interface give transformers' logits within 1e-4 (float32) over a ragged paged batch with chunked
+prefill (tests/model_parity.py); what it cannot run is refused with the reason."""
+
+from __future__ import annotations
+
+import pytest
+import transformers
+from model_parity import run_and_compare
+
+from tgi.core.config import ConfigError
+from tgi.core.models import UnsupportedModelError, model_class_for
+from tgi.core.models.registry import model_path
+from tgi.core.models.transformers_fallback import TransformersCausalLM
+from tgi.core.parallel.layers import check_tensor_parallel
+
+ATOL = 1e-4
+
+CONFIGS = {
+    # learned absolute positions, fused c_attn (Conv1D), tied head
+    "gpt2": lambda: transformers.GPT2Config(vocab_size=256, n_positions=128, n_embd=64, n_layer=2, n_head=4),
+    # learned positions with an offset, pre-norm, biases
+    "opt": lambda: transformers.OPTConfig(
+        vocab_size=256,
+        hidden_size=64,
+        ffn_dim=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=128,
+        word_embed_proj_dim=64,
+        pad_token_id=1,
+        bos_token_id=2,
+        eos_token_id=2,
+    ),
+    # partial rotary, parallel residual
+    "gpt-neox": lambda: transformers.GPTNeoXConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=128,
+        rotary_pct=0.5,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_fallback_logits_match_transformers_float32(name):
+    config = CONFIGS[name]()
+    assert model_class_for(config) is TransformersCausalLM and model_path(config) == "transformers"
+    diff = run_and_compare(config)
+    print(f"{name} (transformers fallback): max |logit diff| = {diff:.2e}")
+    assert diff <= ATOL
+
+
+def test_native_models_are_not_the_fallback():
+    assert model_path(transformers.MistralConfig()) == "native"
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (transformers.T5Config(), r"encoder-decoder"),
+        (transformers.BloomConfig(), r"does not route its attention through the attention interface"),
+        (transformers.MambaConfig(), r"layers of type linear_attention"),
+    ],
+)
+def test_what_the_fallback_cannot_run_is_refused(config, message):
+    with pytest.raises(UnsupportedModelError, match=message) as e:
+        model_class_for(config)
+    assert "native: LlamaForCausalLM" in str(e.value)
+
+
+def test_fallback_refuses_tensor_parallelism():
+    with pytest.raises(ConfigError, match="the transformers fallback runs unsharded"):
+        check_tensor_parallel(CONFIGS["gpt2"](), 2)
