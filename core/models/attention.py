@@ -77,9 +77,9 @@ class Attention(nn.Module):
             hidden_size, [self.q_size, self.kv_size, self.kv_size], ["q", "k", "v"], qkv_bias,
             dtype=dtype, device=device,
         )  # fmt: skip
+        o_proj = linear.row(h * dh * linear.tp_size, hidden_size, o_bias, dtype=dtype, device=device)
         setattr(self, self._qkv_name, qkv)
-        setattr(self, self._o_name, linear.row(h * dh * linear.tp_size, hidden_size, o_bias, dtype=dtype,
-                                               device=device))  # fmt: skip
+        setattr(self, self._o_name, o_proj)
         if qk_norm is not None:
             self.q_norm, self.k_norm = qk_norm(dh), qk_norm(dh)
         self.has_qk_norm = qk_norm is not None

@@ -22,8 +22,6 @@ from tgi.core.models.rotary import rotary_dim_of
 
 _STACKED = STACKED_QKV_GATE_UP  # the name other modules import
 
-LlamaAttention = Attention  # the name backends' fused ops knew
-
 
 class LlamaForCausalLM(CausalLM):
     """Llama 2/3 and SmolLM2 (GQA, tied embeddings, llama3/linear/yarn rope scaling); the base of the

@@ -173,3 +173,11 @@ def test_architectures_registered():
         cls = model_class_for(config)
         config.architectures = [cls.architecture]
         assert model_class_for(config) is cls
+
+
+@pytest.mark.parametrize("name", ["gemma2", "phi3-longrope", "falcon-40b", "starcoder2"])
+def test_bfloat16_close_to_float32_reference(name):
+    # bf16 weights and activations against transformers in float32: a loose check that dtype casts work
+    diff = run_and_compare(CONFIGS[name](), dtype=torch.bfloat16)
+    print(f"{name} bf16: max |logit diff| = {diff:.2e}")
+    assert diff < 0.25
