@@ -1,7 +1,7 @@
-"""The transformers fallback (architectures with no native model): transformers' own GPT-2, OPT and
-GPT-NeoX modules with their attention routed to the CPU backend's paged attention through transformers'
-attention interface give transformers' logits within 1e-4 (float32) over a ragged paged batch with chunked
-prefill (tests/model_parity.py); what it cannot run is refused with the reason."""
+"""The transformers fallback (architectures with no native model): transformers' own GPT-2, OPT, GPT-NeoX,
+GPT-BigCode and Gemma 3 modules, their attention routed to the CPU backend's paged attention through
+transformers' attention interface, give transformers' logits within 1e-4 (float32) over a ragged paged
+batch with chunked prefill (tests/model_parity.py); what it cannot run is refused with the reason."""
 
 from __future__ import annotations
 
@@ -42,6 +42,25 @@ CONFIGS = {
         num_attention_heads=4,
         max_position_embeddings=128,
         rotary_pct=0.5,
+    ),
+    # multi-query attention (one key/value head)
+    "gpt-bigcode": lambda: transformers.GPTBigCodeConfig(
+        vocab_size=256, n_positions=128, n_embd=64, n_layer=2, n_head=4, multi_query=True
+    ),
+    # sliding-window layers between full ones, each with its own rope base
+    "gemma3": lambda: transformers.Gemma3TextConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=128,
+        sliding_window=5,
+        pad_token_id=0,
+        bos_token_id=0,
+        eos_token_id=1,
     ),
 }
 
