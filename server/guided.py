@@ -11,7 +11,6 @@ from typing import Any
 
 from tgi.core.guided import Grammar, GrammarError
 from tgi.server.errors import validation_error
-from tgi.server.tools import closed
 
 DISABLED = "grammar-constrained generation is disabled on this server (--disable-grammar-support)"
 
@@ -70,10 +69,8 @@ def response_format_grammar(value: Any) -> Grammar | None:
             raise validation_error("`response_format.json_schema` needs a `name`", f"{field}.json_schema")
         if "schema" not in spec:  # OpenAI: a schema-less json_schema asks for any JSON object
             return Grammar.json_object()
-        schema = spec["schema"]
-        if spec.get("strict") is True:  # OpenAI's strict mode: no properties but the declared ones
-            schema = closed(schema)
-        return _schema_of(schema, f"{field}.json_schema.schema")
+        # `strict` (OpenAI: no properties but the declared ones) is how every schema is generated here
+        return _schema_of(spec["schema"], f"{field}.json_schema.schema")
     if "value" in value:
         return tgi_grammar(value, field)
     raise validation_error(

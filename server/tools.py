@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tgi.core.guided import Grammar
-from tgi.core.guided.grammar import JSON_STYLE
+from tgi.core.guided.grammar import JSON_STYLE, closed
 from tgi.server.errors import validation_error
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -96,37 +96,17 @@ def _function(tool: Any, i: int) -> Function:
     return Function(name, description, parameters)
 
 
-def closed(schema: Any) -> Any:
-    """`schema` with `additionalProperties: false` on every object that lists its properties and says
-    nothing of others: a tool's arguments are the parameters it declares (as OpenAI's strict mode has it),
-    not whatever else a model adds. Everything `closed` allows, the original allows."""
-    if isinstance(schema, list):
-        return [closed(s) for s in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: closed(v) if k in _SUBSCHEMAS else v for k, v in schema.items()}
-    for key in ("properties", "$defs", "definitions"):  # maps of name -> schema
-        if isinstance(out.get(key), dict):
-            out[key] = {k: closed(v) for k, v in out[key].items()}
-    if isinstance(out.get("properties"), dict):
-        out.setdefault("additionalProperties", False)
-    return out
-
-
-_SUBSCHEMAS = ("items", "anyOf", "oneOf", "allOf", "prefixItems")
-
-
 def _call_schema(functions: list[Function]) -> dict:
     calls = [
         {
             "type": "object",
-            "properties": {"name": {"const": f.name}, "arguments": closed(f.parameters)},
+            "properties": {"name": {"const": f.name}, "arguments": f.parameters},
             "required": ["name", "arguments"],
             "additionalProperties": False,
         }
         for f in functions
     ]
-    return {**(calls[0] if len(calls) == 1 else {"anyOf": calls}), "x-guidance": JSON_STYLE}
+    return closed({**(calls[0] if len(calls) == 1 else {"anyOf": calls}), "x-guidance": JSON_STYLE})
 
 
 def plan_tools(tools: list | None, tool_choice: Any) -> ToolPlan | None:

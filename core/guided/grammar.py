@@ -23,10 +23,31 @@ class GrammarError(ValueError):
     written for the client (the server answers it with a 422)."""
 
 
+def closed(schema: Any) -> Any:
+    """`schema` with `additionalProperties: false` on every object that lists its `properties` and says
+    nothing of others. Generation emits the declared properties only (as outlines does, xgrammar's strict
+    mode, and OpenAI's `strict: true`): a schema that wants more says so with `additionalProperties`.
+    Every value the result allows, `schema` allows."""
+    if isinstance(schema, list):
+        return [closed(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: closed(v) if k in _SUBSCHEMAS else v for k, v in schema.items()}
+    for key in ("properties", "$defs", "definitions", "patternProperties"):  # maps of name -> schema
+        if isinstance(out.get(key), dict):
+            out[key] = {k: closed(v) for k, v in out[key].items()}
+    if isinstance(out.get("properties"), dict):
+        out.setdefault("additionalProperties", False)
+    return out
+
+
+_SUBSCHEMAS = ("items", "anyOf", "oneOf", "allOf", "prefixItems", "not", "additionalProperties", "contains")
+
+
 @dataclass(frozen=True)
 class Grammar:
-    """`kind` and its `source` text: a JSON schema (serialised in its own key order,
-    which is the order the fields are generated in), a regex matched against the
+    """`kind` and its `source` text: a JSON schema (`closed`, serialised in its own key order, which is
+    the order the fields are generated in), a regex matched against the
     whole output, or a Lark grammar (llguidance's dialect, which may embed `%json {schema}`)."""
 
     kind: GrammarKind
@@ -42,7 +63,7 @@ class Grammar:
                 raise GrammarError(f"the JSON schema is not valid JSON: {exc}") from None
         if not isinstance(schema, dict | bool):
             raise GrammarError(f"a JSON schema must be an object, got {type(schema).__name__}")
-        return cls("json_schema", json.dumps(schema))
+        return cls("json_schema", json.dumps(closed(schema)))
 
     @classmethod
     def json_object(cls) -> Grammar:
