@@ -120,7 +120,7 @@ class BlockManager:
         that the step computes its logits). Reads only; `allocate(seq, n, prefix)` takes the blocks."""
         if not self.prefix_caching or seq.block_table or seq.num_computed_tokens:
             return NO_PREFIX
-        limit = seq.num_tokens - 1 if max_tokens is None else min(max_tokens, seq.num_tokens - 1)
+        limit = seq.num_tokens - 1 if max_tokens is None else max(0, min(max_tokens, seq.num_tokens - 1))
         hashes = self._hashes(seq, limit // self.block_size)
         blocks: list[int] = []
         for h in hashes[: limit // self.block_size]:

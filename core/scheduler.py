@@ -297,8 +297,9 @@ class Scheduler:
 
     def _cached_prefix(self, seq: Sequence) -> CachedPrefix:
         """The cached blocks `seq` may start from. Prompt positions whose logprobs are still owed are
-        computed, not read from the cache (their logits are needed)."""
-        if not self.block_manager.prefix_caching:
+        computed, not read from the cache (their logits are needed). None for a runner that cannot start a
+        prefill mid-prompt (no chunked prefill)."""
+        if not self.block_manager.prefix_caching or not self.constraints.chunked_prefill:
             return NO_PREFIX
         limit = seq.num_tokens - 1
         if seq.want_prompt_logprobs and seq.prompt_logprobs_upto < seq.num_prompt_tokens:

@@ -144,6 +144,19 @@ def test_the_budget_counts_only_uncached_tokens() -> None:
     assert sched.num_cache_hit_tokens == 120
 
 
+def test_a_runner_without_chunked_prefill_reads_no_cached_prefix() -> None:
+    bm = BlockManager(32, BS, prefix_caching=True)
+    sched = Scheduler(bm, 4, 64, RunnerConstraints(chunked_prefill=False))
+    model = ContentModel(bm)
+    for step, rid in enumerate(("a", "b")):
+        sched.add(Sequence(rid, [*SYSTEM, step], greedy(1)))
+        batch = sched.schedule()
+        assert [(s.request_id, s.start_pos, s.num_tokens) for s in batch.sequences] == [(rid, 0, 31)]
+        [seq] = sched.update(batch, model.execute(batch))
+        sched.finish(seq.request_id, FinishReason.LENGTH)
+    assert bm.num_cached_blocks == 7 and sched.num_cache_hit_tokens == 0
+
+
 def test_prompt_logprobs_are_computed_not_read_from_the_cache() -> None:
     reqs = [
         (0, "a", [*SYSTEM, 1], greedy(2)),
