@@ -12,6 +12,9 @@ On a small random-weight Llama (`model.write_tiny_llama`), loaded through `LLMEn
 * `test_cancellation_frees_blocks_and_spares_the_others`: a request cancelled while running and one
   cancelled while queued produce no further token and give their blocks back; the others' tokens do not
   change;
+* `test_grammar_masks_are_honoured`: a runner whose `capabilities()` say `token_masks` samples, for each
+  masked row of a step, only tokens its mask allows (greedy and seeded rows), and leaves unmasked rows as
+  they are; one that does not has grammar requests refused by name;
 * `test_runner_constraints_are_honoured`: every batch the engine hands the runner, in all the tests above,
   fits what the runner's `constraints()` declare (batch size, mixed batches, chunked prefill, prefill
   buckets, block size).
@@ -210,6 +213,41 @@ class RunnerConformance:
         spared = [i for i, rid in enumerate(ids) if rid != victim]
         assert [tokens[ids[i]] for i in spared] == [reference[i] for i in spared]
         self._assert_all_blocks_free(engine)
+
+    def test_grammar_masks_are_honoured(self, engine_backend, tiny_llama, batches_checked):
+        from tgi.core.batch import ScheduledSequence
+        from tgi.core.guided import Grammar
+        from tgi.core.request import ValidationError
+        from tgi.core.sampling_params import SamplingParams
+        from tgi.core.testing.sampling_cases import pack_token_masks
+
+        engine = self.make_engine(engine_backend, tiny_llama, batches_checked)
+        if not engine.runner.capabilities().token_masks:
+            with pytest.raises(ValidationError, match="grammar masks"):
+                engine.add_request(list(PROMPTS[0]), SamplingParams(grammar=Grammar.regex("[a-z]+")))
+            return
+        vocab, bs = engine.model_info.vocab_size, engine.config.block_size
+        params = [SamplingParams(), SamplingParams(do_sample=True, seed=11), SamplingParams()]
+
+        def step(token_masks):  # the three prompts prefilled in one step, on blocks no request owns
+            seqs, first = [], 0
+            for i, (prompt, p) in enumerate(zip(PROMPTS, params, strict=True)):
+                blocks = list(range(first, first + -(-len(prompt) // bs)))
+                first += len(blocks)
+                seqs.append(
+                    ScheduledSequence(
+                        f"m{i}", list(prompt), 0, blocks, True, True, p, 11, len(prompt), list(prompt)
+                    )
+                )
+            return engine.runner.execute(
+                ScheduledBatch(1, seqs, len(seqs), token_masks=token_masks)
+            ).token_ids
+
+        free = step(None)
+        allowed = [{(free[0] + 1) % vocab, (free[0] + 7) % vocab}, {(free[1] + 3) % vocab}]
+        masked = step(pack_token_masks((0, 1), allowed, vocab))
+        assert masked[0] in allowed[0] and masked[1] in allowed[1], (masked, allowed)
+        assert masked[2] == free[2], "an unmasked row changed"
 
     def test_runner_constraints_are_honoured(self, engine_backend, tiny_llama, batches_checked):
         """Checks the batches of the tests above (run them with this one), and of a busy run of its own."""

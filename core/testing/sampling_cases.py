@@ -80,6 +80,17 @@ def sampler_case(params_list: list[SamplingParams], vocab_size: int = 128, seed:
     return SamplerCase(rows, logits.tolist())
 
 
+def pack_token_masks(rows: tuple[int, ...], allowed: list[set[int]], vocab_size: int) -> TokenMasks:
+    """`TokenMasks` for `rows` that allow the token ids in `allowed` (one set per row)."""
+    words = -(-vocab_size // 32)
+    bits = np.zeros((len(rows), words * 32), dtype=np.uint64)
+    for j, tokens in enumerate(allowed):
+        bits[j, sorted(tokens)] = 1
+    weights = np.uint64(1) << np.arange(32, dtype=np.uint64)
+    packed = (bits.reshape(len(rows), words, 32) * weights).sum(axis=2).astype(np.uint32).view(np.int32)
+    return TokenMasks(rows=tuple(rows), bitmask=packed, vocab_size=vocab_size)
+
+
 def masked_case(vocab_size: int = 128, seed: int = 5) -> SamplerCase:
     """Greedy and sampled rows, every other one under a grammar mask that allows a few random tokens (one
     row: a single token, as a grammar that must close), for samplers with `supports_token_masks`."""
@@ -87,15 +98,11 @@ def masked_case(vocab_size: int = 128, seed: int = 5) -> SamplerCase:
     case = sampler_case(params, vocab_size, seed)
     gen = np.random.default_rng(seed)
     rows = tuple(range(0, len(params), 2))
-    allowed = np.zeros((len(rows), vocab_size), dtype=bool)
-    for j in range(len(rows)):
-        allowed[j, gen.choice(vocab_size, size=1 if j == 0 else 1 + j % 9, replace=False)] = True
-    words = -(-vocab_size // 32)
-    bits = np.zeros((len(rows), words * 32), dtype=np.uint64)
-    bits[:, :vocab_size] = allowed
-    weights = np.uint64(1) << np.arange(32, dtype=np.uint64)
-    packed = (bits.reshape(len(rows), words, 32) * weights).sum(axis=2).astype(np.uint32).view(np.int32)
-    return replace(case, token_masks=TokenMasks(rows=rows, bitmask=packed, vocab_size=vocab_size))
+    allowed = [
+        set(gen.choice(vocab_size, size=1 if j == 0 else 1 + j % 9, replace=False).tolist())
+        for j in range(len(rows))
+    ]
+    return replace(case, token_masks=pack_token_masks(rows, allowed, vocab_size))
 
 
 #: name -> the case, for parametrised tests
