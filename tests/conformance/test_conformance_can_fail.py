@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tgi.core.interfaces import RunnerConstraints
-from tgi.core.models import llama
+from tgi.core.models import rotary
 from tgi.core.sampling import processors as P
 from tgi.core.scheduler import Scheduler
 from tgi.core.testing.model import transformers_greedy, write_tiny_llama
@@ -56,14 +56,14 @@ def test_a_model_with_wrong_rotary_frequencies_fails(suite, backend, monkeypatch
     path = tmp_path_factory.getbasetemp() / "tgi-conformance-tiny-llama"  # the suite's own checkpoint
     if not (path / "config.json").exists():
         write_tiny_llama(path)
-    real = llama.compute_inv_freq
+    real = rotary.compute_inv_freq
 
     def off(config, device=None):
         inv_freq, scaling = real(config, device)
         return inv_freq * 1.5, scaling
 
     reference = transformers_greedy(path)  # before the defect: transformers' own model
-    monkeypatch.setattr(llama, "compute_inv_freq", off)
+    monkeypatch.setattr(rotary, "compute_inv_freq", off)  # every native model's rotary comes from here
     with pytest.raises(AssertionError):
         suite.test_greedy_generation_matches_transformers(backend, path, _checked(), reference)
 
