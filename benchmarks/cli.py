@@ -1,6 +1,7 @@
 """`tgi benchmark serving ...` (load generator, `tgi.benchmarks.serving`), `tgi benchmark engine ...`
 (engine micro-benchmark, `tgi.benchmarks.engine_bench`) and `tgi benchmark multiturn ...` (multi-turn chat
-with prefix caching on and off, `tgi.benchmarks.multiturn`). Importing this module imports neither torch nor httpx."""
+with prefix caching on and off, `tgi.benchmarks.multiturn`) and `tgi benchmark guided` (guided decoding's cost,
+`tgi.benchmarks.guided_bench`). Importing this module imports neither torch nor httpx."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import argparse
 
 def add_benchmark_command(subparsers) -> None:
     """Register `benchmark` and its two subcommands on the `tgi` command's subparsers."""
-    from tgi.benchmarks import engine_bench, multiturn, serving
+    from tgi.benchmarks import engine_bench, guided_bench, multiturn, serving
 
     p = subparsers.add_parser(
         "benchmark", help="serving load generator, engine micro-benchmark, multi-turn chat"
@@ -42,3 +43,12 @@ def add_benchmark_command(subparsers) -> None:
     )
     multiturn.add_arguments(p_multiturn)
     p_multiturn.set_defaults(func=multiturn.run)
+
+    p_guided = sub.add_parser(
+        "guided",
+        help="guided decoding's cost: grammar compile times, decode steps with and without a JSON schema",
+        description=guided_bench.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    guided_bench.add_arguments(p_guided)
+    p_guided.set_defaults(func=guided_bench.run)
