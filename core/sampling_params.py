@@ -32,6 +32,9 @@ class SamplingParams:
     logprobs: bool = False  # report the chosen token's logprob (TGI `details`)
     top_n_tokens: int = 0  # also report this many most likely alternatives per step
     prompt_logprobs: bool = False  # logprobs of the prompt tokens (TGI `decoder_input_details`)
+    # (token id, bias) pairs added to those tokens' logits before anything else reads them (OpenAI's
+    # `logit_bias`); each token id at most once, each bias in [-100, 100]
+    logit_bias: tuple[tuple[int, float], ...] = ()
     priority: int = 0  # higher runs first; equal priorities are FIFO
     grammar: Grammar | None = None  # the output must match it (JSON schema, regex, Lark): guided decoding
     extra: dict = field(default_factory=dict, compare=False, hash=False)
@@ -62,6 +65,10 @@ class SamplingParams:
             raise ValueError("`top_n_tokens` must be >= 0")
         if self.seed is not None and not 0 <= self.seed < 2**64:
             raise ValueError("`seed` must be in [0, 2^64)")
+        if len({t for t, _ in self.logit_bias}) != len(self.logit_bias):
+            raise ValueError("`logit_bias` names a token id more than once")
+        if any(not -100 <= b <= 100 for _, b in self.logit_bias):
+            raise ValueError("`logit_bias` values must be >= -100 and <= 100")
         if self.grammar is not None and (self.min_new_tokens or self.ignore_eos):
             # the grammar decides where the output ends: past its end only the end of sequence is allowed
             name = "min_new_tokens" if self.min_new_tokens else "ignore_eos"

@@ -60,4 +60,6 @@ def validate_request(
         raise ValidationError("; ".join(broken))
     if any(not 0 <= t < limits.vocab_size for t in prompt_token_ids):
         raise ValidationError(f"token ids must be in [0, {limits.vocab_size})")
+    if any(not 0 <= t < limits.vocab_size for t, _ in params.logit_bias):
+        raise ValidationError(f"`logit_bias` token ids must be in [0, {limits.vocab_size})")
     return params

@@ -11,6 +11,9 @@ A row is a `ScheduledSequence`: its `sampling` (`SamplingParams`), its `seed`, i
 0. a grammar mask (guided decoding), for rows the batch's `TokenMasks` names: every token it does not allow
    gets logit -inf, so it is never chosen and every later step (and the reported logprob) sees the masked
    logits;
+0b. a logit bias (OpenAI's `logit_bias`): each row's `(token id, bias)` pairs are added to those tokens'
+   logits (a token the grammar masked stays -inf); what follows, the reported logprob included, sees the
+   biased logits;
 1. penalties, on the logits: the repetition penalty (CTRL / TGI) over the prompt and output tokens (a
    positive logit of a seen token is divided by it, any other multiplied), then the frequency and presence
    penalties (OpenAI) over the output tokens only (`logit -= frequency * count + presence`, for tokens with
@@ -23,7 +26,7 @@ A row is a `ScheduledSequence`: its `sampling` (`SamplingParams`), its `seed`, i
 4. the draw is the Gumbel-max trick with counter-based noise: token `argmax_j x_j - log(-log u_j)` over the
    kept tokens, with `u_j = uniform_noise(seed, num_generated, vocab)[j]`: the same seed, step and logits
    give the same token whatever shares the batch, on any device and in any framework;
-5. the reported logprob is the log-softmax, at the chosen token, of the logits after penalties and
+5. the reported logprob is the log-softmax, at the chosen token, of the logits after bias, penalties and
    temperature and before any truncation; top tokens (`top_n_tokens`) are the best of the same
    log-softmax.
 """
@@ -33,6 +36,7 @@ from __future__ import annotations
 #: the processors of a sampled row, in the order they apply (a greedy row stops after the penalties)
 PROCESSOR_ORDER = (
     "grammar_mask",
+    "logit_bias",
     "repetition_penalty",
     "frequency_presence_penalty",
     "temperature",

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 class TorchSampler(Sampler):
-    """Grammar masks -> penalties -> temperature -> top-k/top-p -> typical-p -> seeded Gumbel-max draw, for
+    """Grammar masks -> logit bias -> penalties -> temperature -> top-k/top-p -> typical-p -> seeded Gumbel-max draw, for
     all rows at once.
 
     Per-row parameters become small `[N]` tensors; all the math is batched (no per-row torch ops).
@@ -58,19 +58,23 @@ class TorchSampler(Sampler):
         do_sample = [p.do_sample for p in params]
         need_rep = any(x != 1.0 for x in rep)
         need_freq = any(x != 0.0 for x in freq) or any(x != 0.0 for x in pres)
+        need_bias = any(p.logit_bias for p in params)
         any_sample = any(do_sample)
         top_n = max(p.top_n_tokens for p in params)
         if token_masks is not None:  # our own float32 copy, with the tokens no grammar allows at -inf
             logits = P.apply_token_masks(
                 logits.float() if logits.dtype != torch.float32 else logits.clone(), token_masks
             )
-        if self.greedy_kernel is not None and not (need_rep or need_freq or any_sample or top_n):
+        if self.greedy_kernel is not None and not (need_bias or need_rep or need_freq or any_sample or top_n):
             token_ids, logprobs = self.greedy_kernel(logits)
             return SamplerOutput(token_ids=token_ids, logprobs=logprobs)
 
         x = logits if logits.dtype == torch.float32 else logits.float()
-        if (need_rep or need_freq or any_sample) and token_masks is None:
+        if (need_bias or need_rep or need_freq or any_sample) and token_masks is None:
             x = x.clone() if x is logits else x  # every processor below works in place on our copy
+
+        if need_bias:
+            P.apply_logit_bias(x, [p.logit_bias for p in params])
 
         if need_rep or need_freq:
             self._apply_penalties(x, rows, rep, freq, pres, need_rep, need_freq)

@@ -113,7 +113,10 @@ def reference_sample(
         params = row.sampling
         if i in masked:
             values = [v if t in masked[i] else -math.inf for t, v in enumerate(values)]
-        x = _penalised(list(values), row)
+        values = list(values)
+        for t, bias in params.logit_bias:  # -inf (masked) stays -inf
+            values[t] += bias
+        x = _penalised(values, row)
         if params.do_sample:
             x = [v / params.temperature for v in x]
             kept = _kept(x, params.top_k, params.top_p, params.typical_p)

@@ -29,17 +29,20 @@ class SamplerCase:
 
 
 def greedy_params() -> list[SamplingParams]:
-    """Greedy rows with every penalty."""
+    """Greedy rows with every penalty, and with a logit bias (one that forces a token, one beside a
+    penalty)."""
     return [
         SamplingParams(),
         SamplingParams(repetition_penalty=1.3),
         SamplingParams(frequency_penalty=0.5),
         SamplingParams(repetition_penalty=0.7, presence_penalty=-1.5),
+        SamplingParams(logit_bias=((3, 100.0), (40, -2.5))),
+        SamplingParams(logit_bias=((5, 4.0), (9, 1.5), (77, -100.0)), repetition_penalty=1.3),
     ]
 
 
 def seeded_params() -> list[SamplingParams]:
-    """Sampled rows with every processor, each with 6 seeds, beside two greedy rows (truncation errors show
+    """Sampled rows with every processor (a logit bias included), each with 6 seeds, beside two greedy rows (truncation errors show
     in some draws only)."""
     params = [
         SamplingParams(do_sample=True, seed=7),
@@ -51,6 +54,7 @@ def seeded_params() -> list[SamplingParams]:
         SamplingParams(do_sample=True, temperature=1.3, presence_penalty=0.4, seed=10),
         SamplingParams(do_sample=True, top_k=5, top_p=0.9, repetition_penalty=1.2, seed=2**64 - 1),
         SamplingParams(do_sample=True, temperature=0.5, typical_p=0.5, frequency_penalty=-0.7, seed=11),
+        SamplingParams(do_sample=True, top_k=8, logit_bias=((2, 3.0), (60, 6.0), (100, -100.0)), seed=15),
     ]
     rows = [replace(p, seed=(p.seed + 7919 * j) % 2**64) for j in range(6) for p in params]
     return [*rows, SamplingParams(), SamplingParams(repetition_penalty=1.3)]
