@@ -7,12 +7,14 @@ import logging
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 
 from tgi.server import __version__
 from tgi.server.auth import BearerAuth
 from tgi.server.errors import install_error_handlers
 from tgi.server.payload import PayloadLimit
 from tgi.server.protocol import ServingEngine
+from tgi.server.routes_compat import router as compat_router
 from tgi.server.routes_openai import router as openai_router
 from tgi.server.routes_tgi import router as tgi_router
 from tgi.server.service import InferenceService
@@ -51,7 +53,15 @@ def create_app(engine: ServingEngine, settings: ServerSettings | None = None) ->
     install_error_handlers(app)
     app.include_router(tgi_router)
     app.include_router(openai_router)
+    app.include_router(compat_router)
     app.add_middleware(PayloadLimit, limit=settings.payload_limit)
     if settings.api_key:  # outermost: a client without the key learns nothing else
         app.add_middleware(BearerAuth, api_key=settings.api_key)
+    if settings.cors_allow_origin:  # outside the key check: a browser's preflight carries no key
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.cors_allow_origin),
+            allow_methods=["GET", "POST"],
+            allow_headers=["content-type", "authorization"],
+        )
     return app

@@ -78,3 +78,20 @@ def completion_logprobs(events: list[TokenEvent], start_offset: int = 0) -> dict
         "top_logprobs": [{t.text: t.logprob for t in e.top_tokens} for e in events],
         "text_offset": offsets,
     }
+
+
+def with_prompt_logprobs(prompt: tuple, generated: dict) -> dict:
+    """`echo` with `logprobs`: the prompt tokens (`PromptToken`s; the first has no logprob) before the
+    generated ones in a legacy `logprobs` object; a prompt position's `top_logprobs` holds its own token
+    (None for the first), its offsets count from the start of the prompt text."""
+    offsets, pos = [], 0
+    for t in prompt:
+        offsets.append(pos)
+        pos += len(t.text)
+    return {
+        "tokens": [t.text for t in prompt] + generated["tokens"],
+        "token_logprobs": [t.logprob for t in prompt] + generated["token_logprobs"],
+        "top_logprobs": [None if t.logprob is None else {t.text: t.logprob} for t in prompt]
+        + generated["top_logprobs"],
+        "text_offset": offsets + generated["text_offset"],
+    }

@@ -19,7 +19,7 @@ from tgi.server.schemas_openai import ChatCompletionRequest, CompletionRequest
 from tgi.server.schemas_tgi import ErrorResponse
 from tgi.server.service import InferenceService
 from tgi.server.tools import CallStream, ToolPlan, message_for, plan_tools, render_inputs
-from tgi.server.validation import openai_sampling_params
+from tgi.server.validation import check_prompt_logprobs, openai_sampling_params
 
 router = APIRouter(tags=["OpenAI"])
 
@@ -33,6 +33,7 @@ class Job:
     ids: list[int]
     params: SamplingParams
     tools: ToolPlan | None = None  # chat with `tools`: how to read the output back
+    echo: str | None = None  # completions with `echo`: the prompt's text, shown before the output
 
 
 def _service(request: Request) -> InferenceService:
@@ -87,12 +88,15 @@ async def _chat_jobs(service: InferenceService, req: ChatCompletionRequest) -> l
 
 
 async def _completion_jobs(service: InferenceService, req: CompletionRequest) -> list[Job]:
-    if req.echo:
-        raise validation_error("`echo` is not supported")
     if req.suffix:
-        raise validation_error("`suffix` is not supported")
+        raise validation_error("`suffix` is not supported", "suffix")
     top_n = req.logprobs or 0
     base = openai_sampling_params(req, service.settings, top_n=top_n, logprobs=req.logprobs is not None)
+    if req.echo and req.logprobs is not None:  # the prompt tokens' logprobs come before the output's
+        if req.stream:
+            raise validation_error("`echo` with `logprobs` is not supported when streaming", "echo")
+        check_prompt_logprobs("echo", service.settings)
+        base = replace(base, prompt_logprobs=True)
     base = await _with_grammar(service, req, base)
     prompts = req.prompts()
     if not prompts:
@@ -100,7 +104,11 @@ async def _completion_jobs(service: InferenceService, req: CompletionRequest) ->
     jobs: list[Job] = []
     for p, prompt in enumerate(prompts):
         ids = prompt if isinstance(prompt, list) else await service.encode(prompt)
-        jobs.extend(_choices(base, req.n, p * req.n, p, ids))
+        echo = None
+        if req.echo:
+            echo = await service.decode(ids) if isinstance(prompt, list) else prompt
+        for job in _choices(base, req.n, p * req.n, p, ids):
+            jobs.append(replace(job, echo=echo))
     return jobs
 
 
@@ -128,10 +136,16 @@ def _chat_choice(job: Job, events: list[TokenEvent], logprobs: bool) -> dict:
 
 def _completion_choice(job: Job, events: list[TokenEvent], logprobs: bool) -> dict:
     final = events[-1]
+    echo = job.echo or ""
+    out = None
+    if logprobs:
+        out = fmt.completion_logprobs(events, start_offset=len(echo))
+        if job.echo is not None:
+            out = fmt.with_prompt_logprobs(final.prompt_tokens or (), out)
     return {
         "index": job.index,
-        "text": final.generated_text or "",
-        "logprobs": fmt.completion_logprobs(events) if logprobs else None,
+        "text": echo + (final.generated_text or ""),
+        "logprobs": out,
         "finish_reason": fmt.finish_reason(final.finish_reason),
     }
 
@@ -162,14 +176,21 @@ def _chat_chunker(jobs: list[Job]):
 
 
 def _completion_chunk(job: Job, event: TokenEvent, logprobs: bool) -> list[dict]:
+    # `echo`: the prompt goes first, in a chunk of its own (streamed echo takes no `logprobs`)
+    echo = [] if event.index or job.echo is None else [_echo_chunk(job)]
     return [
+        *echo,
         {
             "index": job.index,
             "text": fmt.visible_text(event),
             "logprobs": fmt.completion_logprobs([event]) if logprobs else None,
             "finish_reason": fmt.finish_reason(event.finish_reason),
-        }
+        },
     ]
+
+
+def _echo_chunk(job: Job) -> dict:
+    return {"index": job.index, "text": job.echo, "logprobs": None, "finish_reason": None}
 
 
 def _fan_out(req, chat: bool) -> tuple[int, str, str]:

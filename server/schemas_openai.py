@@ -1,5 +1,8 @@
 """OpenAI's request schemas (chat completions, completions); responses are built in `openai_format`.
 
+`logit_bias` is served (added to the logits by the sampler); `echo` on completions prepends the prompt
+(and its tokens' logprobs when `logprobs` is asked, which needs `--enable-prefill-logprobs`).
+
 Extensions accepted as vLLM and TGI do: `top_k`, `repetition_penalty`, `min_tokens`, `ignore_eos`,
 `stop_token_ids`, `include_stop_str_in_output`, `guided_json`, `guided_regex`, `guided_choice`, `tool_prompt`. Fields OpenAI or vLLM define that are not served here are
 refused by name (`tgi.server.fields`).
@@ -23,7 +26,6 @@ _OPENAI_UNSERVED: dict[str, tuple[Any, ...]] = {
     "parallel_tool_calls": (None, True),
     "functions": NEUTRAL,
     "function_call": (None, "none"),
-    "logit_bias": NEUTRAL,
     "audio": NEUTRAL,
     "modalities": (None, ["text"]),
     "prediction": NEUTRAL,
@@ -107,6 +109,7 @@ class _Sampling(RequestModel):
     stream_options: StreamOptions | None = None
     frequency_penalty: float | None = None
     presence_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None  # token id (as a string) -> bias in [-100, 100]
     # extensions (vLLM, TGI)
     top_k: int | None = None
     repetition_penalty: float | None = None

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from tgi.core.guided import Grammar
 from tgi.core.request import EngineError, FinishReason, OverloadedError, TokenEvent, ValidationError
@@ -15,6 +16,8 @@ from tgi.server.errors import ApiError, internal_error, overloaded, validation_e
 from tgi.server.metrics import ServerMetrics
 from tgi.server.protocol import ServingEngine
 from tgi.server.settings import ServerSettings
+
+T = TypeVar("T")
 
 
 class RequestTracker:
@@ -59,6 +62,7 @@ class InferenceService:
         self.in_flight = 0
         self.metrics = ServerMetrics(engine.stats, lambda: self.in_flight)
         self.model_name = settings.model_id or engine.model_id
+        self._workers = ThreadPoolExecutor(settings.validation_workers, thread_name_prefix="tgi-validation")
 
     @property
     def config(self):
@@ -96,34 +100,46 @@ class InferenceService:
         self.in_flight += sequences
         return RequestTracker(self, sequences, metered)
 
-    # Tokenisation and templating run in a worker thread: a long prompt never stalls the event loop.
+    # Tokenisation and templating run on the `--validation-workers` threads: a long prompt never stalls the
+    # event loop, and no more than that many requests tokenize at once (TGI's validation workers).
+    async def _tokenizing(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._workers, fn)
+
     async def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return await asyncio.to_thread(self._encode, text, add_special_tokens)
+        return await self._tokenizing(lambda: self._encode(text, add_special_tokens))
 
     def _encode(self, text: str, add_special_tokens: bool) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))
 
-    async def offsets(self, text: str) -> list[tuple[int, tuple[int, int]]]:
+    async def decode(self, token_ids: list[int]) -> str:
+        return await self._tokenizing(lambda: self.tokenizer.decode(token_ids))
+
+    async def offsets(self, text: str, add_special_tokens: bool = True) -> list[tuple[int, tuple[int, int]]]:
         def run() -> list[tuple[int, tuple[int, int]]]:
-            enc = self.tokenizer(text, return_offsets_mapping=True, add_special_tokens=True)
+            enc = self.tokenizer(text, return_offsets_mapping=True, add_special_tokens=add_special_tokens)
             return list(zip(enc["input_ids"], enc["offset_mapping"], strict=False))
 
-        return await asyncio.to_thread(run)
+        return await self._tokenizing(run)
+
+    def _template(self, messages: list[dict], template_kwargs: dict[str, Any]) -> str:
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise ApiError(422, "This model has no chat template", "template_error")
+        try:
+            return self.tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True, **template_kwargs
+            )
+        except Exception as exc:  # jinja errors (raise_exception in templates) are the client's
+            raise ApiError(422, f"Template error: {exc}", "template_error") from None
+
+    async def template_text(self, messages: list[dict], **template_kwargs: Any) -> str:
+        """The chat template applied to `messages` (with the generation prompt), as text."""
+        return await self._tokenizing(lambda: self._template(messages, template_kwargs))
 
     async def render_chat(self, messages: list[dict], **template_kwargs: Any) -> list[int]:
-        def run() -> list[int]:
-            if not getattr(self.tokenizer, "chat_template", None):
-                raise ApiError(422, "This model has no chat template", "template_error")
-            try:
-                text = self.tokenizer.apply_chat_template(
-                    messages, tokenize=False, add_generation_prompt=True, **template_kwargs
-                )
-            except Exception as exc:  # jinja errors (raise_exception in templates) are the client's
-                raise ApiError(422, f"Template error: {exc}", "template_error") from None
-            # The template already writes BOS where the model wants one.
-            return self._encode(text, add_special_tokens=False)
-
-        return await asyncio.to_thread(run)
+        # The template already writes BOS where the model wants one.
+        return await self._tokenizing(
+            lambda: self._encode(self._template(messages, template_kwargs), add_special_tokens=False)
+        )
 
     async def compile_grammar(self, grammar: Grammar, field: str | None = None) -> None:
         """Compile (or find cached) a request's grammar in a worker thread: an expensive grammar never

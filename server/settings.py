@@ -15,6 +15,12 @@ class ServerSettings:
     max_client_batch_size: int = 4  # sequences one request may ask for (prompts x `n`; TGI's default)
     payload_limit: int = 2_000_000  # request body bytes; more: 413 (TGI's default)
     disable_grammar_support: bool = False  # `grammar`, `response_format` and `tools` get a 422
+    # prompt logprobs (`decoder_input_details`, `echo` with `logprobs`) are computed only with this on, as
+    # TGI's `--enable-prefill-logprobs` (they cost a [prompt, vocabulary] logits tensor)
+    enable_prefill_logprobs: bool = False
+    # origins whose browser pages may call the API (CORS); "*" is any; empty: no CORS headers
+    cors_allow_origin: tuple[str, ...] = ()
+    validation_workers: int = 2  # threads that tokenize and template requests (TGI's default)
     api_key: str | None = None  # when set, every route but /health needs `Authorization: Bearer <key>`
     model_id: str | None = None  # the name shown to clients; None: the engine's model id
     start_engine: bool = True  # call `engine.start()` / `engine.shutdown()` in the app's lifespan

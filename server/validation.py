@@ -53,6 +53,8 @@ def tgi_sampling_params(p: GenerateParameters, settings: ServerSettings, stream:
             raise validation_error("`seed` must not be set when `best_of` > 1")
     if stream and p.decoder_input_details:
         raise validation_error("`decoder_input_details` == true is not supported when streaming tokens")
+    if p.decoder_input_details:
+        check_prompt_logprobs("decoder_input_details", settings)
     if p.top_p is not None and not 0.0 < p.top_p < 1.0:
         # TGI's own bound on its routes (OpenAI routes accept 1.0, which means "off")
         raise validation_error("`top_p` must be > 0.0 and < 1.0")
@@ -82,6 +84,32 @@ def check_truncate(truncate: int | None, config: EngineConfig) -> int | None:
     return truncate
 
 
+def check_prompt_logprobs(field: str, settings: ServerSettings) -> None:
+    """Prompt logprobs cost a [prompt, vocabulary] logits tensor: as TGI, only a server started with
+    `--enable-prefill-logprobs` computes them; otherwise the field asking for them is refused by name."""
+    if not settings.enable_prefill_logprobs:
+        raise validation_error(
+            f"`{field}` asks for the logprobs of the prompt tokens, which this server computes only when "
+            "started with --enable-prefill-logprobs",
+            field,
+        )
+
+
+def logit_bias(bias: dict[str, float] | None) -> tuple[tuple[int, float], ...]:
+    """OpenAI's `logit_bias` (token ids as strings) as sorted (token id, bias) pairs; the engine checks the
+    ids against the vocabulary and the biases' range."""
+    pairs = []
+    for key, value in (bias or {}).items():
+        try:
+            token = int(key)
+        except ValueError:
+            raise validation_error(
+                f"`logit_bias` keys must be token ids, got {key!r}", "logit_bias"
+            ) from None
+        pairs.append((token, float(value)))
+    return tuple(sorted(pairs))
+
+
 def openai_sampling_params(req, settings: ServerSettings, top_n: int, logprobs: bool) -> SamplingParams:
     """OpenAI's parameters: temperature 0 is greedy; otherwise sampling (temperature 1 by default)."""
     if req.n < 1:
@@ -106,4 +134,5 @@ def openai_sampling_params(req, settings: ServerSettings, top_n: int, logprobs: 
         ignore_eos=req.ignore_eos,
         logprobs=logprobs,
         top_n_tokens=check_top_n(top_n, settings),
+        logit_bias=logit_bias(req.logit_bias),
     )

@@ -19,7 +19,7 @@ def engine():
 
 @pytest.fixture
 def client(engine):
-    with TestClient(create_app(engine, ServerSettings())) as c:
+    with TestClient(create_app(engine, ServerSettings(enable_prefill_logprobs=True))) as c:
         yield c
 
 

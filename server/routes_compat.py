@@ -1,0 +1,68 @@
+"""TGI's other routes: `/invocations` (SageMaker's one route, dispatched by the body's shape) and
+`/chat_tokenize` (the chat template applied and tokenized, without generating)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from pydantic import BaseModel
+from pydantic import ValidationError as PydanticValidationError
+
+from tgi.server.errors import validation_error
+from tgi.server.fields import check_fields
+from tgi.server.routes_openai import _respond
+from tgi.server.routes_tgi import compat_generate
+from tgi.server.schemas_openai import ChatCompletionRequest, CompletionRequest
+from tgi.server.schemas_tgi import CompatGenerateRequest, ErrorResponse
+from tgi.server.service import InferenceService
+from tgi.server.tools import plan_tools, render_inputs
+
+router = APIRouter(tags=["Text Generation Inference"])
+
+_ERRORS = {code: {"model": ErrorResponse} for code in (422, 429, 500)}
+
+
+def _parse(model: type[BaseModel], body: object) -> BaseModel:
+    try:
+        return model.model_validate(body)
+    except PydanticValidationError as exc:  # the app's handler words it as every other 422
+        raise RequestValidationError(exc.errors()) from None
+
+
+@router.post("/invocations", responses=_ERRORS)
+async def invocations(request: Request) -> Response:
+    """SageMaker's route: a body with `messages` is a chat completion, one with `prompt` a completion
+    (OpenAI's response shapes), any other TGI's `/` (`inputs`, `parameters`, `stream`)."""
+    try:
+        body = await request.json()
+    except ValueError:
+        raise validation_error("the body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise validation_error("the body must be a JSON object")
+    if "messages" in body:
+        return await _respond(request, _parse(ChatCompletionRequest, body), chat=True)
+    if "prompt" in body:
+        return await _respond(request, _parse(CompletionRequest, body), chat=False)
+    return await compat_generate(_parse(CompatGenerateRequest, body), request)
+
+
+@router.post("/chat_tokenize", responses=_ERRORS)
+async def chat_tokenize(req: ChatCompletionRequest, request: Request) -> dict:
+    """The chat request's prompt as the model gets it: `templated_text` (the chat template applied, with
+    the tools where the request has them) and its tokens with their character offsets in it."""
+    service: InferenceService = request.app.state.service
+    with service.admit(metered=False):  # a slot, but not a generation request in the metrics
+        check_fields(req)
+        tools = plan_tools(req.tools, req.tool_choice)
+        template = getattr(service.tokenizer, "chat_template", None)
+        messages, kwargs = render_inputs(
+            [m.template_dict() for m in req.messages], tools, template, req.tool_prompt
+        )
+        text = await service.template_text(messages, **kwargs)
+        # the template already writes BOS where the model wants one
+        pairs = await service.offsets(text, add_special_tokens=False)
+    return {
+        "tokenize_response": [{"id": i, "text": text[a:b], "start": a, "stop": b} for i, (a, b) in pairs],
+        "templated_text": text,
+    }
