@@ -33,6 +33,14 @@ class EngineConfig:
     # the seeds of requests that give none are drawn from a generator seeded with this; None: from the OS
     # (unseeded sampling differs from one start to the next), a number: the same draws at every start
     seed: int | None = None
+    # TGI's launcher settings the engine acts on (issue 23):
+    # decode batch sizes to capture as graphs (--cuda-graphs); (): off; None: the backend's default
+    cuda_graphs: tuple[int, ...] | None = None
+    rope_scaling: tuple[str, float] | None = None  # ("linear" | "dynamic", factor) over the checkpoint's own
+    # share of the device's total memory the server may use, weights included (--cuda-memory-fraction)
+    memory_fraction: float = 1.0
+    master_addr: str = "127.0.0.1"  # the shards' torch.distributed rendezvous (--master-addr)
+    master_port: int | None = None  # None: a free port (--master-port)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -47,6 +55,14 @@ class EngineConfig:
             raise ConfigError(f"max number of sequences must be >= 1, got {self.max_num_seqs}")
         if self.kv_cache_memory_fraction is not None and not 0 < self.kv_cache_memory_fraction <= 1:
             raise ConfigError("the KV-cache memory fraction must be in (0, 1]")
+        if not 0 < self.memory_fraction <= 1:
+            raise ConfigError(f"--cuda-memory-fraction must be in (0, 1], got {self.memory_fraction}")
+        if self.rope_scaling is not None and (
+            self.rope_scaling[0] not in ("linear", "dynamic") or self.rope_scaling[1] <= 0
+        ):
+            raise ConfigError(
+                f"rope scaling must be linear or dynamic with a factor > 0, got {self.rope_scaling}"
+            )
         for name in (
             "max_input_tokens",
             "max_total_tokens",

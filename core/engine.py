@@ -74,7 +74,9 @@ def derive_limits(
     else:
         # the runner's view where it has one (several devices: the least free), else the backend's
         memory = runner.memory_info() or backend.memory_info()
-        free = memory.free * config.kv_cache_memory_fraction
+        # --cuda-memory-fraction: what is used already counts against the share of the total allowed
+        allowed = memory.free - memory.total * (1.0 - config.memory_fraction)
+        free = max(allowed, 0) * config.kv_cache_memory_fraction
         # never more than every running sequence at full length could use
         num_blocks = int(min(free // spec.bytes_per_block, config.max_num_seqs * -(-max_total // bs)))
     if num_blocks * bs < max_total:
@@ -155,7 +157,13 @@ class LLMEngine:
         attention = backend.attention().name if hasattr(backend, "attention") else "the backend's own"
         dtype_note = f"dtype {dtype} (the default: {why})" if why else f"dtype {dtype}"
         say(f"backend: {spec.name} ({backend.devices()[0].name}), {dtype_note}, attention {attention}")
+        if config.cuda_graphs and not backend.captures_graphs:
+            raise ConfigError(
+                f"--cuda-graphs: the {spec.name} backend does not capture graphs (give 0, or omit it)"
+            )
         source = resolve_model(config.model_id, config.revision)
+        if config.rope_scaling is not None:  # every rank loads its config from the source
+            source = dataclasses.replace(source, rope_scaling=config.rope_scaling)
         say(f"model: {source.model_id} ({source.format}: {source.path})")
         t0 = time.perf_counter()
         tokenizer = load_tokenizer(source)

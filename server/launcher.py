@@ -14,32 +14,25 @@ import sys
 import time
 
 from tgi.core.config import ConfigError, EngineConfig
+from tgi.server.launch_flags import (
+    add_tgi_arguments,
+    apply_hub_cache,
+    check_tgi_arguments,
+    cors_origins,
+    env,
+    environment_report,
+    on_off,
+    rope_scaling,
+    tokenizer_config,
+)
 from tgi.server.settings import ServerSettings
 from tgi.server.tgi_env import unserved_variables, warning
 
 log = logging.getLogger("tgi.server")
 
 
-def _env(*names: str, default=None):
-    for name in names:
-        value = os.environ.get(name)
-        if value not in (None, ""):
-            return value
-    return default
-
-
 def _flag(value) -> bool:
     return str(value).lower() in ("1", "true", "yes", "on")
-
-
-def _on_off(value: str) -> bool:
-    """An on/off flag's value: true/false, 1/0, yes/no, on/off (any case); anything else is an error."""
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
 
 
 def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,97 +40,97 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     a = parser.add_argument
     a(
         "--model-id",
-        default=_env("MODEL_ID"),
+        default=env("MODEL_ID"),
         help="hub id, local folder or .gguf file; default: the default model [env: MODEL_ID]",
     )
-    a("--revision", default=_env("REVISION"), help="model revision on the hub [env: REVISION]")
+    a("--revision", default=env("REVISION"), help="model revision on the hub [env: REVISION]")
     a(
         "--backend",
-        default=_env("TGI_BACKEND", default="auto"),
+        default=env("TGI_BACKEND", default="auto"),
         help="backend plugin name, or auto [env: TGI_BACKEND]",
     )
     a(
         "--dtype",
-        default=_env("DTYPE"),
+        default=env("DTYPE"),
         help="float16, bfloat16 or float32; default: the backend's [env: DTYPE]",
     )
     a(
         "--num-shard",
         type=int,
-        default=int(_env("NUM_SHARD", default=1)),
+        default=int(env("NUM_SHARD", default=1)),
         help="tensor-parallel shards [env: NUM_SHARD]",
     )
     a(
         "--attention",
-        default=_env("ATTENTION"),
+        default=env("ATTENTION"),
         help="attention implementation of the backend (e.g. triton, flash-attn on cuda; cpu-native, "
         "cpu-sdpa on cpu); default: the backend's own [env: ATTENTION]",
     )
     a(
         "--prefix-caching",
-        type=_on_off,
-        default=_env("PREFIX_CACHING", default="true"),  # a string default goes through `type` too
+        type=on_off,
+        default=env("PREFIX_CACHING", default="true"),  # a string default goes through `type` too
         metavar="{true,false}",
         help="reuse the KV blocks of prompts already seen; default: true [env: PREFIX_CACHING]",
     )
-    a("--quantize", default=_env("QUANTIZE"), help="weight quantization (not supported yet) [env: QUANTIZE]")
+    a("--quantize", default=env("QUANTIZE"), help="weight quantization (not supported yet) [env: QUANTIZE]")
     a(
         "--max-input-tokens",
         "--max-input-length",
         dest="max_input_tokens",
         type=int,
-        default=_int(_env("MAX_INPUT_TOKENS", "MAX_INPUT_LENGTH")),
+        default=_int(env("MAX_INPUT_TOKENS", "MAX_INPUT_LENGTH")),
         help="longest prompt in tokens; default: max-total-tokens - 1 [env: MAX_INPUT_TOKENS, MAX_INPUT_LENGTH]",
     )
     a(
         "--max-total-tokens",
         type=int,
-        default=_int(_env("MAX_TOTAL_TOKENS")),
+        default=_int(env("MAX_TOTAL_TOKENS")),
         help="prompt + generated tokens per request; default: the model's context [env: MAX_TOTAL_TOKENS]",
     )
     a(
         "--max-batch-prefill-tokens",
         type=int,
-        default=_int(_env("MAX_BATCH_PREFILL_TOKENS")),
+        default=_int(env("MAX_BATCH_PREFILL_TOKENS")),
         help="token budget of one step [env: MAX_BATCH_PREFILL_TOKENS]",
     )
     a(
         "--max-batch-total-tokens",
         type=int,
-        default=_int(_env("MAX_BATCH_TOTAL_TOKENS")),
+        default=_int(env("MAX_BATCH_TOTAL_TOKENS")),
         help="KV-cache size in tokens; default: from free memory [env: MAX_BATCH_TOTAL_TOKENS]",
     )
     a(
         "--max-batch-size",
         type=int,
-        default=_int(_env("MAX_BATCH_SIZE")),
+        default=_int(env("MAX_BATCH_SIZE")),
         help="sequences running at once [env: MAX_BATCH_SIZE]",
     )
     a(
         "--max-concurrent-requests",
         type=int,
-        default=int(_env("MAX_CONCURRENT_REQUESTS", default=128)),
+        default=int(env("MAX_CONCURRENT_REQUESTS", default=128)),
         help="more in flight get 429 [env: MAX_CONCURRENT_REQUESTS]",
     )
-    a("--max-best-of", type=int, default=int(_env("MAX_BEST_OF", default=2)), help="[env: MAX_BEST_OF]")
+    a("--max-best-of", type=int, default=int(env("MAX_BEST_OF", default=2)), help="[env: MAX_BEST_OF]")
     a(
         "--max-stop-sequences",
         type=int,
-        default=int(_env("MAX_STOP_SEQUENCES", default=4)),
+        default=int(env("MAX_STOP_SEQUENCES", default=4)),
         help="[env: MAX_STOP_SEQUENCES]",
     )
     a(
         "--max-top-n-tokens",
         type=int,
-        default=int(_env("MAX_TOP_N_TOKENS", default=5)),
+        default=int(env("MAX_TOP_N_TOKENS", default=5)),
         help="[env: MAX_TOP_N_TOKENS]",
     )
-    a("--hostname", default=_env("HOSTNAME", default="0.0.0.0"), help="[env: HOSTNAME]")
+    a("--hostname", default=env("HOSTNAME", default="0.0.0.0"), help="[env: HOSTNAME]")
     a(
         "-p",
         "--port",
         type=int,
-        default=int(_env("PORT", default=3000)),
+        default=int(env("PORT", default=3000)),
         help="[env: PORT] (0: any free port)",
     )
     a(
@@ -148,33 +141,37 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     a(
         "--max-client-batch-size",
         type=int,
-        default=int(_env("MAX_CLIENT_BATCH_SIZE", default=4)),
+        default=int(env("MAX_CLIENT_BATCH_SIZE", default=4)),
         help="sequences one request may ask for (OpenAI's prompts x `n`) [env: MAX_CLIENT_BATCH_SIZE]",
     )
     a(
         "--payload-limit",
         type=int,
-        default=int(_env("PAYLOAD_LIMIT", default=2_000_000)),
+        default=int(env("PAYLOAD_LIMIT", default=2_000_000)),
         help="largest request body in bytes; larger: 413 [env: PAYLOAD_LIMIT]",
     )
     a(
         "--disable-grammar-support",
         action="store_true",
-        default=_flag(_env("DISABLE_GRAMMAR_SUPPORT", default="")),
+        default=_flag(env("DISABLE_GRAMMAR_SUPPORT", default="")),
         help="refuse `grammar`, `response_format` and `tools` with a 422 [env: DISABLE_GRAMMAR_SUPPORT]",
     )
     a(
         "--json-output",
         action="store_true",
-        default=_flag(_env("JSON_OUTPUT", default="")),
+        default=_flag(env("JSON_OUTPUT", default="")),
         help="log as JSON lines [env: JSON_OUTPUT]",
     )
     a(
         "--shutdown-timeout",
+        "--graceful-termination-timeout",
+        dest="shutdown_timeout",
         type=float,
-        default=float(_env("SHUTDOWN_TIMEOUT", default=30)),
-        help="seconds in-flight requests get on SIGTERM before they are cancelled [env: SHUTDOWN_TIMEOUT]",
+        default=float(env("SHUTDOWN_TIMEOUT", "GRACEFUL_TERMINATION_TIMEOUT", default=30)),
+        help="seconds in-flight requests get on SIGTERM before they are cancelled "
+        "[env: SHUTDOWN_TIMEOUT, GRACEFUL_TERMINATION_TIMEOUT]",
     )
+    add_tgi_arguments(parser)  # the rest of TGI's flags, served or refused by name
 
 
 def _int(value) -> int | None:
@@ -212,7 +209,9 @@ def setup_logging(json_output: bool) -> None:
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
-    """The engine's config from the flags; `ConfigError` names contradictory limits and why."""
+    """The engine's config from the flags; `ConfigError` names contradictory limits and why, or a TGI flag
+    this server refuses."""
+    check_tgi_arguments(args)
     if args.quantize:
         raise ConfigError(
             f"--quantize {args.quantize}: quantization is not supported yet (GGUF models load quantized as they are)"
@@ -250,6 +249,11 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         num_shard=args.num_shard,
         prefix_caching=args.prefix_caching,
         quantize=args.quantize,
+        cuda_graphs=args.cuda_graphs,
+        rope_scaling=rope_scaling(args),
+        memory_fraction=args.cuda_memory_fraction,
+        master_addr=args.master_addr,
+        master_port=args.master_port,
         **kwargs,
     )
 
@@ -264,6 +268,9 @@ def server_settings(args: argparse.Namespace, on_ready=None) -> ServerSettings:
         payload_limit=args.payload_limit,
         api_key=args.api_key,
         disable_grammar_support=args.disable_grammar_support,
+        enable_prefill_logprobs=args.enable_prefill_logprobs,
+        cors_allow_origin=cors_origins(args),
+        validation_workers=args.validation_workers,
         shutdown_grace_s=args.shutdown_timeout,
         on_ready=on_ready,
     )
@@ -286,6 +293,9 @@ def run_launch(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     setup_logging(args.json_output)
+    if args.env:
+        print(environment_report(), file=sys.stderr, flush=True)
+    apply_hub_cache(args.huggingface_hub_cache)
     unserved = unserved_variables()
     if unserved:
         log.warning(warning(unserved))
@@ -322,6 +332,8 @@ def run_launch(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 
+    if args.tokenizer_config_path:  # its chat template replaces the model's (checked at start)
+        engine.tokenizer.chat_template = tokenizer_config(args.tokenizer_config_path)["chat_template"]
     host, port = sock.getsockname()[:2]
     where = f"http://{host}:{port}"
     ready = f"tgi serving {engine.model_id} on {where} (backend {engine.backend_name})"

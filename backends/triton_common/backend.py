@@ -44,6 +44,7 @@ class TritonBackend(TorchBackend):
     """
 
     process_group_backend: ClassVar[str] = "nccl"  # RCCL under the same name on ROCm
+    captures_graphs: ClassVar[bool] = True  # decode steps, at --cuda-graphs sizes (`graphs.py`)
 
     def __init__(
         self,
@@ -119,4 +120,5 @@ class TritonBackend(TorchBackend):
     ) -> ModelRunner:
         from tgi.backends.triton_common.runner import TritonModelRunner
 
-        return TritonModelRunner(self, source, config, collective, cuda_graphs=self.cuda_graphs)
+        graphs = self.cuda_graphs if config.cuda_graphs is None else bool(config.cuda_graphs)
+        return TritonModelRunner(self, source, config, collective, cuda_graphs=graphs)

@@ -83,5 +83,8 @@ class TritonModelRunner(TorchModelRunner):
         if self.cuda_graphs and self.device.type == "cuda":
             from tgi.backends.triton_common.graphs import GraphedDecodeModel, graph_batch_sizes
 
-            self.graphed = GraphedDecodeModel(self, graph_batch_sizes(max_num_seqs))
+            sizes = graph_batch_sizes(max_num_seqs)
+            if self.config.cuda_graphs:  # --cuda-graphs: the sizes asked for, up to the batch limit
+                sizes = [s for s in self.config.cuda_graphs if s <= max_num_seqs] or [max_num_seqs]
+            self.graphed = GraphedDecodeModel(self, sizes)
             self.model = self.graphed  # execute() calls self.model(...): decode steps now replay graphs

@@ -28,6 +28,9 @@ class Backend(ABC):
     #: share of the free memory (`memory_info().free` after loading) the KV cache takes when the user sets no
     #: budget (`--max-batch-total-tokens`); device memory is the server's alone, host memory is shared
     kv_cache_memory_fraction: ClassVar[float] = 0.9
+    #: whether its runner captures decode steps as graphs, at the batch sizes `EngineConfig.cuda_graphs`
+    #: names (TGI's `--cuda-graphs`); the engine refuses sizes for a backend that cannot
+    captures_graphs: ClassVar[bool] = False
     #: the spec this backend was created from, set by the engine after `spec.create()`: a backend that runs
     #: ranks in other processes builds their backends with it (`spec.create` is picklable for entry points)
     spec: BackendSpec | None = None

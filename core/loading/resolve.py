@@ -200,16 +200,31 @@ def resolve_model(model_id: str | None, revision: str | None = None) -> ModelSou
 
 
 def load_config(source: ModelSource) -> PretrainedConfig:
-    """The model's `transformers.PretrainedConfig`, with `architectures` and `dtype` set."""
+    """The model's `transformers.PretrainedConfig`, with `architectures` and `dtype` set, and the source's
+    rope scaling in place of the checkpoint's."""
     if source.format == "gguf":
         from tgi.core.loading.gguf_loader import gguf_config
 
-        return gguf_config(source.path)
-    if source.format == "safetensors":
+        config = gguf_config(source.path)
+    elif source.format == "safetensors":
         from tgi.core.loading.safetensors_loader import safetensors_config
 
-        return safetensors_config(source.path)
-    raise ValueError(f"unknown model format {source.format!r}")
+        config = safetensors_config(source.path)
+    else:
+        raise ValueError(f"unknown model format {source.format!r}")
+    if source.rope_scaling is not None:
+        override_rope_scaling(config, *source.rope_scaling)
+    return config
+
+
+def override_rope_scaling(config: PretrainedConfig, rope_type: str, factor: float) -> None:
+    """Set `rope_type` with `factor` on `config`, keeping its theta: in `rope_parameters` (transformers 5)
+    where the config has them, else in `rope_scaling`."""
+    params = getattr(config, "rope_parameters", None)
+    if isinstance(params, dict) and params and not all(isinstance(v, dict) for v in params.values()):
+        config.rope_parameters = {**params, "rope_type": rope_type, "factor": factor}
+    else:
+        config.rope_scaling = {"rope_type": rope_type, "type": rope_type, "factor": factor}
 
 
 def iter_weights(

@@ -14,3 +14,6 @@ class ModelSource:
     format: Literal["gguf", "safetensors"]
     path: str  # the .gguf file, or the folder holding config.json and *.safetensors
     tokenizer_path: str  # folder with tokenizer files, or the .gguf file (its tokenizer is embedded)
+    # ("linear" | "dynamic", factor) in place of the checkpoint's rope scaling (TGI's --rope-scaling and
+    # --rope-factor); None: the checkpoint's own
+    rope_scaling: tuple[str, float] | None = None

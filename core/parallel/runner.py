@@ -185,7 +185,8 @@ class TensorParallelRunner(ModelRunner):
 
     def _spawn(self, say: Callable[[str], None]) -> None:
         n = self.world_size
-        init_method = f"tcp://127.0.0.1:{_free_port()}"
+        # TGI's --master-addr / --master-port; a free port unless one is given
+        init_method = f"tcp://{self.config.master_addr}:{self.config.master_port or _free_port()}"
         ctx = _process_context()
         # stops the workers on shutdown(), or when this runner is forgotten, or at exit
         self._finalizer = weakref.finalize(self, _shutdown_workers, self.workers)

@@ -177,8 +177,7 @@ def test_an_empty_api_key_is_refused(monkeypatch, capsys, how):
 def test_tgi_variables_without_a_flag_are_named_at_start(monkeypatch, capsys):
     from tgi.core.async_engine import AsyncEngine
 
-    monkeypatch.setenv("SHARDED", "true")
-    monkeypatch.setenv("TRUST_REMOTE_CODE", "1")
+    monkeypatch.setenv("PREFILL_CHUNKING", "0")
     monkeypatch.setenv("PAYLOAD_LIMIT", "5000")  # one we implement: not named
 
     def stop_after_the_warning(*_args, **_kwargs):
@@ -187,7 +186,7 @@ def test_tgi_variables_without_a_flag_are_named_at_start(monkeypatch, capsys):
     monkeypatch.setattr(AsyncEngine, "from_config", stop_after_the_warning)
     assert run_launch(parse(["--port", "0", "--hostname", "127.0.0.1"])) == 2
     [warning] = [line for line in capsys.readouterr().err.splitlines() if "WARNING" in line]
-    assert "does not implement: SHARDED, TRUST_REMOTE_CODE " in warning and "PAYLOAD_LIMIT" not in warning
+    assert "does not implement: PREFILL_CHUNKING " in warning and "PAYLOAD_LIMIT" not in warning
 
 
 def test_serve_ends_with_exit_1_when_the_engine_dies(monkeypatch):
