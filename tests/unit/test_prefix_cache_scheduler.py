@@ -202,3 +202,37 @@ def test_random_shared_prefix_workloads_match_the_cache_off(seed: int) -> None:
     positions_on, positions_off = model_on.prompt_logprob_positions, model_off.prompt_logprob_positions
     assert _without(positions_on, cancelled) == _without(positions_off, cancelled)
     assert sched.num_cache_hit_tokens > 0
+
+
+def test_refcounts_when_a_sharing_sequence_is_preempted_readmitted_and_cancelled() -> None:
+    bm = BlockManager(14, BS, prefix_caching=True)
+    sched = Scheduler(bm, 4, 64, RunnerConstraints())
+    model = ContentModel(bm)
+
+    def step() -> None:
+        batch = sched.schedule()
+        sched.update(batch, model.execute(batch))
+        bm.check_invariants()
+
+    a = Sequence("a", [*SYSTEM[:24], 1], greedy(30), seed=7)
+    sched.add(a)
+    step()  # a computes 6 full blocks + 1 token; they enter the cache
+    b = Sequence("b", [*SYSTEM[:24], 2], greedy(30, priority=-1), seed=7)
+    sched.add(b)
+    step()
+    shared = a.block_table[:6]
+    assert b.block_table[:6] == shared and all(bm.ref_count(x) == 2 for x in shared)
+    while sched.num_preemptions == 0:  # both grow until the 14 blocks run out: b ranks lower
+        step()
+    assert b.num_computed_tokens == 0 and not b.block_table and sched.get("b") is b
+    assert all(bm.ref_count(x) == 1 and bm.is_cached(x) for x in shared)  # a holds them alone now
+    hits = sched.num_cache_hit_tokens
+    sched.abort("a")  # a's blocks are freed, the cached ones kept for b
+    assert all(bm.ref_count(x) == 0 and bm.is_cached(x) for x in shared)
+    step()  # b comes back and reads its prefix, its own output blocks included
+    # past the 25 prompt tokens: the blocks of b's own output, computed before its preemption, came back too
+    assert b.block_table[:6] == shared and sched.num_cache_hit_tokens - hits >= 32
+    assert bm.num_used_blocks == len(b.block_table)
+    sched.abort("b")
+    assert bm.num_used_blocks == 0 and bm.num_free_blocks == 14 and bm.num_cached_blocks > 6
+    bm.check_invariants()
