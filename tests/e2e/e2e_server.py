@@ -22,6 +22,7 @@ LAUNCH_ARGS = [
     "1024",
     "--max-concurrent-requests",
     "4",
+    "--enable-prefill-logprobs",  # TGI's opt-in for prompt logprobs (decoder_input_details, echo + logprobs)
 ]
 
 
