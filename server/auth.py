@@ -1,4 +1,4 @@
-"""`--api-key`: every route but /health needs `Authorization: Bearer <key>` (a pure ASGI middleware, so that
+"""`--api-key`: every route but /health and /ping needs `Authorization: Bearer <key>` (a pure ASGI middleware, so that
 streamed responses and disconnects pass through untouched)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tgi.server.errors import ApiError
 
-OPEN_PATHS = frozenset({"/health"})
+OPEN_PATHS = frozenset({"/health", "/ping"})  # health checks (`/ping`: SageMaker's)
 
 
 class BearerAuth:

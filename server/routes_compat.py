@@ -1,5 +1,6 @@
-"""TGI's other routes: `/invocations` (SageMaker's one route, dispatched by the body's shape) and
-`/chat_tokenize` (the chat template applied and tokenized, without generating)."""
+"""TGI's other routes: `/invocations` (SageMaker's one route, dispatched by the body's shape), `/ping`
+(SageMaker's health check) and `/chat_tokenize` (the chat template applied and tokenized, without
+generating)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pydantic import ValidationError as PydanticValidationError
 from tgi.server.errors import validation_error
 from tgi.server.fields import check_fields
 from tgi.server.routes_openai import _respond
-from tgi.server.routes_tgi import compat_generate
+from tgi.server.routes_tgi import compat_generate, health
 from tgi.server.schemas_openai import ChatCompletionRequest, CompletionRequest
 from tgi.server.schemas_tgi import CompatGenerateRequest, ErrorResponse
 from tgi.server.service import InferenceService
@@ -45,6 +46,12 @@ async def invocations(request: Request) -> Response:
     if "prompt" in body:
         return await _respond(request, _parse(CompletionRequest, body), chat=False)
     return await compat_generate(_parse(CompatGenerateRequest, body), request)
+
+
+@router.get("/ping", responses={503: {"model": ErrorResponse}})
+async def ping(request: Request) -> Response:
+    """SageMaker's health check: `/health`'s answer (no auth needed)."""
+    return await health(request)
 
 
 @router.post("/chat_tokenize", responses=_ERRORS)

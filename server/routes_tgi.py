@@ -224,7 +224,7 @@ async def info(request: Request) -> dict:
         "max_batch_total_tokens": cfg.max_batch_total_tokens,
         "max_top_n_tokens": settings.max_top_n_tokens,
         "max_client_batch_size": settings.max_client_batch_size,
-        "validation_workers": 1,
+        "validation_workers": settings.validation_workers,
         "router": "tgi",
         "version": __version__,
         "sha": None,

@@ -156,3 +156,13 @@ def test_tokenization_runs_on_the_validation_workers(engine):
                 == 200
             )
     assert len(seen) == 1 and next(iter(seen)).startswith("tgi-validation")
+
+
+def test_ping_answers_like_health_without_the_key(engine):
+    with client_of(engine, api_key="k") as c:
+        assert c.get("/ping").status_code == 200
+        assert c.get("/info").status_code == 401
+        assert c.get("/info", headers={"Authorization": "Bearer k"}).json()["validation_workers"] == 2
+    engine.healthy = False
+    with client_of(engine) as c:
+        assert c.get("/ping").status_code == 503
