@@ -6,6 +6,7 @@ device tensors, runs the model and the sampler, and returns a `StepOutput`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,13 +22,19 @@ class ScheduledSequence:
     token_ids: Sequence[int]  # the tokens fed this step, at positions start_pos .. start_pos+len-1
     start_pos: int  # tokens of this sequence already in the KV cache (the chunk attends to them)
     block_table: Sequence[int]  # physical KV blocks, enough for start_pos + len(token_ids) tokens
-    is_prefill: bool  # True: prompt chunk or recomputation after preemption; False: one decode token
+    is_prefill: bool  # True: prompt chunk or recomputation after preemption; False: a decode (one token,
+    # or the last token and its guesses: `num_draft_tokens`)
     sample: bool  # True when the runner must sample a token after the last position of this chunk
     sampling: SamplingParams
     seed: int  # resolved seed: the request's, or one drawn at arrival (sampling reproducibility)
     num_prompt_tokens: int  # length of the prompt within all_token_ids
     all_token_ids: Sequence[int]  # prompt + generated so far (penalties read it; do not mutate)
     want_prompt_logprobs: bool = False  # return logprobs of token_ids[1:] and of the next prompt token
+    # speculative decoding: the last `num_draft_tokens` of `token_ids` are guesses of the next tokens, fed
+    # after the sequence's last token in a decode of several query tokens (each attends to the positions
+    # up to its own, as one decode each would); the runner samples at every position, position j as if
+    # the guesses before it had been drawn (`draft_rows`)
+    num_draft_tokens: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -36,6 +43,19 @@ class ScheduledSequence:
     @property
     def num_generated(self) -> int:
         return len(self.all_token_ids) - self.num_prompt_tokens
+
+    def draft_rows(self) -> list[ScheduledSequence]:
+        """The rows to sample for this sequence: itself, then one per guess, each with the guesses before
+        it in its history (so penalties and seeded draws see what a plain decode would)."""
+        k = self.num_draft_tokens
+        if not k:
+            return [self]
+        drafts = list(self.token_ids[-k:])
+        history = list(self.all_token_ids)
+        return [self] + [
+            dataclasses.replace(self, all_token_ids=history + drafts[:j], num_draft_tokens=0)
+            for j in range(1, k + 1)
+        ]
 
 
 @dataclass(frozen=True)
@@ -76,7 +96,9 @@ class ScheduledBatch:
 
 @dataclass
 class StepOutput:
-    """Columnar results of one step, aligned with the batch's sequences that had `sample=True`."""
+    """Columnar results of one step, aligned with the batch's sequences that had `sample=True`: one row
+    per sampled position, so a sequence with guesses to verify has `num_draft_tokens + 1` consecutive rows
+    (in position order)."""
 
     request_ids: list[str]  # sequences that produced a token, in batch order
     token_ids: list[int]  # the sampled token of each

@@ -29,6 +29,7 @@ class EngineConfig:
     # reuse the KV blocks of prompts already seen (`--prefix-caching`, TGI's PREFIX_CACHING); the engine
     # turns it off for a runner that cannot prefill from the middle of a prompt (no chunked prefill)
     prefix_caching: bool = True
+    speculate: int = 0  # draft tokens verified per decode step (n-gram prompt lookup); 0: off
     quantize: str | None = None
     # the seeds of requests that give none are drawn from a generator seeded with this; None: from the OS
     # (unseeded sampling differs from one start to the next), a number: the same draws at every start
@@ -51,6 +52,8 @@ class EngineConfig:
             raise ConfigError(f"block size must be a positive power of two, got {self.block_size}")
         if self.num_shard < 1:
             raise ConfigError(f"--num-shard must be >= 1, got {self.num_shard}")
+        if not 0 <= self.speculate <= 16:
+            raise ConfigError(f"--speculate must be in [0, 16], got {self.speculate}")
         if self.max_num_seqs < 1:
             raise ConfigError(f"max number of sequences must be >= 1, got {self.max_num_seqs}")
         if self.kv_cache_memory_fraction is not None and not 0 < self.kv_cache_memory_fraction <= 1:

@@ -26,6 +26,7 @@ from tgi.core.request import FinishReason, GenerationResult, StepError, TokenEve
 from tgi.core.sampling_params import SamplingParams
 from tgi.core.scheduler import Scheduler
 from tgi.core.sequence import Sequence
+from tgi.core.speculative import NgramProposer, Proposer
 from tgi.core.tokenization import eos_token_ids
 from tgi.core.validation import RequestLimits, validate_request
 
@@ -52,6 +53,9 @@ class EngineStats:
     # preemption included)
     num_prefix_cache_hit_tokens: int = 0
     num_prefix_cache_miss_tokens: int = 0
+    # speculative decoding: guesses verified and accepted, since start
+    num_draft_tokens: int = 0
+    num_accepted_draft_tokens: int = 0
 
 
 def derive_limits(
@@ -130,7 +134,28 @@ class LLMEngine:
         self.num_batch_tokens = 0
         self.num_prefill_tokens = 0
         self.guided = GuidedDecoding(info.vocab_size)
+        self.proposer = self._proposer(config, runner, constraints)
         self._grammars: GrammarCompiler | None = None
+
+    @staticmethod
+    def _proposer(config: EngineConfig, runner: ModelRunner, constraints) -> Proposer | None:
+        """The proposer `--speculate` asks for, or `ConfigError` naming what the runner lacks."""
+        if not config.speculate:
+            return None
+        missing = [
+            what
+            for what, ok in (
+                ("verification of several tokens per sequence", runner.capabilities().draft_verification),
+                ("chunked prefill", constraints.chunked_prefill),
+                ("mixed batches", constraints.mixed_batches),
+            )
+            if not ok
+        ]
+        if missing:
+            raise ConfigError(
+                f"--speculate {config.speculate}: this backend's runner lacks {', '.join(missing)}"
+            )
+        return NgramProposer()
 
     @classmethod
     def from_config(
@@ -243,6 +268,8 @@ class LLMEngine:
         """Cancel a request; its KV blocks are free when this returns."""
         self._outputs.pop(request_id, None)
         self.guided.drop(request_id)
+        if self.proposer is not None:
+            self.proposer.drop(request_id)
         return self.scheduler.abort(request_id)
 
     def abort_all(self) -> list[str]:
@@ -268,12 +295,16 @@ class LLMEngine:
             prefix_caching=self.block_manager.prefix_caching,
             num_prefix_cache_hit_tokens=self.scheduler.num_cache_hit_tokens,
             num_prefix_cache_miss_tokens=self.scheduler.num_cache_miss_tokens,
+            num_draft_tokens=self.scheduler.num_draft_tokens,
+            num_accepted_draft_tokens=self.scheduler.num_accepted_draft_tokens,
         )
 
     # -- the step ---------------------------------------------------------------------------------------
     def step(self) -> list[TokenEvent]:
         """Schedule, run the model, sample, and turn new tokens into events (finishing sequences that
         stop). Returns the events of this step, in batch order."""
+        if self.proposer is not None:
+            self._propose()
         batch = self.scheduler.schedule()
         self.num_batch_tokens = batch.num_tokens
         self.num_prefill_tokens += batch.num_prefill_tokens
@@ -298,24 +329,43 @@ class LLMEngine:
         for request_id, logprobs in output.prompt_logprobs.items():
             if request_id in self._outputs:
                 self._outputs[request_id].prompt_logprobs.extend(logprobs)
-        row = {rid: i for i, rid in enumerate(output.request_ids)}
+        first_row: dict[str, int] = {}
+        for i, rid in enumerate(output.request_ids):
+            first_row.setdefault(rid, i)  # a verified sequence has one row per position, consecutive
         events = []
         for seq in self.scheduler.update(batch, output):
-            i = row[seq.request_id]
             out = self._outputs[seq.request_id]
-            tops = None
-            if output.top_token_ids is not None and seq.params.top_n_tokens:
-                n = seq.params.top_n_tokens
-                tops = (output.top_token_ids[i][:n], output.top_logprobs[i][:n])
-            event = out.on_token(output.token_ids[i], output.logprobs[i], tops)
-            events.append(event)
-            if event.finish_reason is not None:
-                self.scheduler.finish(seq.request_id, event.finish_reason)
-                del self._outputs[seq.request_id]
-                self.guided.drop(seq.request_id)
-            else:
+            start = first_row[seq.request_id]
+            for i in range(start, start + seq.num_new_tokens):
+                tops = None
+                if output.top_token_ids is not None and seq.params.top_n_tokens:
+                    n = seq.params.top_n_tokens
+                    tops = (output.top_token_ids[i][:n], output.top_logprobs[i][:n])
+                event = out.on_token(output.token_ids[i], output.logprobs[i], tops)
+                if event.finish_reason is not None and seq.num_accepted_drafts:
+                    event = dataclasses.replace(event, num_skipped_tokens=seq.num_accepted_drafts)
+                events.append(event)
+                if event.finish_reason is not None:  # tokens accepted past a stop are dropped
+                    self.scheduler.finish(seq.request_id, event.finish_reason)
+                    del self._outputs[seq.request_id]
+                    self.guided.drop(seq.request_id)
+                    if self.proposer is not None:
+                        self.proposer.drop(seq.request_id)
+                    break
                 self.guided.advance(seq.request_id, output.token_ids[i])
         return events
+
+    def _propose(self) -> None:
+        """Guesses for every running sequence about to decode (none under a grammar, and never more than
+        its remaining `max_new_tokens` allow, less the token verification adds)."""
+        k = self.config.speculate
+        for seq in self.scheduler.running:
+            seq.draft_token_ids = []
+            if not seq.is_decode or seq.request_id in self.guided:
+                continue
+            room = min(k, seq.params.max_new_tokens - seq.num_output_tokens - 1)
+            if room > 0:
+                seq.draft_token_ids = self.proposer.propose(seq.request_id, seq.token_ids, room)
 
     # -- the in-process Python API ---------------------------------------------------------------------
     def generate(

@@ -56,6 +56,7 @@ class TokenEvent:
     # `include_stop_str_in_output`)
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0  # prompt tokens whose keys/values came from the prefix cache
+    num_skipped_tokens: int = 0  # (final event) tokens accepted from speculation: no step of their own
     prompt_tokens: tuple[PromptToken, ...] | None = None  # when prompt logprobs were asked
     seed: int | None = None  # the seed used, when sampling
     queue_time: float = 0.0  # seconds from arrival to the first scheduled step

@@ -43,6 +43,18 @@ def _rank(seq: Sequence) -> tuple[int, int]:
     return (-seq.priority, seq.arrival_index)
 
 
+def accepted_drafts(drafts: list[int], drawn: list[int]) -> int:
+    """How many leading guesses equal the tokens the request drew at their positions. The draw at each
+    position is the request's own (its seed and step, the guesses before it as history), so the kept
+    tokens are exactly those decoding one token at a time would give: greedy and sampled requests alike."""
+    accepted = 0
+    for guess, token in zip(drafts, drawn, strict=False):
+        if guess != token:
+            break
+        accepted += 1
+    return accepted
+
+
 class Scheduler:
     """Decides, each step, which tokens of which sequences run (see the module docstring).
 
@@ -80,6 +92,9 @@ class Scheduler:
         # prefix cache, and those that had to be computed; for metrics
         self.num_cache_hit_tokens = 0
         self.num_cache_miss_tokens = 0
+        # speculative decoding: guesses fed for verification, and those accepted (for metrics)
+        self.num_draft_tokens = 0
+        self.num_accepted_draft_tokens = 0
 
     @classmethod
     def from_config(
@@ -185,7 +200,9 @@ class Scheduler:
         """Apply a step's results: advance each scheduled sequence by its chunk, append sampled tokens.
         Returns the sequences that got a new token, in batch order. Sequences finished or aborted since
         `schedule` are skipped."""
-        sampled = dict(zip(output.request_ids, output.token_ids, strict=True))
+        sampled: dict[str, list[int]] = {}
+        for request_id, token_id in zip(output.request_ids, output.token_ids, strict=True):
+            sampled.setdefault(request_id, []).append(token_id)
         new_tokens: list[Sequence] = []
         for s in batch.sequences:
             seq = self._seqs.get(s.request_id)
@@ -193,15 +210,28 @@ class Scheduler:
                 continue
             if seq.num_computed_tokens != s.start_pos:
                 raise SchedulerError(f"{s.request_id}: update out of order (call it once per batch)")
-            seq.num_computed_tokens += s.num_tokens
+            seq.draft_token_ids = []
+            drawn = sampled.get(s.request_id, []) if s.sample else []
+            if s.sample and len(drawn) != s.num_draft_tokens + 1:
+                raise SchedulerError(
+                    f"{s.request_id}: the runner returned {len(drawn)} tokens for "
+                    f"{s.num_draft_tokens + 1} sampled positions"
+                )
+            # the guesses that equal what the request drew are kept: their keys/values stay, the rest of
+            # the chunk's are overwritten when the positions are fed again
+            accepted = accepted_drafts(s.token_ids[len(s.token_ids) - s.num_draft_tokens :], drawn)
+            seq.num_computed_tokens += s.num_tokens - s.num_draft_tokens + accepted
+            self.num_draft_tokens += s.num_draft_tokens
+            self.num_accepted_draft_tokens += accepted
+            seq.num_accepted_drafts += accepted
+            if s.sample:  # first: the accepted guesses' positions are computed tokens now
+                for token_id in drawn[: accepted + 1]:
+                    seq.append_token(token_id)
+                seq.num_new_tokens = accepted + 1
+                new_tokens.append(seq)
             self.block_manager.cache_computed(seq)
             if s.want_prompt_logprobs:
                 seq.prompt_logprobs_upto = s.start_pos + s.num_tokens
-            if s.sample:
-                if s.request_id not in sampled:
-                    raise SchedulerError(f"{s.request_id}: the runner returned no token for a sample row")
-                seq.append_token(sampled[s.request_id])
-                new_tokens.append(seq)
         return new_tokens
 
     # ---- internals ------------------------------------------------------------------------------------
@@ -247,6 +277,14 @@ class Scheduler:
             n = self._chunk_len(seq, budget)
             if n == 0:
                 continue
+            if is_decode and seq.draft_token_ids:
+                # the last token and the guesses after it, as far as the budget and the free blocks go
+                # guesses never cost another sequence its room: they take new blocks only while a block
+                # per running sequence stays free
+                spare = max(0, bm.num_free_blocks - len(self.running))
+                room = (len(seq.block_table) + spare) * bm.block_size - seq.num_computed_tokens
+                n = max(1, min(1 + len(seq.draft_token_ids), budget, self.max_chunk_tokens, room))
+                del seq.draft_token_ids[n - 1 :]
             while not bm.can_allocate(seq, n):
                 fits = bm.free_token_capacity(seq)
                 if not is_decode and self.constraints.chunked_prefill and fits > 0:
@@ -327,13 +365,16 @@ class Scheduler:
 
     def _scheduled(self, seq: Sequence, n: int, is_prefill: bool) -> ScheduledSequence:
         start = seq.num_computed_tokens
+        drafts = seq.draft_token_ids if seq.is_decode and n > 1 else []
+        known = n - len(drafts)
         return ScheduledSequence(
             request_id=seq.request_id,
-            token_ids=seq.token_ids[start : start + n],
+            token_ids=seq.token_ids[start : start + known] + drafts,
             start_pos=start,
             block_table=tuple(seq.block_table),
             is_prefill=is_prefill,
-            sample=start + n == seq.num_tokens,
+            sample=start + known == seq.num_tokens,
+            num_draft_tokens=len(drafts),
             sampling=seq.params,
             seed=seq.seed,
             num_prompt_tokens=seq.num_prompt_tokens,

@@ -62,6 +62,12 @@ class Sequence:
         self.block_hashes: list[bytes] = []  # chained hashes of the full blocks of token_ids, grown lazily
         self.num_registered_blocks = 0  # leading block_table blocks already offered to the prefix cache
         self.num_cached_prompt_tokens = 0  # prompt tokens read from the cache when first scheduled
+        # Speculative decoding: guesses of the next tokens, set before a step and fed (verified) with the last
+        # token when the sequence decodes; `num_new_tokens`: tokens the last `update` appended (1, or more
+        # when guesses were accepted)
+        self.draft_token_ids: list[int] = []
+        self.num_new_tokens = 0
+        self.num_accepted_drafts = 0  # over the request's life
 
     # ---- tokens -------------------------------------------------------------------------------------
     @property

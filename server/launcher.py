@@ -73,6 +73,13 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="{true,false}",
         help="reuse the KV blocks of prompts already seen; default: true [env: PREFIX_CACHING]",
     )
+    a(
+        "--speculate",
+        type=int,
+        default=int(env("SPECULATE", default=0)),
+        help="draft tokens verified per decode step, guessed by n-gram prompt lookup; 0: off "
+        "[env: SPECULATE]",
+    )
     a("--quantize", default=env("QUANTIZE"), help="weight quantization (not supported yet) [env: QUANTIZE]")
     a(
         "--max-input-tokens",
@@ -248,6 +255,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         max_batch_total_tokens=args.max_batch_total_tokens,
         num_shard=args.num_shard,
         prefix_caching=args.prefix_caching,
+        speculate=args.speculate,
         quantize=args.quantize,
         cuda_graphs=args.cuda_graphs,
         rope_scaling=rope_scaling(args),

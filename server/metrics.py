@@ -84,6 +84,11 @@ class _EngineGauges:
             yield CounterMetricFamily(
                 f"tgi_prefix_cache_{name}_tokens", f"Tokens of admitted sequences {doc}", value=value
             )
+        for name, doc, value in (
+            ("draft", "Draft tokens proposed and verified (--speculate)", s.num_draft_tokens),
+            ("accepted", "Draft tokens accepted (each skips a decode step)", s.num_accepted_draft_tokens),
+        ):
+            yield CounterMetricFamily(f"tgi_speculative_{name}_tokens", doc, value=value)
 
 
 class ServerMetrics:
@@ -108,6 +113,9 @@ class ServerMetrics:
         )
         self.input_length = hist("tgi_request_input_length", "Prompt tokens per request", _TOKEN_BUCKETS)
         self.generated = hist("tgi_request_generated_tokens", "Generated tokens per request", _TOKEN_BUCKETS)
+        self.skipped = hist(
+            "tgi_request_skipped_tokens", "Tokens per request accepted from speculation", _TOKEN_BUCKETS
+        )
 
     def request_received(self) -> None:
         self.counters.inc("tgi_request_count")
@@ -127,6 +135,7 @@ class ServerMetrics:
         self.per_token.observe(final.inference_time / max(generated, 1))
         self.input_length.observe(final.num_prompt_tokens)
         self.generated.observe(generated)
+        self.skipped.observe(final.num_skipped_tokens)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

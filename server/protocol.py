@@ -26,6 +26,8 @@ class EngineStatsLike(Protocol):
     block_size: int
     num_prefix_cache_hit_tokens: int  # prompt tokens read from the prefix cache since start
     num_prefix_cache_miss_tokens: int  # prompt tokens computed (not found in the cache) since start
+    num_draft_tokens: int  # speculative decoding: guesses verified since start
+    num_accepted_draft_tokens: int  # of which accepted
 
 
 class ServingEngine(Protocol):

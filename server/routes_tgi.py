@@ -231,6 +231,7 @@ async def info(request: Request) -> dict:
         "docker_label": None,
         "backend": engine.backend_name,
         "prefix_caching": cfg.prefix_caching,
+        "speculate": cfg.speculate,
         "kernels": getattr(engine, "kernels", None) or {},
     }
 

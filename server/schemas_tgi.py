@@ -145,6 +145,7 @@ class Info(BaseModel):
     prefix_caching: bool = Field(
         default=False, description="whether the KV blocks of prompts already seen are reused"
     )
+    speculate: int = Field(default=0, description="draft tokens verified per decode step (0: no speculation)")
     kernels: dict[str, str] = Field(
         default_factory=dict, description="the backend's kernels and the implementation each runs with here"
     )

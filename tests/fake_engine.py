@@ -88,6 +88,8 @@ class FakeEngine:
             num_prefill_tokens=0,
             num_prefix_cache_hit_tokens=0,
             num_prefix_cache_miss_tokens=0,
+            num_draft_tokens=0,
+            num_accepted_draft_tokens=0,
             num_free_blocks=64 - used,
             num_total_blocks=64,
             block_size=16,

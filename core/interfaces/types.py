@@ -109,3 +109,6 @@ class RunnerCapabilities:
     needs one it lacks, naming it."""
 
     token_masks: bool = False  # applies grammar masks when sampling (guided decoding)
+    # speculative decoding: samples every position of a chunk with `num_draft_tokens` (one StepOutput row per
+    # position, `ScheduledSequence.draft_rows`); the chunk is fed as a prefill chunk over cached context
+    draft_verification: bool = False

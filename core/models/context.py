@@ -72,11 +72,14 @@ def build_attention_metadata(
             p_lens.append(end)
             p_tables.append(table)
         else:
-            if n != 1:
-                raise ValueError(f"a decode step feeds exactly one token, got {n}")
+            if n != 1 + getattr(seq, "num_draft_tokens", 0):
+                raise ValueError(f"a decode feeds its last token and its guesses, got {n} tokens")
             seen_decode = True
-            d_lens.append(end)
-            d_tables.append(table)
+            # each token (the last one, then each guess) is a decode query of its own, attending to the
+            # positions up to its own: the keys of all of them are written before attention reads
+            for pos in range(start, end):
+                d_lens.append(pos + 1)
+                d_tables.append(table)
 
     def i32(x: Any) -> torch.Tensor:
         return torch.tensor(x, dtype=torch.int32, device=device)

@@ -25,7 +25,8 @@ class AttentionMetadata:
 
     slot_mapping: torch.Tensor  # [T] int64: cache slot of each new token's key/value
     num_prefill_tokens: int  # tokens [0, num_prefill_tokens) belong to prefill chunks
-    num_decode_tokens: int  # tokens [num_prefill_tokens, T) are one decode token per sequence
+    num_decode_tokens: int  # tokens [num_prefill_tokens, T) are decode queries, each with its own length and
+    # block table (a sequence verifying guesses has one query per fed token, lengths growing by one)
     # prefill chunks (P sequences)
     query_start_loc: torch.Tensor  # [P+1] int32: cumulative chunk lengths
     prefill_seq_lens: torch.Tensor  # [P] int32: context length after this step (start_pos + chunk length)

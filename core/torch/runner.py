@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
 import torch
 
-from tgi.core.batch import ScheduledBatch, ScheduledSequence, StepOutput
+from tgi.core.batch import ScheduledBatch, ScheduledSequence, StepOutput, TokenMasks
 from tgi.core.dtypes import to_torch_dtype
 from tgi.core.interfaces import Collective, KVCacheSpec, ModelInfo, ModelRunner, RunnerCapabilities
 from tgi.core.loading import iter_weights, load_config
@@ -22,6 +23,16 @@ if TYPE_CHECKING:
     from tgi.core.torch.backend import TorchBackend
 
 log = logging.getLogger(__name__)
+
+
+def expand_mask_rows(masks: TokenMasks, sampled: list[ScheduledSequence]) -> TokenMasks:
+    """`masks` re-indexed from sampled sequences to sampled positions (a sequence with guesses has several
+    rows; a constrained one has none: the engine proposes no guesses under a grammar)."""
+    first, row = [], 0
+    for s in sampled:
+        first.append(row)
+        row += s.num_draft_tokens + 1
+    return dataclasses.replace(masks, rows=tuple(first[i] for i in masks.rows))
 
 
 class TorchModelRunner(ModelRunner):
@@ -75,7 +86,7 @@ class TorchModelRunner(ModelRunner):
         )
 
     def capabilities(self) -> RunnerCapabilities:
-        return RunnerCapabilities(token_masks=self.sampler.supports_token_masks)
+        return RunnerCapabilities(token_masks=self.sampler.supports_token_masks, draft_verification=True)
 
     def kv_cache_spec(self) -> KVCacheSpec:
         return kv_cache_spec(self.hf_config, self.config.block_size, self.dtype, self.collective.world_size)
@@ -125,12 +136,20 @@ class TorchModelRunner(ModelRunner):
         sampled = [i for i, s in enumerate(seqs) if s.sample]
         output = StepOutput(request_ids=[], token_ids=[], logprobs=[])
         if sampled:
-            rows = [seqs[i] for i in sampled]
-            last = torch.tensor([ends[i] - 1 for i in sampled], device=device)
+            # one row per sampled position: the last, or the last num_draft_tokens + 1 of a verify chunk
+            rows, positions = [], []
+            for i in sampled:
+                expanded = seqs[i].draft_rows()
+                rows += expanded
+                positions += range(ends[i] - len(expanded), ends[i])
+            last = torch.tensor(positions, device=device)
             logits = self.model.compute_logits(hidden.index_select(0, last))  # [N, V] float32
         # tensor parallel: every rank computes the (all-gathered) logits, rank 0 alone samples
         if sampled and self.collective.rank == 0:
-            result = self.sampler.sample(logits, rows, batch.token_masks)
+            masks = batch.token_masks
+            if masks is not None and len(rows) != len(sampled):  # rows of guessing sequences come first
+                masks = expand_mask_rows(masks, [seqs[i] for i in sampled])
+            result = self.sampler.sample(logits, rows, masks)
             output.request_ids = [s.request_id for s in rows]
             output.token_ids = result.token_ids.tolist()
             output.logprobs = result.logprobs.tolist()

@@ -176,8 +176,8 @@ def test_openai_client_reads_our_refusals(server):
     import openai
 
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=120)
-    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    predicted = {"type": "content", "content": "Paris"}  # OpenAI's predicted outputs: not served here
     with pytest.raises(openai.UnprocessableEntityError) as refused:
-        client.chat.completions.create(model="tgi", messages=MESSAGES, max_tokens=2, tools=[tool])
-    assert refused.value.status_code == 422 and "`tools`" in refused.value.message
-    assert refused.value.body["param"] == "tools" and refused.value.body["type"] == "invalid_request_error"
+        client.chat.completions.create(model="tgi", messages=MESSAGES, max_tokens=2, prediction=predicted)
+    assert refused.value.status_code == 422 and "`prediction`" in refused.value.message
+    assert refused.value.body["param"] == "prediction" and refused.value.body["type"] == "invalid_request_error"

@@ -1,0 +1,5 @@
+"""Speculative decoding: proposers of draft tokens, verified by the target model in one step."""
+
+from tgi.core.speculative.proposer import NgramProposer, Proposer
+
+__all__ = ["NgramProposer", "Proposer"]

@@ -1,0 +1,95 @@
+"""Speculative decoding without a model: the n-gram proposer, acceptance, the scheduler's verify rows and
+their attention metadata (one decode query per fed token)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tgi.core.batch import ScheduledBatch, StepOutput
+from tgi.core.block_manager import BlockManager
+from tgi.core.models.context import build_attention_metadata
+from tgi.core.sampling_params import SamplingParams
+from tgi.core.scheduler import Scheduler, accepted_drafts
+from tgi.core.sequence import Sequence
+from tgi.core.speculative import NgramProposer
+
+
+def brute_force(tokens: list[int], k: int, max_n: int = 4, min_n: int = 1) -> list[int]:
+    """The latest earlier occurrence of the longest trailing n-gram, and what followed it."""
+    end = len(tokens)
+    for n in range(min(max_n, end - 1), min_n - 1, -1):
+        tail = tokens[end - n :]
+        for stop in range(end - 1, n - 1, -1):  # an occurrence ending at `stop`, followed by a token
+            if tokens[stop - n : stop] == tail:
+                return tokens[stop : min(stop + k, end)]
+    return []
+
+
+def test_ngram_proposer_equals_brute_force_as_the_sequence_grows():
+    rng = random.Random(0)
+    proposer = NgramProposer()
+    tokens = [rng.randrange(6) for _ in range(5)]
+    for _ in range(300):
+        k = rng.randrange(1, 6)
+        assert proposer.propose("r", tokens, k) == brute_force(tokens, k)
+        tokens += [rng.randrange(6) for _ in range(rng.randrange(1, 4))]  # accepted guesses add several
+    proposer.drop("r")
+    assert proposer.propose("r", [1, 2, 3, 1, 2], 3) == [3, 1, 2]
+
+
+def test_acceptance_is_the_leading_run_of_equal_tokens():
+    assert accepted_drafts([5, 6, 7], [5, 6, 9, 1]) == 2
+    assert accepted_drafts([5, 6, 7], [4, 6, 7, 1]) == 0
+    assert accepted_drafts([5, 6, 7], [5, 6, 7, 8]) == 3
+    assert accepted_drafts([], [3]) == 0
+
+
+def _running(scheduler: Scheduler, prompt: list[int], max_new_tokens: int = 20) -> Sequence:
+    seq = Sequence("a", prompt, SamplingParams(max_new_tokens=max_new_tokens), seed=1)
+    scheduler.add(seq)
+    batch = scheduler.schedule()  # the prompt
+    scheduler.update(batch, StepOutput(["a"], [prompt[-1] + 1], [0.0]))
+    return seq
+
+
+@pytest.mark.parametrize(("drawn", "accepted"), [([8, 9, 4, 1], 2), ([3, 9, 10, 2], 0), ([8, 9, 10, 11], 3)])
+def test_a_verify_row_keeps_the_accepted_guesses_and_their_keys(drawn, accepted):
+    bm = BlockManager(16, 4)
+    scheduler = Scheduler(bm, 4, 64)
+    seq = _running(scheduler, [1, 2, 3, 4, 5, 6])
+    assert seq.token_ids[-1] == 7 and seq.num_computed_tokens == 6
+    seq.draft_token_ids = [8, 9, 10]
+    batch = scheduler.schedule()
+    [row] = batch.sequences
+    assert not row.is_prefill and row.token_ids == [7, 8, 9, 10] and row.num_draft_tokens == 3
+    assert [len(r.all_token_ids) for r in row.draft_rows()] == [7, 8, 9, 10]
+    meta = build_attention_metadata(batch.sequences, bm.block_size)
+    assert meta.num_decode_tokens == 4 and meta.decode_seq_lens_host == [7, 8, 9, 10]
+    scheduler.update(batch, StepOutput(["a"] * 4, drawn, [0.0] * 4))
+    # position j drew the token after the guesses before it: equal guesses are kept, then one more draw
+    assert seq.token_ids[7:] == drawn[: accepted + 1] and seq.num_new_tokens == accepted + 1
+    assert seq.num_computed_tokens == 7 + accepted  # the last token's key and the kept guesses'
+    assert seq.is_decode and seq.draft_token_ids == []
+    assert scheduler.num_draft_tokens == 3 and scheduler.num_accepted_draft_tokens == accepted
+    bm.check_invariants()
+
+
+def test_guesses_never_take_the_last_free_blocks():
+    bm = BlockManager(3, 4)  # 12 slots: the 6-token prompt and its next token fill 2 blocks
+    scheduler = Scheduler(bm, 4, 64)
+    seq = _running(scheduler, [1, 2, 3, 4, 5, 6], max_new_tokens=6)
+    seq.draft_token_ids = [8, 9, 10, 11, 12]
+    [row] = scheduler.schedule().sequences
+    # one block is free and one sequence runs: the guesses stay within the sequence's own blocks
+    assert row.num_draft_tokens == 1 and row.token_ids == [7, 8]
+
+
+def test_a_runner_must_return_a_token_per_position():
+    scheduler = Scheduler(BlockManager(16, 4), 4, 64)
+    seq = _running(scheduler, [1, 2, 3])
+    seq.draft_token_ids = [5, 6]
+    batch: ScheduledBatch = scheduler.schedule()
+    with pytest.raises(Exception, match="3 sampled positions"):
+        scheduler.update(batch, StepOutput(["a"], [5], [0.0]))
