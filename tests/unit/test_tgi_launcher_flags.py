@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from types import SimpleNamespace
@@ -248,14 +249,13 @@ def test_memory_fraction_counts_what_is_used_against_the_total():
 def test_hub_cache_goes_to_huggingface_hub(monkeypatch, tmp_path):
     import huggingface_hub.constants as hub
 
-    monkeypatch.setattr(hub, "HF_HUB_CACHE", hub.HF_HUB_CACHE)
-    monkeypatch.setenv("HF_HUB_CACHE", "unset")
-    monkeypatch.setenv("HUGGINGFACE_HUB_CACHE", "unset")
+    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):  # restored after the test
+        monkeypatch.setattr(hub, name, getattr(hub, name))
+        monkeypatch.setenv(name, "unset")
     launch_flags.apply_hub_cache(str(tmp_path))
-    assert hub.HF_HUB_CACHE == str(tmp_path)
-    import os
-
-    assert os.environ["HF_HUB_CACHE"] == str(tmp_path)
+    assert (
+        str(tmp_path) == hub.HF_HUB_CACHE == os.environ["HF_HUB_CACHE"] == os.environ["HUGGINGFACE_HUB_CACHE"]
+    )
 
 
 def test_version_and_env_and_usage_stats(capsys):
