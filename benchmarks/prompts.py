@@ -5,6 +5,9 @@
   output tokens (128 by default).
 - `sharegpt-like`: a mix of prompt and output lengths shaped like ShareGPT conversations (long-tailed,
   lognormal-ish: most prompts short, a few long; outputs likewise), from the same vocabulary.
+- `copy`: a repetitive workload (editing, quoting, extraction: the output repeats long runs of the input,
+  speculative decoding's n-gram case): a passage of 6–10 plain sentences, drawn in a seeded order, to be
+  repeated word for word; the prompt ends with the passage's first words, so the answer is under way.
 """
 
 from __future__ import annotations
@@ -57,6 +60,36 @@ def peers_prompts(
     return out
 
 
+_SENTENCES = (
+    "The river runs through the old city and under seven stone bridges.",
+    "Every morning the market opens before the first light reaches the square.",
+    "The teacher wrote the names of the planets on the board in large letters.",
+    "A small boat waited at the end of the wooden pier for most of the summer.",
+    "The engine of the train was painted green and carried the number forty two.",
+    "In winter the village road is closed after the snow covers the mountain pass.",
+    "The doctor walked to the house on the hill to see the family once a week.",
+    "Music came from the open window of the house next to the bakery.",
+    "The letter arrived three days late because the bridge had been washed away.",
+    "Children played in the garden while their parents talked about the harvest.",
+    "The machine counted the coins and printed a small paper receipt for each one.",
+    "At night the lighthouse sends a signal that ships can see from far at sea.",
+    "The forest behind the school is full of tall trees and narrow paths.",
+    "Her friend kept every story she wrote in a box under the kitchen table.",
+)
+
+
+def copy_prompts(n: int, seed: int = 0, max_tokens: int = 128) -> list[BenchPrompt]:
+    """The `copy` workload: `n` passages of 6–10 sentences, each to be repeated word for word."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        passage = " ".join(rng.sample(_SENTENCES, rng.randint(6, 10)))
+        head = " ".join(passage.split()[:4])
+        text = f"Repeat the following text word for word.\n\nText: {passage}\n\nRepeated text: {head}"
+        out.append(BenchPrompt(text, max_tokens, len(text.split())))
+    return out
+
+
 def _lognormal_int(rng: random.Random, median: float, sigma: float, lo: int, hi: int) -> int:
     return int(min(hi, max(lo, round(rng.lognormvariate(math.log(median), sigma)))))
 
@@ -83,7 +116,7 @@ def sharegpt_like_prompts(
     return out
 
 
-PROMPT_SETS = {"peers": peers_prompts, "sharegpt-like": sharegpt_like_prompts}
+PROMPT_SETS = {"peers": peers_prompts, "sharegpt-like": sharegpt_like_prompts, "copy": copy_prompts}
 
 
 def build_prompts(name: str, n: int, seed: int = 0, max_tokens: int | None = None) -> list[BenchPrompt]:
@@ -92,6 +125,8 @@ def build_prompts(name: str, n: int, seed: int = 0, max_tokens: int | None = Non
         raise ValueError(f"unknown prompt set {name!r}: choose from {', '.join(PROMPT_SETS)}")
     if name == "peers":
         return peers_prompts(n, seed, max_tokens or 128)
+    if name == "copy":
+        return copy_prompts(n, seed, max_tokens or 128)
     return sharegpt_like_prompts(n, seed, max_tokens)
 
 
