@@ -94,6 +94,10 @@ REFUSED = (
 )
 
 
+def _refused_dest(r: Refused) -> str:
+    return "refused_" + r.flag.replace("-", "_")
+
+
 def _env_name(flag: str) -> str:
     return flag.upper().replace("-", "_")
 
@@ -190,21 +194,21 @@ def add_tgi_arguments(parser: argparse.ArgumentParser) -> None:
     )
     a("-e", "--env", action="store_true", help="print the runtime environment (versions, platform) first")
     a("-V", "--version", action="version", version=_version())
-    for r in REFUSED:
-        name = f"--{r.flag}"
+    for r in REFUSED:  # under a dest of their own: a flag defined elsewhere is not checked here
+        name, dest = f"--{r.flag}", _refused_dest(r)
         var = _env_name(r.flag)
         text = f"refused: {r.why} [env: {var}]"
         if r.kind == "switch":
-            a(name, action="store_true", default=on_off(env(var, default="false")), help=text)
+            a(name, dest=dest, action="store_true", default=on_off(env(var, default="false")), help=text)
         else:
             raw = env(var)
-            a(name, type=r.kind, default=None if raw is None else r.kind(raw), help=text)
+            a(name, dest=dest, type=r.kind, default=None if raw is None else r.kind(raw), help=text)
 
 
 def check_tgi_arguments(args: argparse.Namespace) -> None:
     """`ConfigError` naming the first refused flag given, or a contradiction between these flags."""
     for r in REFUSED:
-        value = getattr(args, r.flag.replace("-", "_"), None)
+        value = getattr(args, _refused_dest(r), None)
         if value in (None, False) or (r.neutral is not None and value == r.neutral):
             continue
         shown = "" if r.kind == "switch" else f" {value}"

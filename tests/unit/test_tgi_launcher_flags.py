@@ -267,3 +267,16 @@ def test_version_and_env_and_usage_stats(capsys):
     assert parse(["--usage-stats", "no-stack"]).usage_stats == "no-stack"
     with pytest.raises(SystemExit):
         parse(["--usage-stats", "maybe"])
+
+
+def test_a_flag_implemented_elsewhere_takes_the_place_of_its_refusal():
+    """Another issue's implementation defines its flag before `add_tgi_arguments`: its values pass here."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--lora-adapters")
+    parser.add_argument("--num-shard", type=int, default=1)
+    launch_flags.add_tgi_arguments(parser)
+    args = parser.parse_args(["--lora-adapters", "a/b"])
+    launch_flags.check_tgi_arguments(args)
+    assert args.lora_adapters == "a/b"
+    with pytest.raises(ConfigError, match="--ngrok-edge e"):
+        launch_flags.check_tgi_arguments(parser.parse_args(["--ngrok-edge", "e"]))
