@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tgi.core.guided.grammar import Grammar
+from tgi.core.watermark import Watermark
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class SamplingParams:
     logit_bias: tuple[tuple[int, float], ...] = ()
     priority: int = 0  # higher runs first; equal priorities are FIFO
     grammar: Grammar | None = None  # the output must match it (JSON schema, regex, Lark): guided decoding
+    watermark: Watermark | None = None  # green-list watermark on the logits (TGI's `watermark`)
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def validate(self) -> None:
@@ -69,6 +71,8 @@ class SamplingParams:
             raise ValueError("`logit_bias` names a token id more than once")
         if any(not -100 <= b <= 100 for _, b in self.logit_bias):
             raise ValueError("`logit_bias` values must be >= -100 and <= 100")
+        if self.watermark is not None:
+            self.watermark.validate()
         if self.grammar is not None and (self.min_new_tokens or self.ignore_eos):
             # the grammar decides where the output ends: past its end only the end of sequence is allowed
             name = "min_new_tokens" if self.min_new_tokens else "ignore_eos"

@@ -18,6 +18,12 @@ A row is a `ScheduledSequence`: its `sampling` (`SamplingParams`), its `seed`, i
    positive logit of a seen token is divided by it, any other multiplied), then the frequency and presence
    penalties (OpenAI) over the output tokens only (`logit -= frequency * count + presence`, for tokens with
    a count);
+1b. a watermark (Kirchenbauer et al.; TGI's `watermark`), for rows whose `sampling.watermark` is set: the
+   row's previous token `p` (the last of `all_token_ids`) picks a green list, the tokens `j` with
+   `watermark_uniform(p, j) < gamma`, and `delta` is added to their logits, in greedy and sampled rows
+   alike; what follows (the reported logprob included) sees the watermarked logits. The green list is a pure
+   function of (p, j), the same on every device and in every framework (TGI's comes from a device's
+   `torch.Generator`), so `tgi.core.watermark` detects it wherever the text was made;
 2. a greedy row (`do_sample=False`) takes the first maximum of the penalised logits;
 3. a sampled row divides them by its temperature, keeps its `top_k` best tokens (0: all), then the smallest
    prefix of those whose probability (renormalised over them) reaches `top_p`, then the locally typical set:
@@ -39,6 +45,7 @@ PROCESSOR_ORDER = (
     "logit_bias",
     "repetition_penalty",
     "frequency_presence_penalty",
+    "watermark",
     "temperature",
     "top_k",
     "top_p",
@@ -75,3 +82,19 @@ def uniform_noise(seed: int, step: int, vocab_size: int) -> list[float]:
     return [
         ((splitmix64((base + (j + 1) * GOLDEN) & MASK64) >> shift) + 0.5) * scale for j in range(vocab_size)
     ]
+
+
+#: keys the watermark's green lists (any fixed odd constant; detector and samplers must share it)
+WATERMARK_KEY = 0x7F4A7C159E3779B9
+WATERMARK_STREAM = 0xA0761D6478BD642F  # spreads previous tokens apart before they are mixed
+
+
+def watermark_uniform(prev_token: int, token: int) -> float:
+    """The watermark's hash of (previous token, token) as a number in (0, 1): the top 23 bits of
+    `splitmix64(base + (token + 1) * GOLDEN)` mapped to `(bits + 0.5) / 2^23`, where
+    `base = splitmix64(prev_token * WATERMARK_STREAM + WATERMARK_KEY)`, all modulo 2^64. `token` is green
+    after `prev_token` when this is below `gamma`: each token is green with probability `gamma` (up to the
+    2^-23 grid), independently of the vocabulary's size."""
+    base = splitmix64((prev_token * WATERMARK_STREAM + WATERMARK_KEY) & MASK64)
+    bits = splitmix64((base + (token + 1) * GOLDEN) & MASK64) >> (64 - NOISE_BITS)
+    return (bits + 0.5) / (1 << NOISE_BITS)

@@ -25,6 +25,8 @@ _GOLDEN = _i64(0x9E3779B97F4A7C15)
 _MIX1 = _i64(0xBF58476D1CE4E5B9)
 _MIX2 = _i64(0x94D049BB133111EB)
 _STREAM = _i64(0xD1B54A32D192ED03)
+_WATERMARK_KEY = _i64(0x7F4A7C159E3779B9)  # tgi.core.interfaces.sampling.WATERMARK_KEY
+_WATERMARK_STREAM = _i64(0xA0761D6478BD642F)  # ... WATERMARK_STREAM
 
 
 def _shr(z: torch.Tensor, s: int) -> torch.Tensor:
@@ -61,6 +63,26 @@ def hash_uniform(seeds: torch.Tensor, steps: torch.Tensor, vocab_size: int) -> t
 def exponential_noise(seeds: torch.Tensor, steps: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """Exp(1) noise `[N, V]` (strictly positive): argmax(probs / E) is a draw from `probs`."""
     return -torch.log(hash_uniform(seeds, steps, vocab_size))
+
+
+def watermark_green(prev_tokens: torch.Tensor, gamma: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """`[N, vocab_size]` bool: token j is green after row i's previous token (`prev_tokens` `[N]` int64)
+    when `watermark_uniform(prev, j) < gamma[i]` (`tgi.core.interfaces.sampling`), the same bits on any
+    device."""
+    base = mix64(prev_tokens * _WATERMARK_STREAM + _WATERMARK_KEY)  # [N]
+    idx = torch.arange(1, vocab_size + 1, device=prev_tokens.device, dtype=torch.int64)
+    z = mix64(base[:, None] + idx[None, :] * _GOLDEN)  # [N, V]
+    u = (_shr(z, 41).to(torch.float32) + 0.5) * (1.0 / (1 << 23))
+    return u < gamma.to(torch.float32)[:, None]
+
+
+def apply_watermark(
+    logits: torch.Tensor, prev_tokens: torch.Tensor, gamma: torch.Tensor, delta: torch.Tensor
+) -> torch.Tensor:
+    """Add `delta[i]` to the logits of row i's green tokens (rows with delta 0 are unchanged). In place."""
+    green = watermark_green(prev_tokens, gamma, logits.shape[1])
+    logits += green.to(logits.dtype) * delta.to(logits.dtype)[:, None]
+    return logits
 
 
 def padded_token_tensor(

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 class TorchSampler(Sampler):
-    """Grammar masks -> logit bias -> penalties -> temperature -> top-k/top-p -> typical-p -> seeded Gumbel-max draw, for
+    """Grammar masks -> logit bias -> penalties -> watermark -> temperature -> top-k/top-p -> typical-p -> seeded Gumbel-max draw, for
     all rows at once.
 
     Per-row parameters become small `[N]` tensors; all the math is batched (no per-row torch ops).
@@ -59,18 +59,21 @@ class TorchSampler(Sampler):
         need_rep = any(x != 1.0 for x in rep)
         need_freq = any(x != 0.0 for x in freq) or any(x != 0.0 for x in pres)
         need_bias = any(p.logit_bias for p in params)
+        need_mark = any(p.watermark is not None for p in params)
         any_sample = any(do_sample)
         top_n = max(p.top_n_tokens for p in params)
         if token_masks is not None:  # our own float32 copy, with the tokens no grammar allows at -inf
             logits = P.apply_token_masks(
                 logits.float() if logits.dtype != torch.float32 else logits.clone(), token_masks
             )
-        if self.greedy_kernel is not None and not (need_bias or need_rep or need_freq or any_sample or top_n):
+        if self.greedy_kernel is not None and not (
+            need_bias or need_rep or need_freq or need_mark or any_sample or top_n
+        ):
             token_ids, logprobs = self.greedy_kernel(logits)
             return SamplerOutput(token_ids=token_ids, logprobs=logprobs)
 
         x = logits if logits.dtype == torch.float32 else logits.float()
-        if (need_bias or need_rep or need_freq or any_sample) and token_masks is None:
+        if (need_bias or need_rep or need_freq or need_mark or any_sample) and token_masks is None:
             x = x.clone() if x is logits else x  # every processor below works in place on our copy
 
         if need_bias:
@@ -78,6 +81,15 @@ class TorchSampler(Sampler):
 
         if need_rep or need_freq:
             self._apply_penalties(x, rows, rep, freq, pres, need_rep, need_freq)
+
+        if need_mark:  # each row's green list comes from its previous token
+            marks = [p.watermark for p in params]
+            P.apply_watermark(
+                x,
+                torch.tensor([r.all_token_ids[-1] for r in rows], dtype=torch.int64, device=device),
+                torch.tensor([m.gamma if m else 0.0 for m in marks], dtype=torch.float32, device=device),
+                torch.tensor([m.delta if m else 0.0 for m in marks], dtype=torch.float32, device=device),
+            )
 
         if any_sample:
             sample_mask = torch.tensor(do_sample, dtype=torch.bool, device=device)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tgi.core.interfaces.sampling import uniform_noise
+from tgi.core.interfaces.sampling import uniform_noise, watermark_uniform
 
 if TYPE_CHECKING:
     from tgi.core.batch import ScheduledSequence, TokenMasks
@@ -117,6 +117,9 @@ def reference_sample(
         for t, bias in params.logit_bias:  # -inf (masked) stays -inf
             values[t] += bias
         x = _penalised(values, row)
+        if params.watermark is not None:
+            prev, mark = row.all_token_ids[-1], params.watermark
+            x = [v + mark.delta if watermark_uniform(prev, t) < mark.gamma else v for t, v in enumerate(x)]
         if params.do_sample:
             x = [v / params.temperature for v in x]
             kept = _kept(x, params.top_k, params.top_p, params.typical_p)

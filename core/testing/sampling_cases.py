@@ -14,6 +14,7 @@ import numpy as np
 
 from tgi.core.batch import ScheduledSequence, TokenMasks
 from tgi.core.sampling_params import SamplingParams
+from tgi.core.watermark import Watermark
 
 #: logprobs may differ from the reference's float64 values by this much (float32 arithmetic)
 LOGPROB_TOLERANCE = 1e-4
@@ -109,9 +110,21 @@ def masked_case(vocab_size: int = 128, seed: int = 5) -> SamplerCase:
     return replace(case, token_masks=pack_token_masks(rows, allowed, vocab_size))
 
 
+def watermarked_case(vocab_size: int = 128, seed: int = 7) -> SamplerCase:
+    """Greedy and sampled rows under watermarks of several gammas and deltas (one delta large enough to
+    move the greedy token, one beside a penalty and a logit bias), beside rows without one."""
+    marks = [Watermark(), Watermark(0.25, 6.0), Watermark(0.75, 0.5)]
+    params = [
+        replace(p, watermark=marks[i % 3]) if i % 4 else p
+        for i, p in enumerate([*greedy_params(), *seeded_params()[::2]])
+    ]
+    return sampler_case(params, vocab_size, seed)
+
+
 #: name -> the case, for parametrised tests
 SAMPLER_CASES = {
     "greedy": lambda: sampler_case(greedy_params() * 4),
     "seeded": lambda: sampler_case(seeded_params()),
     "masked": masked_case,
+    "watermarked": watermarked_case,
 }
