@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tgi.core.guided.grammar import Grammar
-from tgi.core.watermark import Watermark
+
+if TYPE_CHECKING:  # tgi.core.watermark reads the sampling spec, whose package imports this module
+    from tgi.core.watermark import Watermark
 
 
 @dataclass(frozen=True)
