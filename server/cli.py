@@ -1,4 +1,5 @@
-"""The `tgi` command: `tgi backends`, `tgi launch` (also installed as `text-generation-launcher`)."""
+"""The `tgi` command: `tgi backends`, `tgi launch` (also installed as `text-generation-launcher`),
+`tgi watermark detect`."""
 
 from __future__ import annotations
 
@@ -56,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     p_launch = sub.add_parser("launch", help="load a model and serve TGI's and OpenAI's HTTP APIs")
     add_launch_arguments(p_launch)
     p_launch.set_defaults(func=run_launch)
+
+    from tgi.server.watermark_cli import add_watermark_command
+
+    add_watermark_command(sub)
 
     try:
         from tgi.benchmarks.cli import add_benchmark_command

@@ -1,7 +1,7 @@
 """No request field is accepted and then ignored.
 
 Request models allow extra fields so that they can be told apart: a field some API defines that this server
-does not serve (`logit_bias`, an image content part, TGI's `watermark`...) is refused by name with a
+does not serve (an image content part, TGI's `adapter_id`...) is refused by name with a
 422; a field no API defines is dropped with a logged warning. A known field sent with the value that asks for
 the API's default behaviour (`null`, `best_of: 1`, `modalities: ["text"]`...) is what
 the server does anyway, and passes.

@@ -25,6 +25,7 @@ from tgi.server.launch_flags import (
     rope_scaling,
     tokenizer_config,
 )
+from tgi.server.production_flags import add_production_arguments, production_settings
 from tgi.server.settings import ServerSettings
 from tgi.server.tgi_env import unserved_variables, warning
 
@@ -178,6 +179,7 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds in-flight requests get on SIGTERM before they are cancelled "
         "[env: SHUTDOWN_TIMEOUT, GRACEFUL_TERMINATION_TIMEOUT]",
     )
+    add_production_arguments(parser)  # watermark and OpenTelemetry (issue 21)
     add_tgi_arguments(parser)  # the rest of TGI's flags, served or refused by name
 
 
@@ -281,6 +283,7 @@ def server_settings(args: argparse.Namespace, on_ready=None) -> ServerSettings:
         validation_workers=args.validation_workers,
         shutdown_grace_s=args.shutdown_timeout,
         on_ready=on_ready,
+        **production_settings(args),
     )
 
 

@@ -40,8 +40,6 @@ class GenerateParameters(RequestModel):
     adapter_id: str | None = None
 
     def refusals(self) -> Iterator[tuple[str, str]]:
-        if self.watermark:
-            yield "watermark", "is not supported by this server yet"
         if self.adapter_id is not None:
             yield "adapter_id", "is not supported: this server loads no LoRA adapters"
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from tgi.core.watermark import Watermark
 
 
 @dataclass(frozen=True)
@@ -25,4 +27,7 @@ class ServerSettings:
     model_id: str | None = None  # the name shown to clients; None: the engine's model id
     start_engine: bool = True  # call `engine.start()` / `engine.shutdown()` in the app's lifespan
     shutdown_grace_s: float = 30.0  # in-flight requests get this long on SIGTERM, then are cancelled
+    watermark: Watermark = field(default_factory=Watermark)  # gamma and delta of requests with `watermark: true` (TGI's flags)
+    otlp_endpoint: str | None = None  # OpenTelemetry collector (OTLP/HTTP); None: no tracing
+    otlp_service_name: str = "text-generation-inference.router"  # the traces' service.name
     on_ready: Callable[[], None] | None = None  # run once the app has started (the launcher's "serving" line)

@@ -73,6 +73,7 @@ def tgi_sampling_params(p: GenerateParameters, settings: ServerSettings, stream:
         logprobs=p.details or stream or best_of > 1,  # TGI's stream events always carry a logprob
         top_n_tokens=check_top_n(p.top_n_tokens or 0, settings),
         prompt_logprobs=p.decoder_input_details,
+        watermark=settings.watermark if p.watermark else None,  # the server's gamma and delta
     )
 
 

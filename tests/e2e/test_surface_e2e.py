@@ -130,8 +130,8 @@ def test_invocations_dispatch_like_sagemaker(server, reference, expected, chat_i
     assert chat["choices"][0]["message"]["content"] == reference(chat_ids[1], N)
     completion = post({"prompt": PROMPT, "max_tokens": N, "temperature": 0}).json()
     assert completion["choices"][0]["text"] == expected
-    refused = post({"inputs": PROMPT, "parameters": {"watermark": True}})
-    assert refused.status_code == 422 and "`parameters.watermark`" in refused.json()["error"]
+    refused = post({"inputs": PROMPT, "parameters": {"adapter_id": "my-lora"}})
+    assert refused.status_code == 422 and "`parameters.adapter_id`" in refused.json()["error"]
 
 
 def test_chat_tokenize(server, chat_ids):

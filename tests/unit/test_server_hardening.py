@@ -195,7 +195,6 @@ def test_a_field_no_api_defines_is_logged_and_ignored(engine, caplog):
 @pytest.mark.parametrize(
     ("parameters", "name"),
     [
-        ({"watermark": True}, "parameters.watermark"),
         ({"adapter_id": "my-lora"}, "parameters.adapter_id"),
     ],
 )

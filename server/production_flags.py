@@ -1,0 +1,61 @@
+"""The launcher's production flags (issue 21): the watermark's `--watermark-gamma` / `--watermark-delta` and
+OpenTelemetry's `--otlp-endpoint` / `--otlp-service-name`, each read from TGI's environment variable.
+
+`add_production_arguments` runs before `tgi.server.launch_flags.add_tgi_arguments`, so these definitions win
+over any refusal there; `production_settings` checks them (a `ConfigError` naming the flag) and returns the
+`ServerSettings` fields they set.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from tgi.core.config import ConfigError
+from tgi.core.watermark import DEFAULT_DELTA, DEFAULT_GAMMA, Watermark
+from tgi.server.launch_flags import env
+
+
+def add_production_arguments(parser: argparse.ArgumentParser) -> None:
+    a = parser.add_argument
+    a(
+        "--watermark-gamma",
+        type=float,
+        default=float(env("WATERMARK_GAMMA", default=DEFAULT_GAMMA)),
+        help="share of the vocabulary in each green list of requests with `watermark: true`, in (0, 1) "
+        "[env: WATERMARK_GAMMA]",
+    )
+    a(
+        "--watermark-delta",
+        type=float,
+        default=float(env("WATERMARK_DELTA", default=DEFAULT_DELTA)),
+        help="added to the green tokens' logits of requests with `watermark: true`, > 0 [env: WATERMARK_DELTA]",
+    )
+    a(
+        "--otlp-endpoint",
+        default=env("OTLP_ENDPOINT"),
+        help="OpenTelemetry collector that receives a trace per request (OTLP over HTTP, e.g. "
+        "http://localhost:4318); default: no tracing [env: OTLP_ENDPOINT]",
+    )
+    a(
+        "--otlp-service-name",
+        default=env("OTLP_SERVICE_NAME", default="text-generation-inference.router"),
+        help="the service.name of the traces [env: OTLP_SERVICE_NAME]",
+    )
+
+
+def production_settings(args: argparse.Namespace) -> dict:
+    """The `ServerSettings` fields of these flags; `ConfigError` naming a flag out of range."""
+    mark = Watermark(args.watermark_gamma, args.watermark_delta)
+    try:
+        mark.validate()
+    except ValueError as exc:
+        raise ConfigError(f"--watermark-gamma / --watermark-delta: {exc}") from None
+    if args.otlp_endpoint is not None or args.otlp_service_name != "text-generation-inference.router":
+        raise ConfigError("--otlp-endpoint / --otlp-service-name: OpenTelemetry tracing is not served yet")
+    if args.otlp_endpoint is not None and not args.otlp_endpoint.startswith(("http://", "https://")):
+        raise ConfigError(f"--otlp-endpoint must be an http:// or https:// URL, got {args.otlp_endpoint!r}")
+    return {
+        "watermark": mark,
+        "otlp_endpoint": args.otlp_endpoint,
+        "otlp_service_name": args.otlp_service_name,
+    }
