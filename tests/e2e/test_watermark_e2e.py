@@ -1,0 +1,80 @@
+"""The watermark on a real `tgi launch` of the default model: 200-token generations of 10 prompts with
+`watermark: true` give a detector z-score above 4, the same requests without it below 2, and a greedy
+request without `watermark` is the engine's greedy text."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from tgi.core.loading import resolve_model
+from tgi.core.tokenization import load_tokenizer
+from tgi.core.watermark import detect_text
+
+PROMPTS = [
+    "Write a short story about a lighthouse keeper.",
+    "Explain how a bicycle works.",
+    "The history of the printing press",
+    "My favourite recipe for a rainy day is",
+    "Describe the city of Lisbon to a visitor.",
+    "Ten facts about octopuses:",
+    "A letter to my future self:",
+    "How do volcanoes form?",
+    "The rules of chess, explained simply:",
+    "Once upon a time in a distant galaxy,",
+]
+N = 200
+
+
+@pytest.fixture(scope="module")
+def wm_server(launch_server, stop_server, tmp_path_factory):
+    s = launch_server(tmp_path_factory.mktemp("wm"), "--max-concurrent-requests", "24")
+    yield s
+    stop_server(s)
+
+
+def _full_generation(url: str, prompt: str, watermark: bool) -> tuple[str, int]:
+    """A sampled generation of `N` tokens (TGI's routes have no `ignore_eos`: a draw that ends at EOS
+    sooner is not one, and the next seed is tried), and the seed that gave it."""
+    for seed in range(1, 8):
+        body = {
+            "inputs": prompt,
+            "parameters": {"max_new_tokens": N, "seed": seed, "do_sample": True, "watermark": watermark},
+        }
+        body["parameters"]["details"] = True
+        r = httpx.post(url + "/generate", json=body, timeout=600)
+        assert r.status_code == 200, r.text
+        if r.json()["details"]["generated_tokens"] == N:
+            return r.json()["generated_text"], seed
+    raise AssertionError(f"no {N}-token generation for {prompt!r} in 7 seeds")
+
+
+def test_watermarked_text_is_detected_and_plain_text_is_not(wm_server, capsys):
+    tokenizer = load_tokenizer(resolve_model(None))
+    jobs = [(p, mark) for mark in (True, False) for p in PROMPTS]  # 200 tokens each
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        results = list(pool.map(lambda j: _full_generation(wm_server.url, *j), jobs))
+    texts = [t for t, _ in results]
+    scores = [detect_text(t, tokenizer) for t in texts]
+    marked, plain = scores[: len(PROMPTS)], scores[len(PROMPTS) :]
+    with capsys.disabled():
+        print("\nwatermarked z:", [round(s.z_score, 2) for s in marked])
+        print("plain z:", [round(s.z_score, 2) for s in plain])
+        print("seeds:", [n for _, n in results])
+    assert all(s.z_score > 4 for s in marked), marked
+    assert all(s.z_score < 2 for s in plain), plain
+    # the command gives the function's answer
+    out = subprocess.run(
+        [sys.executable, "-m", "tgi.server.cli", "watermark", "detect"],
+        input=texts[0],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert json.loads(out.stdout.splitlines()[-1])["z_score"] == pytest.approx(marked[0].z_score)
