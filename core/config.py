@@ -30,6 +30,7 @@ class EngineConfig:
     # turns it off for a runner that cannot prefill from the middle of a prompt (no chunked prefill)
     prefix_caching: bool = True
     speculate: int = 0  # draft tokens verified per decode step (n-gram prompt lookup); 0: off
+    speculative_model: str | None = None  # a draft model (same tokenizer) guesses instead of n-grams
     quantize: str | None = None
     # the seeds of requests that give none are drawn from a generator seeded with this; None: from the OS
     # (unseeded sampling differs from one start to the next), a number: the same draws at every start

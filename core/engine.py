@@ -98,6 +98,36 @@ def derive_limits(
     )
 
 
+def load_draft_model(
+    backend: Backend, config: EngineConfig, info: ModelInfo, say: Callable[[str], None]
+) -> Proposer:
+    """`--speculative-model`: the draft model on the same backend (one process), with a KV cache of as many
+    tokens as the target's; refused when it cannot guess the target's tokens (another vocabulary)."""
+    from tgi.core.loading import resolve_model
+    from tgi.core.speculative import DraftModelProposer
+
+    if not config.speculate:
+        raise ConfigError("--speculative-model needs --speculate N (the guesses per step)")
+    source = resolve_model(config.speculative_model)
+    draft_config = dataclasses.replace(
+        config, model_id=config.speculative_model, revision=None, num_shard=1, speculative_model=None
+    )
+    runner = backend.create_runner(source, draft_config, 1)
+    draft = runner.load()
+    if draft.vocab_size != info.vocab_size:
+        runner.shutdown()
+        raise ConfigError(
+            f"--speculative-model {config.speculative_model}: its vocabulary ({draft.vocab_size} tokens) is "
+            f"not the model's ({info.vocab_size}): guesses must be the model's tokens"
+        )
+    num_blocks = config.max_batch_total_tokens // config.block_size
+    runner.initialize_cache(num_blocks)
+    say(
+        f"draft model: {draft.architecture}, {draft.num_parameters / 1e6:.0f}M parameters, {num_blocks} KV blocks"
+    )
+    return DraftModelProposer(runner, num_blocks, config.block_size)
+
+
 class LLMEngine:
     """Loads a model and generates for many requests at once with continuous batching.
 
@@ -107,7 +137,13 @@ class LLMEngine:
     """
 
     def __init__(
-        self, backend: Backend, runner: ModelRunner, tokenizer, config: EngineConfig, info: ModelInfo
+        self,
+        backend: Backend,
+        runner: ModelRunner,
+        tokenizer,
+        config: EngineConfig,
+        info: ModelInfo,
+        proposer: Proposer | None = None,
     ):
         self.backend = backend
         self.runner = runner
@@ -134,7 +170,7 @@ class LLMEngine:
         self.num_batch_tokens = 0
         self.num_prefill_tokens = 0
         self.guided = GuidedDecoding(info.vocab_size)
-        self.proposer = self._proposer(config, runner, constraints)
+        self.proposer = self._proposer(config, runner, constraints) if proposer is None else proposer
         self._grammars: GrammarCompiler | None = None
 
     @staticmethod
@@ -155,6 +191,8 @@ class LLMEngine:
             raise ConfigError(
                 f"--speculate {config.speculate}: this backend's runner lacks {', '.join(missing)}"
             )
+        if config.speculative_model:
+            raise ConfigError("--speculative-model: the draft model is loaded by LLMEngine.from_config")
         return NgramProposer()
 
     @classmethod
@@ -215,7 +253,14 @@ class LLMEngine:
         except BaseException:
             runner.shutdown()  # tensor parallel: stops the worker processes
             raise
-        return cls(backend, runner, tokenizer, config, info)
+        proposer = None
+        if config.speculative_model:
+            try:
+                proposer = load_draft_model(backend, config, info, say)
+            except BaseException:
+                runner.shutdown()
+                raise
+        return cls(backend, runner, tokenizer, config, info, proposer)
 
     # -- requests ---------------------------------------------------------------------------------------
     def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> SamplingParams:
@@ -359,13 +404,18 @@ class LLMEngine:
         """Guesses for every running sequence about to decode (none under a grammar, and never more than
         its remaining `max_new_tokens` allow, less the token verification adds)."""
         k = self.config.speculate
+        asks, seqs = [], []
         for seq in self.scheduler.running:
             seq.draft_token_ids = []
             if not seq.is_decode or seq.request_id in self.guided:
                 continue
             room = min(k, seq.params.max_new_tokens - seq.num_output_tokens - 1)
             if room > 0:
-                seq.draft_token_ids = self.proposer.propose(seq.request_id, seq.token_ids, room)
+                asks.append((seq.request_id, seq.token_ids, room))
+                seqs.append(seq)
+        if asks:
+            for seq, guesses in zip(seqs, self.proposer.propose_batch(asks), strict=True):
+                seq.draft_token_ids = guesses
 
     # -- the in-process Python API ---------------------------------------------------------------------
     def generate(

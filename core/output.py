@@ -26,12 +26,14 @@ class RequestOutput:
         self.prompt_logprobs: list[float] = []  # filled by the engine as prompt chunks run
         self.first_scheduled: float | None = None
         self.arrival = time.monotonic()
+        self.num_emitted = 0  # output tokens turned into events (a step may append several: speculation)
 
     def on_token(
         self, token_id: int, logprob: float, tops: tuple[list[int], list[float]] | None = None
     ) -> TokenEvent:
         seq, params = self.seq, self.seq.params
-        n = seq.num_output_tokens  # the scheduler already appended this token
+        self.num_emitted += 1
+        n = self.num_emitted  # output tokens up to this one (the scheduler may have appended more)
         reason = token_finish_reason(token_id, n, params, self.eos_token_ids)
         text = self.detokenizer.add(token_id)
         if reason is not None:

@@ -78,8 +78,14 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
         "--speculate",
         type=int,
         default=int(env("SPECULATE", default=0)),
-        help="draft tokens verified per decode step, guessed by n-gram prompt lookup; 0: off "
-        "[env: SPECULATE]",
+        help="draft tokens verified per decode step, guessed by n-gram prompt lookup (or by "
+        "--speculative-model); 0: off [env: SPECULATE]",
+    )
+    a(
+        "--speculative-model",
+        default=env("SPECULATIVE_MODEL"),
+        help="a smaller model with the same tokenizer that guesses the --speculate tokens "
+        "[env: SPECULATIVE_MODEL]",
     )
     a("--quantize", default=env("QUANTIZE"), help="weight quantization (not supported yet) [env: QUANTIZE]")
     a(
@@ -258,6 +264,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         num_shard=args.num_shard,
         prefix_caching=args.prefix_caching,
         speculate=args.speculate,
+        speculative_model=args.speculative_model,
         quantize=args.quantize,
         cuda_graphs=args.cuda_graphs,
         rope_scaling=rope_scaling(args),

@@ -1,5 +1,6 @@
 """Speculative decoding: proposers of draft tokens, verified by the target model in one step."""
 
+from tgi.core.speculative.draft_model import DraftModelProposer
 from tgi.core.speculative.proposer import NgramProposer, Proposer
 
-__all__ = ["NgramProposer", "Proposer"]
+__all__ = ["DraftModelProposer", "NgramProposer", "Proposer"]

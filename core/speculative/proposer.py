@@ -20,6 +20,10 @@ class Proposer(ABC):
     def propose(self, request_id: str, token_ids: Sequence[int], k: int) -> list[int]:
         """At most `k` guesses of the tokens after `token_ids` (prompt + output so far); may be empty."""
 
+    def propose_batch(self, requests: list[tuple[str, Sequence[int], int]]) -> list[list[int]]:
+        """`propose` for several sequences `(request_id, token_ids, k)` at once (a model batches them)."""
+        return [self.propose(request_id, token_ids, k) for request_id, token_ids, k in requests]
+
     def drop(self, request_id: str) -> None:  # noqa: B027 - optional
         """Forget a finished or cancelled request's state."""
 

@@ -43,6 +43,7 @@ def _run(engine: LLMEngine, prompts: list[list[int]], params: list[SamplingParam
     tokens = {r: [] for r in rids}
     while engine.has_unfinished():
         for event in engine.step():
+            assert event.index == len(tokens[event.request_id]), "events come one per token, in order"
             tokens[event.request_id].append(event.token_id)
             if event.finish_reason is not None:
                 done[event.request_id] = event
@@ -101,3 +102,29 @@ def test_no_guesses_under_a_grammar(spec_engine, tokenizer):
     [result] = engine.generate([tokenizer.encode(REPEAT)], params)
     assert result.generated_text.endswith("figs") and engine.scheduler.num_draft_tokens == 0
     assert dataclasses.replace(params, grammar=None).grammar is None
+
+
+def test_draft_model_guesses_keep_the_tokens(engine, spec_engine, prompts, tokenizer):
+    """`--speculative-model`: the default model guessing for itself (the same tokenizer; a model's greedy
+    guesses of its own greedy tokens are all accepted), batched over the step's sequences."""
+    from tgi.core.engine import load_draft_model
+    from tgi.core.loading import default_model_path
+
+    plain_engine = spec_engine(0)
+    config = dataclasses.replace(plain_engine.config, speculate=3, speculative_model=default_model_path())
+    proposer = load_draft_model(engine.backend, config, engine.model_info, lambda msg: None)
+    texts = [prompts["code"], prompts["story"], tokenizer.encode(REPEAT)]
+    params = [
+        SamplingParams(max_new_tokens=24),
+        SamplingParams(max_new_tokens=24, do_sample=True, seed=4),
+    ] * 2
+    params = params[: len(texts)]
+    plain, _ = _run(plain_engine, texts, params)
+    drafted = LLMEngine(engine.backend, engine.runner, engine.tokenizer, config, engine.model_info, proposer)
+    fast, final = _run(drafted, texts, params)
+    assert fast == plain
+    # greedy requests: nearly every guess is right (3 of every 4 tokens come without a step of their own)
+    for event, p in zip(final, params, strict=True):
+        if not p.do_sample:
+            assert event.num_skipped_tokens >= 0.6 * (event.index + 1), event
+    assert proposer.blocks.num_free_blocks == proposer.blocks.num_blocks  # finished requests let go

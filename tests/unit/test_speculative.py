@@ -93,3 +93,11 @@ def test_a_runner_must_return_a_token_per_position():
     batch: ScheduledBatch = scheduler.schedule()
     with pytest.raises(Exception, match="3 sampled positions"):
         scheduler.update(batch, StepOutput(["a"], [5], [0.0]))
+
+
+def test_a_draft_model_needs_guesses_to_make():
+    from tgi.core.config import ConfigError, EngineConfig
+    from tgi.core.engine import load_draft_model
+
+    with pytest.raises(ConfigError, match="needs --speculate"):
+        load_draft_model(None, EngineConfig(speculative_model="some/draft"), None, print)
