@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -26,6 +27,10 @@ log = logging.getLogger("tgi.server")
 def create_app(engine: ServingEngine, settings: ServerSettings | None = None) -> FastAPI:
     settings = settings or ServerSettings()
     service = InferenceService(engine, settings)
+    if settings.otlp_endpoint:
+        from tgi.server.tracing import Tracing
+
+        service.tracing = Tracing(settings.otlp_endpoint, settings.otlp_service_name)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -41,6 +46,8 @@ def create_app(engine: ServingEngine, settings: ServerSettings | None = None) ->
                 # cancelled the rest; whatever the engine still holds is cancelled here.
                 await engine.shutdown(cancel_inflight=True)
                 log.info("engine stopped")
+            if service.tracing is not None:
+                await asyncio.to_thread(service.tracing.shutdown)  # the last spans, off the event loop
 
     app = FastAPI(
         title="Text Generation Inference",
@@ -55,6 +62,8 @@ def create_app(engine: ServingEngine, settings: ServerSettings | None = None) ->
     app.include_router(openai_router)
     app.include_router(compat_router)
     app.add_middleware(PayloadLimit, limit=settings.payload_limit)
+    if service.tracing is not None:  # inside the key check: a refused request is not traced
+        app.add_middleware(service.tracing.middleware_class, tracing=service.tracing)
     if settings.api_key:  # outermost: a client without the key learns nothing else
         app.add_middleware(BearerAuth, api_key=settings.api_key)
     if settings.cors_allow_origin:  # outside the key check: a browser's preflight carries no key

@@ -50,8 +50,6 @@ def production_settings(args: argparse.Namespace) -> dict:
         mark.validate()
     except ValueError as exc:
         raise ConfigError(f"--watermark-gamma / --watermark-delta: {exc}") from None
-    if args.otlp_endpoint is not None or args.otlp_service_name != "text-generation-inference.router":
-        raise ConfigError("--otlp-endpoint / --otlp-service-name: OpenTelemetry tracing is not served yet")
     if args.otlp_endpoint is not None and not args.otlp_endpoint.startswith(("http://", "https://")):
         raise ConfigError(f"--otlp-endpoint must be an http:// or https:// URL, got {args.otlp_endpoint!r}")
     return {

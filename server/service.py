@@ -63,6 +63,7 @@ class InferenceService:
         self.metrics = ServerMetrics(engine.stats, lambda: self.in_flight)
         self.model_name = settings.model_id or engine.model_id
         self._workers = ThreadPoolExecutor(settings.validation_workers, thread_name_prefix="tgi-validation")
+        self.tracing = None  # `tgi.server.tracing.Tracing` when --otlp-endpoint is set (create_app)
 
     @property
     def config(self):
@@ -151,6 +152,7 @@ class InferenceService:
 
     async def stream(self, token_ids: list[int], params: SamplingParams) -> AsyncIterator[TokenEvent]:
         """The engine's stream with its errors as `ApiError`; closing this closes (cancels) the engine's."""
+        traced = self.tracing.sequence(token_ids, params) if self.tracing is not None else None
         try:
             events = self.engine.stream(token_ids, params, request_id=uuid.uuid4().hex)
         except Exception as exc:
@@ -167,8 +169,12 @@ class InferenceService:
                     raise ApiError(500, "Request was cancelled by the server", "generation")
                 if event.finish_reason is not None:
                     self.metrics.sequence_finished(event)
+                if traced is not None:
+                    traced.token(event)
                 yield event
         finally:
+            if traced is not None:
+                traced.end()  # a sequence that failed or was cancelled (no-op after its last event)
             aclose = getattr(events, "aclose", None)
             if aclose is not None:
                 await aclose()
