@@ -109,3 +109,5 @@ class StepOutput:
     # num_prompt_tokens-1), so that over all chunks every prompt token but the first gets exactly one;
     # only for sequences with want_prompt_logprobs. Position 0 has no logprob (TGI reports null).
     prompt_logprobs: dict[str, list[float]] = field(default_factory=dict)
+    # Medusa heads (speculative decoding): per row, the heads' guesses of the tokens after the drawn one
+    guesses: list[list[int]] | None = None

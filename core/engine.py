@@ -26,7 +26,7 @@ from tgi.core.request import FinishReason, GenerationResult, StepError, TokenEve
 from tgi.core.sampling_params import SamplingParams
 from tgi.core.scheduler import Scheduler
 from tgi.core.sequence import Sequence
-from tgi.core.speculative import NgramProposer, Proposer
+from tgi.core.speculative import MedusaProposer, NgramProposer, Proposer
 from tgi.core.tokenization import eos_token_ids
 from tgi.core.validation import RequestLimits, validate_request
 
@@ -193,6 +193,8 @@ class LLMEngine:
             )
         if config.speculative_model:
             raise ConfigError("--speculative-model: the draft model is loaded by LLMEngine.from_config")
+        if runner.capabilities().medusa_heads:
+            return MedusaProposer()
         return NgramProposer()
 
     @classmethod
@@ -398,6 +400,11 @@ class LLMEngine:
                         self.proposer.drop(seq.request_id)
                     break
                 self.guided.advance(seq.request_id, output.token_ids[i])
+            else:
+                if output.guesses is not None and isinstance(self.proposer, MedusaProposer):
+                    # the heads' guesses at the last token drawn, for the next step
+                    guesses = output.guesses[start + seq.num_new_tokens - 1]
+                    self.proposer.remember(seq.request_id, seq.num_tokens, guesses)
         return events
 
     def _propose(self) -> None:

@@ -112,3 +112,4 @@ class RunnerCapabilities:
     # speculative decoding: samples every position of a chunk with `num_draft_tokens` (one StepOutput row per
     # position, `ScheduledSequence.draft_rows`); the chunk is fed as a prefill chunk over cached context
     draft_verification: bool = False
+    medusa_heads: int = 0  # Medusa heads loaded with the model: their guesses come with each sampled row

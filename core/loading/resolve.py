@@ -13,6 +13,7 @@ functions that need them.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Literal
 
 from tgi.core.loading.selection import WeightSelector
 from tgi.core.loading.source import ModelSource
+from tgi.core.speculative.medusa_files import is_medusa_folder, read_medusa_config
 
 if TYPE_CHECKING:
     import numpy as np
@@ -94,6 +96,11 @@ def _resolve_file(model_id: str, path: Path) -> ModelSource:
 
 def _resolve_folder(model_id: str, folder: Path) -> ModelSource:
     folder = folder.resolve()
+    if is_medusa_folder(str(folder)):  # TGI's layout: the heads, and the model they belong to
+        base = str(read_medusa_config(str(folder))["base_model_name_or_path"])
+        if not os.path.isabs(base) and (folder / base).exists():
+            base = str(folder / base)
+        return dataclasses.replace(resolve_model(base), model_id=model_id, speculator=str(folder))
     has_config = (folder / "config.json").is_file()
     safetensors = sorted(folder.glob("*.safetensors"))
     ggufs = sorted(folder.glob("*.gguf"))

@@ -17,3 +17,5 @@ class ModelSource:
     # ("linear" | "dynamic", factor) in place of the checkpoint's rope scaling (TGI's --rope-scaling and
     # --rope-factor); None: the checkpoint's own
     rope_scaling: tuple[str, float] | None = None
+    # a Medusa checkpoint's folder (TGI's layout) whose heads guess this model's tokens (--speculate)
+    speculator: str | None = None

@@ -66,3 +66,23 @@ class NgramProposer(Proposer):
 
     def drop(self, request_id: str) -> None:
         self._index.pop(request_id, None)
+
+
+class MedusaProposer(Proposer):
+    """The guesses the heads made at each sequence's last drawn token (the runner computes them in the
+    step that drew it, `StepOutput.guesses`); the engine hands them over with `remember`."""
+
+    name = "medusa"
+
+    def __init__(self) -> None:
+        self._guesses: dict[str, tuple[int, list[int]]] = {}  # request id -> (tokens known, guesses)
+
+    def remember(self, request_id: str, num_tokens: int, guesses: list[int]) -> None:
+        self._guesses[request_id] = (num_tokens, guesses)
+
+    def propose(self, request_id: str, token_ids: Sequence[int], k: int) -> list[int]:
+        known, guesses = self._guesses.get(request_id, (-1, []))
+        return list(guesses[:k]) if known == len(token_ids) else []
+
+    def drop(self, request_id: str) -> None:
+        self._guesses.pop(request_id, None)

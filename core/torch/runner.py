@@ -51,6 +51,7 @@ class TorchModelRunner(ModelRunner):
         self.sampler = backend.sampler()
         self.kv_cache = None
         self.model = None
+        self.medusa = None  # Medusa heads, when the checkpoint has them and --speculate asks
         self.hf_config = None
 
     # -- lifecycle --------------------------------------------------------------------------------------
@@ -76,6 +77,17 @@ class TorchModelRunner(ModelRunner):
             self.model.attach_block_weights(iter_block_weights(self.source, self.hf_config, qtypes))
         self.model.eval()
         self.backend.prepare_model(self.model)
+        self.medusa = None
+        if self.source.speculator and self.config.speculate:
+            from tgi.core.speculative.medusa import MedusaHeads
+
+            self.medusa = MedusaHeads(
+                self.source.speculator,
+                self.hf_config.hidden_size,
+                self.model.compute_logits,
+                dtype,
+                self.device,
+            )
         return ModelInfo(
             architecture=(self.hf_config.architectures or [type(self.model).__name__])[0],
             vocab_size=self.hf_config.vocab_size,
@@ -86,7 +98,11 @@ class TorchModelRunner(ModelRunner):
         )
 
     def capabilities(self) -> RunnerCapabilities:
-        return RunnerCapabilities(token_masks=self.sampler.supports_token_masks, draft_verification=True)
+        return RunnerCapabilities(
+            token_masks=self.sampler.supports_token_masks,
+            draft_verification=True,
+            medusa_heads=self.medusa.num_heads if self.medusa is not None else 0,
+        )
 
     def kv_cache_spec(self) -> KVCacheSpec:
         return kv_cache_spec(self.hf_config, self.config.block_size, self.dtype, self.collective.world_size)
@@ -143,7 +159,10 @@ class TorchModelRunner(ModelRunner):
                 rows += expanded
                 positions += range(ends[i] - len(expanded), ends[i])
             last = torch.tensor(positions, device=device)
-            logits = self.model.compute_logits(hidden.index_select(0, last))  # [N, V] float32
+            picked = hidden.index_select(0, last)
+            logits = self.model.compute_logits(picked)  # [N, V] float32
+            if self.medusa is not None:  # every rank: the heads' projection may gather over ranks
+                guesses = self.medusa(picked).argmax(dim=-1)  # [N, heads]
         # tensor parallel: every rank computes the (all-gathered) logits, rank 0 alone samples
         if sampled and self.collective.rank == 0:
             masks = batch.token_masks
@@ -151,6 +170,8 @@ class TorchModelRunner(ModelRunner):
                 masks = expand_mask_rows(masks, [seqs[i] for i in sampled])
             result = self.sampler.sample(logits, rows, masks)
             output.request_ids = [s.request_id for s in rows]
+            if self.medusa is not None:
+                output.guesses = guesses.tolist()
             output.token_ids = result.token_ids.tolist()
             output.logprobs = result.logprobs.tolist()
             if result.top_token_ids is not None:

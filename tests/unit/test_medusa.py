@@ -1,0 +1,82 @@
+"""Medusa heads in TGI's layout on a tiny random Llama: the runner's guesses equal a plain-torch reference of
+the heads on transformers' hidden states, and guessing changes no token."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tgi.core.config import EngineConfig
+from tgi.core.engine import LLMEngine
+from tgi.core.sampling_params import SamplingParams
+from tgi.core.speculative import MedusaProposer
+from tgi.core.testing.model import PROMPTS, backend_registry, write_tiny_llama
+
+HEADS, HIDDEN, VOCAB = 3, 64, 256
+
+
+def write_medusa(folder, base, own_projection: bool) -> dict[str, torch.Tensor]:
+    """Random heads (one residual block each; head 1 without its own projection when `own_projection`
+    is False, so it uses the model's LM head) beside `base`, as TGI reads them."""
+    from safetensors.torch import save_file
+
+    gen = torch.Generator().manual_seed(1)
+    tensors = {}
+    for i in range(HEADS):
+        tensors[f"{i}.0.linear.weight"] = torch.randn(HIDDEN, HIDDEN, generator=gen) * 0.2
+        tensors[f"{i}.0.linear.bias"] = torch.randn(HIDDEN, generator=gen) * 0.1
+        if own_projection or i != 1:
+            tensors[f"{i}.1.weight"] = torch.randn(VOCAB, HIDDEN, generator=gen) * 0.3
+    folder.mkdir()
+    save_file(tensors, str(folder / "medusa_lm_head.safetensors"))
+    config = {"medusa_num_heads": HEADS, "medusa_num_layers": 1, "base_model_name_or_path": str(base)}
+    (folder / "config.json").write_text(json.dumps(config))
+    return tensors
+
+
+def reference_guesses(base, tensors, prompt: list[int]) -> list[int]:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).eval()
+    with torch.inference_mode():
+        hidden = model.model(torch.tensor([prompt])).last_hidden_state[0, -1]  # after the final norm
+        out = []
+        for i in range(HEADS):
+            x = hidden + torch.nn.functional.silu(
+                tensors[f"{i}.0.linear.weight"] @ hidden + tensors[f"{i}.0.linear.bias"]
+            )
+            proj = tensors.get(f"{i}.1.weight", model.lm_head.weight)
+            out.append(int((proj @ x).argmax()))
+    return out
+
+
+@pytest.mark.parametrize("own_projection", [True, False])
+def test_medusa_guesses_match_the_reference_and_change_no_token(tmp_path, own_projection):
+    from tgi.backends.cpu.backend import CpuBackend
+
+    base = write_tiny_llama(tmp_path / "base")
+    tensors = write_medusa(tmp_path / "medusa", base, own_projection)
+    registry = backend_registry("cpu", CpuBackend)
+
+    def engine(speculate: int, model_id) -> LLMEngine:
+        config = EngineConfig(
+            model_id=str(model_id), backend="cpu", dtype="float32", speculate=speculate,
+            max_total_tokens=128, max_batch_total_tokens=1024, max_batch_prefill_tokens=64, max_num_seqs=4,
+        )  # fmt: skip
+        return LLMEngine.from_config(config, registry=registry)
+
+    medusa = engine(2, tmp_path / "medusa")
+    assert isinstance(medusa.proposer, MedusaProposer) and medusa.runner.capabilities().medusa_heads == HEADS
+    prompt = list(PROMPTS[1])
+    rid = medusa.add_request(prompt, SamplingParams(max_new_tokens=12, ignore_eos=True))
+    medusa.step()  # the prompt: the heads guess at its last position
+    _, guesses = medusa.proposer._guesses[rid]
+    assert guesses == reference_guesses(base, tensors, prompt)
+
+    params = SamplingParams(max_new_tokens=12, ignore_eos=True)
+    plain = [r.token_ids for r in engine(0, base).generate([list(p) for p in PROMPTS], params)]
+    fresh = engine(2, tmp_path / "medusa")
+    assert [r.token_ids for r in fresh.generate([list(p) for p in PROMPTS], params)] == plain
+    assert fresh.scheduler.num_draft_tokens > 0
