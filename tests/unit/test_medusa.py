@@ -80,3 +80,33 @@ def test_medusa_guesses_match_the_reference_and_change_no_token(tmp_path, own_pr
     fresh = engine(2, tmp_path / "medusa")
     assert [r.token_ids for r in fresh.generate([list(p) for p in PROMPTS], params)] == plain
     assert fresh.scheduler.num_draft_tokens > 0
+
+
+def test_sampled_tokens_are_the_same_draws_for_many_seeds(tmp_path):
+    """Many seeds on a tiny model, n-gram guesses on a repetitive prompt: every seed draws the same tokens
+    with and without speculation (so the sampled distribution is the same, not only close)."""
+    from tgi.backends.cpu.backend import CpuBackend
+
+    base = write_tiny_llama(tmp_path / "base")
+    registry = backend_registry("cpu", CpuBackend)
+    prompt = [5, 6, 7, 8] * 6
+    results = []
+    for speculate in (0, 4):
+        config = EngineConfig(
+            model_id=str(base), backend="cpu", dtype="float32", speculate=speculate,
+            max_total_tokens=128, max_batch_total_tokens=4096, max_batch_prefill_tokens=512, max_num_seqs=64,
+        )  # fmt: skip
+        engine = LLMEngine.from_config(config, registry=registry)
+        params = [
+            SamplingParams(max_new_tokens=24, do_sample=True, temperature=0.3, seed=s) for s in range(64)
+        ]
+        rids = [engine.add_request(list(prompt), p) for p in params]
+        tokens = {r: [] for r in rids}
+        while engine.has_unfinished():
+            for event in engine.step():
+                tokens[event.request_id].append(event.token_id)
+        results.append([tokens[r] for r in rids])
+        if speculate:
+            assert engine.scheduler.num_accepted_draft_tokens > 0
+    assert results[0] == results[1]
+    assert len({tuple(t) for t in results[0]}) > 8, "the seeds must give different draws"
