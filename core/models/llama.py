@@ -15,12 +15,10 @@ from torch import nn
 
 from tgi.core.interfaces.types import AttentionLayerSpec
 from tgi.core.models.attention import Attention
-from tgi.core.models.base import STACKED_QKV_GATE_UP, CausalLM
+from tgi.core.models.base import CausalLM
 from tgi.core.models.decoder import DecoderLayer, DecoderModel
 from tgi.core.models.layers import GatedMLP, LinearFactory, RMSNorm
 from tgi.core.models.rotary import rotary_dim_of
-
-_STACKED = STACKED_QKV_GATE_UP  # the name other modules import
 
 
 class LlamaForCausalLM(CausalLM):

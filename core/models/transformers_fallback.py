@@ -119,6 +119,7 @@ class TransformersCausalLM(nn.Module):
     `compute_logits`, `kv_cache_spec`."""
 
     architecture = "TransformersCausalLM"
+    implementation_note = "transformers fallback"  # shown beside the architecture ("weights loaded: ...")
 
     @classmethod
     def attention_layer_specs(cls, config: Any, tp_size: int = 1) -> list[AttentionLayerSpec]:

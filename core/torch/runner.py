@@ -88,8 +88,10 @@ class TorchModelRunner(ModelRunner):
                 dtype,
                 self.device,
             )
+        architecture = (self.hf_config.architectures or [type(self.model).__name__])[0]
+        path = getattr(self.model, "implementation_note", None)  # e.g. "transformers fallback"
         return ModelInfo(
-            architecture=(self.hf_config.architectures or [type(self.model).__name__])[0],
+            architecture=f"{architecture} ({path})" if path else architecture,
             vocab_size=self.hf_config.vocab_size,
             max_position_embeddings=getattr(self.hf_config, "max_position_embeddings", 4096),
             eos_token_ids=config_eos_token_ids(self.hf_config),

@@ -74,6 +74,8 @@ def test_greedy_tokens_equal_transformers_alone_and_preempted(tmp_path, name):
         max_batch_total_tokens=64, max_batch_prefill_tokens=32, max_num_seqs=8,
     )  # fmt: skip
     engine = LLMEngine.from_config(config)
+    # what the launch log prints after "weights loaded:": the architecture, and the fallback where it runs
+    assert engine.model_info.architecture.endswith("(transformers fallback)") == name.endswith("(fallback)")
     params = SamplingParams(max_new_tokens=MAX_NEW_TOKENS, ignore_eos=True)
     alone = engine.generate([list(PROMPTS[0])], params)
     assert [r.token_ids for r in alone] == reference[:1]
