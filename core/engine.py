@@ -416,6 +416,9 @@ class LLMEngine:
             seq.draft_token_ids = []
             if not seq.is_decode or seq.request_id in self.guided:
                 continue
+            if seq.spec_wait > 0:  # its last guesses all failed: a few plain decodes first
+                seq.spec_wait -= 1
+                continue
             room = min(k, seq.params.max_new_tokens - seq.num_output_tokens - 1)
             if room > 0:
                 asks.append((seq.request_id, seq.token_ids, room))

@@ -31,7 +31,7 @@ from tgi.core.block_manager import NO_PREFIX, BlockManager, CachedPrefix
 from tgi.core.config import ConfigError, EngineConfig
 from tgi.core.interfaces.types import RunnerConstraints
 from tgi.core.request import FinishReason
-from tgi.core.sequence import Sequence, SequenceStatus
+from tgi.core.sequence import MAX_SPEC_BACKOFF, Sequence, SequenceStatus
 
 
 class SchedulerError(RuntimeError):
@@ -224,6 +224,9 @@ class Scheduler:
             self.num_draft_tokens += s.num_draft_tokens
             self.num_accepted_draft_tokens += accepted
             seq.num_accepted_drafts += accepted
+            if s.num_draft_tokens:  # text the guesses do not fit is guessed for less and less often
+                seq.spec_backoff = 0 if accepted else min(MAX_SPEC_BACKOFF, max(1, 2 * seq.spec_backoff))
+                seq.spec_wait = seq.spec_backoff
             if s.sample:  # first: the accepted guesses' positions are computed tokens now
                 for token_id in drawn[: accepted + 1]:
                     seq.append_token(token_id)

@@ -13,6 +13,9 @@ from enum import Enum
 from tgi.core.request import FinishReason
 from tgi.core.sampling_params import SamplingParams
 
+#: the most decode steps a sequence whose guesses keep failing goes without guesses between two tries
+MAX_SPEC_BACKOFF = 16
+
 
 class SequenceStatus(Enum):
     WAITING = "waiting"  # queued: never scheduled, or preempted (blocks dropped, to be recomputed)
@@ -68,6 +71,10 @@ class Sequence:
         self.draft_token_ids: list[int] = []
         self.num_new_tokens = 0
         self.num_accepted_drafts = 0  # over the request's life
+        # after guesses that all failed, the next `spec_wait` decodes go unguessed; `spec_backoff` doubles
+        # with each such failure (up to MAX_SPEC_BACKOFF) and is reset by an accepted guess
+        self.spec_backoff = 0
+        self.spec_wait = 0
 
     # ---- tokens -------------------------------------------------------------------------------------
     @property

@@ -101,3 +101,16 @@ def test_a_draft_model_needs_guesses_to_make():
 
     with pytest.raises(ConfigError, match="needs --speculate"):
         load_draft_model(None, EngineConfig(speculative_model="some/draft"), None, print)
+
+
+def test_failing_guesses_back_off():
+    scheduler = Scheduler(BlockManager(64, 4), 4, 64)
+    seq = _running(scheduler, [1, 2, 3], max_new_tokens=40)
+    waits = []
+    for drawn_first in (9, 9, 9, 5):  # guesses [5, 6]: three misses, then a hit
+        seq.draft_token_ids = [5, 6]
+        batch = scheduler.schedule()
+        assert batch.sequences[0].num_draft_tokens == 2
+        scheduler.update(batch, StepOutput(["a"] * 3, [drawn_first, 1, 1], [0.0] * 3))
+        waits.append((seq.spec_backoff, seq.spec_wait))
+    assert waits == [(1, 1), (2, 2), (4, 4), (0, 0)]
