@@ -36,8 +36,10 @@ def test_kernel_is_interpreted():
 def test_align_pairs_groups_and_pads_per_expert():
     ids = torch.tensor([[2, 0], [2, 1], [0, 2]])  # pairs 0..5; expert 0: 1, 4; expert 1: 3; 2: 0, 2, 5
     pairs, tiles = align_pairs(ids, num_experts=4, block_m=4)
-    assert tiles.tolist() == [0, 1, 2]  # expert 3 has no pair and no tile
-    assert pairs.tolist() == [1, 4, 6, 6, 3, 6, 6, 6, 0, 2, 5, 6]  # 6 = padding
+    # room for the most padding 6 pairs of 4 experts can need: ceil((6 + 4 * 3) / 4) = 5 tiles; expert 3
+    # has no pair and no tile of its own, the spare tiles are padding only (6 = T * k)
+    assert tiles.tolist() == [0, 1, 2, 3, 3]
+    assert pairs.tolist() == [1, 4, 6, 6, 3, 6, 6, 6, 0, 2, 5, 6] + [6] * 8
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)

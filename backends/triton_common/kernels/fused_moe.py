@@ -1,7 +1,7 @@
 """Fused mixture-of-experts: the experts' gated MLPs for every (token, expert) pair in two grouped GEMMs.
 
 The pairs are sorted by expert and each expert's run padded to a multiple of BLOCK_M rows
-(`align_pairs`), so every tile of BLOCK_M rows belongs to one expert. Kernel 1 multiplies a tile of
+(`align_pairs`, on the device without a host sync), so every tile of BLOCK_M rows belongs to one expert. Kernel 1 multiplies a tile of
 gathered token rows by that expert's gate and up rows and stores SiLU(gate) * up; kernel 2 multiplies that
 by the expert's down matrix, scales each row by its routing weight and stores it at the pair's place. The
 k pairs of a token are summed at the end. Padding rows point past the last pair and are masked.
@@ -19,24 +19,29 @@ from tgi.backends.triton_common.kernels.common import qk_dot, upcast_dot
 
 
 def align_pairs(ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """ids [T, k] -> (sorted pair indices [P] int32, padded with T * k; the expert of each BLOCK_M tile
-    [P / BLOCK_M] int32). P is the sum over experts of their pair counts rounded up to BLOCK_M."""
-    flat = ids.reshape(-1)
+    """ids [T, k] -> (pair indices [P] int32, grouped by expert, each expert's run padded with T * k to a
+    multiple of BLOCK_M; the expert of each BLOCK_M tile [P / BLOCK_M] int32).
+
+    P is the most the padding can need, T * k + E * (BLOCK_M - 1) rounded up to BLOCK_M, so nothing is read
+    back to the host (no sync; the shapes depend on T only, as CUDA graphs need): tiles past the last
+    expert's run hold only padding and name the last expert."""
+    flat = ids.reshape(-1).to(torch.int64)
     num_pairs = flat.numel()
+    device = ids.device
     order = torch.argsort(flat, stable=True)
     counts = torch.bincount(flat, minlength=num_experts)
     padded = (counts + block_m - 1) // block_m * block_m
-    starts = torch.cumsum(padded, 0) - padded  # each expert's first row in the padded order
+    ends = torch.cumsum(padded, 0)
+    starts = ends - padded  # each expert's first row in the padded order
     run_starts = torch.cumsum(counts, 0) - counts  # ... in the unpadded sorted order
     sorted_experts = flat[order]
-    rank_in_run = torch.arange(num_pairs, device=ids.device) - run_starts[sorted_experts]
-    total = int(padded.sum())
-    pairs = torch.full((total,), num_pairs, dtype=torch.int32, device=ids.device)
+    rank_in_run = torch.arange(num_pairs, device=device) - run_starts[sorted_experts]
+    num_tiles = -(-(num_pairs + num_experts * (block_m - 1)) // block_m)
+    pairs = torch.full((num_tiles * block_m,), num_pairs, dtype=torch.int32, device=device)
     pairs[starts[sorted_experts] + rank_in_run] = order.to(torch.int32)
-    tile_experts = torch.repeat_interleave(
-        torch.arange(num_experts, device=ids.device, dtype=torch.int32), padded // block_m
-    )
-    return pairs, tile_experts
+    tile_rows = torch.arange(num_tiles, device=device) * block_m
+    tile_experts = torch.searchsorted(ends, tile_rows, right=True).clamp_(max=num_experts - 1)
+    return pairs, tile_experts.to(torch.int32)
 
 
 @triton.jit
@@ -132,7 +137,7 @@ def fused_moe(
     h = torch.empty(num_tiles * block_m, inter, dtype=x.dtype, device=x.device)
     out = torch.zeros(t * top_k, h_dim, dtype=torch.float32, device=x.device)
     upcast = upcast_dot(x.dtype)
-    if num_tiles:
+    if t:
         _gate_up_kernel[(num_tiles, triton.cdiv(inter, block_n))](
             x, w13, h, pairs, tile_experts, t * top_k, h_dim, inter,
             x.stride(0), w13.stride(0), w13.stride(1), h.stride(0),
