@@ -67,6 +67,13 @@ def _paged_attention_forward(
     k = key[0].transpose(0, 1).contiguous()
     v = value[0].transpose(0, 1).contiguous()
     d = q.shape[-1]
+    cache = ctx.kv_cache.spec
+    if (k.shape[1], d) != (cache.num_kv_heads, cache.head_dim):
+        raise UnsupportedModelError(
+            f"{type(module).__name__} attends with {k.shape[1]} key/value heads of {d} dims, but its config "
+            f"reads as {cache.num_kv_heads} of {cache.head_dim}: the transformers fallback cannot size its KV "
+            "cache"
+        )
     spec = AttentionLayerSpec(
         num_heads=q.shape[1],
         num_kv_heads=k.shape[1],
@@ -129,7 +136,7 @@ class TransformersCausalLM(nn.Module):
                 "the transformers fallback runs unsharded (tensor parallelism needs a native model)"
             )
         heads = config.num_attention_heads
-        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        kv_heads = cls.num_kv_heads(config)
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
         window = getattr(config, "sliding_window", None)
         return [
@@ -139,7 +146,12 @@ class TransformersCausalLM(nn.Module):
 
     @classmethod
     def num_kv_heads(cls, config: Any) -> int:
-        return getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        """The key/value heads, under the names configs give them (checked against the model's own at
+        every step)."""
+        for name in ("num_key_value_heads", "num_kv_heads", "n_head_kv"):
+            if getattr(config, name, None):
+                return int(getattr(config, name))
+        return 1 if getattr(config, "multi_query", False) else config.num_attention_heads
 
     @classmethod
     def sharded_sizes(cls, config: Any) -> dict[str, int]:

@@ -95,3 +95,15 @@ def test_what_the_fallback_cannot_run_is_refused(config, message):
 def test_fallback_refuses_tensor_parallelism():
     with pytest.raises(ConfigError, match="the transformers fallback runs unsharded"):
         check_tensor_parallel(CONFIGS["gpt2"](), 2)
+
+
+def test_kv_cache_sized_from_the_config_and_checked_against_the_model(monkeypatch):
+    """GPT-BigCode's multi-query attention reads as one key/value head (its config says `multi_query`);
+    a config read wrongly is refused at the first step, naming the shapes, instead of attending wrongly."""
+    from tgi.core.models import kv_cache_spec
+
+    config = CONFIGS["gpt-bigcode"]()
+    assert kv_cache_spec(config, 4, "float32").num_kv_heads == 1
+    monkeypatch.setattr(TransformersCausalLM, "num_kv_heads", classmethod(lambda cls, c: 4))
+    with pytest.raises(UnsupportedModelError, match=r"attends with 1 key/value heads of 16 dims, .* 4 of 16"):
+        run_and_compare(config)
