@@ -44,6 +44,12 @@ CONFIGS = {
     ),
     # every expert's intermediate dim split over the ranks, the router replicated
     "mixtral": lambda: transformers.MixtralConfig(**SMALL, num_local_experts=4, num_experts_per_tok=2),
+    # per-head q/k norms on each rank's heads, experts split
+    "qwen3-moe": lambda: transformers.Qwen3MoeConfig(
+        **SMALL, head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32
+    ),
+    # layer norms, biases everywhere (a row-parallel layer's bias added once, after the all-reduce)
+    "starcoder2": lambda: transformers.Starcoder2Config(**SMALL, use_bias=True),
 }
 
 
