@@ -43,6 +43,8 @@ class EngineConfig:
     memory_fraction: float = 1.0
     master_addr: str = "127.0.0.1"  # the shards' torch.distributed rendezvous (--master-addr)
     master_port: int | None = None  # None: a free port (--master-port)
+    # LoRA adapters served beside the model (--lora-adapters id=path,...): (id, PEFT adapter folder) pairs
+    lora_adapters: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         self.validate()
@@ -55,6 +57,9 @@ class EngineConfig:
             raise ConfigError(f"--num-shard must be >= 1, got {self.num_shard}")
         if not 0 <= self.speculate <= 16:
             raise ConfigError(f"--speculate must be in [0, 16], got {self.speculate}")
+        ids = [name for name, _ in self.lora_adapters]
+        if len(set(ids)) != len(ids) or any(not name or name == "tgi" for name in ids):
+            raise ConfigError(f"--lora-adapters ids must be unique, non-empty and not 'tgi', got {ids}")
         if self.max_num_seqs < 1:
             raise ConfigError(f"max number of sequences must be >= 1, got {self.max_num_seqs}")
         if self.kv_cache_memory_fraction is not None and not 0 < self.kv_cache_memory_fraction <= 1:

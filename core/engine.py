@@ -150,7 +150,9 @@ class LLMEngine:
         self.tokenizer = tokenizer
         self.config = config
         self.model_info = info
-        self.limits = RequestLimits(config.max_input_tokens, config.max_total_tokens, info.vocab_size)
+        self.limits = RequestLimits(
+            config.max_input_tokens, config.max_total_tokens, info.vocab_size, info.lora_adapters
+        )
         constraints = runner.constraints()
         if config.prefix_caching and not constraints.chunked_prefill:
             log.warning("prefix caching is off: this runner cannot prefill from the middle of a prompt")
@@ -237,6 +239,11 @@ class LLMEngine:
         runner = backend.create_runner(source, config, config.num_shard)
         try:
             info = runner.load()
+            wanted = tuple(name for name, _ in config.lora_adapters)
+            if info.lora_adapters != wanted:
+                raise ConfigError(
+                    f"--lora-adapters: the {spec.name} backend's runner does not serve LoRA adapters"
+                )
             say(
                 f"weights loaded: {info.architecture}, {info.num_parameters / 1e6:.0f}M parameters in {time.perf_counter() - t0:.1f}s"
             )
@@ -304,7 +311,9 @@ class LLMEngine:
         thread of `AsyncEngine` adds what its caller validated, without checking it again."""
         request_id = request_id or uuid.uuid4().hex
         seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
-        seq = Sequence(request_id, list(prompt_token_ids), params, seed)
+        # a LoRA adapter changes the keys/values: its blocks are cached apart from the base model's
+        cache_key = b"" if params.adapter_id is None else b"lora:" + params.adapter_id.encode()
+        seq = Sequence(request_id, list(prompt_token_ids), params, seed, cache_key=cache_key)
         if params.grammar is not None:
             self.guided.start(request_id, self.compile_grammar(params.grammar))
         self._outputs[request_id] = RequestOutput(seq, self.tokenizer, self.eos_token_ids)

@@ -42,6 +42,7 @@ class SamplingParams:
     priority: int = 0  # higher runs first; equal priorities are FIFO
     grammar: Grammar | None = None  # the output must match it (JSON schema, regex, Lark): guided decoding
     watermark: Watermark | None = None  # green-list watermark on the logits (TGI's `watermark`)
+    adapter_id: str | None = None  # the LoRA adapter to run with (`--lora-adapters` id); None: the base model
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def validate(self) -> None:

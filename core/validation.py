@@ -27,6 +27,7 @@ class RequestLimits:
     max_input_tokens: int
     max_total_tokens: int  # prompt + generated tokens
     vocab_size: int  # token ids must be in [0, vocab_size)
+    lora_adapters: tuple[str, ...] = ()  # the adapter ids a request may name in `adapter_id`
 
 
 def validate_request(
@@ -62,4 +63,7 @@ def validate_request(
         raise ValidationError(f"token ids must be in [0, {limits.vocab_size})")
     if any(not 0 <= t < limits.vocab_size for t, _ in params.logit_bias):
         raise ValidationError(f"`logit_bias` token ids must be in [0, {limits.vocab_size})")
+    if params.adapter_id is not None and params.adapter_id not in limits.lora_adapters:
+        loaded = ", ".join(limits.lora_adapters) or "none"
+        raise ValidationError(f"adapter `{params.adapter_id}` is not loaded (loaded adapters: {loaded})")
     return params

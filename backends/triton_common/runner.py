@@ -80,7 +80,10 @@ class TritonModelRunner(TorchModelRunner):
 
     def warmup(self, max_batch_tokens: int, max_num_seqs: int) -> None:
         super().warmup(max_batch_tokens, max_num_seqs)
-        if self.cuda_graphs and self.device.type == "cuda":
+        if self.cuda_graphs and self.lora is not None:
+            # a captured graph would replay the adapters of its capture: LoRA steps run eagerly
+            log.warning("CUDA graphs are off: LoRA adapters are loaded (--lora-adapters)")
+        elif self.cuda_graphs and self.device.type == "cuda":
             from tgi.backends.triton_common.graphs import GraphedDecodeModel, graph_batch_sizes
 
             sizes = graph_batch_sizes(max_num_seqs)

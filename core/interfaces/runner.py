@@ -19,6 +19,7 @@ class ModelInfo:
     eos_token_ids: tuple[int, ...]
     dtype: str
     num_parameters: int
+    lora_adapters: tuple[str, ...] = ()  # ids of the LoRA adapters loaded with it (`--lora-adapters`)
 
 
 class ModelRunner(ABC):

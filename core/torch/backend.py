@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from tgi.core.config import EngineConfig
     from tgi.core.interfaces.runner import ModelRunner
     from tgi.core.loading.source import ModelSource
+    from tgi.core.lora.ops import LoRAOps
     from tgi.core.torch.attention import AttentionBackend
     from tgi.core.torch.kv_cache import KVCache
     from tgi.core.torch.sampler import Sampler
@@ -96,6 +97,14 @@ class TorchBackend(Backend):
         `linear_kernel` attribute, see `tgi.core.models.layers.linear`), e.g. with prepacked weights or
         over the checkpoint's quantized blocks (`module.block_weight`). Such a kernel must compute the same
         `x @ weight.T + bias`: it may not change the model's results beyond the dtype's rounding."""
+
+    def lora_ops(self) -> LoRAOps:
+        """The batched low-rank products of LoRA adapters (`--lora-adapters`, see `tgi.core.lora.ops`):
+        core's torch reference (a gather, two matmuls and a scatter per adapter in the step) unless the
+        backend brings a fused kernel."""
+        from tgi.core.lora.ops import TorchLoRAOps
+
+        return TorchLoRAOps()
 
     def begin_step(self, num_tokens: int) -> None:
         """Called by the torch runner before each step with the step's token count: a backend may size

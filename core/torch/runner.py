@@ -52,6 +52,7 @@ class TorchModelRunner(ModelRunner):
         self.kv_cache = None
         self.model = None
         self.medusa = None  # Medusa heads, when the checkpoint has them and --speculate asks
+        self.lora = None  # the LoRA adapters' state (`tgi.core.lora.LoRAModel`), when --lora-adapters asks
         self.hf_config = None
 
     # -- lifecycle --------------------------------------------------------------------------------------
@@ -77,6 +78,13 @@ class TorchModelRunner(ModelRunner):
             self.model.attach_block_weights(iter_block_weights(self.source, self.hf_config, qtypes))
         self.model.eval()
         self.backend.prepare_model(self.model)
+        self.lora = None  # LoRA adapters (--lora-adapters): deltas added on top of the prepared linears
+        if self.config.lora_adapters:
+            from tgi.core.lora import load_lora
+
+            if tp_size > 1:
+                raise ValueError("--lora-adapters cannot be combined with --num-shard > 1 yet")
+            self.lora = load_lora(self.model, self.config.lora_adapters, self.backend.lora_ops())
         self.medusa = None
         if self.source.speculator and self.config.speculate:
             from tgi.core.speculative.medusa import MedusaHeads
@@ -97,6 +105,7 @@ class TorchModelRunner(ModelRunner):
             eos_token_ids=config_eos_token_ids(self.hf_config),
             dtype=self.dtype,
             num_parameters=sum(p.numel() for p in self.model.parameters()),
+            lora_adapters=self.lora.names if self.lora is not None else (),
         )
 
     def capabilities(self) -> RunnerCapabilities:
@@ -142,9 +151,13 @@ class TorchModelRunner(ModelRunner):
         positions = build_positions(seqs, device)
         meta = build_attention_metadata(seqs, self.config.block_size, device)
         self.attention.prepare(meta)
+        if self.lora is not None:
+            self.lora.begin_step(seqs, device)
         hidden = self.model(
             input_ids, positions, AttentionContext(self.attention, self.kv_cache, meta)
         )  # [T, H]
+        if self.lora is not None:
+            self.lora.end_step()  # the logits head and Medusa heads are not adapted
 
         ends, starts, end = [], [], 0
         for s in seqs:

@@ -1,0 +1,156 @@
+"""Reading a PEFT LoRA adapter (`adapter_config.json` + `adapter_model.safetensors`) and mapping it onto
+the linear layers of one of core's models, checked against their shapes.
+
+Contract: `read_adapter(name, path, model)` returns a `LoRAAdapter` whose `parts` say, for each linear module
+of the model it adapts (by the model's module name), which output rows each low-rank pair `(A, B)` adds to:
+`y[:, rows] += (x @ A.T) @ B.T`, with the adapter's scaling (`lora_alpha / r`, or `lora_alpha / sqrt(r)`
+with `use_rslora`) already applied to B. The base weights are never touched. An adapter that does not fit
+(unknown module, wrong shape, a PEFT feature that changes the forward and that we do not implement) raises
+`AdapterError` naming the adapter, the tensor and the reason.
+
+PEFT names a tensor `base_model.model.<module>.lora_A.weight` ([r, in]) and `...lora_B.weight` ([out, r]);
+`<module>` is the Hugging Face module name (`model.layers.0.self_attn.q_proj`), which the model maps onto
+its fused linears (q/k/v -> `qkv_proj`, gate/up -> `gate_up_proj`) as it does for checkpoint weights.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+#: PEFT settings that change the forward, refused by name unless off (absent, null, false, empty, "none")
+_REFUSED_SETTINGS = {
+    "use_dora": "DoRA (weight-decomposed LoRA) is not supported",
+    "bias": "trained biases (`bias` other than 'none') are not supported",
+    "modules_to_save": "`modules_to_save` (fully trained copies of modules) is not supported",
+    "rank_pattern": "per-module ranks (`rank_pattern`) are not supported",
+    "alpha_pattern": "per-module alphas (`alpha_pattern`) are not supported",
+    "fan_in_fan_out": "`fan_in_fan_out` (Conv1D-style weights) is not supported",
+    "layer_replication": "`layer_replication` is not supported",
+}
+_KEY = re.compile(r"^(?:base_model\.model\.)?(?P<module>.+)\.lora_(?P<ab>[AB])(?:\.[\w-]+)?\.weight$")
+_LAYER_MODULE = re.compile(r"^model\.layers\.\d+\.")
+
+
+class AdapterError(ValueError):
+    """An adapter that cannot be served on this model; the message says which and why."""
+
+
+@dataclass
+class LoRAPart:
+    """One low-rank pair of an adapted linear: adds `(x @ a.T) @ b.T` to output rows
+    `[row_offset, row_offset + b.shape[0])` of the module (this rank's rows)."""
+
+    row_offset: int
+    a: torch.Tensor  # [r, in_features]
+    b: torch.Tensor  # [rows, r], scaling applied
+
+
+@dataclass
+class LoRAAdapter:
+    """A loaded adapter: its id and, per adapted module name, its parts."""
+
+    name: str
+    rank: int
+    scaling: float
+    parts: dict[str, list[LoRAPart]] = field(default_factory=dict)
+
+
+def _read_config(name: str, folder: Path) -> dict:
+    path = folder / "adapter_config.json"
+    if not path.is_file():
+        raise AdapterError(f"LoRA adapter '{name}': {path} not found (a PEFT adapter folder has one)")
+    config = json.loads(path.read_text())
+    if str(config.get("peft_type", "LORA")).upper() != "LORA":
+        raise AdapterError(f"LoRA adapter '{name}': peft_type {config.get('peft_type')!r} is not LORA")
+    for key, why in _REFUSED_SETTINGS.items():
+        value = config.get(key)
+        if value not in (None, False, {}, [], "none"):
+            raise AdapterError(f"LoRA adapter '{name}': {why} (adapter_config.json has {key}={value!r})")
+    if not isinstance(config.get("r"), int) or config["r"] < 1:
+        raise AdapterError(f"LoRA adapter '{name}': `r` must be a positive integer, got {config.get('r')!r}")
+    return config
+
+
+def _read_tensors(name: str, folder: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    path = folder / "adapter_model.safetensors"
+    if not path.is_file():
+        raise AdapterError(f"LoRA adapter '{name}': {path} not found (only safetensors adapters are read)")
+    return load_file(str(path))
+
+
+def _row_span(module: nn.Module, shard: object, name: str, target: str) -> tuple[int, int]:
+    """(offset, rows) of part `shard` in the module's output, this rank's rows."""
+    if shard is None:
+        return 0, module.weight.shape[0]
+    offsets = getattr(module, "_offsets", None)  # MergedLinear: shard -> (offset, size)
+    if offsets is not None and shard in offsets:
+        return offsets[shard]
+    raise AdapterError(f"LoRA adapter '{name}': cannot place part {shard!r} of module {target}")
+
+
+def read_adapter(name: str, path: str | Path, model: nn.Module) -> LoRAAdapter:
+    """The adapter at `path` mapped onto `model` (a core `CausalLM`, unsharded); see the module docstring."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise AdapterError(f"LoRA adapter '{name}': {folder} is not a folder")
+    config = _read_config(name, folder)
+    r, alpha = config["r"], config.get("lora_alpha", config["r"])
+    scaling = alpha / math.sqrt(r) if config.get("use_rslora", False) else alpha / r
+    pairs: dict[str, dict[str, torch.Tensor]] = {}
+    others = []  # checked after the LoRA pairs, whose refusal says more (PEFT saves a tied head's table)
+    for key, tensor in _read_tensors(name, folder).items():
+        match = _KEY.match(key)
+        if match is None:
+            others.append(key)
+        else:
+            pairs.setdefault(match["module"], {})[match["ab"]] = tensor
+    if not pairs:
+        raise AdapterError(f"LoRA adapter '{name}': adapter_model.safetensors holds no LoRA weights")
+    modules = dict(model.named_modules())
+    adapter = LoRAAdapter(name, r, scaling)
+    for hf_module, ab in sorted(pairs.items()):
+        if set(ab) != {"A", "B"}:
+            raise AdapterError(f"LoRA adapter '{name}': module {hf_module} lacks its lora_A or lora_B")
+        if not _LAYER_MODULE.match(hf_module):
+            raise AdapterError(
+                f"LoRA adapter '{name}': module {hf_module} is not an attention or MLP projection of a "
+                "decoder layer (only those can be adapted)"
+            )
+        target, shard = model.checkpoint_target(f"{hf_module}.weight")
+        module_name = target.rpartition(".")[0]
+        module = modules.get(module_name)
+        if module is None or not hasattr(module, "linear_kernel") or target.rpartition(".")[2] != "weight":
+            raise AdapterError(
+                f"LoRA adapter '{name}': module {hf_module} is not a linear layer of this "
+                f"{model.architecture} model"
+            )
+        a, b = ab["A"], ab["B"]
+        offset, rows = _row_span(module, shard, name, module_name)
+        in_features = module.weight.shape[1]
+        if a.dim() != 2 or b.dim() != 2 or a.shape[0] != b.shape[1]:
+            raise AdapterError(
+                f"LoRA adapter '{name}': {hf_module} has lora_A {tuple(a.shape)} and lora_B "
+                f"{tuple(b.shape)}, not [r, in] and [out, r]"
+            )
+        if a.shape[1] != in_features or b.shape[0] != rows:
+            raise AdapterError(
+                f"LoRA adapter '{name}': {hf_module} maps {a.shape[1]} -> {b.shape[0]} features, the model's "
+                f"layer {in_features} -> {rows}: the adapter was trained for another model"
+            )
+        dtype, device = module.weight.dtype, module.weight.device
+        part = LoRAPart(
+            offset, a.to(device=device, dtype=dtype), (b.float() * scaling).to(device=device, dtype=dtype)
+        )
+        adapter.parts.setdefault(module_name, []).append(part)
+    if others:
+        raise AdapterError(f"LoRA adapter '{name}': tensor '{others[0]}' is not a LoRA A/B weight")
+    return adapter

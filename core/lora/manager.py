@@ -1,0 +1,89 @@
+"""The adapters of a loaded model: their weights stacked per linear, the linears' kernels wrapped so that
+every product adds its tokens' adapter deltas, and the per-step map of tokens to adapters.
+
+Contract: `LoRAModel(model, adapters, ops)` wraps the `linear_kernel` of each linear that some adapter
+adapts (after the backend's `prepare_model`: the delta is added on top of whatever the base product is,
+dense, packed or block-quantized; base weights are never merged). Before each forward the runner calls
+`begin_step(sequences)` with the batch's sequences in token order (each `ScheduledSequence` carries its
+adapter in `sampling.adapter_id`); a step where no sequence has an adapter runs the base products only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tgi.core.lora.adapter import LoRAAdapter
+from tgi.core.lora.ops import LoRAOps, LoRAWeights
+
+
+class _StepState:
+    """Shared by every wrapped linear: the ops and the current step's plan."""
+
+    def __init__(self, ops: LoRAOps) -> None:
+        self.ops = ops
+        self.plan: object | None = None
+
+
+class LoRALinearKernel:
+    """A `linear_kernel` (see `tgi.core.models.layers.linear`): the module's base product (its previous
+    kernel, or `F.linear`), plus the step's adapter deltas."""
+
+    def __init__(self, module: nn.Module, weights: LoRAWeights, state: _StepState) -> None:
+        self.module = module
+        self.base = module.linear_kernel
+        self.weights = weights
+        self.state = state
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        y = F.linear(x, self.module.weight, bias) if self.base is None else self.base(x, bias)
+        plan = self.state.plan
+        return y if plan is None else self.state.ops.apply(y, x, self.weights, plan)
+
+
+def stack_weights(module: nn.Module, name: str, adapters: Sequence[LoRAAdapter]) -> LoRAWeights:
+    """The adapters' parts for module `name`, stacked as `LoRAWeights` (ranks zero-padded)."""
+    out_features, in_features = module.weight.shape
+    per_adapter = [a.parts.get(name, []) for a in adapters]
+    rank = max(sum(p.a.shape[0] for p in parts) for parts in per_adapter)
+    dtype, device = module.weight.dtype, module.weight.device
+    a = torch.zeros(len(adapters), rank, in_features, dtype=dtype, device=device)
+    b = torch.zeros(len(adapters), out_features, rank, dtype=dtype, device=device)
+    for slot, parts in enumerate(per_adapter):
+        col = 0
+        for part in parts:
+            r, rows = part.a.shape[0], part.b.shape[0]
+            a[slot, col : col + r] = part.a
+            b[slot, part.row_offset : part.row_offset + rows, col : col + r] = part.b
+            col += r
+    return LoRAWeights(a, b, tuple(bool(parts) for parts in per_adapter))
+
+
+class LoRAModel:
+    """The adapters served with one model (see the module docstring)."""
+
+    def __init__(self, model: nn.Module, adapters: Sequence[LoRAAdapter], ops: LoRAOps) -> None:
+        self.names = tuple(a.name for a in adapters)
+        self.slots = {name: i for i, name in enumerate(self.names)}
+        self.state = _StepState(ops)
+        modules = dict(model.named_modules())
+        adapted = sorted({name for a in adapters for name in a.parts})
+        for name in adapted:
+            module = modules[name]
+            module.linear_kernel = LoRALinearKernel(module, stack_weights(module, name, adapters), self.state)
+        self.num_linears = len(adapted)
+
+    def begin_step(self, sequences: Sequence, device: torch.device) -> None:
+        """Map the step's tokens (sequences in batch order, each `len(token_ids)` tokens) to adapters."""
+        token_slots: list[int] = []
+        for s in sequences:
+            adapter = s.sampling.adapter_id
+            token_slots += [-1 if adapter is None else self.slots[adapter]] * len(s.token_ids)
+        self.state.plan = self.state.ops.plan(token_slots, device)
+
+    def end_step(self) -> None:
+        """Drop the step's plan: products outside a step (warm-up, heads) run without adapters."""
+        self.state.plan = None
