@@ -86,7 +86,6 @@ REFUSED = (
     Refused("ngrok", "ngrok tunnelling is not supported", "switch"),
     Refused("ngrok-authtoken", "ngrok tunnelling is not supported"),
     Refused("ngrok-edge", "ngrok tunnelling is not supported"),
-    Refused("lora-adapters", "LoRA adapters are not supported yet"),
 )
 
 

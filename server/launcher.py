@@ -87,6 +87,12 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
         help="a smaller model with the same tokenizer that guesses the --speculate tokens "
         "[env: SPECULATIVE_MODEL]",
     )
+    a(
+        "--lora-adapters",
+        default=env("LORA_ADAPTERS"),
+        help="LoRA adapters (PEFT folders) served beside the model, chosen per request by `adapter_id` "
+        "or OpenAI's `model`: id=path,id2=path2 (a bare path is its own id) [env: LORA_ADAPTERS]",
+    )
     a("--quantize", default=env("QUANTIZE"), help="weight quantization (not supported yet) [env: QUANTIZE]")
     a(
         "--max-input-tokens",
@@ -248,6 +254,8 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         )
     if args.max_top_n_tokens < 0:
         raise ConfigError(f"--max-top-n-tokens must be >= 0, got {args.max_top_n_tokens}")
+    from tgi.server.lora import parse_lora_adapters
+
     kwargs = {}
     if args.max_batch_size is not None:
         kwargs["max_num_seqs"] = args.max_batch_size
@@ -271,6 +279,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         memory_fraction=args.cuda_memory_fraction,
         master_addr=args.master_addr,
         master_port=args.master_port,
+        lora_adapters=parse_lora_adapters(args.lora_adapters),
         **kwargs,
     )
 

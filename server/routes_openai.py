@@ -15,6 +15,7 @@ from tgi.server import sse
 from tgi.server.errors import validation_error
 from tgi.server.fields import check_fields
 from tgi.server.guided import one_grammar, refuse_if_disabled, response_format_grammar, vllm_guided_grammar
+from tgi.server.lora import model_list, openai_adapter
 from tgi.server.schemas_openai import ChatCompletionRequest, CompletionRequest
 from tgi.server.schemas_tgi import ErrorResponse
 from tgi.server.service import InferenceService
@@ -77,6 +78,7 @@ async def _chat_jobs(service: InferenceService, req: ChatCompletionRequest) -> l
     if top_n and not req.logprobs:
         raise validation_error("`top_logprobs` requires `logprobs` to be true")
     base = openai_sampling_params(req, service.settings, top_n=top_n, logprobs=req.logprobs)
+    base = replace(base, adapter_id=openai_adapter(service, req.model))
     tools = plan_tools(req.tools, req.tool_choice)
     base = await _with_grammar(service, req, base, tools)
     template = getattr(service.tokenizer, "chat_template", None)
@@ -92,6 +94,7 @@ async def _completion_jobs(service: InferenceService, req: CompletionRequest) ->
         raise validation_error("`suffix` is not supported", "suffix")
     top_n = req.logprobs or 0
     base = openai_sampling_params(req, service.settings, top_n=top_n, logprobs=req.logprobs is not None)
+    base = replace(base, adapter_id=openai_adapter(service, req.model))
     if req.echo and req.logprobs is not None:  # the prompt tokens' logprobs come before the output's
         if req.stream:
             raise validation_error("`echo` with `logprobs` is not supported when streaming", "echo")
@@ -270,9 +273,5 @@ async def completions(req: CompletionRequest, request: Request) -> Response:
 
 @router.get("/v1/models")
 async def models(request: Request) -> dict:
-    """The served model, as OpenAI's model list."""
-    service = _service(request)
-    return {
-        "object": "list",
-        "data": [{"id": service.model_name, "object": "model", "created": 0, "owned_by": "tgi"}],
-    }
+    """The served model and its LoRA adapters, as OpenAI's model list."""
+    return {"object": "list", "data": model_list(_service(request))}

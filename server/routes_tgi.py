@@ -16,6 +16,7 @@ from tgi.server import sse
 from tgi.server.errors import validation_error
 from tgi.server.fields import check_fields
 from tgi.server.guided import refuse_if_disabled, tgi_grammar
+from tgi.server.lora import tgi_adapter
 from tgi.server.metrics import CONTENT_TYPE
 from tgi.server.schemas_tgi import (
     CompatGenerateRequest,
@@ -63,6 +64,7 @@ async def prepare(
     if not req.inputs:  # before tokenizing: a tokenizer that adds BOS would make it one token
         raise validation_error(EMPTY_INPUTS)
     params = tgi_sampling_params(req.parameters, service.settings, stream)
+    params = replace(params, adapter_id=tgi_adapter(service, req.parameters.adapter_id))
     truncate = check_truncate(req.parameters.truncate, service.config)
     if req.parameters.grammar is not None:
         grammar = tgi_grammar(req.parameters.grammar, "parameters.grammar")

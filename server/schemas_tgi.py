@@ -7,8 +7,6 @@ this server does not serve is refused by name, one TGI does not define is logged
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from pydantic import BaseModel, Field
 
 from tgi.server.fields import RequestModel
@@ -37,11 +35,9 @@ class GenerateParameters(RequestModel):
     grammar: dict | None = Field(
         None, description='{"type": "json" | "json_schema" | "regex", "value": ...}: the output must match it'
     )
-    adapter_id: str | None = None
-
-    def refusals(self) -> Iterator[tuple[str, str]]:
-        if self.adapter_id is not None:
-            yield "adapter_id", "is not supported: this server loads no LoRA adapters"
+    adapter_id: str | None = Field(
+        None, description="A LoRA adapter loaded with --lora-adapters; absent or the model's name: none"
+    )
 
 
 class GenerateRequest(RequestModel):

@@ -24,6 +24,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from tgi.core.config import ConfigError
+
 #: PEFT settings that change the forward, refused by name unless off (absent, null, false, empty, "none")
 _REFUSED_SETTINGS = {
     "use_dora": "DoRA (weight-decomposed LoRA) is not supported",
@@ -38,8 +40,8 @@ _KEY = re.compile(r"^(?:base_model\.model\.)?(?P<module>.+)\.lora_(?P<ab>[AB])(?
 _LAYER_MODULE = re.compile(r"^model\.layers\.\d+\.")
 
 
-class AdapterError(ValueError):
-    """An adapter that cannot be served on this model; the message says which and why."""
+class AdapterError(ConfigError):
+    """An adapter that cannot be served on this model (a start-up error); the message says which and why."""
 
 
 @dataclass

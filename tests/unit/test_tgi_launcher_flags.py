@@ -69,7 +69,7 @@ TGI_LAUNCHER_FLAGS = [
     ("--disable-grammar-support", "DISABLE_GRAMMAR_SUPPORT", None, True),
     ("--env", None, None, True),
     ("--max-client-batch-size", "MAX_CLIENT_BATCH_SIZE", "8", True),
-    ("--lora-adapters", "LORA_ADAPTERS", "repo/adapter", False),
+    ("--lora-adapters", "LORA_ADAPTERS", "adapter=.", True),  # a local folder (read at load)
     ("--usage-stats", "USAGE_STATS", "off", True),
     ("--payload-limit", "PAYLOAD_LIMIT", "1000", True),
     ("--enable-prefill-logprobs", "ENABLE_PREFILL_LOGPROBS", None, True),
@@ -148,8 +148,8 @@ def test_help_names_each_flag_and_its_variable():
 
 
 def test_a_refused_flag_stops_the_launch_with_exit_2(capsys):
-    assert run_launch(parse(["--lora-adapters", "a/b", "--port", "0", "--hostname", "127.0.0.1"])) == 2
-    assert "--lora-adapters a/b (LORA_ADAPTERS) is not supported" in capsys.readouterr().err
+    assert run_launch(parse(["--ngrok-edge", "e", "--port", "0", "--hostname", "127.0.0.1"])) == 2
+    assert "--ngrok-edge e (NGROK_EDGE) is not supported" in capsys.readouterr().err
 
 
 def test_refused_flags_accept_the_values_that_ask_for_nothing(monkeypatch):
