@@ -13,8 +13,10 @@ from fastapi.middleware.cors import CORSMiddleware
 from tgi.server import __version__
 from tgi.server.auth import BearerAuth
 from tgi.server.errors import install_error_handlers
+from tgi.server.model_swap import ModelSwapper
 from tgi.server.payload import PayloadLimit
 from tgi.server.protocol import ServingEngine
+from tgi.server.routes_admin import router as admin_router
 from tgi.server.routes_compat import router as compat_router
 from tgi.server.routes_openai import router as openai_router
 from tgi.server.routes_tgi import router as tgi_router
@@ -44,7 +46,7 @@ def create_app(engine: ServingEngine, settings: ServerSettings | None = None) ->
             if settings.start_engine:
                 # uvicorn has already waited up to its graceful timeout for in-flight responses and
                 # cancelled the rest; whatever the engine still holds is cancelled here.
-                await engine.shutdown(cancel_inflight=True)
+                await service.current_engine.shutdown(cancel_inflight=True)  # swapped in, or `engine`
                 log.info("engine stopped")
             if service.tracing is not None:
                 await asyncio.to_thread(service.tracing.shutdown)  # the last spans, off the event loop
@@ -57,10 +59,12 @@ def create_app(engine: ServingEngine, settings: ServerSettings | None = None) ->
         lifespan=lifespan,
     )
     app.state.service = service
+    app.state.swapper = ModelSwapper(service)
     install_error_handlers(app)
     app.include_router(tgi_router)
     app.include_router(openai_router)
     app.include_router(compat_router)
+    app.include_router(admin_router)
     app.add_middleware(PayloadLimit, limit=settings.payload_limit)
     if service.tracing is not None:  # inside the key check: a refused request is not traced
         app.add_middleware(service.tracing.middleware_class, tracing=service.tracing)

@@ -7,6 +7,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from tgi.core.guided import Grammar
@@ -19,6 +20,10 @@ from tgi.server.settings import ServerSettings
 
 T = TypeVar("T")
 
+# The engine a request was admitted on: it tokenizes and generates there even when the served model is
+# swapped meanwhile (`InferenceService.switch_engine`). Set by `admit()` in the request's own task.
+_PINNED: ContextVar[ServingEngine | None] = ContextVar("tgi_pinned_engine", default=None)
+
 
 class RequestTracker:
     """One admitted HTTP request: holds its concurrency slots (one per engine sequence) until `finish()`
@@ -30,12 +35,16 @@ class RequestTracker:
         self._metered = metered
         self._done = False
         self.started = time.perf_counter()
+        self.engine = service.current_engine  # pinned: the request runs there to its end
+        service.users[id(self.engine)] = service.users.get(id(self.engine), 0) + 1
+        _PINNED.set(self.engine)
 
     def finish(self, exc: BaseException | None = None) -> None:
         if self._done:
             return
         self._done = True
         self._service.in_flight -= self._slots
+        self._service.users[id(self.engine)] -= 1
         if not self._metered:
             return
         metrics = self._service.metrics
@@ -57,13 +66,28 @@ class RequestTracker:
 
 class InferenceService:
     def __init__(self, engine: ServingEngine, settings: ServerSettings) -> None:
-        self.engine = engine
+        self.current_engine = engine  # where newly admitted requests go (`switch_engine` changes it)
+        self.users: dict[int, int] = {}  # id(engine) -> admitted requests not finished
         self.settings = settings
         self.in_flight = 0
-        self.metrics = ServerMetrics(engine.stats, lambda: self.in_flight)
-        self.model_name = settings.model_id or engine.model_id
+        self.metrics = ServerMetrics(lambda: self.current_engine.stats(), lambda: self.in_flight)
         self._workers = ThreadPoolExecutor(settings.validation_workers, thread_name_prefix="tgi-validation")
         self.tracing = None  # `tgi.server.tracing.Tracing` when --otlp-endpoint is set (create_app)
+
+    @property
+    def engine(self) -> ServingEngine:
+        """The engine of the current request (pinned at admission), else the one serving now."""
+        return _PINNED.get() or self.current_engine
+
+    def switch_engine(self, engine: ServingEngine) -> ServingEngine:
+        """Send requests admitted from now on to `engine`; those admitted before stay on the previous one,
+        which is returned (`users[id(previous)]` counts them down)."""
+        previous, self.current_engine = self.current_engine, engine
+        return previous
+
+    @property
+    def model_name(self) -> str:
+        return self.settings.model_id or self.engine.model_id
 
     @property
     def config(self):

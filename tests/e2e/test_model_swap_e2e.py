@@ -1,0 +1,96 @@
+"""Swapping the served model on a real `tgi launch` (default model) while requests stream continuously:
+none fails, those admitted before the swap finish on the old model (its text), later ones run on the new
+one, `/info` names it; a model that does not fit beside the served one is refused with the reason."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import httpx
+import pytest
+
+from tgi.core.testing.tiny_models import save_random_model
+
+KEY = "swap-key"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+PROMPT = "The capital of France is"
+N = 24
+
+
+@pytest.fixture(scope="module")
+def swap_server(launch_server, stop_server, tmp_path_factory):
+    s = launch_server(tmp_path_factory.mktemp("swap"), "--api-key", KEY, "--max-concurrent-requests", "16")
+    yield s
+    stop_server(s)
+
+
+def _stream(url: str) -> tuple[float, str]:
+    """One greedy streamed request: (when it was sent, its text); raises unless it ends with its text."""
+    sent = time.monotonic()
+    body = {"inputs": PROMPT, "parameters": {"max_new_tokens": N}}
+    with httpx.stream("POST", url + "/generate_stream", json=body, headers=AUTH, timeout=300) as r:
+        assert r.status_code == 200, r.read()
+        events = [json.loads(line[5:]) for line in r.iter_lines() if line.startswith("data:")]
+    assert events and events[-1]["generated_text"] is not None, events
+    return sent, events[-1]["generated_text"]
+
+
+def test_swap_while_streaming(swap_server, tmp_path):
+    url = swap_server.url
+    old_text = _stream(url)[1]
+    new_model = save_random_model(tmp_path / "tiny", max_position_embeddings=4096, init_std=0.5)
+    results, errors, stop = [], [], threading.Event()
+
+    def client() -> None:
+        while not stop.is_set():
+            try:
+                results.append(_stream(url))
+            except Exception as exc:  # every failure is reported below
+                errors.append(repr(exc))
+
+    threads = [threading.Thread(target=client) for _ in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(2)  # requests in flight on the old model
+    before = time.monotonic()
+    r = httpx.post(url + "/admin/model", json={"model_id": str(new_model)}, headers=AUTH, timeout=300)
+    after = time.monotonic()
+    assert r.status_code == 200, r.text
+    assert r.json()["model_id"] == str(new_model) and r.json()["draining_requests"] >= 0
+    time.sleep(3)  # requests on the new model
+    stop.set()
+    for t in threads:
+        t.join()
+    assert errors == []
+    old_ones = [text for sent, text in results if sent < before]
+    new_ones = [text for sent, text in results if sent > after]
+    assert old_ones and all(text == old_text for text in old_ones)  # finished on the old model
+    assert new_ones and all(text != old_text for text in new_ones)  # the random model's words
+    assert len(set(new_ones)) == 1  # greedy: the same text every time
+    assert httpx.get(url + "/info", headers=AUTH).json()["model_id"] == str(new_model)
+    assert httpx.get(url + "/health").status_code == 200
+
+
+def test_a_model_that_does_not_fit_is_refused_with_the_reason(swap_server, tmp_path):
+    huge = tmp_path / "huge"
+    huge.mkdir()
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": 128256,
+        "hidden_size": 16384,
+        "intermediate_size": 53248,
+        "num_hidden_layers": 126,
+        "num_attention_heads": 128,
+        "num_key_value_heads": 8,
+        "max_position_embeddings": 131072,
+    }  # Llama 3.1 405B's shape: no weights needed, the refusal comes before any loading
+    (huge / "config.json").write_text(json.dumps(config))
+    (huge / "model.safetensors").write_bytes(len(b"{}").to_bytes(8, "little") + b"{}")  # no tensors
+    r = httpx.post(swap_server.url + "/admin/model", json={"model_id": str(huge)}, headers=AUTH, timeout=120)
+    assert r.status_code == 507, r.text
+    assert "does not fit beside" in r.json()["error"] and "GiB" in r.json()["error"]
+    unauthorised = httpx.post(swap_server.url + "/admin/model", json={"model_id": str(huge)}, timeout=120)
+    assert unauthorised.status_code == 401

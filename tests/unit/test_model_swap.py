@@ -1,0 +1,36 @@
+"""The model swap's parts on the fake engine: requests go to the engine serving when they were admitted
+(a stream started before a switch ends on the old engine), /info follows the switch, and the admin route
+is refused without --api-key (the real swap: tests/e2e/test_model_swap_e2e.py)."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+from fake_engine import FakeEngine
+from tgi.server.app import create_app
+from tgi.server.settings import ServerSettings
+
+
+def test_requests_stay_on_the_engine_they_were_admitted_on():
+    old, new = FakeEngine(delay=0.01), FakeEngine(model_id="new/model")
+    app = create_app(old, ServerSettings())
+    service = app.state.service
+    body = {"inputs": "Hi", "parameters": {"max_new_tokens": 5}}
+    with TestClient(app) as c:
+        with c.stream("POST", "/generate_stream", json=body) as r:
+            lines = r.iter_lines()
+            next(line for line in lines if line.startswith("data:"))  # the first token, on the old engine
+            assert service.switch_engine(new) is old
+            assert sum(1 for line in lines if line.startswith("data:")) == 4  # the rest, still there
+        assert service.users[id(old)] == 0
+        assert c.post("/generate", json=body).status_code == 200
+        assert c.get("/info").json()["model_id"] == "new/model"
+    assert len(old.requests) == 1 and len(new.requests) == 1
+
+
+def test_the_admin_route_needs_an_api_key():
+    with TestClient(create_app(FakeEngine(), ServerSettings())) as c:
+        r = c.post("/admin/model", json={"model_id": "x"})
+        assert r.status_code == 403 and "--api-key" in r.json()["error"]
+    with TestClient(create_app(FakeEngine(), ServerSettings(api_key="k"))) as c:
+        assert c.post("/admin/model", json={"model_id": "x"}).status_code == 401
