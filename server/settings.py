@@ -27,7 +27,8 @@ class ServerSettings:
     model_id: str | None = None  # the name shown to clients; None: the engine's model id
     start_engine: bool = True  # call `engine.start()` / `engine.shutdown()` in the app's lifespan
     shutdown_grace_s: float = 30.0  # in-flight requests get this long on SIGTERM, then are cancelled
-    watermark: Watermark = field(default_factory=Watermark)  # gamma and delta of requests with `watermark: true` (TGI's flags)
+    # gamma and delta of requests with `watermark: true` (TGI's --watermark-gamma, --watermark-delta)
+    watermark: Watermark = field(default_factory=Watermark)
     otlp_endpoint: str | None = None  # OpenTelemetry collector (OTLP/HTTP); None: no tracing
     otlp_service_name: str = "text-generation-inference.router"  # the traces' service.name
     on_ready: Callable[[], None] | None = None  # run once the app has started (the launcher's "serving" line)
