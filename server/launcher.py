@@ -316,6 +316,7 @@ def _bind(host: str, port: int) -> socket.socket:
 def run_launch(args: argparse.Namespace) -> int:
     try:
         config = engine_config(args)
+        server_settings(args)  # its checks too (watermark, OTLP), before the model loads
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

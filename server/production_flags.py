@@ -52,8 +52,22 @@ def production_settings(args: argparse.Namespace) -> dict:
         raise ConfigError(f"--watermark-gamma / --watermark-delta: {exc}") from None
     if args.otlp_endpoint is not None and not args.otlp_endpoint.startswith(("http://", "https://")):
         raise ConfigError(f"--otlp-endpoint must be an http:// or https:// URL, got {args.otlp_endpoint!r}")
+    if args.otlp_endpoint is not None and not _otel_installed():  # before the model loads
+        raise ConfigError("--otlp-endpoint needs the OpenTelemetry SDK and exporter: pip install 'tgi[otel]'")
     return {
         "watermark": mark,
         "otlp_endpoint": args.otlp_endpoint,
         "otlp_service_name": args.otlp_service_name,
     }
+
+
+def _otel_installed() -> bool:
+    import importlib.util
+
+    try:
+        return all(
+            importlib.util.find_spec(m) is not None
+            for m in ("opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.http.trace_exporter")
+        )
+    except ModuleNotFoundError:  # a parent package is missing
+        return False

@@ -71,3 +71,14 @@ def test_detect_command_prints_a_json_line_with_the_z_score():
     ids = tokenizer.encode(text, add_special_tokens=False)
     assert result["num_tokens_scored"] == len(set(itertools.pairwise(ids))) < len(ids) - 1
     assert abs(result["z_score"]) < 4
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--watermark-gamma", "2"], ["--watermark-delta", "-1"], ["--otlp-endpoint", "collector:4318"]],
+)
+def test_bad_production_flags_stop_the_start_before_the_model_loads(argv, capsys):
+    from tgi.server.launcher import run_launch
+
+    assert run_launch(_args(*argv, "--port", "0")) == 2
+    assert argv[0] in capsys.readouterr().err
