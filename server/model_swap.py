@@ -116,9 +116,9 @@ class ModelSwapper:
         """Stop `engine` once its last admitted request has finished, and free it."""
         while self.service.users.get(id(engine), 0) > 0:
             await asyncio.sleep(0.05)
+        engine.on_death = None  # its thread ending now is no reason for the server to stop
         await engine.shutdown()
         self.service.users.pop(id(engine), None)
-        engine.on_death = None
         del engine
         gc.collect()
         log.info("the previous model is stopped and freed")
