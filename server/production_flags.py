@@ -33,8 +33,9 @@ def add_production_arguments(parser: argparse.ArgumentParser) -> None:
     a(
         "--otlp-endpoint",
         default=env("OTLP_ENDPOINT"),
-        help="OpenTelemetry collector that receives a trace per request (OTLP over HTTP, e.g. "
-        "http://localhost:4318); default: no tracing [env: OTLP_ENDPOINT]",
+        help="OpenTelemetry collector that receives a trace per request: OTLP over gRPC (e.g. "
+        "http://localhost:4317, as TGI), or over HTTP for port 4318 or a /v1/traces path (or as "
+        "OTEL_EXPORTER_OTLP_PROTOCOL says); default: no tracing [env: OTLP_ENDPOINT]",
     )
     a(
         "--otlp-service-name",
@@ -52,7 +53,7 @@ def production_settings(args: argparse.Namespace) -> dict:
         raise ConfigError(f"--watermark-gamma / --watermark-delta: {exc}") from None
     if args.otlp_endpoint is not None and not args.otlp_endpoint.startswith(("http://", "https://")):
         raise ConfigError(f"--otlp-endpoint must be an http:// or https:// URL, got {args.otlp_endpoint!r}")
-    if args.otlp_endpoint is not None and not _otel_installed():  # before the model loads
+    if args.otlp_endpoint is not None and not _otel_installed(args.otlp_endpoint):  # before the model loads
         raise ConfigError("--otlp-endpoint needs the OpenTelemetry SDK and exporter: pip install 'tgi[otel]'")
     return {
         "watermark": mark,
@@ -61,13 +62,15 @@ def production_settings(args: argparse.Namespace) -> dict:
     }
 
 
-def _otel_installed() -> bool:
+def _otel_installed(endpoint: str) -> bool:
     import importlib.util
+
+    from tgi.server.tracing import exporter_module, otlp_protocol
 
     try:
         return all(
             importlib.util.find_spec(m) is not None
-            for m in ("opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.http.trace_exporter")
+            for m in ("opentelemetry.sdk.trace", exporter_module(otlp_protocol(endpoint)))
         )
     except ModuleNotFoundError:  # a parent package is missing
         return False

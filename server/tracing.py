@@ -1,5 +1,10 @@
 """OpenTelemetry tracing (`--otlp-endpoint`, `--otlp-service-name`): one trace span per generation request,
-exported over OTLP/HTTP (protobuf) by the OpenTelemetry SDK's batch processor, off the event loop.
+exported over OTLP by the OpenTelemetry SDK's batch processor, off the event loop.
+
+The protocol (`otlp_protocol`): OpenTelemetry's `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` or
+`OTEL_EXPORTER_OTLP_PROTOCOL` when set (`grpc` or `http/protobuf`); otherwise HTTP for an endpoint on OTLP's
+HTTP port 4318 or with a `/v1/traces` path, and gRPC, what TGI's `--otlp-endpoint` means, for any other
+(`http://collector:4317`).
 
 Spans of one request (names as TGI's router spans where it has one):
 
@@ -23,6 +28,7 @@ errors are logged by the SDK on its own thread. Needs the `otel` extra (`pip ins
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -42,6 +48,27 @@ TRACED_ROUTES = {
 }
 
 
+PROTOCOLS = ("grpc", "http/protobuf")
+
+
+def otlp_protocol(endpoint: str) -> str:
+    """`grpc` or `http/protobuf` for `endpoint` (see the module docstring); `ConfigError` for another
+    protocol named in the environment."""
+    chosen = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get(
+        "OTEL_EXPORTER_OTLP_PROTOCOL"
+    )
+    if chosen:
+        if chosen not in PROTOCOLS:
+            raise ConfigError(f"OTLP protocol {chosen!r} is not served: use grpc or http/protobuf")
+        return chosen
+    parts = urlsplit(endpoint)
+    return "http/protobuf" if parts.port == 4318 or parts.path.rstrip("/").endswith("/v1/traces") else "grpc"
+
+
+def exporter_module(protocol: str) -> str:
+    return f"opentelemetry.exporter.otlp.proto.{'grpc' if protocol == 'grpc' else 'http'}.trace_exporter"
+
+
 def traces_url(endpoint: str) -> str:
     """The OTLP/HTTP traces URL of an endpoint: a bare `http://host:port` gets OTLP's `/v1/traces` path."""
     return endpoint if urlsplit(endpoint).path.strip("/") else endpoint.rstrip("/") + "/v1/traces"
@@ -51,8 +78,11 @@ class Tracing:
     """The tracer of one server, with its provider (flushed and closed by `shutdown()`)."""
 
     def __init__(self, endpoint: str, service_name: str) -> None:
+        protocol = otlp_protocol(endpoint)
         try:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            import importlib
+
+            exporter_class = importlib.import_module(exporter_module(protocol)).OTLPSpanExporter
             from opentelemetry.sdk.resources import Resource
             from opentelemetry.sdk.trace import TracerProvider
             from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -64,7 +94,12 @@ class Tracing:
 
         resource = Resource.create({"service.name": service_name, "service.version": __version__})
         self.provider = TracerProvider(resource=resource)
-        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=traces_url(endpoint))))
+        if protocol == "grpc":
+            exporter = exporter_class(endpoint=endpoint, insecure=urlsplit(endpoint).scheme == "http")
+        else:
+            exporter = exporter_class(endpoint=traces_url(endpoint))
+        self.provider.add_span_processor(BatchSpanProcessor(exporter))
+        self.protocol = protocol
         self.tracer = self.provider.get_tracer("tgi.server", __version__)
 
     @property

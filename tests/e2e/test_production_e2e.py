@@ -41,7 +41,7 @@ def receiver():
 
 @pytest.fixture(scope="module")
 def wm_server(launch_server, stop_server, tmp_path_factory, receiver):
-    flags = ["--max-concurrent-requests", "24", "--otlp-endpoint", receiver.endpoint]
+    flags = ["--max-concurrent-requests", "24", "--otlp-endpoint", receiver.endpoint + "/v1/traces"]
     s = launch_server(tmp_path_factory.mktemp("wm"), *flags, "--otlp-service-name", "tgi-e2e")
     yield s
     stop_server(s)

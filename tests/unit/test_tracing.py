@@ -1,17 +1,18 @@
-"""OpenTelemetry tracing with the real SDK and OTLP/HTTP exporter, received by a real OTLP receiver on
-loopback: the spans of each request, their parent-child links, the client's `traceparent`, TGI's
+"""OpenTelemetry tracing with the real SDK and OTLP exporters, received by real OTLP receivers on loopback
+(HTTP and gRPC): the spans of each request, their parent-child links, the client's `traceparent`, TGI's
 attributes; a collector that is down fails no request; no endpoint, no tracing."""
 
 from __future__ import annotations
 
 import pytest
 from fastapi.testclient import TestClient
-from otlp_receiver import OtlpReceiver
+from otlp_receiver import OtlpGrpcReceiver, OtlpReceiver
 
 from fake_engine import FakeEngine
+from tgi.core.config import ConfigError
 from tgi.server.app import create_app
 from tgi.server.settings import ServerSettings
-from tgi.server.tracing import traces_url
+from tgi.server.tracing import otlp_protocol, traces_url
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
@@ -25,10 +26,17 @@ def _attrs(span) -> dict:
     return out
 
 
-def test_each_request_is_a_span_with_validation_queue_prefill_decode_children():
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_each_request_is_a_span_with_validation_queue_prefill_decode_children(protocol, monkeypatch):
     engine = FakeEngine()
-    with OtlpReceiver() as receiver:
-        settings = ServerSettings(otlp_endpoint=receiver.endpoint, otlp_service_name="tgi-test")
+    for name in ("OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"):
+        monkeypatch.delenv(name, raising=False)
+    receiving = OtlpReceiver() if protocol == "http/protobuf" else OtlpGrpcReceiver()
+    with receiving as receiver:
+        # chosen by the endpoint: a /v1/traces path is HTTP, a bare host:port gRPC (TGI's meaning)
+        endpoint = receiver.endpoint + ("/v1/traces" if protocol == "http/protobuf" else "")
+        assert otlp_protocol(endpoint) == protocol
+        settings = ServerSettings(otlp_endpoint=endpoint, otlp_service_name="tgi-test")
         with TestClient(create_app(engine, settings)) as c:
             body = {"inputs": "Hello", "parameters": {"max_new_tokens": 3, "seed": 5, "do_sample": True}}
             headers = {"traceparent": f"00-{TRACE_ID}-{CLIENT_SPAN}-01"}
@@ -71,7 +79,7 @@ def test_each_request_is_a_span_with_validation_queue_prefill_decode_children():
 def test_a_collector_that_is_down_fails_no_request(monkeypatch):
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "1")  # the exporter gives up within a second
     with OtlpReceiver() as closed:
-        endpoint = closed.endpoint
+        endpoint = closed.endpoint + "/v1/traces"
     settings = ServerSettings(otlp_endpoint=endpoint)  # nothing listens there any more
     with TestClient(create_app(FakeEngine(), settings)) as c:
         for _ in range(3):
@@ -95,3 +103,28 @@ def test_no_endpoint_no_tracing():
 )
 def test_traces_url(endpoint, url):
     assert traces_url(endpoint) == url
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "variable", "protocol"),
+    [
+        ("http://collector:4317", None, "grpc"),  # TGI's example
+        ("http://collector", None, "grpc"),
+        ("http://collector:4318", None, "http/protobuf"),
+        ("https://otel.example/v1/traces", None, "http/protobuf"),
+        ("http://collector:4317", "http/protobuf", "http/protobuf"),
+        ("http://collector:4318", "grpc", "grpc"),
+    ],
+)
+def test_the_protocol_follows_the_endpoint_or_opentelemetrys_variable(
+    endpoint, variable, protocol, monkeypatch
+):
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", raising=False)
+    if variable:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", variable)
+    else:
+        monkeypatch.delenv("OTEL_EXPORTER_OTLP_PROTOCOL", raising=False)
+    assert otlp_protocol(endpoint) == protocol
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json")
+    with pytest.raises(ConfigError, match="http/json"):
+        otlp_protocol(endpoint)
