@@ -110,6 +110,13 @@ class TritonBackend(TorchBackend):
 
                 module.experts_kernel = fused_moe
 
+    def lora_ops(self):
+        """LoRA deltas through the Triton gather kernels (`kernels.lora`): one launch pair per linear, any
+        mix of adapters in the batch."""
+        from tgi.backends.triton_common.kernels.lora import TritonLoRAOps
+
+        return TritonLoRAOps()
+
     def create_kv_cache(self, spec: KVCacheSpec, num_blocks: int) -> KVCache:
         from tgi.backends.triton_common.kv_cache import TritonKVCache
 

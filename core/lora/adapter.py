@@ -20,6 +20,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -89,18 +90,44 @@ def _read_tensors(name: str, folder: Path) -> dict[str, torch.Tensor]:
     return load_file(str(path))
 
 
-def _row_span(module: nn.Module, shard: object, name: str, target: str) -> tuple[int, int]:
-    """(offset, rows) of part `shard` in the module's output, this rank's rows."""
+class _Place(NamedTuple):
+    """Where one part of a linear sits against the whole layer's lora_B rows and lora_A columns (tensor
+    parallelism: a column-parallel layer holds some output rows, a row-parallel one some input columns)."""
+
+    offset: int  # first output row of the part in this rank's module
+    rows: int  # its output rows here
+    first_row: int  # where they start in lora_B
+    full_rows: int  # lora_B's rows (the whole part)
+    first_col: int  # this rank's first input column in lora_A
+    cols: int  # its input columns here
+    full_cols: int  # lora_A's columns (the whole layer's input)
+
+
+def _place(module: nn.Module, shard: object) -> _Place | None:
+    """Part `shard` of a linear (None: the whole linear), or None when the module has no such part."""
+    out_features, in_features = module.weight.shape
+    parts = getattr(module, "_parts", None)  # ColumnParallelLinear: shard -> (local, size, start, full)
+    if parts is not None:
+        if shard not in parts:
+            return None
+        local, size, start, full = parts[shard]
+        return _Place(local, size, start, full, 0, in_features, in_features)
+    if hasattr(module, "collective") and hasattr(module, "_start"):  # RowParallelLinear
+        tp = module.collective.world_size
+        return _Place(0, out_features, 0, out_features, module._start, in_features, in_features * tp)
     if shard is None:
-        return 0, module.weight.shape[0]
+        return _Place(0, out_features, 0, out_features, 0, in_features, in_features)
     offsets = getattr(module, "_offsets", None)  # MergedLinear: shard -> (offset, size)
-    if offsets is not None and shard in offsets:
-        return offsets[shard]
-    raise AdapterError(f"LoRA adapter '{name}': cannot place part {shard!r} of module {target}")
+    if offsets is None or shard not in offsets:
+        return None
+    offset, size = offsets[shard]
+    return _Place(offset, size, 0, size, 0, in_features, in_features)
 
 
 def read_adapter(name: str, path: str | Path, model: nn.Module) -> LoRAAdapter:
-    """The adapter at `path` mapped onto `model` (a core `CausalLM`, unsharded); see the module docstring."""
+    """The adapter at `path` mapped onto `model` (a core `CausalLM`; under tensor parallelism, this rank's
+    share: lora_B's rows of a column-parallel layer, lora_A's columns of a row-parallel one, whose partial
+    delta the layer's all-reduce sums with its product); see the module docstring."""
     folder = Path(path)
     if not folder.is_dir():
         raise AdapterError(f"LoRA adapter '{name}': {folder} is not a folder")
@@ -136,21 +163,28 @@ def read_adapter(name: str, path: str | Path, model: nn.Module) -> LoRAAdapter:
                 f"{model.architecture} model"
             )
         a, b = ab["A"], ab["B"]
-        offset, rows = _row_span(module, shard, name, module_name)
-        in_features = module.weight.shape[1]
+        place = _place(module, shard)
+        if place is None:
+            raise AdapterError(f"LoRA adapter '{name}': cannot place part {shard!r} of module {module_name}")
         if a.dim() != 2 or b.dim() != 2 or a.shape[0] != b.shape[1]:
             raise AdapterError(
                 f"LoRA adapter '{name}': {hf_module} has lora_A {tuple(a.shape)} and lora_B "
                 f"{tuple(b.shape)}, not [r, in] and [out, r]"
             )
-        if a.shape[1] != in_features or b.shape[0] != rows:
+        if a.shape[1] != place.full_cols or b.shape[0] != place.full_rows:
             raise AdapterError(
                 f"LoRA adapter '{name}': {hf_module} maps {a.shape[1]} -> {b.shape[0]} features, the model's "
-                f"layer {in_features} -> {rows}: the adapter was trained for another model"
+                f"layer {place.full_cols} -> {place.full_rows}: the adapter was trained for another model"
             )
+        a, b = (
+            a.narrow(1, place.first_col, place.cols),
+            b.narrow(0, place.first_row, place.rows),
+        )  # this rank's
         dtype, device = module.weight.dtype, module.weight.device
         part = LoRAPart(
-            offset, a.to(device=device, dtype=dtype), (b.float() * scaling).to(device=device, dtype=dtype)
+            place.offset,
+            a.to(device=device, dtype=dtype),
+            (b.float() * scaling).to(device=device, dtype=dtype),
         )
         adapter.parts.setdefault(module_name, []).append(part)
     if others:

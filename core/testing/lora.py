@@ -6,6 +6,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+
+def load_base(base_model: str | Path):
+    """transformers' float32 model of a checkpoint folder or a .gguf file (dequantized)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    path = Path(base_model)
+    if path.suffix == ".gguf":
+        return AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+
+
 #: every attention and MLP projection of a Llama-family decoder layer
 LLAMA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -21,13 +33,13 @@ def write_random_lora(
     std: float = 0.1,
     seed: int = 0,
 ) -> Path:
-    """Save a PEFT LoRA adapter for the model at `base_model` (a transformers folder) to `folder`: A and B
-    both drawn from N(0, std²) (PEFT starts B at zero, which would make the adapter a no-op)."""
+    """Save a PEFT LoRA adapter for the model at `base_model` (a checkpoint folder or a .gguf file) to
+    `folder`: A and B both drawn from N(0, std²) (PEFT starts B at zero, which would make the adapter a
+    no-op)."""
     import torch
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
 
-    base = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32)
+    base = load_base(base_model)
     config = LoraConfig(
         r=r, lora_alpha=lora_alpha, target_modules=list(target_modules), use_rslora=use_rslora,
         lora_dropout=0.0, bias="none", task_type="CAUSAL_LM",
@@ -48,9 +60,8 @@ def peft_greedy(
     """Greedy tokens of transformers' float32 model with the PEFT adapter at `adapter` (None: the base model),
     each prompt alone, the whole sequence run again for every token, EOS not stopping it."""
     import torch
-    from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32)
+    model = load_base(base_model)
     if adapter is not None:
         from peft import PeftModel
 

@@ -82,10 +82,6 @@ class TorchModelRunner(ModelRunner):
         if self.config.lora_adapters:
             from tgi.core.lora import load_lora
 
-            if tp_size > 1:
-                from tgi.core.config import ConfigError
-
-                raise ConfigError("--lora-adapters cannot be combined with --num-shard > 1 yet")
             self.lora = load_lora(self.model, self.config.lora_adapters, self.backend.lora_ops())
         self.medusa = None
         if self.source.speculator and self.config.speculate:

@@ -103,3 +103,18 @@ def test_unsupported_peft_settings_are_refused(lora_model, tmp_path):
     head = write_random_lora(tmp_path / "head", base, target_modules=("lm_head",), seed=5)
     with pytest.raises(AdapterError, match="lm_head is not an attention or MLP projection"):
         _engine(base, {"head": head})
+
+
+def test_two_ranks_give_the_tokens_of_one(lora_model):
+    """Tensor parallelism (gloo, two processes): lora_A/B sharded like the layers they adapt."""
+    import multiprocessing
+
+    base, paths = lora_model
+    requests = [(p, a) for p in PROMPTS[1:] for a in (None, *ADAPTERS)]
+    one = _run(_engine(base, paths), requests)
+    engine = _engine(base, paths, num_shard=2)
+    try:
+        assert _run(engine, requests) == one
+    finally:
+        engine.runner.shutdown()
+    assert not multiprocessing.active_children()

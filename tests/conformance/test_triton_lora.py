@@ -1,0 +1,112 @@
+"""The Triton LoRA kernels (CUDA/ROCm), run on CPU tensors by triton's interpreter (`TRITON_INTERPRET=1`, set
+by tests/conftest.py before triton is imported): a batch mixing adapters, tokens without one and padding rows
+gets the deltas of core's torch reference (`TorchLoRAOps`). Skipped where a GPU is visible (the kernels then
+run natively)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if torch.cuda.is_available():
+    pytest.skip("a GPU is visible: the kernels are not interpreted", allow_module_level=True)
+if os.environ.get("TRITON_INTERPRET") != "1":
+    pytest.skip("TRITON_INTERPRET=1 was not set before triton was imported", allow_module_level=True)
+pytest.importorskip("triton", reason="triton is not installed (pip install triton; CI installs it)")
+
+from tgi.backends.cuda.backend import CudaBackend
+from tgi.backends.triton_common.kernels.lora import TritonLoRAOps
+from tgi.core.interfaces import DeviceInfo, MemoryInfo
+from tgi.core.lora.ops import LoRAWeights, TorchLoRAOps
+
+TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
+
+
+def test_kernel_is_interpreted():
+    from tgi.backends.triton_common.kernels import lora
+
+    assert type(lora._shrink_kernel).__name__ == "InterpretedFunction"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("k", "n", "rank"), [(96, 80, 8), (64, 130, 20)])
+def test_mixed_slots_equal_the_torch_reference(dtype, k, n, rank):
+    g = torch.Generator().manual_seed(0)
+    slots_n = 3
+    weights = LoRAWeights(
+        (torch.randn(slots_n, rank, k, generator=g) * 0.1).to(dtype),
+        (torch.randn(slots_n, n, rank, generator=g) * 0.1).to(dtype),
+        (True, True, True),
+    )
+    token_slots = [2, -1, 0, 0, 1, -1, 2, 1, 0]
+    x = torch.randn(len(token_slots) + 2, k, generator=g).to(dtype)  # two padding rows past the tokens
+    base = torch.randn(x.shape[0], n, generator=g).to(dtype)
+    ref = TorchLoRAOps()
+    want = ref.apply(base.clone(), x, weights, ref.plan([*token_slots, -1, -1], torch.device("cpu")))
+    ops = TritonLoRAOps()
+    got = ops.apply(base.clone(), x, weights, ops.plan(token_slots, torch.device("cpu")))
+    scale = want.float().abs().max().item()
+    assert (got.float() - want.float()).abs().max().item() <= TOL[dtype] * scale
+    assert torch.equal(got[[1, 5, 9, 10]], base[[1, 5, 9, 10]])  # no adapter, padding: untouched
+    assert ops.plan([-1, -1], torch.device("cpu")) is None
+
+
+class InterpretedCudaBackend(CudaBackend):
+    """`CudaBackend` on CPU tensors: attention, KV cache and LoRA kernels are Triton, interpreted."""
+
+    def __init__(self) -> None:
+        super().__init__(device_index=0, attention="triton", cuda_graphs=False)
+        self.device = torch.device("cpu")
+
+    def devices(self):
+        return [DeviceInfo(0, "host CPU (Triton interpreter)", 0)]
+
+    def memory_info(self):
+        return MemoryInfo(total=8 << 30, free=4 << 30)
+
+    def synchronize(self):
+        pass
+
+    def default_dtype(self):
+        return "float32"
+
+
+def test_mixed_adapters_through_the_cuda_backend_equal_peft(tmp_path):
+    from tgi.core.config import EngineConfig
+    from tgi.core.engine import LLMEngine
+    from tgi.core.sampling_params import SamplingParams
+    from tgi.core.testing.lora import peft_greedy, write_random_lora
+    from tgi.core.testing.model import PROMPTS, backend_registry, write_tiny_llama
+
+    base = write_tiny_llama(tmp_path / "base")
+    paths = {
+        "a": write_random_lora(tmp_path / "a", base, seed=1),
+        "b": write_random_lora(tmp_path / "b", base, r=4, target_modules=("v_proj", "up_proj"), seed=2),
+    }
+    backends = []
+
+    def create():
+        backends.append(InterpretedCudaBackend())
+        return backends[-1]
+
+    config = EngineConfig(
+        model_id=str(base), backend="cuda-interpreted", max_total_tokens=64, max_batch_total_tokens=512,
+        max_num_seqs=8, lora_adapters=tuple((n, str(p)) for n, p in paths.items()),
+    )  # fmt: skip
+    engine = LLMEngine.from_config(config, registry=backend_registry("cuda-interpreted", create))
+    assert isinstance(engine.runner.lora.state.ops, TritonLoRAOps)
+    prompts = PROMPTS[1:]
+    requests = [(p, a) for p in prompts for a in (None, *paths)]
+    rids = [
+        engine.add_request(list(p), SamplingParams(max_new_tokens=4, ignore_eos=True, adapter_id=a))
+        for p, a in requests
+    ]
+    tokens = {r: [] for r in rids}
+    while engine.has_unfinished():
+        for event in engine.step():
+            tokens[event.request_id].append(event.token_id)
+    want = {a: peft_greedy(base, None if a is None else paths[a], prompts, 4) for a in (None, *paths)}
+    for rid, (prompt, adapter) in zip(rids, requests, strict=True):
+        assert tokens[rid] == want[adapter][prompts.index(prompt)], f"adapter {adapter}"
