@@ -45,6 +45,10 @@ class EngineConfig:
     master_port: int | None = None  # None: a free port (--master-port)
     # LoRA adapters served beside the model (--lora-adapters id=path,...): (id, PEFT adapter folder) pairs
     lora_adapters: tuple[tuple[str, str], ...] = ()
+    # --trust-remote-code (TRUST_REMOTE_CODE): a checkpoint's own config, tokenizer and (transformers
+    # fallback only) model classes may run; without it such a checkpoint is refused at start naming the flag.
+    # A native architecture runs tgi's model code whatever this says.
+    trust_remote_code: bool = False
 
     def __post_init__(self) -> None:
         self.validate()

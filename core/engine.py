@@ -108,7 +108,7 @@ def load_draft_model(
 
     if not config.speculate:
         raise ConfigError("--speculative-model needs --speculate N (the guesses per step)")
-    source = resolve_model(config.speculative_model)
+    source = resolve_model(config.speculative_model, trust_remote_code=config.trust_remote_code)
     draft_config = dataclasses.replace(
         config, model_id=config.speculative_model, revision=None, num_shard=1, speculative_model=None
     )
@@ -228,7 +228,7 @@ class LLMEngine:
             raise ConfigError(
                 f"--cuda-graphs: the {spec.name} backend does not capture graphs (give 0, or omit it)"
             )
-        source = resolve_model(config.model_id, config.revision)
+        source = resolve_model(config.model_id, config.revision, config.trust_remote_code)
         if config.rope_scaling is not None:  # every rank loads its config from the source
             source = dataclasses.replace(source, rope_scaling=config.rope_scaling)
         say(f"model: {source.model_id} ({source.format}: {source.path})")

@@ -87,9 +87,12 @@ def load_tokenizer(source: ModelSource, use_cache: bool | None = None) -> PreTra
     """The model's fast tokenizer (with its chat template, when the model has one).
 
     GGUF: built from the file's metadata, cached on disk (see the module docstring); folders:
-    `AutoTokenizer.from_pretrained(folder)`.
+    `AutoTokenizer.from_pretrained(folder)`, a tokenizer class of the checkpoint's own (`auto_map`) only
+    with `source.trust_remote_code` (else `ConfigError` naming `--trust-remote-code`).
     """
     from transformers import AutoTokenizer
+
+    from tgi.core.config import ConfigError
 
     if use_cache is None:
         use_cache = _cache_enabled()
@@ -97,7 +100,15 @@ def load_tokenizer(source: ModelSource, use_cache: bool | None = None) -> PreTra
     if path.lower().endswith(".gguf"):
         tokenizer = _load_gguf_tokenizer(path, use_cache)
     else:
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        try:  # never None: transformers would ask on a terminal
+            tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=source.trust_remote_code)
+        except ValueError as e:
+            if source.trust_remote_code or "trust_remote_code" not in str(e):
+                raise
+            raise ConfigError(
+                f"{source.model_id}: its tokenizer needs the checkpoint's own code; pass --trust-remote-code "
+                "(TRUST_REMOTE_CODE=true) to run it"
+            ) from e
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError(f"{source.model_id}: only fast (tokenizers-backed) tokenizers are supported")
     return tokenizer

@@ -64,7 +64,6 @@ class Refused:
 REFUSED = (
     Refused("speculate", "speculative decoding is not supported yet", int, 0),
     Refused("kv-cache-dtype", "the KV cache is kept in the model's dtype; an FP8 cache is not supported"),
-    Refused("trust-remote-code", "this server runs its own model code, never a checkpoint's", "switch"),
     Refused(
         "waiting-served-ratio",
         "the scheduler admits waiting requests at every step, as far as the token budget allows (TGI's "

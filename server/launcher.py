@@ -191,6 +191,14 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds in-flight requests get on SIGTERM before they are cancelled "
         "[env: SHUTDOWN_TIMEOUT, GRACEFUL_TERMINATION_TIMEOUT]",
     )
+    a(
+        "--trust-remote-code",
+        action="store_true",
+        default=_flag(env("TRUST_REMOTE_CODE", default="")),
+        help="let a checkpoint's own code (auto_map: its config, tokenizer and, on the transformers "
+        "fallback, model classes) run; without it such a checkpoint is refused. Native architectures "
+        "always run tgi's model code [env: TRUST_REMOTE_CODE]",
+    )
     add_production_arguments(parser)  # watermark and OpenTelemetry (issue 21)
     add_tgi_arguments(parser)  # the rest of TGI's flags, served or refused by name
 
@@ -280,6 +288,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         master_addr=args.master_addr,
         master_port=args.master_port,
         lora_adapters=parse_lora_adapters(args.lora_adapters),
+        trust_remote_code=args.trust_remote_code,
         **kwargs,
     )
 

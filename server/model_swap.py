@@ -36,7 +36,7 @@ def estimate_bytes(model_id: str | None, revision: str | None, config) -> tuple[
     KV cache of `max_batch_total_tokens`), from its config alone; and a short description."""
     from tgi.core.loading import load_config, resolve_model
 
-    hf = load_config(resolve_model(model_id, revision))
+    hf = load_config(resolve_model(model_id, revision, config.trust_remote_code))
     text = getattr(hf, "text_config", None) or hf
     hidden, layers = text.hidden_size, text.num_hidden_layers
     heads = text.num_attention_heads

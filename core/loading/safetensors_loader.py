@@ -7,19 +7,39 @@ arrays: `safetensors_arrays.py`.
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterator
 
 import torch
 from safetensors import safe_open
 from transformers import AutoConfig, PretrainedConfig
 
+from tgi.core.config import ConfigError
 from tgi.core.loading.safetensors_arrays import safetensors_files
 from tgi.core.loading.selection import SKIP, WeightSelector, selection
 
 
-def safetensors_config(folder: str) -> PretrainedConfig:
-    """`AutoConfig.from_pretrained(folder)`, with `architectures` and `dtype` filled in when missing."""
-    config = AutoConfig.from_pretrained(folder)
+def safetensors_config(folder: str, trust_remote_code: bool = False) -> PretrainedConfig:
+    """`AutoConfig.from_pretrained(folder)`, with `architectures` and `dtype` filled in when missing.
+
+    A config whose `model_type` transformers does not know, with an `auto_map` naming a config class of the
+    checkpoint's own (its *.py), is refused with `ConfigError` naming `--trust-remote-code` unless
+    `trust_remote_code`; with it, that class is loaded, and the checkpoint's causal-LM class
+    (`auto_map["AutoModelForCausalLM"]`) is registered for it, so that the transformers fallback runs the
+    checkpoint's model when no native model serves its architecture. A config transformers knows is always
+    transformers' own class (its `auto_map` ignored, as transformers does without `trust_remote_code`), and a
+    native architecture always runs tgi's model code."""
+    custom = _custom_config_class(folder)
+    if custom is not None and not trust_remote_code:
+        raise ConfigError(
+            f"{folder}: its config.json needs the checkpoint's own code (auto_map: {custom}, a model_type "
+            "transformers does not know); pass --trust-remote-code (TRUST_REMOTE_CODE=true) to run it"
+        )
+    # never None: transformers would ask on a terminal
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=custom is not None)
+    if custom is not None:
+        _register_custom_causal_lm(config, folder)
     if not getattr(config, "architectures", None):
         # transformers names the causal-LM class after the config class (LlamaConfig -> LlamaForCausalLM).
         name = type(config).__name__.removesuffix("Config")
@@ -27,6 +47,40 @@ def safetensors_config(folder: str) -> PretrainedConfig:
     if getattr(config, "dtype", None) is None:
         config.dtype = _first_tensor_dtype(folder)
     return config
+
+
+def _custom_config_class(folder: str) -> str | None:
+    """The `auto_map` config class of a config.json whose `model_type` transformers does not know (the
+    checkpoint's own code would run to read it), else None."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+        raw = json.load(f)
+    custom = (raw.get("auto_map") or {}).get("AutoConfig")
+    if custom is None or raw.get("model_type") in CONFIG_MAPPING:
+        return None
+    return str(custom)
+
+
+def _register_custom_causal_lm(config: PretrainedConfig, folder: str) -> None:
+    """With --trust-remote-code: the checkpoint's causal-LM class made transformers' causal LM for its own
+    config class (what `AutoModelForCausalLM.from_pretrained(trust_remote_code=True)` does), unless a
+    native model serves the architecture (then no checkpoint model code is imported)."""
+    from transformers import AutoModelForCausalLM
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+    from tgi.core.models.registry import UnsupportedModelError, architecture_of
+
+    ref = (getattr(config, "auto_map", None) or {}).get("AutoModelForCausalLM")
+    if ref is None:
+        return  # the fallback says that transformers has no causal LM for the config
+    try:
+        architecture_of(config)
+        return  # native
+    except UnsupportedModelError:
+        pass
+    cls = get_class_from_dynamic_module(ref, folder)
+    AutoModelForCausalLM.register(type(config), cls, exist_ok=True)
 
 
 _DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}

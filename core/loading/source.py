@@ -19,3 +19,6 @@ class ModelSource:
     rope_scaling: tuple[str, float] | None = None
     # a Medusa checkpoint's folder (TGI's layout) whose heads guess this model's tokens (--speculate)
     speculator: str | None = None
+    # --trust-remote-code: a config, tokenizer or (transformers fallback) causal-LM class of the checkpoint's
+    # own (`auto_map`, *.py in the folder) may run; without it such a checkpoint is refused naming the flag
+    trust_remote_code: bool = False

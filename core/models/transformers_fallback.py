@@ -15,6 +15,10 @@ Refused, with the reason: architectures transformers has no causal LM for, encod
 than (sliding-window) attention (linear attention, state-space: their state is not in the KV cache), models
 whose attention does not go through the attention interface (`_supports_attention_backend`), checkpoints whose
 tensor names need transformers' conversions (an unexpected name is named), and tensor parallelism.
+
+A checkpoint with code of its own (`auto_map`, a `model_type` transformers does not know) runs here with
+`--trust-remote-code` only: `load_config` then loads its config class and registers its causal-LM class as
+transformers' causal LM for that config, which this module then builds like any other.
 """
 
 from __future__ import annotations
@@ -177,9 +181,14 @@ class TransformersCausalLM(nn.Module):
         self.device = torch.device(device)
         self.attention_specs = self.attention_layer_specs(config)
         register_attention()
+        # a class of the checkpoint's own (auto_map, registered by load_config under --trust-remote-code)
+        remote = cls.__module__.startswith("transformers_modules")
+        if remote:
+            self.implementation_note = "transformers fallback with the checkpoint's code"
         log.warning(
-            "%s has no native implementation: it runs on the transformers fallback (%s with tgi's paged "
+            "%s has no native implementation: it runs on the transformers fallback (%s%s with tgi's paged "
             "attention)", (config.architectures or [cls.__name__])[0], cls.__name__,
+            " from the checkpoint's own code, --trust-remote-code" if remote else "",
         )  # fmt: skip
         # a copy: transformers records the attention implementation in the config it builds from
         with torch.device(self.device), no_init_weights():  # parameters are filled by load_weights

@@ -1,5 +1,6 @@
 """TGI's launcher flags on a real `tgi launch` (issue 23): the served ones change what the server does, a
-refused one or one the backend cannot honour stops the start with exit 2 and its name."""
+refused one or one the backend cannot honour stops the start with exit 2 and its name
+(--trust-remote-code: test_trust_remote_code_e2e.py)."""
 
 from __future__ import annotations
 
@@ -58,7 +59,6 @@ def test_served_flags_change_the_server(tmp_path, shared_server, launch_server, 
             ["--cuda-graphs", "1,2", "--backend", "cpu"],
             "--cuda-graphs: the cpu backend does not capture graphs",
         ),
-        (["--trust-remote-code"], "--trust-remote-code (TRUST_REMOTE_CODE) is not supported"),
         (["--max-waiting-tokens", "20"], "--max-waiting-tokens 20 (MAX_WAITING_TOKENS) is not supported"),
     ],
 )

@@ -29,7 +29,7 @@ TGI_LAUNCHER_FLAGS = [
     ("--speculate", "SPECULATE", "2", None),  # another issue implements it: served or refused
     ("--dtype", "DTYPE", "bfloat16", True),
     ("--kv-cache-dtype", "KV_CACHE_DTYPE", "fp8_e4m3fn", False),
-    ("--trust-remote-code", "TRUST_REMOTE_CODE", None, False),
+    ("--trust-remote-code", "TRUST_REMOTE_CODE", None, True),
     ("--max-concurrent-requests", "MAX_CONCURRENT_REQUESTS", "64", True),
     ("--max-best-of", "MAX_BEST_OF", "3", True),
     ("--max-stop-sequences", "MAX_STOP_SEQUENCES", "6", True),
@@ -154,8 +154,26 @@ def test_a_refused_flag_stops_the_launch_with_exit_2(capsys):
 
 def test_refused_flags_accept_the_values_that_ask_for_nothing(monkeypatch):
     # TGI's scheduling knobs at the values that mean what this scheduler does anyway; switches set false
-    monkeypatch.setenv("TRUST_REMOTE_CODE", "false")
+    monkeypatch.setenv("DISABLE_CUSTOM_KERNELS", "false")
     engine_config(parse(["--waiting-served-ratio", "0", "--max-waiting-tokens", "0"]))
+
+
+@pytest.mark.parametrize(
+    ("argv", "variable", "expected"),
+    [
+        ([], None, False),
+        (["--trust-remote-code"], None, True),
+        ([], "true", True),
+        ([], "1", True),
+        ([], "false", False),
+    ],
+)
+def test_trust_remote_code_reaches_the_engine_config(monkeypatch, argv, variable, expected):
+    """TGI's --trust-remote-code (TRUST_REMOTE_CODE), off unless given: the engine loads a checkpoint's own
+    code only with it (tests/integration/test_trust_remote_code.py)."""
+    if variable is not None:
+        monkeypatch.setenv("TRUST_REMOTE_CODE", variable)
+    assert engine_config(parse(argv)).trust_remote_code is expected
 
 
 @pytest.mark.parametrize(
