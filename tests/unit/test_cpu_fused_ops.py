@@ -153,6 +153,7 @@ def test_sampler_takes_the_greedy_kernel_only_for_plain_greedy_rows():
     from types import SimpleNamespace
 
     from tgi.core.sampling.sampler import TorchSampler
+    from tgi.core.sampling_params import SamplingParams
 
     calls = []
 
@@ -161,16 +162,8 @@ def test_sampler_takes_the_greedy_kernel_only_for_plain_greedy_rows():
         return native.fused().greedy_pick(logits)
 
     def rows(**overrides):
-        params = dict(
-            repetition_penalty=1.0,
-            frequency_penalty=0.0,
-            presence_penalty=0.0,
-            do_sample=False,
-            temperature=1.0,
-            top_n_tokens=0,
-        )
-        params.update(overrides)
-        return [SimpleNamespace(sampling=SimpleNamespace(**params))] * 3
+        # every sampling field at its default (the sampler reads them all), but the overridden ones
+        return [SimpleNamespace(sampling=SamplingParams(**overrides))] * 3
 
     logits = torch.randn(3, 1000).bfloat16()
     with_kernel, plain = TorchSampler(greedy_kernel=kernel), TorchSampler()
