@@ -57,7 +57,18 @@ def _run(engine: LLMEngine, requests: list[tuple[list[int], str | None]]) -> lis
     return [tokens[r] for r in rids]
 
 
-def test_mixed_batch_equals_peft_per_adapter(lora_model):
+@pytest.fixture(scope="module")
+def peft_tokens(lora_model):
+    base, paths = lora_model
+    return {
+        a: peft_greedy(base, None if a is None else paths[a], PROMPTS, MAX_NEW) for a in (None, *ADAPTERS)
+    }
+
+
+# the torch ops' two passes: per adapter gather/scatter (0: never stacked), all adapters stacked and masked
+@pytest.mark.parametrize("stacked_fraction", [0.0, 100.0])
+def test_mixed_batch_equals_peft_per_adapter(lora_model, peft_tokens, stacked_fraction, monkeypatch):
+    monkeypatch.setattr("tgi.core.lora.ops.STACKED_FRACTION", stacked_fraction)
     base, paths = lora_model
     engine = _engine(base, paths)
     assert engine.model_info.lora_adapters == tuple(ADAPTERS)
@@ -65,7 +76,7 @@ def test_mixed_batch_equals_peft_per_adapter(lora_model):
     # every prompt with every adapter and with none, all in one batch (the 45-token prompt is chunked)
     requests = [(p, a) for p in PROMPTS for a in names]
     got = _run(engine, requests)
-    want = {a: peft_greedy(base, None if a is None else paths[a], PROMPTS, MAX_NEW) for a in names}
+    want = peft_tokens
     for (prompt, adapter), tokens in zip(requests, got, strict=True):
         assert tokens == want[adapter][PROMPTS.index(prompt)], f"adapter {adapter}"
     for a in ADAPTERS:  # the adapters matter: each changes some output of the base model
