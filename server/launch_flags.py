@@ -59,10 +59,10 @@ class Refused:
     neutral: object = None
 
 
-# TGI's flags that are refused by name when given (other issues may implement some: the launcher then
-# defines the flag first and the refusal here gives way)
+# TGI's flags that are refused by name when given (another issue may implement one: the launcher then
+# defines the flag first and the refusal here gives way, as --speculate, --trust-remote-code,
+# --lora-adapters, --watermark-* and --otlp-* did)
 REFUSED = (
-    Refused("speculate", "speculative decoding is not supported yet", int, 0),
     Refused("kv-cache-dtype", "the KV cache is kept in the model's dtype; an FP8 cache is not supported"),
     Refused(
         "waiting-served-ratio",
