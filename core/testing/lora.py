@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 
 def load_base(base_model: str | Path):
@@ -24,7 +25,7 @@ LLAMA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
 
 def write_random_lora(
     folder: str | Path,
-    base_model: str | Path,
+    base_model: str | Path | Any,
     *,
     r: int = 8,
     lora_alpha: int = 16,
@@ -33,13 +34,14 @@ def write_random_lora(
     std: float = 0.1,
     seed: int = 0,
 ) -> Path:
-    """Save a PEFT LoRA adapter for the model at `base_model` (a checkpoint folder or a .gguf file) to
-    `folder`: A and B both drawn from N(0, std²) (PEFT starts B at zero, which would make the adapter a
-    no-op)."""
+    """Save a PEFT LoRA adapter for the model at `base_model` (a checkpoint folder or a .gguf file, or a
+    transformers model already loaded with `load_base`, which is given back unchanged) to `folder`: A and B
+    both drawn from N(0, std²) (PEFT starts B at zero, which would make the adapter a no-op)."""
     import torch
     from peft import LoraConfig, get_peft_model
 
-    base = load_base(base_model)
+    loaded = not isinstance(base_model, (str, Path))
+    base = base_model if loaded else load_base(base_model)
     config = LoraConfig(
         r=r, lora_alpha=lora_alpha, target_modules=list(target_modules), use_rslora=use_rslora,
         lora_dropout=0.0, bias="none", task_type="CAUSAL_LM",
@@ -51,6 +53,8 @@ def write_random_lora(
             if "lora_A" in name or "lora_B" in name:
                 param.copy_(torch.randn(param.shape, generator=generator) * std)
     model.save_pretrained(str(folder))
+    if loaded:
+        model.unload()  # the caller's model without the LoRA layers PEFT injected
     return Path(folder)
 
 

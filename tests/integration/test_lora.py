@@ -65,10 +65,13 @@ def peft_tokens(lora_model):
     }
 
 
-# the torch ops' two passes: per adapter gather/scatter (0: never stacked), all adapters stacked and masked
-@pytest.mark.parametrize("stacked_fraction", [0.0, 100.0])
-def test_mixed_batch_equals_peft_per_adapter(lora_model, peft_tokens, stacked_fraction, monkeypatch):
+# the torch ops' two passes, each forced: per adapter gather/scatter, all adapters stacked and masked
+@pytest.mark.parametrize(("stacked_fraction", "stacked_max_tokens"), [(0.0, 0), (100.0, 10**9)])
+def test_mixed_batch_equals_peft_per_adapter(
+    lora_model, peft_tokens, stacked_fraction, stacked_max_tokens, monkeypatch
+):
     monkeypatch.setattr("tgi.core.lora.ops.STACKED_FRACTION", stacked_fraction)
+    monkeypatch.setattr("tgi.core.lora.ops.STACKED_MAX_TOKENS", stacked_max_tokens)
     base, paths = lora_model
     engine = _engine(base, paths)
     assert engine.model_info.lora_adapters == tuple(ADAPTERS)
