@@ -215,6 +215,7 @@ async def _respond(request: Request, req, chat: bool) -> Response:
     try:
         check_fields(req)
         jobs = await (_chat_jobs(service, req) if chat else _completion_jobs(service, req))
+        env.model = jobs[0].params.adapter_id or env.model  # a LoRA adapter answers under its own id
         if not req.stream:
             with tracker:
                 runs = sse.gather_or_cancel([service.collect(j.ids, j.params) for j in jobs])

@@ -43,6 +43,7 @@ def test_adapter_id_and_model_select_adapters(lora_server, monkeypatch):
     ids = [t["id"] for t in httpx.post(server.url + "/tokenize", json={"inputs": PROMPT}).json()]
     hub = InferenceClient(base_url=server.url)
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="none")
+    server_name = client.models.list().data[0].id  # the base model's name
     texts = {}
     for adapter in (None, *adapters):
         out = hub.text_generation(PROMPT, max_new_tokens=N, details=True, adapter_id=adapter)
@@ -52,6 +53,7 @@ def test_adapter_id_and_model_select_adapters(lora_server, monkeypatch):
         model = adapter or "tgi"
         chosen = client.completions.create(model=model, prompt=PROMPT, max_tokens=N, temperature=0)
         assert chosen.choices[0].text == out.generated_text, f"model {model}"
+        assert chosen.model == (adapter or server_name)
     assert len(set(texts.values())) == 3, "each adapter changes the output"
     listed = [m.id for m in client.models.list()]
     assert listed[1:] == list(adapters) and len(listed) == 3
