@@ -109,9 +109,12 @@ def load_draft_model(
     if not config.speculate:
         raise ConfigError("--speculative-model needs --speculate N (the guesses per step)")
     source = resolve_model(config.speculative_model, trust_remote_code=config.trust_remote_code)
+    # the target's LoRA adapters do not fit the draft: it guesses with its base weights (verification keeps
+    # the output the adapter's)
     draft_config = dataclasses.replace(
-        config, model_id=config.speculative_model, revision=None, num_shard=1, speculative_model=None
-    )
+        config, model_id=config.speculative_model, revision=None, num_shard=1, speculative_model=None,
+        lora_adapters=(),
+    )  # fmt: skip
     runner = backend.create_runner(source, draft_config, 1)
     draft = runner.load()
     if draft.vocab_size != info.vocab_size:

@@ -16,7 +16,7 @@ from tgi.core.lora import AdapterError
 from tgi.core.request import ValidationError
 from tgi.core.sampling_params import SamplingParams
 from tgi.core.testing.lora import peft_greedy, write_random_lora
-from tgi.core.testing.model import PROMPTS, write_tiny_llama
+from tgi.core.testing.model import PROMPTS, VOCAB_SIZE, write_tiny_llama
 from tgi.core.testing.tiny_models import save_random_model
 
 MAX_NEW = 8
@@ -132,3 +132,23 @@ def test_two_ranks_give_the_tokens_of_one(lora_model):
     finally:
         engine.runner.shutdown()
     assert not multiprocessing.active_children()
+
+
+def test_a_draft_model_guesses_for_adapter_requests(lora_model, tmp_path):
+    """--speculative-model with adapters: the draft (another model) loads without them; verification keeps
+    each request's tokens those of its adapter."""
+    base, paths = lora_model
+    # another shape, the same vocabulary: the adapters do not fit it
+    draft = save_random_model(
+        tmp_path / "draft",
+        "llama",
+        vocab_size=VOCAB_SIZE,
+        hidden_size=32,
+        intermediate_size=64,
+        num_heads=4,
+        max_position_embeddings=256,
+        init_std=0.08,
+    )  # fmt: skip
+    requests = [(p, a) for p in PROMPTS[1:] for a in (None, "all")]
+    plain = _run(_engine(base, paths), requests)
+    assert _run(_engine(base, paths, speculate=3, speculative_model=str(draft)), requests) == plain
