@@ -184,9 +184,17 @@ def apply_typical_p(logits: torch.Tensor, typical_p: torch.Tensor) -> torch.Tens
     return logits.masked_fill_(remove, float("-inf"))
 
 
-def _bit_table(device: torch.device) -> torch.Tensor:
-    """`[256, 8]` bool: bit b of byte value v."""
-    return ((torch.arange(256, device=device)[:, None] >> torch.arange(8, device=device)) & 1).bool()
+_BYTE_BIAS: dict[torch.device, torch.Tensor] = {}
+
+
+def _byte_bias(device: torch.device) -> torch.Tensor:
+    """`[256, 8]` float32: for byte value v, 0 where bit b of v is set, -inf where it is clear."""
+    table = _BYTE_BIAS.get(device)
+    if table is None:
+        bits = (torch.arange(256, device=device)[:, None] >> torch.arange(8, device=device)) & 1
+        table = torch.zeros(256, 8, device=device).masked_fill_(bits == 0, float("-inf"))
+        _BYTE_BIAS[device] = table
+    return table
 
 
 def apply_token_masks(logits: torch.Tensor, masks) -> torch.Tensor:
@@ -197,11 +205,11 @@ def apply_token_masks(logits: torch.Tensor, masks) -> torch.Tensor:
         raise NotImplementedError("token masks are read as little-endian bytes; this machine is big-endian")
     n, vocab = len(masks.rows), logits.shape[1]
     # int32 words as little-endian bytes: byte k of a word holds its bits 8k..8k+7, so bit t of the row
-    # is bit t % 8 of byte t // 8
+    # is bit t % 8 of byte t // 8; each byte becomes 8 additive biases (0 or -inf) by table lookup, which
+    # is several times cheaper than a boolean masked_fill over the [n, vocab] logits
     as_bytes = torch.from_numpy(masks.bitmask).view(torch.uint8).to(logits.device, non_blocking=True)
-    allowed = _bit_table(logits.device)[as_bytes.long()].view(n, -1)  # [n, words * 32]
-    if allowed.shape[1] < vocab:
-        allowed = torch.nn.functional.pad(allowed, (0, vocab - allowed.shape[1]), value=False)
+    bias = _byte_bias(logits.device).index_select(0, as_bytes.reshape(-1).long()).view(n, -1)  # [n, words*32]
+    if bias.shape[1] < vocab:
+        bias = torch.nn.functional.pad(bias, (0, vocab - bias.shape[1]), value=float("-inf"))
     rows = torch.tensor(masks.rows, dtype=torch.int64, device=logits.device)
-    logits[rows] = logits.index_select(0, rows).masked_fill_(~allowed[:, :vocab], float("-inf"))
-    return logits
+    return logits.index_add_(0, rows, bias[:, :vocab])
