@@ -3,10 +3,12 @@
 1. Compile time of every grammar in `tgi.core.testing.guided_cases` (20 JSON schemas, 3 regexes) and of a
    `tool_choice: "auto"` grammar, each on a fresh compiler (cold), and a cached lookup.
 2. Decode step time at each batch size, without and with a JSON schema on every request: B requests decode
-   together (the schema is a list of at least `--min-items` bounded strings, so that the constrained
-   requests cannot end early; the unconstrained ones ignore EOS and generate as many tokens); only steps in
-   which all B requests decode are counted. The two kinds run alternately, `--repeats` times each, and the
-   median step is reported, with the share of the step spent computing the masks.
+   together (the schema is a list of at least `--min-items` strings, so that the constrained requests
+   cannot end early; the unconstrained ones ignore EOS and generate as many tokens); only steps in which
+   all B requests decode are counted. The two kinds run alternately, `--repeats` times each, and the
+   median step is reported, with the time spent computing the masks. Two schemas: free strings (their
+   masks come from llguidance's precomputed token sets) and strings with `maxLength` (whose masks walk the
+   vocabulary at every step: the costly case).
 """
 
 from __future__ import annotations
@@ -98,34 +100,34 @@ def _decode_steps(engine, batch: int, steps: int, grammar) -> tuple[list[float],
 def step_times(engine, batch_sizes: list[int], steps: int, repeats: int, min_items: int) -> list[dict]:
     from tgi.core.guided import Grammar
 
-    schema = {
-        "type": "array",
-        "items": {"type": "string", "maxLength": 24},
-        "minItems": min_items,
-        "maxItems": min_items + 8,
-    }
-    grammar = Grammar.json_schema(schema)
-    engine.compile_grammar(grammar)
     rows = []
     for b in batch_sizes:
-        plain, guided, masks = [], [], []
-        _decode_steps(engine, b, 4, None)  # warm-up of this batch size
-        for _ in range(repeats):
-            plain += _decode_steps(engine, b, steps, None)[0]
-            walls, mask = _decode_steps(engine, b, steps, grammar)
-            guided += walls
-            masks += mask
-        p50_plain, p50_guided = statistics.median(plain), statistics.median(guided)
-        rows.append(
-            {
-                "batch_size": b,
-                "steps_counted": [len(plain), len(guided)],
-                "step_ms_p50_unconstrained": p50_plain,
-                "step_ms_p50_json_schema": p50_guided,
-                "mask_ms_p50": statistics.median(masks),
-                "slowdown_pct": 100 * (p50_guided / p50_plain - 1),
-            }
-        )
+        for kind, item in (
+            ("free strings", {"type": "string"}),
+            ("maxLength 24", {"type": "string", "maxLength": 24}),
+        ):
+            schema = {"type": "array", "items": item, "minItems": min_items, "maxItems": min_items + 8}
+            grammar = Grammar.json_schema(schema)
+            engine.compile_grammar(grammar)
+            plain, guided, masks = [], [], []
+            _decode_steps(engine, b, 4, None)  # warm-up of this batch size
+            for _ in range(repeats):
+                plain += _decode_steps(engine, b, steps, None)[0]
+                walls, mask = _decode_steps(engine, b, steps, grammar)
+                guided += walls
+                masks += mask
+            p50_plain, p50_guided = statistics.median(plain), statistics.median(guided)
+            rows.append(
+                {
+                    "batch_size": b,
+                    "schema": kind,
+                    "steps_counted": [len(plain), len(guided)],
+                    "step_ms_p50_unconstrained": p50_plain,
+                    "step_ms_p50_json_schema": p50_guided,
+                    "mask_ms_p50": statistics.median(masks),
+                    "slowdown_pct": 100 * (p50_guided / p50_plain - 1),
+                }
+            )
     return rows
 
 
@@ -135,12 +137,12 @@ def markdown(result: dict) -> str:
         f"Machine: {m.get('cpu')} ({', '.join(m.get('cpu_features', []))}), {m.get('cpu_count')} CPUs; "
         f"dtype {result['dtype']}",
         "",
-        "| batch | step p50, no grammar (ms) | step p50, JSON schema (ms) | of which masks (ms) | slower by |",
-        "|---|---|---|---|---|",
+        "| batch | schema | step p50, no grammar (ms) | step p50, JSON schema (ms) | of which masks (ms) | slower by |",
+        "|---|---|---|---|---|---|",
     ]
     for r in result["steps"]:
         lines.append(
-            f"| {r['batch_size']} | {r['step_ms_p50_unconstrained']:.2f} | {r['step_ms_p50_json_schema']:.2f} "
+            f"| {r['batch_size']} | {r.get('schema', '')} | {r['step_ms_p50_unconstrained']:.2f} | {r['step_ms_p50_json_schema']:.2f} "
             f"| {r['mask_ms_p50']:.3f} | {r['slowdown_pct']:+.1f} % |"
         )
     lines += [

@@ -18,6 +18,7 @@ def test_markdown_report():
         "steps": [
             {
                 "batch_size": 32,
+                "schema": "free strings",
                 "step_ms_p50_unconstrained": 30.0,
                 "step_ms_p50_json_schema": 31.2,
                 "mask_ms_p50": 0.4,
@@ -26,5 +27,8 @@ def test_markdown_report():
         ],
     }
     text = markdown(result)
-    assert "AMD EPYC (avx2, avx512f)" in text and "| 32 | 30.00 | 31.20 | 0.400 | +4.0 % |" in text
+    assert (
+        "AMD EPYC (avx2, avx512f)" in text
+        and "| 32 | free strings | 30.00 | 31.20 | 0.400 | +4.0 % |" in text
+    )
     assert "2 grammars): median 2.00 ms, max 3.00 ms; cached lookup 1.0 us" in text
