@@ -180,4 +180,6 @@ def test_openai_client_reads_our_refusals(server):
     with pytest.raises(openai.UnprocessableEntityError) as refused:
         client.chat.completions.create(model="tgi", messages=MESSAGES, max_tokens=2, prediction=predicted)
     assert refused.value.status_code == 422 and "`prediction`" in refused.value.message
-    assert refused.value.body["param"] == "prediction" and refused.value.body["type"] == "invalid_request_error"
+    assert (
+        refused.value.body["param"] == "prediction" and refused.value.body["type"] == "invalid_request_error"
+    )
