@@ -82,6 +82,12 @@ class AsyncEngine:
         return self.engine.model_info
 
     @property
+    def speculation(self) -> str | None:
+        """Who guesses the `--speculate` tokens ("ngram", "draft-model", "medusa"), None without speculation."""
+        proposer = self.engine.proposer
+        return proposer.name if proposer is not None else None
+
+    @property
     def kernels(self) -> dict[str, str]:
         """Which implementation each of the backend's kernels runs with here (`Backend.describe_kernels`)."""
         return self.engine.backend.describe_kernels(self.engine.config.dtype)

@@ -234,6 +234,7 @@ async def info(request: Request) -> dict:
         "backend": engine.backend_name,
         "prefix_caching": cfg.prefix_caching,
         "speculate": cfg.speculate,
+        "speculation": getattr(engine, "speculation", None),
         "kernels": getattr(engine, "kernels", None) or {},
     }
 

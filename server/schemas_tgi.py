@@ -140,6 +140,10 @@ class Info(BaseModel):
         default=False, description="whether the KV blocks of prompts already seen are reused"
     )
     speculate: int = Field(default=0, description="draft tokens verified per decode step (0: no speculation)")
+    speculation: str | None = Field(
+        default=None,
+        description='who guesses them: "ngram", "draft-model" or "medusa" (None: no speculation)',
+    )
     kernels: dict[str, str] = Field(
         default_factory=dict, description="the backend's kernels and the implementation each runs with here"
     )

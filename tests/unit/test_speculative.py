@@ -114,3 +114,23 @@ def test_failing_guesses_back_off():
         scheduler.update(batch, StepOutput(["a"] * 3, [drawn_first, 1, 1], [0.0] * 3))
         waits.append((seq.spec_backoff, seq.spec_wait))
     assert waits == [(1, 1), (2, 2), (4, 4), (0, 0)]
+
+
+def test_info_names_the_proposer():
+    from types import SimpleNamespace
+
+    from fastapi.testclient import TestClient
+
+    from tgi.core.async_engine import AsyncEngine
+    from tgi.server.app import create_app
+    from tgi.server.settings import ServerSettings
+
+    def engine(proposer):
+        return AsyncEngine(SimpleNamespace(proposer=proposer), model_id="m", backend_name="cpu")
+
+    assert engine(NgramProposer()).speculation == "ngram" and engine(None).speculation is None
+    from fake_engine import FakeEngine
+
+    with TestClient(create_app(FakeEngine(), ServerSettings())) as c:
+        info = c.get("/info").json()
+        assert info["speculate"] == 0 and info["speculation"] is None
