@@ -176,7 +176,8 @@ class LLMEngine:
         self.num_prefill_tokens = 0
         self.guided = GuidedDecoding(info.vocab_size)
         self.proposer = self._proposer(config, runner, constraints) if proposer is None else proposer
-        self._grammars: GrammarCompiler | None = None
+        # compiles nothing until a grammar comes (llguidance is imported then)
+        self._grammars = GrammarCompiler(tokenizer, info.vocab_size, self.eos_token_ids)
 
     @staticmethod
     def _proposer(config: EngineConfig, runner: ModelRunner, constraints) -> Proposer | None:
@@ -293,8 +294,6 @@ class LLMEngine:
             raise ValidationError(
                 f"the {name} backend cannot apply grammar masks: `grammar` (guided decoding) is not supported"
             )
-        if self._grammars is None:
-            self._grammars = GrammarCompiler(self.tokenizer, self.model_info.vocab_size, self.eos_token_ids)
         try:
             return self._grammars.compile(grammar)
         except GrammarError as exc:

@@ -79,34 +79,36 @@ def response_format_grammar(value: Any) -> Grammar | None:
     )
 
 
-def vllm_guided_grammar(req: Any) -> Grammar | None:
-    """vLLM's `guided_json`, `guided_regex` and `guided_choice` (at most one of them)."""
+def vllm_guided_grammar(req: Any) -> tuple[str, Grammar | None]:
+    """vLLM's `guided_json`, `guided_regex` or `guided_choice` (at most one of them): (the field, its
+    grammar); ("guided_json", None) when none is given."""
     given = [n for n in ("guided_json", "guided_regex", "guided_choice") if getattr(req, n) is not None]
     if not given:
-        return None
+        return "guided_json", None
     if len(given) > 1:
         raise validation_error(f"give one of {', '.join(f'`{n}`' for n in given)}, not several", given[1])
     name = given[0]
     value = getattr(req, name)
     if name == "guided_json":
-        return _schema_of(value, name)
+        return name, _schema_of(value, name)
     if name == "guided_regex":
         if not isinstance(value, str):
             raise validation_error("`guided_regex` must be a string", name)
-        return _grammar(name, Grammar.regex, value)
+        return name, _grammar(name, Grammar.regex, value)
     if not isinstance(value, list) or not value or not all(isinstance(c, str) and c for c in value):
         raise validation_error("`guided_choice` must be a list of non-empty strings", name)
-    return _grammar(name, Grammar.regex, "|".join(f"(?:{re.escape(c)})" for c in value))
+    return name, _grammar(name, Grammar.regex, "|".join(f"(?:{re.escape(c)})" for c in value))
 
 
-def one_grammar(*found: tuple[str, Grammar | None]) -> Grammar | None:
-    """The one grammar a request asks for; a 422 when two fields each ask for one."""
+def one_grammar(*found: tuple[str, Grammar | None]) -> tuple[str, Grammar] | None:
+    """The one grammar a request asks for, with the field that asks for it; a 422 when two fields each ask
+    for one."""
     named = [(name, g) for name, g in found if g is not None]
     if len(named) > 1:
         raise validation_error(
             f"`{named[0][0]}` and `{named[1][0]}` both constrain the output: give one", named[1][0]
         )
-    return named[0][1] if named else None
+    return named[0] if named else None
 
 
 def refuse_if_disabled(grammar: Grammar | None, disabled: bool, field: str) -> None:

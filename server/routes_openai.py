@@ -55,19 +55,14 @@ async def _with_grammar(
     service: InferenceService, req, base: SamplingParams, tools: ToolPlan | None = None
 ) -> SamplingParams:
     """`base` constrained by the one grammar the request asks for (compiled now, off the event loop)."""
-    guided = vllm_guided_grammar(req)
-    guided_field = next(
-        (n for n in ("guided_json", "guided_regex", "guided_choice") if getattr(req, n) is not None), ""
-    )
-    grammar = one_grammar(
+    asked = one_grammar(
         ("response_format", response_format_grammar(req.response_format)),
         ("tools", tools.grammar if tools is not None else None),
-        (guided_field, guided),
+        vllm_guided_grammar(req),
     )
-    if grammar is None:
+    if asked is None:
         return base
-    field = "tools" if tools is not None and tools.grammar is not None else "response_format"
-    field = guided_field if guided else field
+    field, grammar = asked
     refuse_if_disabled(grammar, service.settings.disable_grammar_support, field)
     await service.compile_grammar(grammar, field)
     return replace(base, grammar=grammar)

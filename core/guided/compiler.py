@@ -16,7 +16,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from tgi.core.guided.grammar import JSON_STYLE, Grammar, GrammarError
@@ -46,8 +46,6 @@ class CompiledGrammar:
 
     grammar: Grammar
     prototype: Any  # llguidance.LLMatcher in its initial state (never advanced)
-    compile_seconds: float
-    warnings: list[str] = field(default_factory=list)
 
     def new_matcher(self) -> Any:
         """A fresh matcher for one request (a copy of the prototype's state: microseconds)."""
@@ -80,7 +78,6 @@ class GrammarCompiler:
         self._pending: dict[Grammar, concurrent.futures.Future] = {}
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="tgi-grammar")
         self._lltokenizer = None
-        self.num_compiled = 0
 
     def lltokenizer(self) -> Any:
         """llguidance's view of the tokenizer (built once: ~0.3 s for a 49k vocabulary)."""
@@ -121,7 +118,6 @@ class GrammarCompiler:
             self._cache.move_to_end(grammar)
             while len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
-            self.num_compiled += 1
         return compiled
 
     def _build(self, grammar: Grammar) -> CompiledGrammar:
@@ -136,9 +132,8 @@ class GrammarCompiler:
         if matcher.is_error():
             raise GrammarError(f"invalid {_NAMES[grammar.kind]}: {_first_line(matcher.get_error())}")
         matcher.deep_copy().compute_bitmask()  # the first mask builds the lexer's initial states
-        seconds = time.perf_counter() - t0
-        log.debug("compiled %s in %.1f ms", grammar.describe(), seconds * 1e3)
-        return CompiledGrammar(grammar, matcher, seconds, list(messages))
+        log.debug("compiled %s in %.1f ms", grammar.describe(), (time.perf_counter() - t0) * 1e3)
+        return CompiledGrammar(grammar, matcher)
 
     @staticmethod
     def _grammar_text(llg, grammar: Grammar) -> str:
@@ -150,9 +145,6 @@ class GrammarCompiler:
         if grammar.kind == "regex":
             return llg.LLMatcher.grammar_from_regex(grammar.source)
         return llg.LLMatcher.grammar_from_lark(grammar.source)
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 _NAMES = {"json_schema": "JSON schema", "regex": "regex", "lark": "Lark grammar"}

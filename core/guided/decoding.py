@@ -64,8 +64,3 @@ class GuidedDecoding:
             raise GrammarStateError(
                 f"{request_id}: token {token_id} is outside its grammar ({error[0] if error else ''})"
             )
-
-    def is_finished(self, request_id: str) -> bool:
-        """Whether the request's grammar accepts nothing more than the end of the sequence."""
-        matcher = self._matchers.get(request_id)
-        return matcher is not None and matcher.is_stopped()
