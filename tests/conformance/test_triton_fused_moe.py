@@ -17,9 +17,9 @@ if os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("TRITON_INTERPRET=1 was not set before triton was imported", allow_module_level=True)
 pytest.importorskip("triton", reason="triton is not installed (pip install triton; CI installs it)")
 
-from tgi.backends.cuda.backend import CudaBackend
+from interpreted_cuda import InterpretedCudaBackend
+
 from tgi.backends.triton_common.kernels.fused_moe import align_pairs, fused_moe
-from tgi.core.interfaces import DeviceInfo, MemoryInfo
 from tgi.core.models.moe import GroupedExperts, grouped_moe, route
 
 # max abs error against grouped_moe in float64 on the same (dtype-rounded) inputs, relative to the largest
@@ -59,26 +59,6 @@ def test_fused_moe_equals_grouped_experts(dtype, tokens):
     err = ((out.double() - expected).abs().max() / expected.abs().max()).item()
     print(f"fused MoE T={tokens} {dtype}: max abs error {err:.2e} of the largest output")
     assert err <= TOL[dtype]
-
-
-class InterpretedCudaBackend(CudaBackend):
-    """`CudaBackend` on CPU tensors: attention, KV cache and MoE kernels are Triton, interpreted."""
-
-    def __init__(self) -> None:
-        super().__init__(device_index=0, attention="triton", cuda_graphs=False)
-        self.device = torch.device("cpu")
-
-    def devices(self):
-        return [DeviceInfo(0, "host CPU (Triton interpreter)", 0)]
-
-    def memory_info(self):
-        return MemoryInfo(total=8 << 30, free=4 << 30)
-
-    def synchronize(self):
-        pass
-
-    def default_dtype(self):
-        return "float32"
 
 
 def test_mixtral_through_the_cuda_backend_equals_transformers(tmp_path):

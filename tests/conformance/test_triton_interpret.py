@@ -39,12 +39,13 @@ if "tgi.backends.triton_common.kernels.decode" in sys.modules:  # imported earli
         importlib.reload(sys.modules[f"tgi.backends.triton_common.kernels.{name}"])
     importlib.reload(sys.modules["tgi.backends.triton_common.kernels"])
 
+from interpreted_cuda import InterpretedCudaBackend  # noqa: E402
+
 from tgi.backends.cpu.attention import CpuAttention  # noqa: E402
 from tgi.backends.cpu.kv_cache import CpuKVCache  # noqa: E402
-from tgi.backends.cuda.backend import CudaBackend  # noqa: E402
 from tgi.backends.triton_common import kernels as tk  # noqa: E402
 from tgi.backends.triton_common.attention import TritonAttention  # noqa: E402
-from tgi.core.interfaces import AttentionLayerSpec, DeviceInfo, KVCacheSpec, MemoryInfo  # noqa: E402
+from tgi.core.interfaces import AttentionLayerSpec, KVCacheSpec  # noqa: E402
 from tgi.core.models.context import SeqChunk, build_attention_metadata  # noqa: E402
 from tgi.core.torch.testing import TorchBackendConformance  # noqa: E402
 
@@ -173,30 +174,17 @@ def test_chunked_prefill_matches_cpu(case, dtype):
     assert err <= TOL[dtype]
 
 
-class InterpretedCudaBackend(CudaBackend):
-    """`CudaBackend` on CPU tensors: every kernel is Triton, run by the interpreter."""
+class SplitKCudaBackend(InterpretedCudaBackend):
+    """The interpreted CUDA backend with small split sizes, so that the suite's contexts exercise split-K
+    decode."""
 
     def __init__(self) -> None:
-        super().__init__(device_index=0, attention="triton", cuda_graphs=False)
-        self.device = torch.device("cpu")
-        # small split sizes so that the suite's contexts exercise split-K decode
+        super().__init__()
         self._attention = TritonAttention(min_tokens_per_split=16, max_splits=4)
-
-    def devices(self):
-        return [DeviceInfo(0, "host CPU (Triton interpreter)", 0)]
-
-    def memory_info(self):
-        return MemoryInfo(total=8 << 30, free=4 << 30)
-
-    def synchronize(self):
-        pass
-
-    def default_dtype(self):
-        return "float32"
 
 
 class TestTritonInterpretedConformance(TorchBackendConformance):
     dtypes = ("float32", "bfloat16")  # float16 is covered kernel by kernel above (interpreter time)
 
     def make_backend(self):
-        return InterpretedCudaBackend()
+        return SplitKCudaBackend()

@@ -16,9 +16,9 @@ if os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("TRITON_INTERPRET=1 was not set before triton was imported", allow_module_level=True)
 pytest.importorskip("triton", reason="triton is not installed (pip install triton; CI installs it)")
 
-from tgi.backends.cuda.backend import CudaBackend
+from interpreted_cuda import InterpretedCudaBackend
+
 from tgi.backends.triton_common.kernels.lora import TritonLoRAOps
-from tgi.core.interfaces import DeviceInfo, MemoryInfo
 from tgi.core.lora.ops import LoRAWeights, TorchLoRAOps
 
 TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
@@ -51,26 +51,6 @@ def test_mixed_slots_equal_the_torch_reference(dtype, k, n, rank):
     assert (got.float() - want.float()).abs().max().item() <= TOL[dtype] * scale
     assert torch.equal(got[[1, 5, 9, 10]], base[[1, 5, 9, 10]])  # no adapter, padding: untouched
     assert ops.plan([-1, -1], torch.device("cpu")) is None
-
-
-class InterpretedCudaBackend(CudaBackend):
-    """`CudaBackend` on CPU tensors: attention, KV cache and LoRA kernels are Triton, interpreted."""
-
-    def __init__(self) -> None:
-        super().__init__(device_index=0, attention="triton", cuda_graphs=False)
-        self.device = torch.device("cpu")
-
-    def devices(self):
-        return [DeviceInfo(0, "host CPU (Triton interpreter)", 0)]
-
-    def memory_info(self):
-        return MemoryInfo(total=8 << 30, free=4 << 30)
-
-    def synchronize(self):
-        pass
-
-    def default_dtype(self):
-        return "float32"
 
 
 def test_mixed_adapters_through_the_cuda_backend_equal_peft(tmp_path):
