@@ -58,23 +58,13 @@ def save_remote_code_checkpoint(
     seed: int = 0,
 ) -> Path:
     """Write the custom-code checkpoint described in the module docstring to `folder` and return it."""
-    from transformers import LlamaConfig
+    from tgi.core.testing.tiny_models import save_random_model
 
-    from tgi.core.testing.tiny_models import save_random_checkpoint
-
-    config = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=num_kv_heads,
-        max_position_embeddings=max_position_embeddings,
-        bos_token_id=0,
-        eos_token_id=1,
-        pad_token_id=0,
-    )
-    folder = save_random_checkpoint(folder, config, init_std=init_std, seed=seed)
+    folder = save_random_model(
+        folder, "llama", vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=intermediate_size,
+        num_layers=num_layers, num_heads=num_heads, num_kv_heads=num_kv_heads,
+        max_position_embeddings=max_position_embeddings, init_std=init_std, seed=seed,
+    )  # fmt: skip
     (folder / "configuration_custom.py").write_text(CONFIGURATION)
     (folder / "modeling_custom.py").write_text(MODELING)
     path = folder / "config.json"
