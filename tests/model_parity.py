@@ -1,5 +1,5 @@
 """Core's models against transformers' own implementations, on small random-weight models (a helper of
-tests/unit/test_models_vs_transformers.py and test_native_models.py).
+tests/unit/test_models_vs_transformers.py, test_native_models.py and test_moe_models.py).
 
 The same weights go into both: transformers' model is saved with `save_pretrained` and ours loads the
 safetensors as written there (the names and layout real checkpoints have). Our model runs the paged CPU
@@ -21,6 +21,19 @@ from tgi.backends.cpu.attention import CpuAttention
 from tgi.backends.cpu.kv_cache import CpuKVCache
 from tgi.core.models import attention_layer_specs, kv_cache_spec, model_class_for
 from tgi.core.models.context import AttentionContext, SeqChunk, build_attention_metadata, build_positions
+
+#: the logits tolerance of the parity tests (float32; measured differences are ~1e-6)
+ATOL = 1e-4
+#: the shape of the small random models the parity tests build from transformers' configs
+SMALL = dict(
+    vocab_size=256,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=128,
+)
 
 BLOCK_SIZE = 4
 PROMPT_LENS = (20, 13, 7)

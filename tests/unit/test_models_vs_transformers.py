@@ -9,25 +9,13 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
-from model_parity import hf_model, run_and_compare
+from model_parity import ATOL, SMALL, hf_model, run_and_compare
 
 from tgi.core.models import (
     UnsupportedModelError,
     attention_layer_specs,
     kv_cache_spec,
     model_class_for,
-)
-
-ATOL = 1e-4
-
-SMALL = dict(
-    vocab_size=256,
-    hidden_size=64,
-    intermediate_size=96,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=128,
 )
 
 

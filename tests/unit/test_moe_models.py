@@ -8,20 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 import transformers
-from model_parity import hf_model, run_and_compare
+from model_parity import ATOL, SMALL, hf_model, run_and_compare
 
 from tgi.core.models.moe import grouped_moe, per_token_moe, route
-
-ATOL = 1e-4
-SMALL = dict(
-    vocab_size=256,
-    hidden_size=64,
-    intermediate_size=96,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=128,
-)
 
 
 def mixtral():  # 4 experts, top 2, sliding window
