@@ -69,6 +69,18 @@ class TokenMasks:
     bitmask: Any  # numpy.ndarray [len(rows), words] int32
     vocab_size: int
 
+    def at_positions(self, sampled: Sequence[ScheduledSequence]) -> TokenMasks:
+        """These masks indexed by sampled position instead of sampled sequence, for a runner that samples
+        every position of a sequence with guesses (`ScheduledSequence.draft_rows`); itself when no sequence
+        has guesses. A constrained sequence has none (the engine guesses for no grammar request)."""
+        if not any(s.num_draft_tokens for s in sampled):
+            return self
+        first, row = [], 0
+        for s in sampled:
+            first.append(row)
+            row += s.num_draft_tokens + 1
+        return dataclasses.replace(self, rows=tuple(first[i] for i in self.rows))
+
 
 @dataclass
 class ScheduledBatch:

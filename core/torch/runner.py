@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
 import torch
 
-from tgi.core.batch import ScheduledBatch, ScheduledSequence, StepOutput, TokenMasks
+from tgi.core.batch import ScheduledBatch, ScheduledSequence, StepOutput
 from tgi.core.dtypes import to_torch_dtype
 from tgi.core.interfaces import Collective, KVCacheSpec, ModelInfo, ModelRunner, RunnerCapabilities
 from tgi.core.loading import iter_weights, load_config
@@ -23,16 +22,6 @@ if TYPE_CHECKING:
     from tgi.core.torch.backend import TorchBackend
 
 log = logging.getLogger(__name__)
-
-
-def expand_mask_rows(masks: TokenMasks, sampled: list[ScheduledSequence]) -> TokenMasks:
-    """`masks` re-indexed from sampled sequences to sampled positions (a sequence with guesses has several
-    rows; a constrained one has none: the engine proposes no guesses under a grammar)."""
-    first, row = [], 0
-    for s in sampled:
-        first.append(row)
-        row += s.num_draft_tokens + 1
-    return dataclasses.replace(masks, rows=tuple(first[i] for i in masks.rows))
 
 
 class TorchModelRunner(ModelRunner):
@@ -179,8 +168,8 @@ class TorchModelRunner(ModelRunner):
         # tensor parallel: every rank computes the (all-gathered) logits, rank 0 alone samples
         if sampled and self.collective.rank == 0:
             masks = batch.token_masks
-            if masks is not None and len(rows) != len(sampled):  # rows of guessing sequences come first
-                masks = expand_mask_rows(masks, [seqs[i] for i in sampled])
+            if masks is not None:
+                masks = masks.at_positions([seqs[i] for i in sampled])
             result = self.sampler.sample(logits, rows, masks)
             output.request_ids = [s.request_id for s in rows]
             if self.medusa is not None:

@@ -134,3 +134,17 @@ def test_info_names_the_proposer():
     with TestClient(create_app(FakeEngine(), ServerSettings())) as c:
         info = c.get("/info").json()
         assert info["speculate"] == 0 and info["speculation"] is None
+
+
+def test_masks_follow_sampled_positions_past_guessing_rows():
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from tgi.core.batch import TokenMasks
+
+    masks = TokenMasks(rows=(1, 3), bitmask=np.zeros((2, 1), dtype=np.int32), vocab_size=32)
+    plain = [SimpleNamespace(num_draft_tokens=0)] * 4
+    assert masks.at_positions(plain) is masks
+    guessing = [SimpleNamespace(num_draft_tokens=k) for k in (2, 0, 3, 0)]  # rows 0-2, 3, 4-7, 8
+    assert masks.at_positions(guessing).rows == (3, 8)
