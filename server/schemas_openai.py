@@ -42,6 +42,9 @@ _OPENAI_UNSERVED: dict[str, tuple[Any, ...]] = {
     "use_beam_search": (None, False),
     "length_penalty": (None, 1.0, 1),
     "guided_grammar": NEUTRAL,
+    # how vLLM runs guided_*: the backend (ours is llguidance) and JSON's whitespace (ours: single spaces)
+    "guided_decoding_backend": NEUTRAL,
+    "guided_whitespace_pattern": NEUTRAL,
     "structured_outputs": NEUTRAL,
     "allowed_token_ids": NEUTRAL,
     "bad_words": NEUTRAL,

@@ -152,6 +152,7 @@ async def test_payload_refused_before_the_body_is_read():
         ("/v1/completions", {"best_of": 3}, "best_of"),
         ("/v1/completions", {"prompt_logprobs": 2}, "prompt_logprobs"),
         ("/v1/completions", {"structured_outputs": {"json": {"type": "object"}}}, "structured_outputs"),
+        ("/v1/completions", {"guided_decoding_backend": "xgrammar"}, "guided_decoding_backend"),
     ],
 )
 def test_known_unserved_openai_fields_are_refused_by_name(engine, path, extra, name):
