@@ -75,13 +75,14 @@ def drive(
     max_batch_tokens: int = 32,
     constraints: RunnerConstraints | None = None,
     max_steps: int = 5000,
+    model: FakePagedModel | None = None,
 ) -> Run:
     """The engine's step loop: schedule -> execute -> update -> stop checks -> finish, checking every
-    budget at every step."""
+    budget at every step. `model`: another fake of the same cache size (default: `FakePagedModel`)."""
     c = constraints or RunnerConstraints()
     bm = BlockManager(num_blocks, block_size)
     sched = Scheduler(bm, max_num_seqs, max_batch_tokens, c)
-    model = FakePagedModel(num_blocks, block_size)
+    model = model or FakePagedModel(num_blocks, block_size)
     run = Run(model=model)
     pending = sorted(requests, key=lambda r: r[0])
     for step in range(max_steps):
