@@ -1,0 +1,164 @@
+"""Weight-only GEMMs on GPTQ and AWQ packed integer weights (CUDA/ROCm): y = x @ W.T with W dequantized
+tile by tile inside the kernel, never materialised in memory.
+
+Formats, as the checkpoints store them (K = in_features, N = out_features, G = number of groups):
+
+- **GPTQ** (AutoGPTQ / GPTQModel, `bits` 4 or 8): `qweight` int32 [K * bits / 32, N], each int32 holding
+  32 / bits consecutive *input* rows of one column, the lowest bits first; `qzeros` int32 [G, N * bits / 32],
+  each int32 holding consecutive *output* columns the same way; `scales` [G, N]; `g_idx` int32 [K], the
+  group of each input row (a permutation of `k // group_size` with `desc_act`). W[n, k] =
+  scales[g, n] * (q[k, n] - (z[g, n] + zero_offset)), g = g_idx[k]. The original format ("gptq", v1) stores
+  every zero point minus one, so `zero_offset` is 1 there and 0 for "gptq_v2".
+- **AWQ** (AutoAWQ's GEMM packing, 4 bits): `qweight` int32 [K, N / 8], packed along the *output* dim in the
+  interleaved order [0, 2, 4, 6, 1, 3, 5, 7] (bits 4*i..4*i+3 hold column 8*c + order[i]); `qzeros` int32
+  [G, N / 8] in the same order; `scales` [G, N]; W[n, k] = scales[g, n] * (q[k, n] - z[g, n]),
+  g = k // group_size. No zero offset, no g_idx.
+
+The product accumulates in float32; the dequantized tile is rounded to x's dtype before the dot (to float32
+under the interpreter for bfloat16 and always for float32 x, see `common.upcast_dot`), and y is rounded once.
+Block sizes are fixed and untuned (no GPU was available to tune them).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from tgi.backends.triton_common.kernels.common import upcast_dot
+
+BLOCK_M = 16  # rows of x per program: the smallest tl.dot operand
+BLOCK_N = 64
+BLOCK_K = 64
+
+
+@triton.jit
+def _unpack(word, index, BITS: tl.constexpr, AWQ_ORDER: tl.constexpr):
+    """Field `index` (0 .. 32 / BITS - 1) of packed int32 words, as an int32 in [0, 2**BITS)."""
+    if AWQ_ORDER:
+        # column j of a pack sits in nibble j // 2 + (j % 2) * 4 (the inverse of [0, 2, 4, 6, 1, 3, 5, 7])
+        index = index // 2 + (index % 2) * 4
+    return (word >> (index * BITS)) & ((1 << BITS) - 1)
+
+
+@triton.jit
+def _int_gemm_kernel(
+    x_ptr, qw_ptr, qz_ptr, s_ptr, g_ptr, y_ptr,
+    M, N, K, group_size, zero_offset,
+    stride_xm, stride_qw, stride_qz, stride_s, stride_ym,
+    BITS: tl.constexpr, AWQ: tl.constexpr, HAS_G_IDX: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    PACK: tl.constexpr = 32 // BITS
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < M
+    col_ok = cols < N
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        k_ok = ks < K
+        x = tl.load(
+            x_ptr + rows[:, None] * stride_xm + ks[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0
+        )
+        wmask = k_ok[:, None] & col_ok[None, :]
+        if AWQ:  # [K, N / 8], packed along the output dim
+            words = tl.load(qw_ptr + ks[:, None] * stride_qw + (cols // PACK)[None, :], mask=wmask, other=0)
+            q = _unpack(words, (cols % PACK)[None, :], BITS, True)
+        else:  # GPTQ: [K / PACK, N], packed along the input dim
+            words = tl.load(qw_ptr + (ks // PACK)[:, None] * stride_qw + cols[None, :], mask=wmask, other=0)
+            q = _unpack(words, (ks % PACK)[:, None], BITS, False)
+        if HAS_G_IDX:
+            g = tl.load(g_ptr + ks, mask=k_ok, other=0)
+        else:
+            g = ks // group_size
+        zwords = tl.load(qz_ptr + g[:, None] * stride_qz + (cols // PACK)[None, :], mask=wmask, other=0)
+        z = _unpack(zwords, (cols % PACK)[None, :], BITS, AWQ) + zero_offset
+        s = tl.load(s_ptr + g[:, None] * stride_s + cols[None, :], mask=wmask, other=0.0).to(tl.float32)
+        w = (q - z).to(tl.float32) * s  # [BLOCK_K, BLOCK_N], zero outside the masks (s = 0 there)
+        if UPCAST:
+            acc += tl.dot(x.to(tl.float32), w, input_precision="ieee")
+        else:
+            acc += tl.dot(x, w.to(x.dtype))
+    out = y_ptr + rows[:, None] * stride_ym + cols[None, :]
+    tl.store(out, acc.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
+
+
+def _check(x: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, k: int, n: int, pack: int) -> None:
+    if x.dim() != 2 or x.shape[1] != k:
+        raise ValueError(f"x must be [rows, {k}] for this weight, got {tuple(x.shape)}")
+    if scales.shape[1] != n or qzeros.shape != (scales.shape[0], n // pack):
+        raise ValueError(
+            f"scales {tuple(scales.shape)} / qzeros {tuple(qzeros.shape)} do not match "
+            f"[groups, {n}] / [groups, {n // pack}]"
+        )
+    for name, t in (("qzeros", qzeros),):
+        if t.dtype != torch.int32:
+            raise ValueError(f"{name} must be int32, got {t.dtype}")
+
+
+def _launch(x, qweight, qzeros, scales, g_idx, k, n, group_size, zero_offset, bits, awq) -> torch.Tensor:
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, x.shape[-1])
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    _check(x2, qzeros, scales, k, n, 32 // bits)
+    qweight, qzeros, scales = qweight.contiguous(), qzeros.contiguous(), scales.contiguous()
+    m = x2.shape[0]
+    y = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    if m:
+        dummy = g_idx if g_idx is not None else qzeros  # never read without HAS_G_IDX
+        grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(n, BLOCK_N))
+        _int_gemm_kernel[grid](
+            x2, qweight, qzeros, scales, dummy, y,
+            m, n, k, max(group_size, 1), zero_offset,
+            x2.stride(0), qweight.stride(0), qzeros.stride(0), scales.stride(0), y.stride(0),
+            BITS=bits, AWQ=awq, HAS_G_IDX=g_idx is not None, UPCAST=upcast_dot(x.dtype),
+            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+        )  # fmt: skip
+    return y.reshape(*lead, n)
+
+
+def gptq_gemm(
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    qzeros: torch.Tensor,
+    scales: torch.Tensor,
+    g_idx: torch.Tensor | None,
+    *,
+    bits: int,
+    group_size: int,
+    zero_offset: int = 1,
+) -> torch.Tensor:
+    """x [..., K] @ W.T -> [..., N] in x's dtype, W a GPTQ weight (module docstring).
+
+    :param g_idx: int32 [K], the group of each input row (desc_act checkpoints); None: k // group_size
+    :param group_size: input rows per group; -1 (one group: per-channel) is K
+    :param zero_offset: 1 for the "gptq" (v1) checkpoint format, which stores zero points minus one;
+        0 for "gptq_v2"
+    """
+    if bits not in (4, 8):
+        raise ValueError(f"GPTQ kernel computes 4- and 8-bit weights, not {bits}-bit")
+    if qweight.dtype != torch.int32:
+        raise ValueError(f"GPTQ qweight must be int32, got {qweight.dtype}")
+    k, n = qweight.shape[0] * (32 // bits), qweight.shape[1]
+    if g_idx is not None:
+        if g_idx.shape != (k,):
+            raise ValueError(f"g_idx must be [{k}], got {tuple(g_idx.shape)}")
+        g_idx = g_idx.to(torch.int32).contiguous()
+    gs = k if group_size in (-1, 0) else group_size
+    return _launch(x, qweight, qzeros, scales, g_idx, k, n, gs, zero_offset, bits, awq=False)
+
+
+def awq_gemm(
+    x: torch.Tensor, qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, *, group_size: int
+) -> torch.Tensor:
+    """x [..., K] @ W.T -> [..., N] in x's dtype, W a 4-bit AWQ GEMM-packed weight (module docstring).
+
+    :param group_size: input rows per group; -1 (one group: per-channel) is K
+    """
+    if qweight.dtype != torch.int32:
+        raise ValueError(f"AWQ qweight must be int32, got {qweight.dtype}")
+    k, n = qweight.shape[0], qweight.shape[1] * 8
+    gs = k if group_size in (-1, 0) else group_size
+    return _launch(x, qweight, qzeros, scales, None, k, n, gs, 0, 4, awq=True)

@@ -1,0 +1,136 @@
+"""The Triton quantized GEMMs (CUDA/ROCm: `kernels.quant_int` for GPTQ and AWQ, `kernels.quant_fp8`), run on
+CPU tensors by triton's interpreter (`TRITON_INTERPRET=1`, set by tests/conftest.py before triton is
+imported): weights quantized and packed by the plain-torch references of tests/quant_formats.py, the kernel's
+x @ W.T against x @ dequantized(W).T in float32. Tolerance: relative to the largest |reference| value,
+1e-5 for float32 x, 1e-2 for float16, 2e-2 for bfloat16 (the dequantized tile is rounded to x's dtype).
+Skipped where a GPU is visible (the kernels then run natively)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if torch.cuda.is_available():
+    pytest.skip("a GPU is visible: the kernels are not interpreted", allow_module_level=True)
+if os.environ.get("TRITON_INTERPRET") != "1":
+    pytest.skip("TRITON_INTERPRET=1 was not set before triton was imported", allow_module_level=True)
+pytest.importorskip("triton", reason="triton is not installed (pip install triton; CI installs it)")
+
+from quant_formats import IntQuantized, pack_awq, pack_gptq, quantize_fp8, quantize_int
+
+from tgi.backends.triton_common.kernels.quant_fp8 import fp8_gemm
+from tgi.backends.triton_common.kernels.quant_int import awq_gemm, gptq_gemm
+
+TOL = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 2e-2}
+N = 200  # output features: a multiple of 8 (packing), not of the 64-column tile
+ROWS = (1, 7, 33)  # ragged against the 16-row tile
+
+
+def _weight(n: int, k: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(n, k, generator=torch.Generator().manual_seed(seed)) * 0.05
+
+
+def _x(rows: int, k: int, dtype: torch.dtype) -> torch.Tensor:
+    return torch.randn(rows, k, generator=torch.Generator().manual_seed(rows)).to(dtype)
+
+
+def _dequantized(qz: IntQuantized, dtype: torch.dtype) -> torch.Tensor:
+    """W [N, K] float32 from the scales as the kernel reads them (in x's dtype, as checkpoints store them)."""
+    return IntQuantized(qz.q, qz.zeros, qz.scales.to(dtype).float(), qz.g_idx, qz.bits).dequantize()
+
+
+def _assert_close(got: torch.Tensor, x: torch.Tensor, w_deq: torch.Tensor) -> None:
+    want = x.float() @ w_deq.T
+    assert got.dtype == x.dtype and got.shape == want.shape
+    err = (got.float() - want).abs().max().item()
+    assert err <= TOL[x.dtype] * want.abs().max().item(), err
+
+
+def test_kernels_are_interpreted():
+    from tgi.backends.triton_common.kernels import quant_fp8, quant_int
+
+    assert type(quant_int._int_gemm_kernel).__name__ == "InterpretedFunction"
+    assert type(quant_fp8._fp8_gemm_kernel).__name__ == "InterpretedFunction"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(
+    ("bits", "k", "group_size", "sym", "desc_act", "v1"),
+    [
+        (4, 384, 128, True, False, True),  # the common published checkpoint
+        (4, 160, 32, False, False, True),  # K not a multiple of the 64-row tile
+        (4, 256, -1, False, False, False),  # per channel, gptq_v2 zero points
+        (4, 256, 32, False, True, True),  # desc_act: permuted g_idx
+        (8, 256, 128, True, True, True),
+        (8, 192, 32, False, False, True),
+    ],
+)
+def test_gptq_equals_dequantized_reference(dtype, bits, k, group_size, sym, desc_act, v1):
+    qz = quantize_int(_weight(N, k), bits, group_size, sym=sym, desc_act=desc_act)
+    qweight, qzeros = pack_gptq(qz, v1=v1)
+    ref = _dequantized(qz, dtype)
+    g_idx = qz.g_idx if desc_act else None
+    for rows in ROWS:
+        x = _x(rows, k, dtype)
+        scales = qz.scales.to(dtype)
+        got = gptq_gemm(
+            x, qweight, qzeros, scales, g_idx, bits=bits, group_size=group_size, zero_offset=int(v1)
+        )
+        _assert_close(got, x, ref)
+    assert (qz.dequantize() - _weight(N, k)).abs().max() < 0.05  # the quantizer itself is sane
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(("k", "group_size"), [(384, 128), (160, 32), (256, -1)])
+def test_awq_equals_dequantized_reference(dtype, k, group_size):
+    qz = quantize_int(_weight(N, k, seed=1), 4, group_size, sym=False)
+    qweight, qzeros = pack_awq(qz)
+    ref = _dequantized(qz, dtype)
+    for rows in ROWS:
+        x = _x(rows, k, dtype)
+        _assert_close(awq_gemm(x, qweight, qzeros, qz.scales.to(dtype), group_size=group_size), x, ref)
+
+
+def test_awq_interleave_matters():
+    """The same codes packed in plain order give another product: the kernel reads AWQ's interleave."""
+    qz = quantize_int(_weight(64, 64, seed=2), 4, -1, sym=False)
+    qweight, qzeros = pack_awq(qz, order=tuple(range(8)))
+    x = _x(7, 64, torch.float32)
+    want = x @ qz.dequantize().T
+    got = awq_gemm(x, qweight, qzeros, qz.scales, group_size=-1)
+    assert (got - want).abs().max() > 0.1 * want.abs().max()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_fp8_equals_dequantized_reference(dtype, per_channel):
+    k = 160
+    w8, scale = quantize_fp8(_weight(N, k, seed=3), per_channel)
+    ref = w8.float() * scale
+    for rows in ROWS:
+        x = _x(rows, k, dtype)
+        _assert_close(fp8_gemm(x, w8, scale), x, ref)
+
+
+def test_fp8_decodes_every_finite_byte():
+    codes = torch.arange(256, dtype=torch.uint8)
+    codes = codes[(codes & 0x7F) != 0x7F]  # the two NaN encodings
+    got = fp8_gemm(torch.ones(1, 1), codes.view(torch.float8_e4m3fn).reshape(-1, 1), torch.ones(()))
+    assert torch.equal(got[0], codes.view(torch.float8_e4m3fn).float())
+
+
+def test_bad_inputs_are_refused():
+    qz = quantize_int(_weight(64, 64), 4, 32, sym=True)
+    qweight, qzeros = pack_gptq(qz)
+    with pytest.raises(ValueError, match="4- and 8-bit"):
+        gptq_gemm(_x(1, 64, torch.float32), qweight, qzeros, qz.scales, None, bits=3, group_size=32)
+    with pytest.raises(ValueError, match=r"x must be \[rows, 64\]"):
+        gptq_gemm(_x(1, 63, torch.float32), qweight, qzeros, qz.scales, None, bits=4, group_size=32)
+    with pytest.raises(ValueError, match="g_idx must be"):
+        gptq_gemm(_x(1, 64, torch.float32), qweight, qzeros, qz.scales, qz.g_idx[:8], bits=4, group_size=32)
+    with pytest.raises(ValueError, match="float8_e4m3fn"):
+        fp8_gemm(_x(1, 64, torch.float32), torch.zeros(8, 64, dtype=torch.float16), torch.ones(()))
+    with pytest.raises(ValueError, match="per channel"):
+        fp8_gemm(_x(1, 64, torch.float32), torch.zeros(8, 64, dtype=torch.uint8), torch.ones(3))
