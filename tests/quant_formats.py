@@ -104,3 +104,9 @@ def quantize_fp8(w: torch.Tensor, per_channel: bool) -> tuple[torch.Tensor, torc
     amax = w.abs().amax(1, keepdim=True) if per_channel else w.abs().amax()
     scale = (amax.float() / 448.0).clamp(min=1e-12)
     return (w.float() / scale).clamp(-448, 448).to(torch.float8_e4m3fn), scale
+
+
+def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(int8 [N, K], float32 scale [N, 1]): symmetric per-row absmax to 127 (EETQ's weight-only scheme)."""
+    scale = (w.abs().amax(1, keepdim=True).float() / 127.0).clamp(min=1e-12)
+    return torch.round(w.float() / scale).clamp(-127, 127).to(torch.int8), scale

@@ -1,4 +1,4 @@
-"""The Triton quantized GEMMs (CUDA/ROCm: `kernels.quant_int` for GPTQ and AWQ, `kernels.quant_fp8`), run on
+"""The Triton quantized GEMMs (CUDA/ROCm: `kernels.quant_int` for GPTQ and AWQ, `kernels.quant_w8` for FP8 and int8), run on
 CPU tensors by triton's interpreter (`TRITON_INTERPRET=1`, set by tests/conftest.py before triton is
 imported): weights quantized and packed by the plain-torch references of tests/quant_formats.py, the kernel's
 x @ W.T against x @ dequantized(W).T in float32. Tolerance: relative to the largest |reference| value,
@@ -18,10 +18,10 @@ if os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("TRITON_INTERPRET=1 was not set before triton was imported", allow_module_level=True)
 pytest.importorskip("triton", reason="triton is not installed (pip install triton; CI installs it)")
 
-from quant_formats import IntQuantized, pack_awq, pack_gptq, quantize_fp8, quantize_int
+from quant_formats import IntQuantized, pack_awq, pack_gptq, quantize_fp8, quantize_int, quantize_int8
 
-from tgi.backends.triton_common.kernels.quant_fp8 import fp8_gemm
 from tgi.backends.triton_common.kernels.quant_int import awq_gemm, gptq_gemm
+from tgi.backends.triton_common.kernels.quant_w8 import fp8_gemm, int8_gemm
 
 TOL = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 2e-2}
 N = 200  # output features: a multiple of 8 (packing), not of the 64-column tile
@@ -49,10 +49,10 @@ def _assert_close(got: torch.Tensor, x: torch.Tensor, w_deq: torch.Tensor) -> No
 
 
 def test_kernels_are_interpreted():
-    from tgi.backends.triton_common.kernels import quant_fp8, quant_int
+    from tgi.backends.triton_common.kernels import quant_int, quant_w8
 
     assert type(quant_int._int_gemm_kernel).__name__ == "InterpretedFunction"
-    assert type(quant_fp8._fp8_gemm_kernel).__name__ == "InterpretedFunction"
+    assert type(quant_w8._w8_gemm_kernel).__name__ == "InterpretedFunction"
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
@@ -114,6 +114,16 @@ def test_fp8_equals_dequantized_reference(dtype, per_channel):
         _assert_close(fp8_gemm(x, w8, scale), x, ref)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_int8_equals_dequantized_reference(dtype):
+    k = 160
+    w8, scale = quantize_int8(_weight(N, k, seed=4))
+    ref = w8.float() * scale
+    for rows in ROWS:
+        x = _x(rows, k, dtype)
+        _assert_close(int8_gemm(x, w8, scale), x, ref)
+
+
 def test_fp8_decodes_every_finite_byte():
     codes = torch.arange(256, dtype=torch.uint8)
     codes = codes[(codes & 0x7F) != 0x7F]  # the two NaN encodings
@@ -132,5 +142,7 @@ def test_bad_inputs_are_refused():
         gptq_gemm(_x(1, 64, torch.float32), qweight, qzeros, qz.scales, qz.g_idx[:8], bits=4, group_size=32)
     with pytest.raises(ValueError, match="float8_e4m3fn"):
         fp8_gemm(_x(1, 64, torch.float32), torch.zeros(8, 64, dtype=torch.float16), torch.ones(()))
+    with pytest.raises(ValueError, match="int8 weights"):
+        int8_gemm(_x(1, 64, torch.float32), torch.zeros(8, 64, dtype=torch.uint8), torch.ones(()))
     with pytest.raises(ValueError, match="per channel"):
         fp8_gemm(_x(1, 64, torch.float32), torch.zeros(8, 64, dtype=torch.uint8), torch.ones(3))

@@ -1,6 +1,7 @@
-"""Weight-only GEMM on float8_e4m3fn weights (CUDA/ROCm): y = (x @ W8.T) * scale, W8 [N, K] stored as
-FP8 checkpoints store it (compressed-tensors, TGI/vLLM `fp8`), x in 16 or 32 bits (w8a16: activations are
-not quantized; an activation scale in the checkpoint is not used by this kernel).
+"""Weight-only GEMMs on 8-bit weights (CUDA/ROCm): y = (x @ W8.T) * scale, W8 [N, K] either float8_e4m3fn
+as FP8 checkpoints store it (compressed-tensors, TGI/vLLM `fp8`, or `--quantize fp8` at load) or int8
+(symmetric, EETQ's weight-only scheme, `--quantize eetq`); x in 16 or 32 bits (w8a16: activations are not
+quantized; an activation scale in the checkpoint is not used by this kernel).
 
 `scale` is per tensor ([] or [1]) or per output channel ([N] or [N, 1]); either factors out of the sum over
 K, so the kernel multiplies the float32 accumulator by it once per column.
@@ -35,9 +36,9 @@ def _e4m3fn_to_f32(b):
 
 
 @triton.jit
-def _fp8_gemm_kernel(
+def _w8_gemm_kernel(
     x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
-    PER_CHANNEL: tl.constexpr, UPCAST: tl.constexpr,
+    FP8: tl.constexpr, PER_CHANNEL: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -54,7 +55,10 @@ def _fp8_gemm_kernel(
         wb = tl.load(
             w_ptr + cols[None, :] * stride_wn + ks[:, None], mask=k_ok[:, None] & col_ok[None, :], other=0
         )
-        w = _e4m3fn_to_f32(wb)  # [BLOCK_K, BLOCK_N]
+        if FP8:
+            w = _e4m3fn_to_f32(wb)  # [BLOCK_K, BLOCK_N]
+        else:
+            w = wb.to(tl.float32)
         if UPCAST:
             acc += tl.dot(x.to(tl.float32), w, input_precision="ieee")
         else:
@@ -77,15 +81,30 @@ def fp8_gemm(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torc
         weight = weight.view(torch.uint8)
     elif weight.dtype != torch.uint8:
         raise ValueError(f"FP8 kernel computes float8_e4m3fn weights, got {weight.dtype}")
+    return _launch(x, weight, scale, fp8=True)
+
+
+def int8_gemm(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x [..., K] @ (weight.float() * scale).T -> [..., N] in x's dtype.
+
+    :param weight: int8 [N, K]
+    :param scale: float per tensor ([] or [1]) or per output channel ([N] or [N, 1])
+    """
+    if weight.dtype != torch.int8:
+        raise ValueError(f"int8 kernel computes int8 weights, got {weight.dtype}")
+    return _launch(x, weight, scale, fp8=False)
+
+
+def _launch(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, fp8: bool) -> torch.Tensor:
     if weight.dim() != 2:
-        raise ValueError(f"FP8 weight must be [out, in], got {tuple(weight.shape)}")
+        raise ValueError(f"8-bit weight must be [out, in], got {tuple(weight.shape)}")
     n, k = weight.shape
     if x.shape[-1] != k:
         raise ValueError(f"x must be [..., {k}] for this weight, got {tuple(x.shape)}")
     scale = scale.reshape(-1).to(torch.float32).contiguous()
     if scale.numel() not in (1, n):
         raise ValueError(
-            f"FP8 scale must hold 1 (per tensor) or {n} (per channel) values, got {scale.numel()}"
+            f"8-bit weight scale must hold 1 (per tensor) or {n} (per channel) values, got {scale.numel()}"
         )
     lead = x.shape[:-1]
     x2 = x.reshape(-1, k)
@@ -96,9 +115,9 @@ def fp8_gemm(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torc
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
     if m:
         grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(n, BLOCK_N))
-        _fp8_gemm_kernel[grid](
+        _w8_gemm_kernel[grid](
             x2, weight, scale, y, m, n, k, x2.stride(0), weight.stride(0), y.stride(0),
-            PER_CHANNEL=scale.numel() == n and n > 1, UPCAST=upcast_dot(x.dtype),
+            FP8=fp8, PER_CHANNEL=scale.numel() == n and n > 1, UPCAST=upcast_dot(x.dtype),
             BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
         )  # fmt: skip
     return y.reshape(*lead, n)
