@@ -61,12 +61,20 @@ class Buckets:
     @classmethod
     def powers_of_two(cls, maximum: int, minimum: int = 1) -> Buckets:
         """`minimum, 2*minimum, 4*minimum, ...` below `maximum`, then `maximum`."""
-        if minimum < 1 or maximum < 1:
-            raise ValueError(f"bucket minimum and maximum must be >= 1, got {minimum} and {maximum}")
+        return cls.geometric(maximum, minimum, 2)
+
+    @classmethod
+    def geometric(cls, maximum: int, minimum: int = 1, factor: int = 2) -> Buckets:
+        """`minimum, factor*minimum, factor**2*minimum, ...` below `maximum`, then `maximum` (a larger
+        factor: fewer buckets, so fewer compiles, and more padding)."""
+        if minimum < 1 or maximum < 1 or factor < 2:
+            raise ValueError(
+                f"bucket minimum and maximum must be >= 1 and the factor >= 2, got {minimum}, {maximum}, {factor}"
+            )
         sizes, s = [], minimum
         while s < maximum:
             sizes.append(s)
-            s *= 2
+            s *= factor
         return cls((*sizes, maximum))
 
     @property
@@ -167,13 +175,14 @@ class FlatShapes:
         min_tokens: int = 16,
         min_seqs: int = 1,
         min_blocks: int = 8,
+        factor: int = 2,
     ) -> FlatShapes:
-        """Power-of-two buckets up to the engine's limits (few buckets: few compiles)."""
+        """Geometric buckets (`Buckets.geometric`, growing by `factor`) up to the engine's limits."""
         max_blocks = -(-max_context // block_size)
         return cls(
-            Buckets.powers_of_two(max_batch_tokens, min(min_tokens, max_batch_tokens)),
-            Buckets.powers_of_two(max_num_seqs, min(min_seqs, max_num_seqs)),
-            Buckets.powers_of_two(max_blocks, min(min_blocks, max_blocks)),
+            Buckets.geometric(max_batch_tokens, min(min_tokens, max_batch_tokens), factor),
+            Buckets.geometric(max_num_seqs, min(min_seqs, max_num_seqs), factor),
+            Buckets.geometric(max_blocks, min(min_blocks, max_blocks), factor),
             block_size,
         )
 

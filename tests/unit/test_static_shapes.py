@@ -31,6 +31,7 @@ def test_buckets() -> None:
     assert Buckets.multiples(4, 8).sizes == (4, 8)
     assert Buckets.powers_of_two(48, 16).sizes == (16, 32, 48)
     assert Buckets.powers_of_two(1).sizes == (1,)
+    assert Buckets.geometric(100, 4, factor=4).sizes == (4, 16, 64, 100)
     b = Buckets((4, 8, 16))
     assert [b.fit(n) for n in (1, 4, 5, 16)] == [4, 4, 8, 16]
     assert b.below(4) == 0 and b.below(16) == 8
@@ -165,7 +166,7 @@ def test_every_scheduled_batch_takes_a_warmed_shape_and_padding_never_leaks(seed
     max_context = num_blocks * block_size
     if seed % 2:
         shapes = FlatShapes.for_limits(max_tokens, rng.choice((3, 6)), max_context, block_size, min_tokens=4,
-                                       min_blocks=2)  # fmt: skip
+                                       min_blocks=2, factor=rng.choice((2, 4)))  # fmt: skip
     else:
         shapes = RowShapes(
             decode_buckets=Buckets.multiples(2, rng.choice((3, 6))),
