@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tgi.core.interfaces.quantization import QUANTIZE_METHODS
+
 
 class ConfigError(ValueError):
     """Contradictory or out-of-range settings; the message names the settings and why."""
@@ -31,6 +33,9 @@ class EngineConfig:
     prefix_caching: bool = True
     speculate: int = 0  # draft tokens verified per decode step (n-gram prompt lookup); 0: off
     speculative_model: str | None = None  # a draft model (same tokenizer) guesses instead of n-grams
+    # weight quantization (TGI's --quantize values, `tgi.core.interfaces.quantization.QUANTIZE_METHODS`):
+    # load-time for a dense checkpoint, or agreeing with a quantized checkpoint's quantization_config;
+    # None: the checkpoint's own (dense, or as its quantization_config says)
     quantize: str | None = None
     # the seeds of requests that give none are drawn from a generator seeded with this; None: from the OS
     # (unseeded sampling differs from one start to the next), a number: the same draws at every start
@@ -64,6 +69,10 @@ class EngineConfig:
         ids = [name for name, _ in self.lora_adapters]
         if len(set(ids)) != len(ids) or any(not name or name == "tgi" for name in ids):
             raise ConfigError(f"--lora-adapters ids must be unique, non-empty and not 'tgi', got {ids}")
+        if self.quantize is not None and self.quantize not in QUANTIZE_METHODS:
+            raise ConfigError(
+                f"--quantize {self.quantize}: unknown value (one of: {', '.join(QUANTIZE_METHODS)})"
+            )
         if self.max_num_seqs < 1:
             raise ConfigError(f"max number of sequences must be >= 1, got {self.max_num_seqs}")
         if self.kv_cache_memory_fraction is not None and not 0 < self.kv_cache_memory_fraction <= 1:

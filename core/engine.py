@@ -213,8 +213,6 @@ class LLMEngine:
         from tgi.core.tokenization import load_tokenizer
 
         say = progress or (lambda msg: log.info(msg))
-        if config.quantize:
-            raise ConfigError(f"--quantize {config.quantize} is not supported yet")
         spec = (registry or BackendRegistry()).select(config.backend)
         backend = spec.create()
         backend.spec = spec  # how a backend that runs ranks in other processes builds them
@@ -248,6 +246,13 @@ class LLMEngine:
                 raise ConfigError(
                     f"--lora-adapters: the {spec.name} backend's runner does not serve LoRA adapters"
                 )
+            if config.quantize and info.quantization is None:
+                raise ConfigError(
+                    f"--quantize {config.quantize}: the {spec.name} backend's runner loaded no quantized weights"
+                )
+            if info.quantization is not None:
+                q = info.quantization
+                say(f"quantization: {q.description}: {q.num_linears} linears on {q.kernel}")
             say(
                 f"weights loaded: {info.architecture}, {info.num_parameters / 1e6:.0f}M parameters in {time.perf_counter() - t0:.1f}s"
             )

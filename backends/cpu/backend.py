@@ -116,14 +116,8 @@ class CpuBackend(TorchBackend):
         return torch.device("cpu")
 
     def prepare_model(self, model: torch.nn.Module) -> None:
-        from tgi.backends.cpu import native
         from tgi.backends.cpu.fused import attach_fused_ops
-        from tgi.backends.cpu.linear import (
-            attach_block_kernels,
-            block_rows,
-            prepack_linears,
-            prepacking_supported,
-        )
+        from tgi.backends.cpu.linear import prepack_linears, prepacking_supported
 
         # bfloat16 products run on AMX / AVX-512-BF16 through oneDNN: pack their weights once
         # (TGI_CPU_PREPACK=0 turns it off, to compare)
@@ -133,13 +127,31 @@ class CpuBackend(TorchBackend):
             and os.environ.get("TGI_CPU_PREPACK", "1") != "0"
         ):
             prepack_linears(model)
-        # the runner attached the checkpoint's blocks where `block_weight_types` asked for them
-        if any(getattr(m, "block_weight", None) is not None for m in model.modules()):
-            dtype = "float32" if next(model.parameters()).dtype == torch.float32 else "bfloat16"
-            attach_block_kernels(model, block_rows(dtype, native.block_impls()))
+        # quantized linears (GGUF blocks, GPTQ, AWQ, int8, fp8) get their kernels from `quantized_linear`
         # RMSNorm, rotary and SiLU-mul as one native call each (TGI_CPU_FUSED=0 keeps the torch ops)
         if _fused_ops_enabled():
             attach_fused_ops(model)
+
+    def weight_formats(self, dtype: str) -> dict[str, str]:
+        from tgi.backends.cpu.quant_linear import CPU_FORMATS
+
+        if dtype not in ("bfloat16", "float32"):
+            return {}
+        formats = dict(CPU_FORMATS)
+        for qtype in sorted(self.block_weight_types(dtype)):
+            formats[f"gguf-{qtype}"] = "cpu-native block linear (small inputs), dense beyond"
+        return formats
+
+    def quantized_linear(self, weight, dtype: str):
+        from tgi.backends.cpu.quant_linear import cpu_quantized_linear
+        from tgi.core.loading.block_weights import BlockWeight
+
+        if isinstance(weight, BlockWeight):
+            from tgi.backends.cpu import native
+            from tgi.backends.cpu.linear import BlockLinearKernel, block_rows
+
+            return BlockLinearKernel(weight, block_rows(dtype, native.block_impls()))
+        return cpu_quantized_linear(weight, dtype)
 
     def block_weight_types(self, dtype: str) -> frozenset[str]:
         # GGUF Q4_0/Q4_1/Q8_0 weights are computed with as stored (native kernels) for small inputs of a

@@ -15,6 +15,8 @@ import os
 import torch
 import torch.nn.functional as F
 
+from tgi.core.quant.kernels import QuantizedLinearKernel
+
 #: inputs with at most this many rows use the packed weight (above it, no gain was measured in the model)
 MAX_PACKED_ROWS = 16
 
@@ -69,54 +71,42 @@ class PackedLinearKernel:
         return F.linear(x, self.weight, bias)
 
 
-class BlockLinearKernel:
-    """A `linear_kernel` over the checkpoint's GGUF blocks (`module.block_weight`) for inputs of at most
-    `max_rows` rows in the model's dtype (bfloat16, or float32 on CPUs without bfloat16 arithmetic), where
-    reading 4.5-8.5 bits per weight instead of 16 or 32 pays; larger inputs go to `dense` (a packed kernel,
-    or `F.linear` on the dense weight when None)."""
+class BlockLinearKernel(QuantizedLinearKernel):
+    """The seam's kernel (`tgi.core.quant.kernels`) over a checkpoint's GGUF blocks (a `BlockWeight`) for
+    inputs of at most `max_rows` rows in the model's dtype (bfloat16, or float32 on CPUs without bfloat16
+    arithmetic), where reading 4.5-8.5 bits per weight instead of 16 or 32 pays; the seam sends larger
+    inputs to the dense weight, which the GGUF path keeps beside the blocks (one more copy of each weight:
+    for the default model 85 MB of blocks beside 270 MB of bfloat16)."""
 
-    def __init__(self, module: torch.nn.Module, max_rows: int, dense=None) -> None:
+    def __init__(self, block, max_rows: int) -> None:
         from tgi.backends.cpu import native
 
-        self.weight = module.weight
-        block = module.block_weight
         self.qtype, self.rows, self.cols = block.qtype, block.rows, block.cols
         self.packed = native.block_pack(block.data, block.qtype, block.rows, block.cols)
         self.max_rows = max_rows
-        self.dense = dense
         self.impl = BLOCK_IMPL
+        self.name = f"cpu-native GGUF {block.qtype} block linear (<= {max_rows} rows)"
         self._native = native
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        if x.dim() == 2 and x.shape[0] <= self.max_rows and x.dtype == self.weight.dtype:
-            return self._native.block_linear(
-                x, self.packed, self.qtype, self.rows, self.cols, bias, impl=self.impl
-            )
-        if self.dense is not None:
-            return self.dense(x, bias)
-        return F.linear(x, self.weight, bias)
+        return self._native.block_linear(
+            x, self.packed, self.qtype, self.rows, self.cols, bias, impl=self.impl
+        )
 
-
-def attach_block_kernels(model: torch.nn.Module, max_rows: int) -> int:
-    """Route the small products of every linear with a `block_weight` through `BlockLinearKernel`
-    (wrapping whatever kernel the module had); returns how many."""
-    count = 0
-    for module in model.modules():
-        if (
-            getattr(module, "block_weight", None) is not None
-            and "linear_kernel" in dir(type(module))
-            and module.weight.dtype in (torch.bfloat16, torch.float32)
-        ):
-            module.linear_kernel = BlockLinearKernel(module, max_rows, module.linear_kernel)
-            count += 1
-    return count
+    def release_source(self) -> bool:
+        return True  # the packed copy is the kernel's own
 
 
 def prepack_linears(model: torch.nn.Module) -> int:
-    """Attach packed kernels to every bfloat16 linear of `model` that accepts one; returns how many."""
+    """Attach packed kernels to every bfloat16 linear of `model` that accepts one (and has its dense weight:
+    not a meta tensor); returns how many."""
     count = 0
     for module in model.modules():
-        if "linear_kernel" in dir(type(module)) and module.weight.dtype == torch.bfloat16:
+        if (
+            "linear_kernel" in dir(type(module))
+            and module.weight.dtype == torch.bfloat16
+            and not module.weight.is_meta
+        ):
             module.linear_kernel = PackedLinearKernel(module.weight)
             count += 1
     return count

@@ -10,6 +10,12 @@ host refuses a backend built for another version, with a message naming both.
 
 from tgi.core.interfaces.backend import Backend
 from tgi.core.interfaces.collective import Collective, SingleProcessCollective
+from tgi.core.interfaces.quantization import (
+    QUANTIZE_METHODS,
+    WEIGHT_FORMATS,
+    QuantizationInfo,
+    QuantizationSpec,
+)
 from tgi.core.interfaces.runner import ModelInfo, ModelRunner
 from tgi.core.interfaces.types import (
     DTYPES,
@@ -29,6 +35,8 @@ INTERFACE_VERSION = 2  # 2: the contract without torch (tgi.core.torch), create_
 __all__ = [
     "DTYPES",
     "INTERFACE_VERSION",
+    "QUANTIZE_METHODS",
+    "WEIGHT_FORMATS",
     "AttentionCaps",
     "AttentionLayerSpec",
     "Backend",
@@ -39,6 +47,8 @@ __all__ = [
     "ModelInfo",
     "ModelRunner",
     "ProbeResult",
+    "QuantizationInfo",
+    "QuantizationSpec",
     "RunnerCapabilities",
     "RunnerConstraints",
     "SingleProcessCollective",

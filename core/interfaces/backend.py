@@ -77,6 +77,25 @@ class Backend(ABC):
         engine sees one `ModelRunner`. Raise `ConfigError` or `UnsupportedError`, with the reason, when the
         model cannot be split over `world_size` devices here."""
 
+    def weight_formats(self, dtype: str) -> dict[str, str]:
+        """Quantized weight formats (`tgi.core.interfaces.quantization.WEIGHT_FORMATS` names, and GGUF's
+        "gguf-<type>") this backend computes linear layers with for a model whose activations are in `dtype`:
+        format -> the kernel that computes it (e.g. "gptq-int4": "aten int4 pack-mm (CPU)"). The runner
+        refuses a model in another format with `UnsupportedError` naming these; none are ever dequantized to
+        dense weights behind the user's back. Default: none."""
+        return {}
+
+    def check_weight_format(self, weight_format: str, dtype: str) -> None:
+        """Raise `UnsupportedError` if this backend has no kernel for `weight_format` in `dtype`, naming the
+        formats it computes."""
+        formats = self.weight_formats(dtype)
+        if weight_format not in formats:
+            supported = ", ".join(sorted(formats)) or "none"
+            raise UnsupportedError(
+                f"backend '{self.name}' has no kernel for {weight_format} weights with {dtype} activations "
+                f"(it computes: {supported})"
+            )
+
     def select_attention(self, name: str) -> None:
         """Use the attention implementation `name` (`--attention`); raise `UnsupportedError` when it
         cannot be used. Backends without a choice refuse every name."""

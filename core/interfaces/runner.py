@@ -6,6 +6,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 from tgi.core.batch import ScheduledBatch, StepOutput
+from tgi.core.interfaces.quantization import QuantizationInfo
 from tgi.core.interfaces.types import KVCacheSpec, MemoryInfo, RunnerCapabilities, RunnerConstraints
 
 
@@ -20,6 +21,8 @@ class ModelInfo:
     dtype: str
     num_parameters: int
     lora_adapters: tuple[str, ...] = ()  # ids of the LoRA adapters loaded with it (`--lora-adapters`)
+    # the quantized weights it computes with (`--quantize` or the checkpoint's); None: dense weights only
+    quantization: QuantizationInfo | None = None
 
 
 class ModelRunner(ABC):

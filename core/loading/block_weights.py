@@ -1,10 +1,11 @@
 """Block-quantized weights as the checkpoint stores them (llama.cpp's GGUF block formats), for backends
 whose kernels compute with them directly instead of with the dequantized copy.
 
-A `BlockWeight` is attached to a linear module (`module.block_weight`) beside its dense weight, which every
-backend can still use; a backend that has a kernel for `qtype` may use the blocks instead (see
-`TorchBackend.block_weight_types`). Both hold the same weights: the blocks dequantize to the dense
-float32 values exactly.
+A `BlockWeight` is one format of the quantized-linear seam (`tgi.core.quant`, format "gguf-<qtype>"): it is
+attached to a linear module (`module.quant_weight`) beside its dense weight (the GGUF loader dequantizes
+every tensor too) when the backend asks for its type (`TorchBackend.block_weight_types`), and the backend's
+kernel for it (`TorchBackend.quantized_linear`) computes with the blocks. Both hold the same weights: the
+blocks dequantize to the dense float32 values exactly.
 """
 
 from __future__ import annotations
@@ -14,16 +15,26 @@ from dataclasses import dataclass
 
 import torch
 
-#: bytes per block of 32 weights: fp16 scale (+ fp16 min for Q4_1) and the packed values
-BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}
+from tgi.core.quant.weights import QuantizedWeight
+
+#: bytes per block: of 32 weights, fp16 scale (+ fp16 min for Q4_1) and the packed values; the K-quants'
+#: super-blocks of 256 weights (fp16 d (and dmin), sub-block scales (and mins), the packed values)
+BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34, "Q4_K": 144, "Q5_K": 176, "Q6_K": 210}
 BLOCK_SIZE = 32
+#: weights per block where it is not BLOCK_SIZE
+SUPER_BLOCK_SIZES = {"Q4_K": 256, "Q5_K": 256, "Q6_K": 256}
+
+
+def block_size(qtype: str) -> int:
+    """Weights per block of `qtype` (32, or 256 for the K-quants)."""
+    return SUPER_BLOCK_SIZES.get(qtype, BLOCK_SIZE)
 
 
 @dataclass(frozen=True)
-class BlockWeight:
+class BlockWeight(QuantizedWeight):
     """A [rows, cols] weight in a GGUF block format, row-major: `data` is uint8 [rows, cols / 32 * bytes]."""
 
-    qtype: str  # "Q4_0", "Q4_1" or "Q8_0"
+    qtype: str  # a key of BLOCK_BYTES
     data: torch.Tensor
     rows: int
     cols: int
@@ -31,14 +42,21 @@ class BlockWeight:
     def __post_init__(self) -> None:
         if self.qtype not in BLOCK_BYTES:
             raise ValueError(f"unknown block format {self.qtype!r} (known: {sorted(BLOCK_BYTES)})")
-        if self.cols % BLOCK_SIZE or tuple(self.data.shape) != (self.rows, self.row_bytes):
+        if self.cols % block_size(self.qtype) or tuple(self.data.shape) != (self.rows, self.row_bytes):
             raise ValueError(
                 f"{self.qtype} data of shape {tuple(self.data.shape)} does not hold a [{self.rows}, {self.cols}] weight"
             )
 
     @property
+    def format(self) -> str:
+        return f"gguf-{self.qtype}"
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {"data": self.data}
+
+    @property
     def row_bytes(self) -> int:
-        return self.cols // BLOCK_SIZE * BLOCK_BYTES[self.qtype]
+        return self.cols // block_size(self.qtype) * BLOCK_BYTES[self.qtype]
 
     def dequantize(self) -> torch.Tensor:
         """The float32 weight [rows, cols] (as `gguf.quants.dequantize` computes it)."""

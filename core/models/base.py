@@ -18,10 +18,10 @@ from torch import nn
 
 from tgi.core.dtypes import to_torch_dtype
 from tgi.core.interfaces.types import AttentionLayerSpec, KVCacheSpec
-from tgi.core.loading.block_weights import BlockWeight
 from tgi.core.models.context import AttentionContext, token_seq_lens
 from tgi.core.models.layers import LinearFactory, default_weight_loader
 from tgi.core.models.rotary import head_dim_of, rotary_embedding
+from tgi.core.quant.weights import QuantizedWeight
 
 #: checkpoint name part -> (fused module name part, shard id): separate q/k/v and gate/up tensors
 #: loaded into the fused linears
@@ -224,13 +224,17 @@ class CausalLM(nn.Module):
                 f"{self.architecture}: weights missing from the checkpoint: {', '.join(missing)}"
             )
 
-    def attach_block_weights(self, weights: Iterable[tuple[str, BlockWeight]]) -> int:
-        """Attach the checkpoint's block-quantized weights (see `tgi.core.loading.block_weights`) to the
-        linears they belong to, as `module.block_weight`, after `load_weights`. A fused linear (q/k/v,
-        gate/up) gets one only when all its parts come in the same format; the tied head gets the
-        embeddings'. Returns how many linears got one."""
+    def attach_quantized_weights(
+        self, weights: Iterable[tuple[str, QuantizedWeight]], required: bool = False
+    ) -> int:
+        """Attach quantized weights (see `tgi.core.quant`), named as the checkpoint names the dense weight
+        they stand for, to the linears they belong to, as `module.quant_weight`, after `load_weights`. A
+        fused linear (q/k/v, gate/up) gets the parts' `concat`; the tied head gets the embeddings'.
+        With `required` (weights that come without a dense copy: GPTQ, AWQ, FP8 checkpoints) a linear whose
+        parts are missing or cannot be fused raises `ValueError`; otherwise (GGUF blocks beside the dense
+        weights) it keeps its dense weight alone. Returns how many linears got one."""
         modules = dict(self.named_modules())
-        parts: dict[str, dict[object, BlockWeight]] = {}
+        parts: dict[str, dict[object, QuantizedWeight]] = {}
         for name, weight in weights:
             target, shard = self.checkpoint_target(name)
             if name == self.embed_param and self.tie_word_embeddings:
@@ -240,20 +244,28 @@ class CausalLM(nn.Module):
         for module_name, by_shard in parts.items():
             module = modules.get(module_name)
             if module is None or not hasattr(module, "linear_kernel"):
+                if required:
+                    raise ValueError(f"{self.architecture}: quantized weight for {module_name}, not a linear")
                 continue  # not a linear (the embedding table)
             shard_ids = getattr(module, "shard_ids", [None])
-            if any(s not in by_shard for s in shard_ids):
-                continue
             try:
-                block = BlockWeight.concat(by_shard[s] for s in shard_ids)
-            except ValueError:
+                missing = [s for s in shard_ids if s not in by_shard]
+                if missing:
+                    raise ValueError(f"parts {missing} are not quantized")
+                first = by_shard[shard_ids[0]]
+                weight = (
+                    first if len(shard_ids) == 1 else type(first).concat([by_shard[s] for s in shard_ids])
+                )
+            except ValueError as e:
+                if required:
+                    raise ValueError(f"{self.architecture}: {module_name}: {e}") from None
                 continue  # fused parts stored in different formats: the dense weight serves
-            if (block.rows, block.cols) != tuple(module.weight.shape):
+            if (weight.rows, weight.cols) != tuple(module.weight.shape):
                 raise ValueError(
-                    f"{self.architecture}: block weight {module_name} is [{block.rows}, {block.cols}], "
+                    f"{self.architecture}: quantized weight {module_name} is [{weight.rows}, {weight.cols}], "
                     f"the layer {tuple(module.weight.shape)}"
                 )
-            module.block_weight = block
+            module.quant_weight = weight
             count += 1
         return count
 

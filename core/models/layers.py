@@ -28,14 +28,24 @@ def linear(module: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> tor
     (`module.linear_kernel`, see `TorchBackend.prepare_model`), else `F.linear`. Every linear layer of core's
     models, sharded or not, computes its product here."""
     kernel = module.linear_kernel
-    return F.linear(x, module.weight, bias) if kernel is None else kernel(x, bias)
+    if kernel is not None:
+        return kernel(x, bias)
+    if module.weight.is_meta:
+        raise RuntimeError(
+            f"{type(module).__name__} has a quantized weight and no kernel: the backend did not attach one"
+        )
+    return F.linear(x, module.weight, bias)
 
 
 class Linear(nn.Linear):
     """`nn.Linear` whose product a backend may replace (see `linear`)."""
 
     linear_kernel = None  # callable(x, bias) -> x @ weight.T + bias, set by a backend
-    block_weight = None  # the checkpoint's block-quantized copy of `weight` (a BlockWeight), if attached
+    # the layer's quantized weight (a `tgi.core.quant.QuantizedWeight`: GPTQ, AWQ, FP8, int8, GGUF blocks),
+    # attached at load; the backend's kernel computes with it (`tgi.core.quant.kernels`). Where that kernel
+    # takes every row count, `weight` is then a meta tensor (shape and dtype only, no memory)
+    quant_weight = None
+    quant_format: str | None = None  # the format's name, kept once the kernel is attached
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return linear(self, x, self.bias)

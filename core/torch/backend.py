@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from tgi.core.interfaces.runner import ModelRunner
     from tgi.core.loading.source import ModelSource
     from tgi.core.lora.ops import LoRAOps
+    from tgi.core.quant.kernels import QuantizedLinearKernel
+    from tgi.core.quant.weights import QuantizedWeight
     from tgi.core.torch.attention import AttentionBackend
     from tgi.core.torch.kv_cache import KVCache
     from tgi.core.torch.sampler import Sampler
@@ -85,18 +87,32 @@ class TorchBackend(Backend):
         )
 
     def block_weight_types(self, dtype: str) -> frozenset[str]:
-        """GGUF block formats ("Q4_0", "Q4_1", "Q8_0") this backend computes with directly for a model in
-        `dtype`. For a GGUF checkpoint, the runner attaches such weights to their linears as
-        `module.block_weight` (a `tgi.core.loading.block_weights.BlockWeight`) before `prepare_model`; none
-        are read for an empty set. Default: none."""
+        """GGUF block formats ("Q4_0", "Q4_1", "Q8_0", ...) this backend computes with directly for a model
+        in `dtype`. For a GGUF checkpoint, the runner attaches such weights to their linears as
+        `module.quant_weight` (a `tgi.core.loading.block_weights.BlockWeight`, format "gguf-<type>") beside
+        the dense weights, and asks `quantized_linear` for their kernels; none are read for an empty set.
+        Default: none."""
         return frozenset()
+
+    def quantized_linear(self, weight: QuantizedWeight, dtype: str) -> QuantizedLinearKernel:
+        """The kernel for one linear layer's quantized `weight` (its format is one of
+        `weight_formats(dtype)`) with activations in `dtype`: the seam of `tgi.core.quant.kernels`, whose
+        docstring states the contract (what it computes, `max_rows`, keeping the weight packed). Raise
+        `UnsupportedError` with the reason for a weight it cannot compute (a group size, a shape).
+        Default: every format refused."""
+        from tgi.core.interfaces.types import UnsupportedError
+
+        raise UnsupportedError(f"backend '{self.name}' computes no quantized weights ({weight.format})")
 
     def prepare_model(self, model: torch.nn.Module) -> None:
         """Called once after the weights are loaded, before warm-up: the backend may attach faster kernels
         to the model's linear layers (set `module.linear_kernel = fn(x, bias)` on modules that declare a
-        `linear_kernel` attribute, see `tgi.core.models.layers.linear`), e.g. with prepacked weights or
-        over the checkpoint's quantized blocks (`module.block_weight`). Such a kernel must compute the same
-        `x @ weight.T + bias`: it may not change the model's results beyond the dtype's rounding."""
+        `linear_kernel` attribute, see `tgi.core.models.layers.linear`), e.g. with prepacked weights. Such a
+        kernel must compute the same `x @ weight.T + bias`: it may not change the model's results beyond
+        the dtype's rounding. Linears with a quantized weight (`module.quant_weight`) get their kernel from
+        `quantized_linear` afterwards (a kernel set here on them serves as the dense product for the row
+        counts the quantized kernel leaves); leave alone those whose `weight` is a meta tensor (no dense
+        copy)."""
 
     def lora_ops(self) -> LoRAOps:
         """The batched low-rank products of LoRA adapters (`--lora-adapters`, see `tgi.core.lora.ops`):

@@ -14,6 +14,7 @@ from tgi.core.loading import iter_weights, load_config
 from tgi.core.loading.block_weights import iter_block_weights
 from tgi.core.models.context import AttentionContext, build_attention_metadata, build_positions
 from tgi.core.models.registry import attention_layer_specs, kv_cache_spec, model_class_for
+from tgi.core.quant.loading import QuantizedLoading
 from tgi.core.tokenization import config_eos_token_ids
 
 if TYPE_CHECKING:
@@ -61,12 +62,17 @@ class TorchModelRunner(ModelRunner):
         self.model = model_cls(self.hf_config, dtype=dtype, device=self.device, linear=linear)
         if tp_size > 1:
             select = weight_selector(self.model)
-        self.model.load_weights(iter_weights(self.source, self.hf_config, select=select))
+        quant = QuantizedLoading(self.backend, self.hf_config, self.config.quantize, self.source, self.dtype)
+        quant.check(self.model, tp_size)  # refuses what this backend cannot compute, before reading weights
+        weights = iter_weights(self.source, self.hf_config, select=select)
+        self.model.load_weights(quant.split_checkpoint(self.model, weights))
+        quant.attach_weights(self.model)
         qtypes = self.backend.block_weight_types(self.dtype)
-        if qtypes and tp_size == 1 and hasattr(self.model, "attach_block_weights"):
-            self.model.attach_block_weights(iter_block_weights(self.source, self.hf_config, qtypes))
+        if qtypes and tp_size == 1 and hasattr(self.model, "attach_quantized_weights"):
+            self.model.attach_quantized_weights(iter_block_weights(self.source, self.hf_config, qtypes))
         self.model.eval()
         self.backend.prepare_model(self.model)
+        quantization = quant.attach_kernels(self.model)
         self.lora = None  # LoRA adapters (--lora-adapters): deltas added on top of the prepared linears
         if self.config.lora_adapters:
             from tgi.core.lora import load_lora
@@ -93,6 +99,7 @@ class TorchModelRunner(ModelRunner):
             dtype=self.dtype,
             num_parameters=sum(p.numel() for p in self.model.parameters()),
             lora_adapters=self.lora.names if self.lora is not None else (),
+            quantization=quantization,
         )
 
     def capabilities(self) -> RunnerCapabilities:

@@ -1,0 +1,146 @@
+"""The CPU backend's kernels for quantized weights (the seam of `tgi.core.quant.kernels`), keeping the
+weights packed:
+
+- "gptq-int4", "awq-int4": PyTorch's CPU int4 pack-mm (`aten._weight_int4pack_mm_for_cpu`), the weight
+  repacked once with `_convert_weight_to_int4pack_for_cpu`, scale and zero per group. Act-order GPTQ
+  (g_idx) is served by permuting the weight's input channels once so that groups are contiguous, and the
+  input's columns at each call (`x[:, perm]`).
+- "int8" (EETQ's scheme) and symmetric per-row "gptq-int8": int8 weight-only mm (`aten._weight_int8pack_mm`).
+- "gptq-int8" with groups or zero points, "fp8": the packed weight (int8 / float8, 1 byte per weight) is
+  dequantized into a temporary of the activation dtype at each call, then one dense product; the dense
+  weight is never kept.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from tgi.core.interfaces.types import UnsupportedError
+from tgi.core.quant.kernels import QuantizedLinearKernel
+from tgi.core.quant.weights import AWQWeight, FP8Weight, GPTQWeight, Int8Weight, QuantizedWeight
+
+#: group sizes the int4 pack-mm takes; a weight's group must be a multiple of one of them
+INT4_GROUPS = (256, 128, 64, 32)
+
+#: format -> kernel, as `CpuBackend.weight_formats` reports them (GGUF's block formats are added there)
+CPU_FORMATS = {
+    "gptq-int4": "aten int4 pack-mm (CPU)",
+    "awq-int4": "aten int4 pack-mm (CPU)",
+    "gptq-int8": "aten int8 weight-only mm (per-row, symmetric) or int8 dequantized per call (groups)",
+    "int8": "aten int8 weight-only mm (CPU)",
+    "fp8": "float8 weights dequantized per call, then a dense product",
+}
+
+
+def _activation(dtype: str) -> torch.dtype:
+    if dtype not in ("bfloat16", "float32"):
+        raise UnsupportedError(
+            f"the CPU's quantized kernels take bfloat16 or float32 activations, not {dtype}"
+        )
+    return torch.bfloat16 if dtype == "bfloat16" else torch.float32
+
+
+class Int4PackKernel(QuantizedLinearKernel):
+    """GPTQ / AWQ 4-bit weights on `aten._weight_int4pack_mm_for_cpu`."""
+
+    def __init__(self, weight: GPTQWeight | AWQWeight, dtype: torch.dtype) -> None:
+        q = weight.int_weight()  # [rows, cols] int32 in [0, 16)
+        zeros = weight.zero_points()  # [groups, rows]
+        scales = weight.scales.float()  # [groups, rows]
+        group = weight.group_size
+        self.perm = None
+        if isinstance(weight, GPTQWeight) and weight.g_idx is not None:
+            g = weight.group_index()
+            counts = torch.bincount(g, minlength=scales.shape[0])
+            if bool((counts != group).any()):
+                raise UnsupportedError(f"GPTQ g_idx with groups of unequal sizes ({counts.tolist()[:8]}...)")
+            self.perm = torch.argsort(g, stable=True)
+            q = q[:, self.perm]
+        kernel_group = next((k for k in INT4_GROUPS if group % k == 0), None)
+        if kernel_group is None or weight.cols % kernel_group:
+            raise UnsupportedError(
+                f"{weight.format}: group size {group} over {weight.cols} inputs is not a multiple of one the "
+                f"CPU int4 kernel takes ({', '.join(map(str, INT4_GROUPS))})"
+            )
+        repeat = group // kernel_group
+        # w = (q - z) * s = (q - 8) * s + (8 - z) * s: the kernel's scale-and-zero form
+        zero_f = (8 - zeros.float()) * scales
+        sz = torch.stack([scales, zero_f], dim=-1).repeat_interleave(repeat, dim=0)[
+            : weight.cols // kernel_group
+        ]
+        self.scales_zeros = sz.to(dtype).contiguous()  # [cols / kernel_group, rows, 2]
+        self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.contiguous(), 1)
+        self.group = kernel_group
+        self.dtype = dtype
+        self.name = "aten int4 pack-mm" + (" (act-order)" if self.perm is not None else "")
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        if self.perm is not None:
+            x = x.index_select(-1, self.perm)
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(
+            x.contiguous(), self.packed, self.group, self.scales_zeros
+        )
+        return y if bias is None else y + bias
+
+    def release_source(self) -> bool:
+        return True
+
+
+class Int8PackKernel(QuantizedLinearKernel):
+    """Symmetric int8 weights with one scale per row on `aten._weight_int8pack_mm`."""
+
+    name = "aten int8 weight-only mm"
+
+    def __init__(self, weight: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> None:
+        self.weight = weight.contiguous()  # int8 [rows, cols]
+        self.scale = scale.to(dtype).contiguous()  # [rows]
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        y = torch.ops.aten._weight_int8pack_mm(x.contiguous(), self.weight, self.scale)
+        return y if bias is None else y + bias
+
+
+class DequantizePerCallKernel(QuantizedLinearKernel):
+    """One byte per weight kept (int8 with per-group scale and zero, or float8 with a per-row scale); each
+    call dequantizes into a temporary of the activation dtype and multiplies."""
+
+    def __init__(self, weight: QuantizedWeight, dtype: torch.dtype) -> None:
+        self.dtype = dtype
+        if isinstance(weight, FP8Weight):
+            self.values, self.scale = weight.weight, weight.scale.to(dtype)[:, None]
+            self.zero = None
+            self.name = "float8 dequantized per call"
+        else:  # grouped GPTQ int8: int8 values (q - 128) with per-group zero offsets and scales
+            g = weight.group_index()
+            self.values = (weight.int_weight() - 128).to(torch.int8)
+            self.scale = weight.scales.to(dtype)[g].T.contiguous()  # [rows, cols]
+            self.zero = (weight.zero_points() - 128).to(dtype)[g].T.contiguous()
+            self.name = "int8 dequantized per call"
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        w = self.values.to(self.dtype)
+        if self.zero is not None:
+            w = w - self.zero
+        return F.linear(x, w * self.scale, bias)
+
+    def release_source(self) -> bool:
+        return True
+
+
+def cpu_quantized_linear(weight: QuantizedWeight, dtype: str) -> QuantizedLinearKernel:
+    """The CPU kernel for `weight` (one of `CPU_FORMATS`) with `dtype` activations."""
+    act = _activation(dtype)
+    if isinstance(weight, (AWQWeight, GPTQWeight)) and weight.format.endswith("int4"):
+        return Int4PackKernel(weight, act)
+    if isinstance(weight, Int8Weight):
+        return Int8PackKernel(weight.weight, weight.scale, act)
+    if isinstance(weight, GPTQWeight):  # 8 bits
+        zeros = weight.zero_points()
+        if weight.group_size == weight.cols and bool((zeros == 128).all()):
+            scale = weight.scales.float().reshape(-1)
+            return Int8PackKernel((weight.int_weight() - 128).to(torch.int8), scale, act)
+        return DequantizePerCallKernel(weight, act)
+    if isinstance(weight, FP8Weight):
+        return DequantizePerCallKernel(weight, act)
+    raise UnsupportedError(f"the CPU backend has no kernel for {weight.format} weights")
