@@ -1,7 +1,9 @@
-"""`TritonBackend`: what the CUDA and ROCm backends share (both reach their GPU through `torch.cuda`).
+"""`TritonBackend`: what the CUDA, ROCm and XPU backends share.
 
-A concrete backend derives from it and sets its `name`, its `process_group_backend`, and whatever differs
-on its hardware (the ROCm backend names the GPU's architecture in `devices()`)."""
+CUDA and ROCm reach their GPU through `torch.cuda`, XPU through `torch.xpu`, which mirrors it (memory,
+synchronisation, graphs); `device_type` names the torch module. A concrete backend derives from it and sets
+its `name`, `device_type`, `process_group_backend`, and whatever differs on its hardware (the ROCm backend
+names the GPU's architecture in `devices()`)."""
 
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ def _env_flag(name: str) -> bool:
 
 
 class TritonBackend(TorchBackend):
-    """One `torch.cuda` GPU per rank (CUDA, or ROCm's HIP build), Triton attention, nccl collectives.
+    """One GPU per rank (`torch.cuda`: CUDA or ROCm's HIP build; `torch.xpu`: Intel), Triton attention,
+    the backend's collectives (nccl, xccl).
 
     :param device_index: the GPU of this rank (default: the current device)
     :param attention: attention implementation name (default: `$TGI_ATTENTION`, else `triton`)
@@ -45,6 +48,10 @@ class TritonBackend(TorchBackend):
 
     process_group_backend: ClassVar[str] = "nccl"  # RCCL under the same name on ROCm
     captures_graphs: ClassVar[bool] = True  # decode steps, at --cuda-graphs sizes (`graphs.py`)
+    #: the torch device type, and the name of the torch module that drives it (`torch.cuda`, `torch.xpu`)
+    device_type: ClassVar[str] = "cuda"
+    #: the graph class of that module (`torch.cuda.CUDAGraph`, `torch.xpu.XPUGraph`)
+    graph_class: ClassVar[str] = "CUDAGraph"
 
     def __init__(
         self,
@@ -52,9 +59,12 @@ class TritonBackend(TorchBackend):
         attention: str | None = None,
         cuda_graphs: bool | None = None,
     ) -> None:
+        #: every device call goes through this module (`torch.cuda` or `torch.xpu`); tests replace it
+        self.device_module = getattr(torch, self.device_type)
         if device_index is None:
-            device_index = torch.cuda.current_device() if torch.cuda.is_available() else 0
-        self.device = torch.device("cuda", device_index)
+            dm = self.device_module
+            device_index = dm.current_device() if dm.is_available() else 0
+        self.device = torch.device(self.device_type, device_index)
         self.attention_name = attention or os.environ.get(ENV_ATTENTION) or "triton"
         self.cuda_graphs = _env_flag(ENV_CUDA_GRAPHS) if cuda_graphs is None else cuda_graphs
         self.memory_margin = DEFAULT_MEMORY_MARGIN
@@ -65,7 +75,7 @@ class TritonBackend(TorchBackend):
         return self.device
 
     def devices(self) -> list[DeviceInfo]:
-        props = torch.cuda.get_device_properties(self.device)
+        props = self.device_module.get_device_properties(self.device)
         return [DeviceInfo(self.device.index or 0, props.name, props.total_memory)]
 
     def reserve_activation_memory(self, nbytes: int) -> None:
@@ -73,20 +83,21 @@ class TritonBackend(TorchBackend):
         self._activation_bytes = max(0, int(nbytes))
 
     def memory_info(self) -> MemoryInfo:
-        free, total = torch.cuda.mem_get_info(self.device)
+        dm = self.device_module
+        free, total = dm.mem_get_info(self.device)
         # memory torch's caching allocator holds but does not use is free for the KV cache too
-        cached = torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
+        cached = dm.memory_reserved(self.device) - dm.memory_allocated(self.device)
         usable = free + cached - self._activation_bytes - self.memory_margin
         return MemoryInfo(total=total, free=max(0, usable))
 
     def synchronize(self) -> None:
-        torch.cuda.synchronize(self.device)
+        self.device_module.synchronize(self.device)
 
     def supported_dtypes(self) -> tuple[str, ...]:
         return ("bfloat16", "float16", "float32")
 
     def default_dtype(self) -> str:
-        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+        return "bfloat16" if self.device_module.is_bf16_supported() else "float16"
 
     # -- kernels and storage ----------------------------------------------------------------------------
     def attention_names(self) -> tuple[str, ...]:

@@ -1,4 +1,6 @@
 """CUDA graphs for decode steps — UNTESTED: written without a GPU; enable with `TGI_CUDA_GRAPHS=1`.
+The same code captures XPU graphs on Intel GPUs: `torch.xpu` has the graph API of `torch.cuda`
+(`XPUGraph`, `graph`, `graph_pool_handle`), reached through the backend's `device_module`.
 
 A decode step launches a few kernels per layer with tiny shapes, so at small batch sizes the GPU waits on
 the CPU's launches. Capturing the model's forward once per batch size and replaying it removes that cost.
@@ -58,20 +60,22 @@ class GraphedDecodeModel:
         self.seq_lens = torch.ones(max_n, dtype=torch.int32, device=device)
         self.tables = torch.zeros(max_n, self.max_blocks, dtype=torch.int32, device=device)
         spec = runner.kv_cache.spec
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        dm = runner.backend.device_module  # torch.cuda (CUDA, HIP) or torch.xpu: the same graph API
+        graph_class = getattr(dm, runner.backend.graph_class)
+        self.graphs: dict[int, Any] = {}  # size -> torch.cuda.CUDAGraph / torch.xpu.XPUGraph
         self.outputs: dict[int, torch.Tensor] = {}
-        pool = torch.cuda.graph_pool_handle()
+        pool = dm.graph_pool_handle()
         with torch.inference_mode():
             for n in reversed(self.sizes):  # largest first: smaller graphs reuse its pool memory
                 splits = self.attention.num_decode_splits(n, spec.num_kv_heads, max_len, None)
                 ctx = AttentionContext(self.attention, self.kv_cache, self._meta(n, max_len, splits))
                 self.model(self.input_ids[:n], self.positions[:n], ctx)  # compile the kernels first
-                torch.cuda.synchronize(device)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool):
+                dm.synchronize(device)
+                graph = graph_class()
+                with dm.graph(graph, pool=pool):
                     self.outputs[n] = self.model(self.input_ids[:n], self.positions[:n], ctx)
                 self.graphs[n] = graph
-        torch.cuda.synchronize(device)
+        dm.synchronize(device)
 
     def _meta(self, n: int, max_len: int, splits: int) -> AttentionMetadata:
         device = self.input_ids.device

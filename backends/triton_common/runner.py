@@ -6,8 +6,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-import torch
-
 from tgi.core.torch.runner import TorchModelRunner
 
 if TYPE_CHECKING:
@@ -43,7 +41,7 @@ class TritonModelRunner(TorchModelRunner):
 
     def load(self) -> ModelInfo:
         info = super().load()
-        if self.device.type == "cuda":
+        if self.device.type == self.backend.device_type:  # not on the CPU tensors of the interpreter tests
             self.profile_activation_memory()
         return info
 
@@ -54,19 +52,20 @@ class TritonModelRunner(TorchModelRunner):
 
         tokens = self.config.max_batch_prefill_tokens or DEFAULT_MAX_BATCH_PREFILL_TOKENS
         num_blocks = max(1, -(-tokens // self.config.block_size))
-        torch.cuda.synchronize(self.device)
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(self.device)
-        base = torch.cuda.memory_allocated(self.device)
+        dm = self.backend.device_module  # torch.cuda or torch.xpu
+        dm.synchronize(self.device)
+        dm.empty_cache()
+        dm.reset_peak_memory_stats(self.device)
+        base = dm.memory_allocated(self.device)
         self.initialize_cache(num_blocks)
         cache_bytes = self.kv_cache.nbytes()
         try:
             super().warmup(tokens, self.config.max_num_seqs)
-            torch.cuda.synchronize(self.device)
-            peak = torch.cuda.max_memory_allocated(self.device) - base - cache_bytes
+            dm.synchronize(self.device)
+            peak = dm.max_memory_allocated(self.device) - base - cache_bytes
         finally:
             self.kv_cache = None
-            torch.cuda.empty_cache()
+            dm.empty_cache()
         peak = int(peak * 1.1)  # the allocator rounds and fragments; keep a tenth more
         if hasattr(self.backend, "reserve_activation_memory"):
             self.backend.reserve_activation_memory(peak)
@@ -83,7 +82,7 @@ class TritonModelRunner(TorchModelRunner):
         if self.cuda_graphs and self.lora is not None:
             # a captured graph would replay the adapters of its capture: LoRA steps run eagerly
             log.warning("CUDA graphs are off: LoRA adapters are loaded (--lora-adapters)")
-        elif self.cuda_graphs and self.device.type == "cuda":
+        elif self.cuda_graphs and self.device.type == self.backend.device_type:
             from tgi.backends.triton_common.graphs import GraphedDecodeModel, graph_batch_sizes
 
             sizes = graph_batch_sizes(max_num_seqs)
