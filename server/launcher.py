@@ -14,6 +14,7 @@ import sys
 import time
 
 from tgi.core.config import ConfigError, EngineConfig
+from tgi.core.interfaces.quantization import QUANTIZE_METHODS
 from tgi.server.launch_flags import (
     add_tgi_arguments,
     apply_hub_cache,
@@ -93,7 +94,14 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
         help="LoRA adapters (PEFT folders) served beside the model, chosen per request by `adapter_id` "
         "or OpenAI's `model`: id=path,id2=path2 (a bare path is its own id) [env: LORA_ADAPTERS]",
     )
-    a("--quantize", default=env("QUANTIZE"), help="weight quantization (not supported yet) [env: QUANTIZE]")
+    a(
+        "--quantize",
+        default=env("QUANTIZE"),
+        metavar="{" + ",".join(QUANTIZE_METHODS) + "}",
+        help="weight quantization: a quantized checkpoint's own (gptq, awq, compressed-tensors, fp8) is "
+        "detected from its config.json; on a dense checkpoint eetq (int8) and fp8 quantize while loading. "
+        "A value the model or backend cannot serve fails at start with the reason [env: QUANTIZE]",
+    )
     a(
         "--max-input-tokens",
         "--max-input-length",
@@ -241,10 +249,6 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     """The engine's config from the flags; `ConfigError` names contradictory limits and why, or a TGI flag
     this server refuses."""
     check_tgi_arguments(args)
-    if args.quantize:
-        raise ConfigError(
-            f"--quantize {args.quantize}: quantization is not supported yet (GGUF models load quantized as they are)"
-        )
     for name in (
         "max_concurrent_requests",
         "max_best_of",

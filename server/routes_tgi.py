@@ -236,7 +236,16 @@ async def info(request: Request) -> dict:
         "speculate": cfg.speculate,
         "speculation": getattr(engine, "speculation", None),
         "kernels": getattr(engine, "kernels", None) or {},
+        **_quantization(getattr(model_info, "quantization", None)),
     }
+
+
+def _quantization(q) -> dict:
+    """/info's `quantize` and `quantization` from `ModelInfo.quantization`."""
+    if q is None:
+        return {"quantize": None, "quantization": None}
+    details = {k: getattr(q, k) for k in ("weight_format", "source", "num_linears", "kernel", "description")}
+    return {"quantize": q.method, "quantization": details}
 
 
 @router.get("/health", responses={503: {"model": ErrorResponse}})

@@ -114,6 +114,14 @@ class ErrorResponse(BaseModel):
     error_type: str
 
 
+class QuantizationDetails(BaseModel):
+    weight_format: str = Field(description='the format of the quantized weights, e.g. "gptq-int4", "fp8"')
+    source: str = Field(description='"checkpoint" (read as stored) or "load-time" (quantized while loading)')
+    num_linears: int = Field(description="linear layers computed with quantized weights")
+    kernel: str = Field(description="the kernel(s) that compute them")
+    description: str
+
+
 class Info(BaseModel):
     model_id: str
     model_sha: str | None = None
@@ -146,4 +154,12 @@ class Info(BaseModel):
     )
     kernels: dict[str, str] = Field(
         default_factory=dict, description="the backend's kernels and the implementation each runs with here"
+    )
+    quantize: str | None = Field(
+        default=None,
+        description="the weight quantization in use, as a --quantize value (gptq, awq, fp8, eetq, ...; "
+        '"gguf" for a GGUF file\'s blocks); None: dense weights',
+    )
+    quantization: QuantizationDetails | None = Field(
+        default=None, description="how the quantized weights are stored and computed"
     )

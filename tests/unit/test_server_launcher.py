@@ -104,7 +104,7 @@ def test_prefix_caching_is_on_unless_turned_off_by_flag_or_variable(monkeypatch,
             ["--max-batch-prefill-tokens", "9000", "--max-batch-total-tokens", "4000"],
             "--max-batch-prefill-tokens",
         ),
-        (["--quantize", "awq"], "not supported yet"),
+        (["--quantize", "int3"], "--quantize int3: unknown value (one of: awq,"),
         (["--max-concurrent-requests", "0"], "--max-concurrent-requests must be >= 1"),
     ],
 )

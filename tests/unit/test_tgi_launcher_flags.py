@@ -25,7 +25,7 @@ TGI_LAUNCHER_FLAGS = [
     ("--validation-workers", "VALIDATION_WORKERS", "3", True),
     ("--sharded", "SHARDED", "false", True),
     ("--num-shard", "NUM_SHARD", "1", True),
-    ("--quantize", "QUANTIZE", "awq", False),
+    ("--quantize", "QUANTIZE", "eetq", True),  # whether the model and backend serve it is decided at load
     ("--speculate", "SPECULATE", "2", None),  # another issue implements it: served or refused
     ("--dtype", "DTYPE", "bfloat16", True),
     ("--kv-cache-dtype", "KV_CACHE_DTYPE", "fp8_e4m3fn", False),
