@@ -12,6 +12,12 @@ target). It writes the checkpoint once (bfloat16 safetensors + a word-level toke
 
     python benchmarks/cuda_bench.py --model-dir /tmp/llama8b-random --json $OUT/cuda_bench.json
 
+With --quant-gemm it times instead the Triton quantized GEMMs (GPTQ int4 with and without act-order, GPTQ
+int8, AWQ int4, FP8; `cuda_quant_gemm.py`) against the dense product on the 8B model's linear shapes, at
+--quant-rows input rows, and checks each against its dequantized weight (no checkpoint is written):
+
+    python benchmarks/cuda_bench.py --quant-gemm --json $OUT/quant_gemm.json
+
 Prints one line per figure, with the device name; nothing here has been run on a GPU yet.
 """
 
@@ -69,7 +75,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-num-seqs", type=int, default=256)
     p.add_argument("--skip-transformers", action="store_true")
     p.add_argument("--json", default=None, help="also write the figures to this file")
-    return p.parse_args(argv)
+    p.add_argument(
+        "--quant-gemm", action="store_true", help="time the quantized GEMM kernels instead of the model"
+    )
+    p.add_argument("--quant-rows", default="1,16,64,256,2048", help="input row counts for --quant-gemm")
+    p.add_argument("--quant-dtype", choices=("bfloat16", "float16"), default="bfloat16")
+    p.add_argument("--quant-iters", type=int, default=50, help="timed calls per measurement")
+    args = p.parse_args(argv)
+    try:
+        args.quant_rows = [int(r) for r in args.quant_rows.split(",")]
+    except ValueError:
+        p.error(f"--quant-rows must be comma-separated integers, got {args.quant_rows!r}")
+    if any(r < 1 for r in args.quant_rows):
+        p.error("--quant-rows must be positive")
+    return args
 
 
 def write_checkpoint(path: Path, num_layers: int | None) -> None:
@@ -234,6 +253,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     figures: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "args": vars(args)}
     print(f"device: {figures['device']}")
+    if args.quant_gemm:
+        from tgi.benchmarks.cuda_quant_gemm import run
+
+        dtype = getattr(torch, args.quant_dtype)
+        figures["quant_gemm"] = run(args.quant_rows, dtype, "cuda", iters=args.quant_iters)
+        if args.json:
+            Path(args.json).write_text(json.dumps(figures, indent=2, default=str))
+        return 0
     path = Path(args.model_dir)
     if not (path / "config.json").exists():
         t0 = time.perf_counter()

@@ -10,5 +10,6 @@ kernels through it, so that no backend imports another (an import-linter contrac
 | `graphs.py` | decode CUDA graphs (HIP graphs on ROCm, XPU graphs on Intel GPUs) |
 | `attention.py` | `TritonAttention`, the `--attention` names |
 | `kv_cache.py` | `TritonKVCache` |
-| `kernels/` | the Triton kernels: KV write, split-K paged decode, ragged/chunked prefill |
+| `quant.py` | the quantized-linear seam's kernels: GPTQ, AWQ, FP8 and int8 weights (`weight_formats`) |
+| `kernels/` | the Triton kernels: KV write, split-K paged decode, ragged/chunked prefill, fused MoE, LoRA, quantized GEMMs |
 """

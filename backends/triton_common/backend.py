@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from tgi.core.config import EngineConfig
     from tgi.core.interfaces import ModelRunner
     from tgi.core.loading.source import ModelSource
+    from tgi.core.quant.kernels import QuantizedLinearKernel
+    from tgi.core.quant.weights import QuantizedWeight
 
 #: attention implementation by name (`triton`, `flash-attn`, `flashinfer`); see `attention.py`
 ENV_ATTENTION = "TGI_ATTENTION"
@@ -127,6 +129,19 @@ class TritonBackend(TorchBackend):
         from tgi.backends.triton_common.kernels.lora import TritonLoRAOps
 
         return TritonLoRAOps()
+
+    def weight_formats(self, dtype: str) -> dict[str, str]:
+        """GPTQ (4/8-bit), AWQ (4-bit), FP8 and int8 weights, through the Triton GEMMs of `quant.py`; the
+        others (bitsandbytes, GGUF blocks) are refused by name."""
+        from tgi.backends.triton_common.quant import weight_formats
+
+        return weight_formats(dtype)
+
+    def quantized_linear(self, weight: QuantizedWeight, dtype: str) -> QuantizedLinearKernel:
+        """A Triton GEMM over the packed weight (`quant.TritonQuantizedLinear`), for every row count."""
+        from tgi.backends.triton_common.quant import quantized_linear
+
+        return quantized_linear(weight, dtype)
 
     def create_kv_cache(self, spec: KVCacheSpec, num_blocks: int) -> KVCache:
         from tgi.backends.triton_common.kv_cache import TritonKVCache

@@ -6,12 +6,13 @@ quantized; an activation scale in the checkpoint is not used by this kernel).
 `scale` is per tensor ([] or [1]) or per output channel ([N] or [N, 1]); either factors out of the sum over
 K, so the kernel multiplies the float32 accumulator by it once per column.
 
-The FP8 bytes are decoded with integer arithmetic, not by the hardware's FP8 conversion, so the same kernel
-runs on GPUs without FP8 units (Ampere, MI200), on MI300 (whose native FP8 is the other, "fnuz" encoding),
-and in the interpreter: the 7 exponent-and-mantissa bits of e4m3fn moved into a float16's bits at the same
-place relative to the binary point give the value times 2**-8 (normal and subnormal numbers alike, the
-exponent biases being 7 and 15), so value = that float16 * 256. e4m3fn's NaN (0x7F/0xFF) decodes to 480
-instead: weights hold no NaN. Block sizes are fixed and untuned (no GPU was available to tune them).
+The FP8 bytes are decoded with integer arithmetic, not by the hardware's FP8 conversion, so the kernel
+needs no FP8 instructions (Ampere and MI200 have none; MI300's native FP8 is the other, "fnuz", encoding)
+and runs in the interpreter (the only place it has run): the 7 exponent-and-mantissa bits of e4m3fn moved
+into a float16's bits at the same place relative to the binary point give the value times 2**-8 (normal
+and subnormal numbers alike, the exponent biases being 7 and 15), so value = that float16 * 256. e4m3fn's
+NaN (0x7F/0xFF) decodes to 480 instead: weights hold no NaN. Block sizes are fixed and untuned (no GPU was
+available to tune them).
 """
 
 from __future__ import annotations
