@@ -170,15 +170,17 @@ def paged_decode(
 DECODE_IMPLS = {"auto": 0, "vector": 1, "amx": 2}
 
 
-#: GGUF block formats the block kernels take, by their llama.cpp names
-BLOCK_TYPES = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2}
+#: GGUF block formats the block kernels take, by their llama.cpp names: blocks of 32 weights, and the
+#: K-quants' super-blocks of 256 (their weights need K a multiple of 256; no AMX path: see the README)
+BLOCK_TYPES = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2, "Q4_K": 3, "Q5_K": 4, "Q6_K": 5}
 #: implementations of `block_linear`
 BLOCK_IMPLS = {"auto": 0, "reference": 1, "avx512-bf16": 2, "amx": 3}
 
 
 def block_pack(raw: torch.Tensor, qtype: str, n: int, k: int) -> torch.Tensor:
-    """Repack a [n, k] weight's GGUF blocks (uint8 [n, k / 32 * block bytes], llama.cpp's layout) into the
-    layout `block_linear` reads (groups of 16 rows; same size). Returns a flat uint8 tensor."""
+    """Repack a [n, k] weight's GGUF blocks (uint8 [n, k / 32 * block bytes], llama.cpp's layout; K-quants
+    [n, k / 256 * super-block bytes]) into the layout `block_linear` reads (groups of 16 rows; the same size,
+    K-quants 1-3 % more: their 6-bit scales unpacked to bytes). Returns a flat uint8 tensor."""
     return load().block_pack(raw, BLOCK_TYPES[qtype], int(n), int(k))
 
 
@@ -201,7 +203,10 @@ def block_linear(
     x [M, k] bfloat16 -> [M, n] bfloat16. Products of x with the exact weight values (not rounded to
     bfloat16) accumulate in float32, then round once. `impl`: "auto" (the fastest this CPU has), "amx"
     (weights dequantized to bfloat16 tiles, as the dense weights are, multiplied on AMX), "avx512-bf16",
-    or "reference" (scalar; what a CPU without AVX512-BF16 takes). Raises for one this CPU lacks.
+    or "reference" (scalar; what a CPU without AVX512-BF16 takes). Raises for one this CPU lacks, and
+    "amx" for the K-quants (Q4_K, Q5_K, Q6_K: "auto" computes them on AVX512-BF16 on every CPU with AMX).
+    float32 x -> float32 out ("auto" or "reference": AVX2 or plain loops; the K-quants' float32 path is one
+    loop nest compiled for AVX-512, AVX2 and plain x86-64, both names take it).
     """
     return load().block_linear(x, packed, BLOCK_TYPES[qtype], int(n), int(k), bias, BLOCK_IMPLS[impl])
 

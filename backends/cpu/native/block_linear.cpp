@@ -15,14 +15,38 @@
 #endif
 
 #include "block_linear.h"
+#include "block_linear_kquant.h"
 #include "ops.h"
+
+namespace {
+// the block type's check of K, and the packed size of [n, k] (groups of 16 rows)
+int64_t packed_bytes(int64_t qtype, int64_t n, int64_t k) {
+  using namespace tgi_blocks;
+  TORCH_CHECK(qtype == kQ4_0 || qtype == kQ4_1 || qtype == kQ8_0 || is_kquant(qtype), "unknown block type ",
+              qtype);
+  TORCH_CHECK(n > 0, "N must be positive, got ", n);
+  const int64_t groups = (n + R - 1) / R;
+  if (is_kquant(qtype)) {
+    TORCH_CHECK(k > 0 && k % QKK == 0, "K-quant weights need K a positive multiple of 256, got ", k);
+    return groups * (k / QKK) * kq_stride(qtype);
+  }
+  TORCH_CHECK(k > 0 && k % QK == 0, "K must be a positive multiple of 32, got ", k);
+  return groups * (k / QK) * packed_stride(qtype);
+}
+}  // namespace
 
 torch::Tensor block_pack(torch::Tensor raw, int64_t qtype, int64_t n, int64_t k) {
   using namespace tgi_blocks;
-  TORCH_CHECK(qtype == kQ4_0 || qtype == kQ4_1 || qtype == kQ8_0, "unknown block type ", qtype);
-  TORCH_CHECK(n > 0 && k > 0 && k % QK == 0, "K must be a positive multiple of 32, got ", k);
+  const int64_t size = packed_bytes(qtype, n, k);
   TORCH_CHECK(raw.scalar_type() == at::kByte, "raw blocks must be uint8");
   raw = raw.contiguous();
+  if (is_kquant(qtype)) {
+    const int64_t expected = n * (k / QKK) * kq_raw_bytes(qtype);
+    TORCH_CHECK(raw.numel() == expected, "raw blocks hold ", raw.numel(), " bytes, expected ", expected);
+    auto out = torch::empty({size}, raw.options());
+    pack_k(raw.data_ptr<uint8_t>(), qtype, n, k, out.data_ptr<uint8_t>());
+    return out;
+  }
   TORCH_CHECK(raw.numel() == n * (k / QK) * raw_block_bytes(qtype), "raw blocks hold ", raw.numel(),
               " bytes, expected ", n * (k / QK) * raw_block_bytes(qtype));
   const int64_t groups = (n + R - 1) / R;
@@ -69,12 +93,16 @@ torch::Tensor block_linear_f32(const torch::Tensor& x, const torch::Tensor& pack
   at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> y(M * R);
     for (int64_t g = begin; g < end; ++g) {
+      if (is_kquant(qtype)) {
+        group_f32_k(xp, M, k, sx.data(), wp, qtype, g, y.data());
+      } else {
 #if defined(__x86_64__)
       if (vector) group_f32_avx2(xp, M, k, sx.data(), wp, qtype, g, y.data());
       else group_f32(xp, M, k, sx.data(), wp, qtype, g, y.data());
 #else
       group_f32(xp, M, k, sx.data(), wp, qtype, g, y.data());
 #endif
+      }
       const int64_t rows = std::min<int64_t>(R, n - g * R);
       for (int64_t m = 0; m < M; ++m)
         for (int64_t r = 0; r < rows; ++r) op[m * n + g * R + r] = y[m * R + r] + (bp ? bp[g * R + r] : 0.0f);
@@ -87,14 +115,13 @@ torch::Tensor block_linear_f32(const torch::Tensor& x, const torch::Tensor& pack
 torch::Tensor block_linear(torch::Tensor x, torch::Tensor packed, int64_t qtype, int64_t n, int64_t k,
                            c10::optional<torch::Tensor> bias, int64_t impl) {
   using namespace tgi_blocks;
-  TORCH_CHECK(qtype == kQ4_0 || qtype == kQ4_1 || qtype == kQ8_0, "unknown block type ", qtype);
-  TORCH_CHECK(n > 0 && k > 0 && k % QK == 0, "K must be a positive multiple of 32, got ", k);
+  const int64_t size = packed_bytes(qtype, n, k);
   TORCH_CHECK(x.dim() == 2 && x.size(1) == k, "x must be [M, ", k, "]");
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat,
               "block_linear takes bfloat16 or float32 inputs");
   const int64_t nb = k / QK, groups = (n + R - 1) / R;
   TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous() &&
-                  packed.numel() == groups * nb * packed_stride(qtype),
+                  packed.numel() == size,
               "packed weights do not match [", n, ", ", k, "] (see block_pack)");
   if (bias.has_value()) TORCH_CHECK(bias->dim() == 1 && bias->size(0) == n, "bias must be [", n, "]");
   x = x.contiguous();
@@ -119,11 +146,13 @@ torch::Tensor block_linear(torch::Tensor x, torch::Tensor packed, int64_t qtype,
 #if defined(__x86_64__)
   TORCH_CHECK(impl != 2 || has_avx512_bf16(), "this CPU has no AVX512-BF16");
   TORCH_CHECK(impl != 3 || amx_ready(), "AMX is not available here");
+  // the K-quants have no AMX path (see backends/cpu/README.md): "auto" takes AVX512-BF16 for them
+  TORCH_CHECK(impl != 3 || !is_kquant(qtype), "the AMX block kernel computes Q4_0, Q4_1 and Q8_0, not K-quants");
   // auto: one or two rows read the weights fastest on the AVX512-BF16 path; more rows share each
   // dequantized tile on AMX (decode step of the default model, 2 cores: batch 1 17.4 vs 21.5 ms on AMX,
   // batch 8 24.6 ms on AMX vs 30.2)
   const bool few_rows = M <= 2 && has_avx512_bf16();
-  if (impl == 3 || (impl == 0 && !few_rows && amx_ready())) {
+  if (impl == 3 || (impl == 0 && !few_rows && amx_ready() && !is_kquant(qtype))) {
     const int64_t pass_rows = 48;  // three 16-row tiles of x per dequantized weight tile
     at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
       std::unique_ptr<float[]> y(new float[pass_rows * (end - begin) * R]);  // every element is stored first
@@ -153,13 +182,19 @@ torch::Tensor block_linear(torch::Tensor x, torch::Tensor packed, int64_t qtype,
     for (int64_t g = begin; g < end; ++g) {
       const int64_t rows = std::min<int64_t>(R, n - g * R);
 #if defined(__x86_64__)
+      if (fast && is_kquant(qtype)) {
+        group_avx512_k(xp, M, k, sx.data(), wp, qtype, g, y.data());
+        store_rows_bf16(y.data(), R, bp ? bp + g * R : nullptr, M, rows, op + g * R, n);
+        continue;
+      }
       if (fast) {
         group_avx512(xp, M, k, sx.data(), wp, qtype, g, y.data());
         store_rows_bf16(y.data(), R, bp ? bp + g * R : nullptr, M, rows, op + g * R, n);
         continue;
       }
 #endif
-      group_ref(xp, M, k, sx.data(), wp, qtype, g, y.data());
+      if (is_kquant(qtype)) group_ref_k(xp, M, k, sx.data(), wp, qtype, g, y.data());
+      else group_ref(xp, M, k, sx.data(), wp, qtype, g, y.data());
       for (int64_t m = 0; m < M; ++m)
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t col = g * R + r;

@@ -1,0 +1,92 @@
+// The CPU block linear for GGUF's K-quants (Q4_K, Q5_K, Q6_K: super-blocks of 256 weights), beside the
+// 32-weight formats of block_linear.h. The op (block_linear.cpp) dispatches to these when qtype is one.
+//
+// llama.cpp's super-blocks (raw, per row; facts from ggml's block_q4_K / block_q5_K / block_q6_K):
+// - Q4_K (144 bytes): fp16 d, fp16 dmin, 12 bytes of eight 6-bit scales and eight 6-bit mins, 128 bytes of
+//   nibbles. Sub-block j (32 weights) is w = d * sc[j] * q - dmin * m[j], q in 0..15.
+// - Q5_K (176 bytes): as Q4_K, then 32 bytes of fifth bits (bit j of byte l: weight l of sub-block j)
+//   before the nibbles; q in 0..31.
+// - Q6_K (210 bytes): 128 bytes of low nibbles, 64 bytes of 2-bit high parts, sixteen int8 scales, fp16
+//   d; 16 sub-blocks of 16: w = d * sc[i] * (q - 32), q in 0..63.
+//
+// Packed (block_linear_kquant_pack.cpp), per group of 16 rows and super-block, with S = kq_stride(qtype):
+// - [0, 2048): per 32-weight sub-block j, 256 bytes of low nibbles in the layout of Q4_0/Q4_1 (chunk c,
+//   byte 2r + i: row r, low nibble column 4c + i, high nibble column 4c + 2 + i). Q6_K's sub-blocks of 16
+//   are the chunks 0-3 and 4-7 of one 32-wide sub-block.
+// - high bits as lane masks of those chunks: the 32 16-bit lanes a chunk widens to (lane 2r + i) for its
+//   "a" columns (4c + i) and its "b" columns (4c + 2 + i). Q5_K: per sub-block 64 bytes, chunk c at 8c:
+//   uint32 mask a, mask b (bit 4 of q). Q6_K: 128 bytes, chunk c at 16c: a bit 4, b bit 4, a bit 5, b bit 5.
+// - the header at kq_header(qtype): fp16 d[16], fp16 dmin[16] (zero for Q6_K), then Q4_K/Q5_K uint8
+//   sc[8][16] and m[8][16]; Q6_K int8 sc[16][16]. (Scales unpacked to bytes: 148 / 180 / 212 bytes per row
+//   and super-block against the file's 144 / 176 / 210.)
+//
+// Every path forms, per sub-block, sum(x * q) of x with the exact integers (bfloat16 or float32 products,
+// float32 sums), then y += (d * sc) * sum - (dmin * m) * sum(x); d * sc and dmin * m are exact in float32.
+#pragma once
+
+#include <cstdint>
+
+#include "block_linear.h"
+
+namespace tgi_blocks {
+
+enum KQType : int64_t { kQ4_K = 3, kQ5_K = 4, kQ6_K = 5 };
+constexpr int64_t QKK = 256;  // weights per super-block
+constexpr int64_t kLowBytes = 8 * 256;
+
+inline bool is_kquant(int64_t t) { return t == kQ4_K || t == kQ5_K || t == kQ6_K; }
+inline int64_t kq_raw_bytes(int64_t t) { return t == kQ4_K ? 144 : t == kQ5_K ? 176 : 210; }
+inline int64_t kq_high_bytes(int64_t t) { return t == kQ4_K ? 0 : t == kQ5_K ? 8 * 64 : 8 * 128; }
+inline int64_t kq_header(int64_t t) { return kLowBytes + kq_high_bytes(t); }
+inline int64_t kq_stride(int64_t t) { return kq_header(t) + 2 * R * 2 + 16 * R; }
+
+// the integer q of row r, column k (0..255) of a packed super-block `o` (Q6_K's without its -32)
+inline int kq_value(const uint8_t* o, int64_t t, int r, int k) {
+  const int j = k / 32, kk = k % 32, c = kk / 4, lane = 2 * r + kk % 2, b = (kk % 4) >= 2;
+  const uint8_t byte = o[256 * j + 32 * c + lane];
+  int q = b ? (byte >> 4) : (byte & 0x0F);
+  if (t == kQ5_K) {
+    uint32_t mask;
+    std::memcpy(&mask, o + kLowBytes + 64 * j + 8 * c + 4 * b, 4);
+    q |= ((mask >> lane) & 1u) << 4;
+  } else if (t == kQ6_K) {
+    uint32_t m4, m5;
+    std::memcpy(&m4, o + kLowBytes + 128 * j + 16 * c + 4 * b, 4);
+    std::memcpy(&m5, o + kLowBytes + 128 * j + 16 * c + 8 + 4 * b, 4);
+    q |= (((m4 >> lane) & 1u) << 4) | (((m5 >> lane) & 1u) << 5);
+  }
+  return q;
+}
+
+// the scale and min (to subtract) of row r's sub-block i (of 32 weights; Q6_K: of 16) of super-block `o`
+inline void kq_scale(const uint8_t* o, int64_t t, int r, int i, float* scale, float* min) {
+  const uint8_t* h = o + kq_header(t);
+  uint16_t dh, mh;
+  std::memcpy(&dh, h + 2 * r, 2);
+  std::memcpy(&mh, h + 2 * R + 2 * r, 2);
+  const uint8_t* s = h + 4 * R;
+  if (t == kQ6_K) {
+    *scale = half_to_float(dh) * static_cast<float>(static_cast<int8_t>(s[i * R + r]));
+    *min = 0.0f;
+  } else {
+    *scale = half_to_float(dh) * static_cast<float>(s[i * R + r]);
+    *min = half_to_float(mh) * static_cast<float>(s[8 * R + i * R + r]);
+  }
+}
+
+// packing (block_linear_kquant_pack.cpp)
+void pack_k(const uint8_t* raw, int64_t qtype, int64_t N, int64_t K, uint8_t* out);
+
+// reference (bfloat16 x) and float32 paths (block_linear_kquant_ref.cpp); sx: sums of x per 32 columns
+void group_ref_k(const uint16_t* x, int64_t M, int64_t K, const float* sx, const uint8_t* packed, int64_t qtype,
+                 int64_t g, float* y /* [M, R] */);
+void group_f32_k(const float* x, int64_t M, int64_t K, const float* sx, const uint8_t* packed, int64_t qtype,
+                 int64_t g, float* y /* [M, R] */);
+
+#if defined(__x86_64__)
+// AVX-512 BF16 path (block_linear_kquant_avx512_bf16.cpp)
+TGI_BF16_TARGET void group_avx512_k(const uint16_t* x, int64_t M, int64_t K, const float* sx,
+                                    const uint8_t* packed, int64_t qtype, int64_t g, float* y);
+#endif
+
+}  // namespace tgi_blocks
