@@ -8,6 +8,9 @@ Checks, against core's references:
   backend supports;
 * the KV cache (`test_kv_write`): writes land at their slots, negative slots store nothing, other slots and
   layers are left unchanged;
+* quantized linears (`test_quantized_linear`): for every weight format the backend names in
+  `weight_formats(dtype)`, its kernel computes x @ W.T + bias with W the format's own `dequantize()`
+  (`tgi.core.torch.testing.quant`), for 1 and 33 rows, in every dtype tested;
 * the sampler (`test_sampler_*`): greedy and seeded sampling, with every processor and penalty, give the
   tokens (and logprobs) of `reference_sampler.reference_sample`, a sampler written plainly, one row and one
   token at a time in float64, on the framework-free cases of `tgi.core.testing.sampling_cases`;
@@ -37,6 +40,7 @@ import torch
 from tgi.core.interfaces import KVCacheSpec
 from tgi.core.testing.runner_conformance import RunnerConformance
 from tgi.core.torch.backend import TorchBackend
+from tgi.core.torch.testing.quant import QUANT_CASES, QUANT_TOLERANCE, quantized_linear_error
 from tgi.core.torch.testing.reference import (
     LONG_SCHEDULE,
     TOLERANCE,
@@ -150,6 +154,20 @@ class TorchBackendConformance(RunnerConformance):
         assert torch.equal(got_k, exp_k) and torch.equal(got_v, exp_v), "layer 1 slots differ after the write"
         got_k0, got_v0 = self.read_kv_slots(cache, 0, every)
         assert torch.equal(got_k0, base[0][0]) and torch.equal(got_v0, base[0][1]), "layer 0 changed"
+
+    # -- quantized linears ------------------------------------------------------------------------------
+    @pytest.mark.parametrize("dtype", ALL_DTYPES)
+    @pytest.mark.parametrize("case", list(QUANT_CASES))
+    def test_quantized_linear(self, backend: TorchBackend, case: str, dtype: str) -> None:
+        if dtype not in self._dtypes(backend):
+            pytest.skip(f"{backend.name} does not support {dtype}")
+        fmt = QUANT_CASES[case]
+        if fmt not in backend.weight_formats(dtype):
+            pytest.skip(f"{backend.name} computes no {fmt} weights with {dtype} activations")
+        for rows in (1, 33):
+            err = quantized_linear_error(backend, case, dtype, rows)
+            print(f"{backend.name} quantized linear {case} {dtype} rows {rows}: max relative error {err:.2e}")
+            assert err <= QUANT_TOLERANCE[dtype], f"{case} {dtype} rows {rows}: relative error {err:.3g}"
 
     # -- sampler ----------------------------------------------------------------------------------------
     def _check_sampler(self, backend: TorchBackend, case_name: str) -> None:
