@@ -3,23 +3,10 @@ too old for this PyTorch, no Triton for XPU). Cheap: no kernel is compiled, no m
 
 from __future__ import annotations
 
-import glob
-import importlib
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from types import ModuleType
-
 from tgi.core.interfaces import ProbeResult
+from tgi.core.plugins.probing import HostView
 
 XPU_WHEELS = "https://download.pytorch.org/whl/xpu"
-
-
-@dataclass(frozen=True)
-class HostView:
-    """What the probe reads of the host; tests give a fake one."""
-
-    import_module: Callable[[str], ModuleType] = importlib.import_module
-    render_nodes: Callable[[], list[str]] = field(default=lambda: sorted(glob.glob("/dev/dri/renderD*")))
 
 
 def probe(host: HostView | None = None) -> ProbeResult:
@@ -35,7 +22,7 @@ def probe(host: HostView | None = None) -> ProbeResult:
             f"(pip install torch --index-url {XPU_WHEELS})"
         )
     if not xpu.is_available():
-        nodes = host.render_nodes()
+        nodes = host.glob("/dev/dri/renderD*")
         if nodes:  # a GPU is there but the runtime under torch cannot open it
             return ProbeResult.unavailable(
                 f"GPU render node(s) {', '.join(nodes)} present, but torch.xpu finds no device: the Intel "

@@ -1,0 +1,124 @@
+"""The gaudi backend on this CPU-only machine, through its seam: `GaudiBackend` with a recording fake
+`HpuDevice` (tests/fake_hpu.py), the CPU doing the arithmetic.
+
+Checked: the conformance suite (attention against float64, KV write, sampler; through a real engine,
+greedy tokens equal transformers', preemption, cancellation, grammar masks, and every batch within the
+runner's declared constraints); tokens equal the CPU backend's; an HPU graph recorded per decode bucket at
+warm-up and only replayed while serving; every served step in a warmed bucket; hccl collectives.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from fake_hpu import FakeHpu
+
+from tgi.backends.gaudi.backend import BucketSizes, GaudiBackend
+from tgi.core.testing.model import PROMPTS, backend_registry, generate_greedy, write_tiny_llama
+from tgi.core.torch.testing import TorchBackendConformance
+
+#: small steps so that the tiny model's prompts spread over several buckets
+BUCKETS = BucketSizes(batch=2, prefill_batch=2, sequence=16)
+
+
+def make_backend() -> GaudiBackend:
+    return GaudiBackend(device=FakeHpu(), buckets=BUCKETS)
+
+
+class TestGaudiConformance(TorchBackendConformance):
+    dtypes = ("float32", "bfloat16")
+
+    def make_backend(self):
+        return make_backend()
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory):
+    return write_tiny_llama(tmp_path_factory.mktemp("gaudi-tiny"))
+
+
+def _engine(path, backend, **kw):
+    from tgi.core.config import EngineConfig
+    from tgi.core.engine import LLMEngine
+
+    settings = dict(
+        model_id=str(path), backend="gaudi", dtype="float32", block_size=16, max_total_tokens=128,
+        max_batch_total_tokens=1024, max_batch_prefill_tokens=48, max_num_seqs=6,
+    )  # fmt: skip
+    return LLMEngine.from_config(
+        EngineConfig(**{**settings, **kw}), registry=backend_registry("gaudi", lambda: backend)
+    )
+
+
+def test_tokens_equal_the_cpu_backend(tiny_llama):
+    from tgi.backends.cpu.backend import CpuBackend
+
+    gaudi = generate_greedy(tiny_llama, "gaudi", make_backend, "float32", 16)
+    cpu = generate_greedy(tiny_llama, "cpu", CpuBackend, "float32", 16)
+    assert gaudi == cpu
+
+
+def test_a_graph_per_decode_bucket_recorded_at_warmup_and_replayed_after(tiny_llama):
+    from tgi.core.sampling_params import SamplingParams
+
+    backend = make_backend()
+    hpu = backend.hpu
+    engine = _engine(tiny_llama, backend)
+    shapes = engine.runner.shapes
+    # decode buckets 2, 4, 6 (BATCH_BUCKET_SIZE 2 up to max_num_seqs 6); widths 1, 2, 4, 8 blocks
+    assert shapes.decode_buckets.sizes == (2, 4, 6) and shapes.block_buckets.sizes == (1, 2, 4, 8)
+    assert shapes.prefill_buckets.sizes == (16, 32, 48) and shapes.prefill_batch_buckets.sizes == (2, 4, 6)
+    decode_shapes = {(s.num_rows, s.num_blocks) for s in engine.runner.warmed if not s.is_prefill}
+    recorded = {(g[0][0], g[3][1]) for g in hpu.graphs}  # (rows, width) of each recorded graph
+    assert recorded == decode_shapes and len(hpu.graphs) == len(decode_shapes) == 12
+    marks_at_warmup = hpu.marks
+    assert marks_at_warmup == len(engine.runner.warmed)  # one mark_step per warm-up step
+
+    executed = []
+    execute = engine.runner.execute
+    engine.runner.execute = lambda batch: (
+        executed.append(engine.runner.shapes.shape_for(batch)) or execute(batch)
+    )
+    prompts = [list(p) for p in PROMPTS] + [[3, 4, 5], list(range(60, 80))]
+    engine.generate(prompts, SamplingParams(max_new_tokens=12, ignore_eos=True))
+    assert len(hpu.graphs) == 12, "a graph was recorded while serving"
+    assert sum(hpu.replays.values()) == sum(not s.is_prefill for s in executed) > 0
+    assert set(executed) <= engine.runner.warmed
+    assert {s.num_rows for s in executed if not s.is_prefill} >= {4, 6}  # several decode buckets served
+    assert hpu.marks == marks_at_warmup + len(executed)
+
+
+def test_constraints_are_the_row_layout(tiny_llama):
+    engine = _engine(tiny_llama, make_backend())
+    c = engine.runner.constraints()
+    assert (c.max_batch_size, c.mixed_batches, c.prefill_buckets, c.block_size) == (
+        6,
+        False,
+        (16, 32, 48),
+        16,
+    )
+
+
+def test_lora_is_refused_by_name(tiny_llama, tmp_path):
+    from tgi.core.config import ConfigError
+
+    with pytest.raises(ConfigError, match="gaudi backend's runner does not serve LoRA"):
+        _engine(tiny_llama, make_backend(), lora_adapters=(("a", str(tmp_path)),))
+
+
+def test_hccl_process_group(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: False)
+    monkeypatch.setattr(torch.distributed, "init_process_group", lambda **kw: calls.append(kw))
+    backend = make_backend()
+    backend.create_collective(rank=1, world_size=4, init_method="tcp://127.0.0.1:1")
+    assert backend.hpu.collectives == ["hccl"]  # habana_frameworks' hccl registration was asked for
+    [kw] = calls
+    assert (kw["backend"], kw["rank"], kw["world_size"]) == ("hccl", 1, 4) and "device_id" not in kw
+
+
+def test_memory_and_device_through_the_seam():
+    backend = make_backend()
+    assert backend.memory_info().free == 88 * (1 << 30)  # 90 GiB free less the 2 GiB margin
+    assert backend.devices()[0].name == "Fake Gaudi (CPU arithmetic)"
+    assert backend.torch_device() == torch.device("cpu")
