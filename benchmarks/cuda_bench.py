@@ -81,6 +81,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quant-rows", default="1,16,64,256,2048", help="input row counts for --quant-gemm")
     p.add_argument("--quant-dtype", choices=("bfloat16", "float16"), default="bfloat16")
     p.add_argument("--quant-iters", type=int, default=50, help="timed calls per measurement")
+    p.add_argument(
+        "--quant-split",
+        type=int,
+        default=None,
+        help="programs along K for every product (default: heuristic)",
+    )
     args = p.parse_args(argv)
     try:
         args.quant_rows = [int(r) for r in args.quant_rows.split(",")]
@@ -257,7 +263,9 @@ def main(argv: list[str] | None = None) -> int:
         from tgi.benchmarks.cuda_quant_gemm import run
 
         dtype = getattr(torch, args.quant_dtype)
-        figures["quant_gemm"] = run(args.quant_rows, dtype, "cuda", iters=args.quant_iters)
+        figures["quant_gemm"] = run(
+            args.quant_rows, dtype, "cuda", iters=args.quant_iters, split=args.quant_split
+        )
         if args.json:
             Path(args.json).write_text(json.dumps(figures, indent=2, default=str))
         return 0

@@ -34,8 +34,11 @@ def _random_int32(shape: tuple[int, ...], gen: torch.Generator, device: str) -> 
     )
 
 
-def make_case(fmt: str, k: int, n: int, dtype: torch.dtype, device: str, seed: int = 0):
-    """(kernel: x -> y, dequantized W [n, k] float32, weight bytes) for one format and shape."""
+def make_case(
+    fmt: str, k: int, n: int, dtype: torch.dtype, device: str, seed: int = 0, split: int | None = None
+):
+    """(kernel: x -> y, dequantized W [n, k] float32, weight bytes) for one format and shape; `split`:
+    programs along K (None: the kernels' heuristic)."""
     from tgi.backends.triton_common.kernels.quant_int import awq_gemm, gptq_gemm
     from tgi.backends.triton_common.kernels.quant_w8 import fp8_gemm, int8_gemm
     from tgi.core.quant.weights import AWQWeight, FP8Weight, GPTQWeight, Int8Weight
@@ -47,12 +50,12 @@ def make_case(fmt: str, k: int, n: int, dtype: torch.dtype, device: str, seed: i
         w8 = (torch.randn(n, k, generator=gen) * 100).clamp(-448, 448).to(torch.float8_e4m3fn).to(device)
         scale = torch.full((n,), 0.02 / 100, device=device)
         w = FP8Weight(w8, scale, n, k)
-        return (lambda x: fp8_gemm(x, w8, scale)), w.dequantize(), w.nbytes
+        return (lambda x: fp8_gemm(x, w8, scale, split=split)), w.dequantize(), w.nbytes
     if fmt == "int8":
         w8 = torch.randint(-127, 128, (n, k), generator=gen, dtype=torch.int8).to(device)
         scale = torch.full((n,), 0.02 / 64, device=device)
         w = Int8Weight(w8, scale, n, k)
-        return (lambda x: int8_gemm(x, w8, scale)), w.dequantize(), w.nbytes
+        return (lambda x: int8_gemm(x, w8, scale, split=split)), w.dequantize(), w.nbytes
     if fmt == "awq-int4":
         qweight, qzeros = (
             _random_int32((k, n // 8), gen, device),
@@ -60,7 +63,7 @@ def make_case(fmt: str, k: int, n: int, dtype: torch.dtype, device: str, seed: i
         )
         w = AWQWeight(qweight, qzeros, scales, GROUP_SIZE, n, k)
         return (
-            (lambda x: awq_gemm(x, qweight, qzeros, scales, group_size=GROUP_SIZE)),
+            (lambda x: awq_gemm(x, qweight, qzeros, scales, group_size=GROUP_SIZE, split=split)),
             w.dequantize(),
             w.nbytes,
         )
@@ -76,7 +79,9 @@ def make_case(fmt: str, k: int, n: int, dtype: torch.dtype, device: str, seed: i
     w = GPTQWeight(bits, qweight, qzeros, scales, g_idx, GROUP_SIZE, True, n, k)
 
     def kernel(x):
-        return gptq_gemm(x, qweight, qzeros, scales, g_idx, bits=bits, group_size=GROUP_SIZE, zero_offset=1)
+        return gptq_gemm(
+            x, qweight, qzeros, scales, g_idx, bits=bits, group_size=GROUP_SIZE, zero_offset=1, split=split
+        )
 
     return kernel, w.dequantize(), w.nbytes
 
@@ -108,15 +113,18 @@ def run(
     shapes=LLAMA_31_8B_LINEARS,
     formats=FORMATS,
     iters: int = 50,
+    split: int | None = None,
     log: Callable[[str], None] = print,
 ) -> list[dict]:
     """Time every (shape, format, rows); returns one dict per measurement and logs one line each."""
+    from tgi.backends.triton_common.kernels.quant_int import split_k
+
     results = []
     gen = torch.Generator().manual_seed(1)
     for name, k, n in shapes:
         dense = (torch.randn(n, k, generator=gen) * 0.02).to(dtype).to(device)
         for fmt in formats:
-            kernel, w_deq, weight_bytes = make_case(fmt, k, n, dtype, device)
+            kernel, w_deq, weight_bytes = make_case(fmt, k, n, dtype, device, split=split)
             for m in rows:
                 x = torch.randn(m, k, generator=gen).to(dtype).to(device)
                 want = x.float() @ w_deq.T
@@ -127,10 +135,11 @@ def run(
                     linear=name, k=k, n=n, format=fmt, rows=m, dtype=str(dtype).removeprefix("torch."),
                     us=us, dense_us=dense_us, speedup_vs_dense=dense_us / us, tflops=2 * m * n * k / us / 1e6,
                     weight_gb_per_s=weight_bytes / us / 1e3, max_rel_error=err,
+                    split_k=split_k(m, n, k, torch.device(device), split),
                 )  # fmt: skip
                 results.append(r)
                 log(
-                    f"{name:13s} {k:5d}->{n:5d} {fmt:20s} rows {m:5d}: {us:9.1f} us "
+                    f"{name:13s} {k:5d}->{n:5d} {fmt:20s} rows {m:5d} split {r['split_k']}: {us:9.1f} us "
                     f"(dense {dense_us:9.1f} us, x{r['speedup_vs_dense']:.2f}), {r['tflops']:.1f} TFLOP/s, "
                     f"{r['weight_gb_per_s']:.0f} GB/s of weights, rel. error {err:.1e}"
                 )

@@ -124,6 +124,39 @@ def test_int8_equals_dequantized_reference(dtype):
         _assert_close(int8_gemm(x, w8, scale), x, ref)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("split", [2, 5])
+def test_split_k_equals_the_reference(dtype, split):
+    """Few-row products split along K (decode steps on a GPU; chosen by hand here): the programs' partial
+    sums, added into a float32 buffer, give the same product. K = 384 is 6 tiles: 2 programs of 3 tiles, and
+    5 asked for is rounded to 3 programs of 2 tiles."""
+    k = 384
+    qz = quantize_int(_weight(N, k, seed=5), 4, 128, sym=False, desc_act=True)
+    qweight, qzeros = pack_gptq(qz)
+    awq_qweight, awq_qzeros = pack_awq(quantize_int(_weight(N, k, seed=5), 4, 128, sym=False))
+    awq_ref = quantize_int(_weight(N, k, seed=5), 4, 128, sym=False)
+    w8, scale = quantize_fp8(_weight(N, k, seed=5), per_channel=True)
+    i8, i8_scale = quantize_int8(_weight(N, k, seed=5))
+    for rows in (1, 7):
+        x = _x(rows, k, dtype)
+        s = qz.scales.to(dtype)
+        got = gptq_gemm(x, qweight, qzeros, s, qz.g_idx, bits=4, group_size=128, split=split)
+        _assert_close(got, x, _dequantized(qz, dtype))
+        got = awq_gemm(x, awq_qweight, awq_qzeros, awq_ref.scales.to(dtype), group_size=128, split=split)
+        _assert_close(got, x, _dequantized(awq_ref, dtype))
+        _assert_close(fp8_gemm(x, w8, scale, split=split), x, w8.float() * scale)
+        _assert_close(int8_gemm(x, i8, i8_scale, split=split), x, i8.float() * i8_scale)
+
+
+def test_split_k_heuristic():
+    from tgi.backends.triton_common.kernels.quant_int import split_k
+
+    cpu = torch.device("cpu")
+    assert split_k(1, 4096, 4096, cpu) == 1  # never split on CPU tensors unless asked
+    assert split_k(1, 4096, 4096, cpu, requested=8) == 8
+    assert split_k(1, 4096, 128, cpu, requested=8) == 2  # at most one program per K tile
+
+
 def test_fp8_decodes_every_finite_byte():
     codes = torch.arange(256, dtype=torch.uint8)
     codes = codes[(codes & 0x7F) != 0x7F]  # the two NaN encodings

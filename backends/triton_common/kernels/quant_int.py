@@ -16,7 +16,9 @@ Formats, as the checkpoints store them (K = in_features, N = out_features, G = n
 
 The product accumulates in float32; the dequantized tile is rounded to x's dtype before the dot (to float32
 under the interpreter for bfloat16 and always for float32 x, see `common.upcast_dot`), and y is rounded once.
-Block sizes are fixed and untuned (no GPU was available to tune them).
+Products of few rows (decode steps) would leave most of a GPU idle with one program per output tile, so the
+K dimension is then split over several programs that add their partial sums into a float32 buffer
+(`split_k`). Block sizes and the split heuristic are untuned (no GPU was available to tune them).
 """
 
 from __future__ import annotations
@@ -30,6 +32,37 @@ from tgi.backends.triton_common.kernels.common import upcast_dot
 BLOCK_M = 16  # rows of x per program: the smallest tl.dot operand
 BLOCK_N = 64
 BLOCK_K = 64
+#: a program of a split product walks at least this many BLOCK_K tiles
+MIN_TILES_PER_SPLIT = 4
+_SM_COUNT: dict[int, int] = {}
+
+
+def split_k(m: int, n: int, k: int, device: torch.device, requested: int | None = None) -> int:
+    """How many programs share the K dimension of one output tile: 1 where the output tiles already give
+    every streaming multiprocessor two programs, else enough to, at most one per MIN_TILES_PER_SPLIT
+    K tiles. `requested` overrides the heuristic (tests, benchmarks). CPU tensors (the interpreter) and
+    devices other than torch.cuda's (CUDA, ROCm): 1 unless requested."""
+    k_tiles = triton.cdiv(k, BLOCK_K)
+    if requested is not None:
+        return max(1, min(int(requested), k_tiles))
+    if device.type != "cuda":
+        return 1
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _SM_COUNT:
+        _SM_COUNT[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    tiles = triton.cdiv(m, BLOCK_M) * triton.cdiv(n, BLOCK_N)
+    want = triton.cdiv(2 * _SM_COUNT[index], tiles)
+    return max(1, min(want, k_tiles // MIN_TILES_PER_SPLIT))
+
+
+def split_launch(m: int, n: int, k: int, x: torch.Tensor, split: int):
+    """(grid, K per split, output buffer or None): the launch of a product split `split` ways along K. A
+    split product adds into a zeroed float32 [m, n] buffer (atomics), rounded to x's dtype after."""
+    k_per_split = triton.cdiv(triton.cdiv(k, BLOCK_K), split) * BLOCK_K
+    splits = triton.cdiv(k, k_per_split)
+    grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(n, BLOCK_N), splits)
+    buffer = torch.zeros(m, n, dtype=torch.float32, device=x.device) if splits > 1 else None
+    return grid, k_per_split, buffer
 
 
 @triton.jit
@@ -44,10 +77,10 @@ def _unpack(word, index, BITS: tl.constexpr, AWQ_ORDER: tl.constexpr):
 @triton.jit
 def _int_gemm_kernel(
     x_ptr, qw_ptr, qz_ptr, s_ptr, g_ptr, y_ptr,
-    M, N, K, group_size, zero_offset,
+    M, N, K, group_size, zero_offset, K_PER_SPLIT,
     stride_xm, stride_qw, stride_qz, stride_s, stride_ym,
     BITS: tl.constexpr, AWQ: tl.constexpr, HAS_G_IDX: tl.constexpr, UPCAST: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    ATOMIC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     PACK: tl.constexpr = 32 // BITS
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -55,7 +88,8 @@ def _int_gemm_kernel(
     row_ok = rows < M
     col_ok = cols < N
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    k_lo = tl.program_id(2) * K_PER_SPLIT
+    for k0 in range(k_lo, tl.minimum(k_lo + K_PER_SPLIT, K), BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
         k_ok = ks < K
         x = tl.load(
@@ -81,7 +115,10 @@ def _int_gemm_kernel(
         else:
             acc += tl.dot(x, w.to(x.dtype))
     out = y_ptr + rows[:, None] * stride_ym + cols[None, :]
-    tl.store(out, acc.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
+    if ATOMIC:  # one of several programs along K: add into the float32 buffer
+        tl.atomic_add(out, acc, mask=row_ok[:, None] & col_ok[None, :])
+    else:
+        tl.store(out, acc.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
 
 
 def _check(x: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, k: int, n: int, pack: int) -> None:
@@ -97,7 +134,9 @@ def _check(x: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, k: int, 
             raise ValueError(f"{name} must be int32, got {t.dtype}")
 
 
-def _launch(x, qweight, qzeros, scales, g_idx, k, n, group_size, zero_offset, bits, awq) -> torch.Tensor:
+def _launch(
+    x, qweight, qzeros, scales, g_idx, k, n, group_size, zero_offset, bits, awq, split
+) -> torch.Tensor:
     lead = x.shape[:-1]
     x2 = x.reshape(-1, x.shape[-1])
     if x2.stride(-1) != 1:
@@ -108,14 +147,17 @@ def _launch(x, qweight, qzeros, scales, g_idx, k, n, group_size, zero_offset, bi
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
     if m:
         dummy = g_idx if g_idx is not None else qzeros  # never read without HAS_G_IDX
-        grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(n, BLOCK_N))
+        grid, k_per_split, buffer = split_launch(m, n, k, x2, split_k(m, n, k, x2.device, split))
+        out = y if buffer is None else buffer
         _int_gemm_kernel[grid](
-            x2, qweight, qzeros, scales, dummy, y,
-            m, n, k, max(group_size, 1), zero_offset,
-            x2.stride(0), qweight.stride(0), qzeros.stride(0), scales.stride(0), y.stride(0),
+            x2, qweight, qzeros, scales, dummy, out,
+            m, n, k, max(group_size, 1), zero_offset, k_per_split,
+            x2.stride(0), qweight.stride(0), qzeros.stride(0), scales.stride(0), out.stride(0),
             BITS=bits, AWQ=awq, HAS_G_IDX=g_idx is not None, UPCAST=upcast_dot(x.dtype),
-            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+            ATOMIC=buffer is not None, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
         )  # fmt: skip
+        if buffer is not None:
+            y.copy_(buffer)
     return y.reshape(*lead, n)
 
 
@@ -129,6 +171,7 @@ def gptq_gemm(
     bits: int,
     group_size: int,
     zero_offset: int = 1,
+    split: int | None = None,
 ) -> torch.Tensor:
     """x [..., K] @ W.T -> [..., N] in x's dtype, W a GPTQ weight (module docstring).
 
@@ -136,6 +179,7 @@ def gptq_gemm(
     :param group_size: input rows per group; -1 (one group: per-channel) is K
     :param zero_offset: 1 for the "gptq" (v1) checkpoint format, which stores zero points minus one;
         0 for "gptq_v2"
+    :param split: programs along K (default: `split_k`'s heuristic)
     """
     if bits not in (4, 8):
         raise ValueError(f"GPTQ kernel computes 4- and 8-bit weights, not {bits}-bit")
@@ -147,18 +191,25 @@ def gptq_gemm(
             raise ValueError(f"g_idx must be [{k}], got {tuple(g_idx.shape)}")
         g_idx = g_idx.to(torch.int32).contiguous()
     gs = k if group_size in (-1, 0) else group_size
-    return _launch(x, qweight, qzeros, scales, g_idx, k, n, gs, zero_offset, bits, awq=False)
+    return _launch(x, qweight, qzeros, scales, g_idx, k, n, gs, zero_offset, bits, False, split)
 
 
 def awq_gemm(
-    x: torch.Tensor, qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, *, group_size: int
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    qzeros: torch.Tensor,
+    scales: torch.Tensor,
+    *,
+    group_size: int,
+    split: int | None = None,
 ) -> torch.Tensor:
     """x [..., K] @ W.T -> [..., N] in x's dtype, W a 4-bit AWQ GEMM-packed weight (module docstring).
 
     :param group_size: input rows per group; -1 (one group: per-channel) is K
+    :param split: programs along K (default: `split_k`'s heuristic)
     """
     if qweight.dtype != torch.int32:
         raise ValueError(f"AWQ qweight must be int32, got {qweight.dtype}")
     k, n = qweight.shape[0], qweight.shape[1] * 8
     gs = k if group_size in (-1, 0) else group_size
-    return _launch(x, qweight, qzeros, scales, None, k, n, gs, 0, 4, awq=True)
+    return _launch(x, qweight, qzeros, scales, None, k, n, gs, 0, 4, True, split)

@@ -11,8 +11,8 @@ needs no FP8 instructions (Ampere and MI200 have none; MI300's native FP8 is the
 and runs in the interpreter (the only place it has run): the 7 exponent-and-mantissa bits of e4m3fn moved
 into a float16's bits at the same place relative to the binary point give the value times 2**-8 (normal
 and subnormal numbers alike, the exponent biases being 7 and 15), so value = that float16 * 256. e4m3fn's
-NaN (0x7F/0xFF) decodes to 480 instead: weights hold no NaN. Block sizes are fixed and untuned (no GPU was
-available to tune them).
+NaN (0x7F/0xFF) decodes to 480 instead: weights hold no NaN. Block sizes and the K split are those of
+`quant_int` (untuned: no GPU was available to tune them).
 """
 
 from __future__ import annotations
@@ -22,10 +22,7 @@ import triton
 import triton.language as tl
 
 from tgi.backends.triton_common.kernels.common import upcast_dot
-
-BLOCK_M = 16
-BLOCK_N = 64
-BLOCK_K = 64
+from tgi.backends.triton_common.kernels.quant_int import BLOCK_K, BLOCK_M, BLOCK_N, split_k, split_launch
 
 
 @triton.jit
@@ -38,8 +35,8 @@ def _e4m3fn_to_f32(b):
 
 @triton.jit
 def _w8_gemm_kernel(
-    x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
-    FP8: tl.constexpr, PER_CHANNEL: tl.constexpr, UPCAST: tl.constexpr,
+    x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, K_PER_SPLIT, stride_xm, stride_wn, stride_ym,
+    FP8: tl.constexpr, PER_CHANNEL: tl.constexpr, UPCAST: tl.constexpr, ATOMIC: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -47,7 +44,8 @@ def _w8_gemm_kernel(
     row_ok = rows < M
     col_ok = cols < N
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    k_lo = tl.program_id(2) * K_PER_SPLIT
+    for k0 in range(k_lo, tl.minimum(k_lo + K_PER_SPLIT, K), BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
         k_ok = ks < K
         x = tl.load(
@@ -69,34 +67,45 @@ def _w8_gemm_kernel(
     else:
         acc *= tl.load(s_ptr).to(tl.float32)
     out = y_ptr + rows[:, None] * stride_ym + cols[None, :]
-    tl.store(out, acc.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
+    if ATOMIC:  # one of several programs along K (see quant_int.split_k): add into the float32 buffer
+        tl.atomic_add(out, acc, mask=row_ok[:, None] & col_ok[None, :])
+    else:
+        tl.store(out, acc.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
 
 
-def fp8_gemm(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+def fp8_gemm(
+    x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, *, split: int | None = None
+) -> torch.Tensor:
     """x [..., K] @ (weight.float() * scale).T -> [..., N] in x's dtype.
 
     :param weight: float8_e4m3fn [N, K] (or its bytes as uint8)
     :param scale: float per tensor ([] or [1]) or per output channel ([N] or [N, 1])
+    :param split: programs along K (default: `quant_int.split_k`'s heuristic)
     """
     if weight.dtype == torch.float8_e4m3fn:
         weight = weight.view(torch.uint8)
     elif weight.dtype != torch.uint8:
         raise ValueError(f"FP8 kernel computes float8_e4m3fn weights, got {weight.dtype}")
-    return _launch(x, weight, scale, fp8=True)
+    return _launch(x, weight, scale, True, split)
 
 
-def int8_gemm(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+def int8_gemm(
+    x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, *, split: int | None = None
+) -> torch.Tensor:
     """x [..., K] @ (weight.float() * scale).T -> [..., N] in x's dtype.
 
     :param weight: int8 [N, K]
     :param scale: float per tensor ([] or [1]) or per output channel ([N] or [N, 1])
+    :param split: programs along K (default: `quant_int.split_k`'s heuristic)
     """
     if weight.dtype != torch.int8:
         raise ValueError(f"int8 kernel computes int8 weights, got {weight.dtype}")
-    return _launch(x, weight, scale, fp8=False)
+    return _launch(x, weight, scale, False, split)
 
 
-def _launch(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, fp8: bool) -> torch.Tensor:
+def _launch(
+    x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, fp8: bool, split: int | None
+) -> torch.Tensor:
     if weight.dim() != 2:
         raise ValueError(f"8-bit weight must be [out, in], got {tuple(weight.shape)}")
     n, k = weight.shape
@@ -115,10 +124,13 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, fp8: boo
     m = x2.shape[0]
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
     if m:
-        grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(n, BLOCK_N))
+        grid, k_per_split, buffer = split_launch(m, n, k, x2, split_k(m, n, k, x2.device, split))
+        out = y if buffer is None else buffer
         _w8_gemm_kernel[grid](
-            x2, weight, scale, y, m, n, k, x2.stride(0), weight.stride(0), y.stride(0),
+            x2, weight, scale, out, m, n, k, k_per_split, x2.stride(0), weight.stride(0), out.stride(0),
             FP8=fp8, PER_CHANNEL=scale.numel() == n and n > 1, UPCAST=upcast_dot(x.dtype),
-            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+            ATOMIC=buffer is not None, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
         )  # fmt: skip
+        if buffer is not None:
+            y.copy_(buffer)
     return y.reshape(*lead, n)
