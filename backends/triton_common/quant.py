@@ -2,8 +2,11 @@
 `kernels/quant_int.py` (GPTQ 4/8-bit, AWQ 4-bit) and `kernels/quant_w8.py` (FP8, int8).
 
 Every kernel takes every row count (`max_rows` None: the layer keeps no dense weight) and computes with the
-checkpoint's packed tensors as stored, dequantizing tile by tile inside the GEMM. Formats not in
-`WEIGHT_FORMATS` (bitsandbytes NF4/FP4/int8, GGUF blocks) are refused by the seam with these names.
+checkpoint's packed tensors, dequantizing tile by tile inside the GEMM. They are used as stored, except
+act-order GPTQ weights: their input rows are sorted by group once, at construction (the qweight repacked in
+that order, the original released), so that groups are contiguous and the kernel reads no g_idx; each call
+then gathers x's columns in the same order. Formats not in `WEIGHT_FORMATS` (bitsandbytes NF4/FP4/int8,
+GGUF blocks) are refused by the seam with these names.
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ import torch
 
 from tgi.core.interfaces.types import UnsupportedError
 from tgi.core.quant.kernels import QuantizedLinearKernel
+from tgi.core.quant.packing import unpack_rows
 
 if TYPE_CHECKING:
-    from tgi.core.quant.weights import QuantizedWeight
+    from tgi.core.quant.weights import GPTQWeight, QuantizedWeight
 
 #: the activation dtypes the kernels take
 ACTIVATION_DTYPES = ("bfloat16", "float16", "float32")
@@ -39,13 +43,16 @@ class TritonQuantizedLinear(QuantizedLinearKernel):
     """x @ W.T + bias with W one `QuantizedWeight` of a format in `WEIGHT_FORMATS` (see `quantized_linear`)."""
 
     def __init__(self, weight: QuantizedWeight) -> None:
-        self.weight = weight
         self.name = WEIGHT_FORMATS[weight.format]
-        self._product = _product_for(weight)
+        self._product, self._repacked = _product_for(weight)
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         y = self._product(x)
         return y if bias is None else y.add_(bias)
+
+    def release_source(self) -> bool:
+        """True for act-order GPTQ, whose qweight this kernel repacked (the stored one is no longer needed)."""
+        return self._repacked
 
 
 def quantized_linear(weight: QuantizedWeight, dtype: str) -> TritonQuantizedLinear:
@@ -69,33 +76,52 @@ def _trivial_groups(g_idx: torch.Tensor | None, group_size: int) -> bool:
     return bool(torch.equal(g_idx.long(), expect))
 
 
+def sort_act_order(weight: GPTQWeight) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(perm int64 [K], qweight with its input rows in perm's order, packed as GPTQ packs): sorting the rows
+    by g_idx makes every group's rows contiguous, so W.T[perm] is a weight without g_idx and
+    x @ W.T = x[:, perm] @ W.T[perm]. None when the sorted groups are not whole runs of group_size rows."""
+    bits, k = weight.bits, weight.cols
+    groups = weight.g_idx.long()
+    perm = torch.argsort(groups, stable=True)
+    if not torch.equal(groups[perm], torch.arange(k, device=groups.device) // weight.group_size):
+        return None
+    per = 32 // bits
+    q = unpack_rows(weight.qweight, bits)[perm].to(torch.int64)  # [K, N] in [0, 2**bits)
+    shifts = torch.arange(0, 32, bits, device=q.device, dtype=torch.int64)
+    words = (q.view(k // per, per, -1) << shifts[None, :, None]).sum(1)  # disjoint bits: sum == or
+    words = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+    return perm, words
+
+
 def _product_for(weight: QuantizedWeight):
+    """(x -> x @ W.T, whether the stored weight was repacked)."""
     from tgi.backends.triton_common.kernels.quant_int import awq_gemm, gptq_gemm
     from tgi.backends.triton_common.kernels.quant_w8 import fp8_gemm, int8_gemm
 
     fmt = weight.format
     if fmt.startswith("gptq-"):
         w = weight
-        g_idx = None if _trivial_groups(w.g_idx, w.group_size) else w.g_idx.to(torch.int32).contiguous()
+        bits, group_size, qzeros, scales = w.bits, w.group_size, w.qzeros, w.scales
         offset = 1 if w.zeros_minus_one else 0
+        qweight, g_idx, perm = w.qweight, None, None
+        if not _trivial_groups(w.g_idx, group_size):
+            sorted_ = sort_act_order(w)
+            if sorted_ is None:  # groups of unequal sizes: read each row's group through g_idx
+                g_idx = w.g_idx.to(torch.int32).contiguous()
+            else:
+                perm, qweight = sorted_
 
         def gptq(x):
+            if perm is not None:
+                x = x.index_select(-1, perm)
             return gptq_gemm(
-                x,
-                w.qweight,
-                w.qzeros,
-                w.scales,
-                g_idx,
-                bits=w.bits,
-                group_size=w.group_size,
-                zero_offset=offset,
+                x, qweight, qzeros, scales, g_idx, bits=bits, group_size=group_size, zero_offset=offset
             )
 
-        return gptq
+        return gptq, perm is not None
     if fmt == "awq-int4":
-        return lambda x: awq_gemm(
-            x, weight.qweight, weight.qzeros, weight.scales, group_size=weight.group_size
-        )
+        w = weight
+        return (lambda x: awq_gemm(x, w.qweight, w.qzeros, w.scales, group_size=w.group_size)), False
     if fmt == "fp8":
-        return lambda x: fp8_gemm(x, weight.weight, weight.scale)
-    return lambda x: int8_gemm(x, weight.weight, weight.scale)
+        return (lambda x: fp8_gemm(x, weight.weight, weight.scale)), False
+    return (lambda x: int8_gemm(x, weight.weight, weight.scale)), False

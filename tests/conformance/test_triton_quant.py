@@ -157,6 +157,27 @@ def test_split_k_heuristic():
     assert split_k(1, 4096, 128, cpu, requested=8) == 2  # at most one program per K tile
 
 
+def test_act_order_weights_are_sorted_once():
+    """The backend's kernel for act-order GPTQ repacks the rows sorted by group (and releases the stored
+    weight); a g_idx whose groups are not whole runs of group_size rows is read as it is."""
+    from tgi.backends.triton_common.quant import quantized_linear
+    from tgi.core.quant.weights import GPTQWeight
+
+    k = 256
+    qz = quantize_int(_weight(N, k, seed=6), 4, 64, sym=False, desc_act=True)
+    qweight, qzeros = pack_gptq(qz)
+    x, bias = _x(7, k, torch.float32), torch.randn(N)
+    kernel = quantized_linear(GPTQWeight(4, qweight, qzeros, qz.scales, qz.g_idx, 64, True, N, k), "float32")
+    assert kernel.release_source()
+    _assert_close(kernel(x, bias) - bias, x, qz.dequantize())
+    g_idx = qz.g_idx.clone()
+    g_idx[0] = (g_idx[0] + 1) % 4  # one group one row short, another one long
+    uneven = IntQuantized(qz.q, qz.zeros, qz.scales, g_idx, 4)
+    kernel = quantized_linear(GPTQWeight(4, qweight, qzeros, qz.scales, g_idx, 64, True, N, k), "float32")
+    assert not kernel.release_source()
+    _assert_close(kernel(x, None), x, uneven.dequantize())
+
+
 def test_fp8_decodes_every_finite_byte():
     codes = torch.arange(256, dtype=torch.uint8)
     codes = codes[(codes & 0x7F) != 0x7F]  # the two NaN encodings

@@ -14,8 +14,11 @@ Formats, as the checkpoints store them (K = in_features, N = out_features, G = n
   [G, N / 8] in the same order; `scales` [G, N]; W[n, k] = scales[g, n] * (q[k, n] - z[g, n]),
   g = k // group_size. No zero offset, no g_idx.
 
-The product accumulates in float32; the dequantized tile is rounded to x's dtype before the dot (to float32
-under the interpreter for bfloat16 and always for float32 x, see `common.upcast_dot`), and y is rounded once.
+The product accumulates in float32. Where groups hold whole K tiles (no g_idx, group size a multiple of
+BLOCK_K, or one group), a tile's integer weights minus zero points (exact in any float dtype) go into the
+dot and its partial product is scaled per column; elsewhere (g_idx, groups of 32) each weight is dequantized
+and rounded to x's dtype before the dot. Dots run on float32 operands under the interpreter for bfloat16 and
+always for float32 x (see `common.upcast_dot`); y is rounded once.
 Products of few rows (decode steps) would leave most of a GPU idle with one program per output tile, so the
 K dimension is then split over several programs that add their partial sums into a float32 buffer
 (`split_k`). Block sizes and the split heuristic are untuned (no GPU was available to tune them).
@@ -79,8 +82,9 @@ def _int_gemm_kernel(
     x_ptr, qw_ptr, qz_ptr, s_ptr, g_ptr, y_ptr,
     M, N, K, group_size, zero_offset, K_PER_SPLIT,
     stride_xm, stride_qw, stride_qz, stride_s, stride_ym,
-    BITS: tl.constexpr, AWQ: tl.constexpr, HAS_G_IDX: tl.constexpr, UPCAST: tl.constexpr,
-    ATOMIC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    BITS: tl.constexpr, AWQ: tl.constexpr, HAS_G_IDX: tl.constexpr, GROUP_TILES: tl.constexpr,
+    UPCAST: tl.constexpr, ATOMIC: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     PACK: tl.constexpr = 32 // BITS
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -102,18 +106,32 @@ def _int_gemm_kernel(
         else:  # GPTQ: [K / PACK, N], packed along the input dim
             words = tl.load(qw_ptr + (ks // PACK)[:, None] * stride_qw + cols[None, :], mask=wmask, other=0)
             q = _unpack(words, (ks % PACK)[:, None], BITS, False)
-        if HAS_G_IDX:
-            g = tl.load(g_ptr + ks, mask=k_ok, other=0)
+        if GROUP_TILES:
+            # the tile's K rows share one group: (q - z) are small integers, exact in x's dtype; the scale
+            # multiplies the tile's partial product once per column
+            g = k0 // group_size
+            zwords = tl.load(qz_ptr + g * stride_qz + cols // PACK, mask=col_ok, other=0)
+            z = _unpack(zwords, cols % PACK, BITS, AWQ) + zero_offset
+            s = tl.load(s_ptr + g * stride_s + cols, mask=col_ok, other=0.0).to(tl.float32)
+            wq = q - z[None, :]  # [BLOCK_K, BLOCK_N] int32; rows past K meet zeros of x
+            if UPCAST:
+                part = tl.dot(x.to(tl.float32), wq.to(tl.float32), input_precision="ieee")
+            else:
+                part = tl.dot(x, wq.to(x.dtype))
+            acc += part * s[None, :]
         else:
-            g = ks // group_size
-        zwords = tl.load(qz_ptr + g[:, None] * stride_qz + (cols // PACK)[None, :], mask=wmask, other=0)
-        z = _unpack(zwords, (cols % PACK)[None, :], BITS, AWQ) + zero_offset
-        s = tl.load(s_ptr + g[:, None] * stride_s + cols[None, :], mask=wmask, other=0.0).to(tl.float32)
-        w = (q - z).to(tl.float32) * s  # [BLOCK_K, BLOCK_N], zero outside the masks (s = 0 there)
-        if UPCAST:
-            acc += tl.dot(x.to(tl.float32), w, input_precision="ieee")
-        else:
-            acc += tl.dot(x, w.to(x.dtype))
+            if HAS_G_IDX:
+                g = tl.load(g_ptr + ks, mask=k_ok, other=0)
+            else:
+                g = ks // group_size
+            zwords = tl.load(qz_ptr + g[:, None] * stride_qz + (cols // PACK)[None, :], mask=wmask, other=0)
+            z = _unpack(zwords, (cols % PACK)[None, :], BITS, AWQ) + zero_offset
+            s = tl.load(s_ptr + g[:, None] * stride_s + cols[None, :], mask=wmask, other=0.0).to(tl.float32)
+            w = (q - z).to(tl.float32) * s  # [BLOCK_K, BLOCK_N], zero outside the masks (s = 0 there)
+            if UPCAST:
+                acc += tl.dot(x.to(tl.float32), w, input_precision="ieee")
+            else:
+                acc += tl.dot(x, w.to(x.dtype))
     out = y_ptr + rows[:, None] * stride_ym + cols[None, :]
     if ATOMIC:  # one of several programs along K: add into the float32 buffer
         tl.atomic_add(out, acc, mask=row_ok[:, None] & col_ok[None, :])
@@ -149,12 +167,14 @@ def _launch(
         dummy = g_idx if g_idx is not None else qzeros  # never read without HAS_G_IDX
         grid, k_per_split, buffer = split_launch(m, n, k, x2, split_k(m, n, k, x2.device, split))
         out = y if buffer is None else buffer
+        group_tiles = g_idx is None and (group_size % BLOCK_K == 0 or group_size >= k)
         _int_gemm_kernel[grid](
             x2, qweight, qzeros, scales, dummy, out,
             m, n, k, max(group_size, 1), zero_offset, k_per_split,
             x2.stride(0), qweight.stride(0), qzeros.stride(0), scales.stride(0), out.stride(0),
-            BITS=bits, AWQ=awq, HAS_G_IDX=g_idx is not None, UPCAST=upcast_dot(x.dtype),
-            ATOMIC=buffer is not None, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+            BITS=bits, AWQ=awq, HAS_G_IDX=g_idx is not None, GROUP_TILES=group_tiles,
+            UPCAST=upcast_dot(x.dtype), ATOMIC=buffer is not None,
+            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
         )  # fmt: skip
         if buffer is not None:
             y.copy_(buffer)
