@@ -120,3 +120,17 @@ def test_formats_without_a_triton_kernel_are_refused_by_name(dense, quantize):
         UnsupportedError, match=rf"backend 'cuda' has no kernel for bnb-\w+ weights .*{supported}"
     ):
         _engine(dense, quantize)
+
+
+def test_rocm_states_the_same_formats():
+    from tgi.backends.rocm.backend import RocmBackend
+
+    for dtype in ("bfloat16", "float16", "float32"):
+        assert RocmBackend().weight_formats(dtype) == InterpretedCudaBackend().weight_formats(dtype)
+        assert set(RocmBackend().weight_formats(dtype)) == {
+            "gptq-int4",
+            "gptq-int8",
+            "awq-int4",
+            "fp8",
+            "int8",
+        }
