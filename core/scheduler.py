@@ -59,7 +59,8 @@ class Scheduler:
     """Decides, each step, which tokens of which sequences run (see the module docstring).
 
     `max_num_seqs`: sequences running at once (also capped by `constraints.max_batch_size`).
-    `max_batch_tokens`: tokens fed per step, prefill chunks and decodes together.
+    `max_batch_tokens`: tokens fed per step, prefill chunks and decodes together (also capped by
+    `constraints.max_batch_tokens`).
     """
 
     def __init__(
@@ -77,7 +78,7 @@ class Scheduler:
         self.block_manager = block_manager
         self.constraints = c
         self.max_num_seqs = min(max_num_seqs, c.max_batch_size or max_num_seqs)
-        self.max_batch_tokens = max_batch_tokens
+        self.max_batch_tokens = min(max_batch_tokens, c.max_batch_tokens or max_batch_tokens)
         # A prefill chunk may not exceed the largest bucket (the runner pads up to a bucket).
         self.max_chunk_tokens = min(max_batch_tokens, max(c.prefill_buckets or (max_batch_tokens,)))
         self.waiting: list[Sequence] = []  # sorted by _rank

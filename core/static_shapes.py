@@ -187,22 +187,15 @@ class FlatShapes:
         )
 
     def constraints(self, chunked_prefill: bool = True) -> RunnerConstraints:
-        """What the runner declares so that every step fits (the engine's token budget must not exceed
-        `token_buckets.max`: `check_budget`)."""
+        """What the runner declares so that every step fits: at most `seq_buckets.max` sequences and
+        `token_buckets.max` tokens."""
         return RunnerConstraints(
             max_batch_size=self.seq_buckets.max,
             chunked_prefill=chunked_prefill,
             mixed_batches=True,
             block_size=self.block_size,
+            max_batch_tokens=self.token_buckets.max,
         )
-
-    def check_budget(self, max_batch_tokens: int) -> None:
-        """`ShapeError` unless the scheduler's token budget fits the largest token bucket (its sequence
-        limit is capped by `constraints().max_batch_size`)."""
-        if max_batch_tokens > self.token_buckets.max:
-            raise ShapeError(
-                f"a step of {max_batch_tokens} tokens exceeds the largest token bucket {self.token_buckets.max}"
-            )
 
     def shape_for(self, batch: ScheduledBatch) -> StepShape:
         width = max(_blocks(s, self.block_size) for s in batch.sequences)

@@ -101,6 +101,9 @@ class RunnerConstraints:
     chunked_prefill: bool = True  # may split a prompt over steps (needs attention over cached pages)
     mixed_batches: bool = True  # prefill chunks and decode tokens may share one step
     block_size: int | None = None  # KV block size the runner requires (None: the engine's choice)
+    # at most this many tokens per step, prefill chunks and decodes together (a static-shape runner's largest
+    # token bucket); None: the engine's step budget alone
+    max_batch_tokens: int | None = None
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ On a small random-weight Llama (`model.write_tiny_llama`), loaded through `LLMEn
   masked row of a step, only tokens its mask allows (greedy and seeded rows), and leaves unmasked rows as
   they are; one that does not has grammar requests refused by name;
 * `test_runner_constraints_are_honoured`: every batch the engine hands the runner, in all the tests above,
-  fits what the runner's `constraints()` declare (batch size, mixed batches, chunked prefill, prefill
-  buckets, block size).
+  fits what the runner's `constraints()` declare (batch size, tokens per step, mixed batches, chunked
+  prefill, prefill buckets, block size).
 
 Use (a test module of the backend's package; torch backends get it with `TorchBackendConformance`)::
 
@@ -70,6 +70,8 @@ def constraint_violations(
             found.append(
                 f"{s.request_id}: a {len(s.token_ids)}-token chunk beyond the largest prefill bucket"
             )
+    if constraints.max_batch_tokens is not None and batch.num_tokens > constraints.max_batch_tokens:
+        found.append(f"{batch.num_tokens} tokens > max_batch_tokens {constraints.max_batch_tokens}")
     if constraints.block_size is not None and constraints.block_size != block_size:
         found.append(f"block size {block_size}, the runner needs {constraints.block_size}")
     return found
@@ -233,6 +235,8 @@ class RunnerConformance:
             p for p in (PROMPTS[1], PROMPTS[2], PROMPTS[0]) if len(p) <= max(c.prefill_buckets or (len(p),))
         ]
         prompts = fits[: min(3, c.max_batch_size or 3)]
+        while c.max_batch_tokens is not None and sum(map(len, prompts)) > c.max_batch_tokens:
+            prompts.pop()  # within the runner's step
         params = [SamplingParams(), SamplingParams(do_sample=True, seed=11), SamplingParams()][: len(prompts)]
         masked_rows = (0, 1) if len(prompts) == 3 else (0,)
 

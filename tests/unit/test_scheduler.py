@@ -111,6 +111,8 @@ def check_batch(batch: ScheduledBatch, sched: Scheduler, c: RunnerConstraints, m
     bm = sched.block_manager
     bm.check_invariants()
     assert batch.num_tokens <= max_tokens
+    if c.max_batch_tokens is not None:
+        assert batch.num_tokens <= c.max_batch_tokens
     assert len(batch.sequences) <= sched.max_num_seqs
     if c.max_batch_size is not None:
         assert len(batch.sequences) <= c.max_batch_size
@@ -190,6 +192,7 @@ def test_random_workloads_respect_budgets_and_match(seed: int) -> None:
         max_batch_size=rng.choice((None, 3)),
         prefill_buckets=rng.choice((None, (4, 8, 16))),
         mixed_batches=rng.random() < 0.7,
+        max_batch_tokens=rng.choice((None, 6, 12)),
     )
     reference = drive(reqs, num_blocks=400, max_num_seqs=16, max_batch_tokens=64)
     tight = drive(reqs, num_blocks=14, block_size=4, max_num_seqs=6, max_batch_tokens=rng.randint(8, 24),
