@@ -31,8 +31,14 @@ def _host_memory() -> MemoryInfo:
 class TpuBackend(Backend):
     name = "tpu"
 
-    def __init__(self) -> None:
-        self.platform = plat.requested_platform()
+    def __init__(self, platform: str | None = None, cache_dir: str | None = None) -> None:
+        """`platform`: "tpu" or "cpu" (default: `TGI_JAX_PLATFORM`, else "tpu"); `cache_dir`: the persistent
+        compilation cache (default: `platform.cache_dir()`)."""
+        self.platform = platform or plat.requested_platform()
+        if self.platform not in plat.PLATFORMS:
+            raise UnsupportedError(
+                f"JAX platform {self.platform!r}: expected one of {', '.join(plat.PLATFORMS)}"
+            )
         default = "pallas" if self.platform == "tpu" else "reference"
         self.attention_impl = os.environ.get(ATTENTION_ENV, "").strip().lower() or default
         if self.attention_impl not in ("reference", "pallas"):
@@ -40,7 +46,7 @@ class TpuBackend(Backend):
         self.notes: list[str] = []  # said at start-up (through describe_kernels)
         if self.platform == "cpu":
             self.kv_cache_memory_fraction = 0.3  # host memory, shared with the process and the OS
-        self.cache_path = plat.enable_compilation_cache()
+        self.cache_path = plat.enable_compilation_cache(cache_dir)
 
     # -- devices ----------------------------------------------------------------------------------------
     def prepare_devices(self, count: int) -> None:

@@ -94,11 +94,12 @@ def cache_dir() -> Path:
     return Path(base) / "tgi" / "jax"
 
 
-def enable_compilation_cache() -> Path:
-    """Turn on JAX's persistent compilation cache (every executable, however quick to compile)."""
+def enable_compilation_cache(path: str | Path | None = None) -> Path:
+    """Turn on JAX's persistent compilation cache in `path` (default: `cache_dir()`), for every executable
+    however quick to compile."""
     import jax
 
-    path = cache_dir()
+    path = Path(path) if path else cache_dir()
     path.mkdir(parents=True, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", str(path))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
