@@ -133,16 +133,30 @@ class CpuBackend(TorchBackend):
             attach_fused_ops(model)
 
     def weight_formats(self, dtype: str) -> dict[str, str]:
-        from tgi.backends.cpu.quant_linear import CPU_FORMATS
+        from tgi.backends.cpu.quant_linear import BNB_FORMATS, CPU_FORMATS, bnb_available
 
         if dtype not in ("bfloat16", "float32"):
             return {}
         formats = dict(CPU_FORMATS)
         for qtype in sorted(self.block_weight_types(dtype)):
+        if bnb_available():
+            formats.update(BNB_FORMATS)
             formats[f"gguf-{qtype}"] = "cpu-native block linear (small inputs), dense beyond"
         return formats
 
     def quantized_linear(self, weight, dtype: str):
+    def check_weight_format(self, weight_format: str, dtype: str) -> None:
+        if weight_format.startswith("bnb-") and dtype in ("bfloat16", "float32"):
+            from tgi.backends.cpu.quant_linear import bnb_available
+
+            if not bnb_available():
+                from tgi.core.interfaces import UnsupportedError
+
+                raise UnsupportedError(
+                    f"{weight_format}: the bitsandbytes package is not installed (pip install 'tgi[bnb]')"
+                )
+        super().check_weight_format(weight_format, dtype)
+
         from tgi.backends.cpu.quant_linear import cpu_quantized_linear
         from tgi.core.loading.block_weights import BlockWeight
 

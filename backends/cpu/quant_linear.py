@@ -31,6 +31,8 @@ CPU_FORMATS = {
     "int8": "aten int8 weight-only mm (CPU)",
     "fp8": "float8 weights dequantized per call, then a dense product",
 }
+#: with the `bitsandbytes` package installed (the `bnb` extra)
+BNB_FORMATS = {f"bnb-{t}": f"bitsandbytes {t} matmul (CPU)" for t in ("nf4", "fp4", "int8")}
 
 
 def _activation(dtype: str) -> torch.dtype:
@@ -128,6 +130,39 @@ class DequantizePerCallKernel(QuantizedLinearKernel):
         return True
 
 
+class BnbKernel(QuantizedLinearKernel):
+    """bitsandbytes' own CPU products: `matmul_4bit` (NF4 / FP4) and `matmul` (int8, LLM.int8()'s
+    weights without outliers: the weights are int8 throughout)."""
+
+    def __init__(self, weight, dtype: torch.dtype) -> None:
+        from tgi.core.quant.bnb import import_bitsandbytes
+
+        self.bnb = import_bitsandbytes()
+        self.weight = weight
+        self.dtype = dtype
+        self.name = f"bitsandbytes {weight.quant_type} matmul (CPU)"
+        if weight.quant_type == "int8":
+            state = self.bnb.MatmulLtState()
+            state.has_fp16_weights = False
+            state.CB, state.SCB = weight.data, weight.state
+            self.state = state
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        w = self.weight
+        if w.quant_type == "int8":
+            y = self.bnb.matmul(x, w.data, state=self.state)
+        else:
+            y = self.bnb.matmul_4bit(x, w.data.t(), quant_state=w.state)
+        y = y.to(x.dtype)
+        return y if bias is None else y + bias
+
+
+def bnb_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("bitsandbytes") is not None
+
+
 def cpu_quantized_linear(weight: QuantizedWeight, dtype: str) -> QuantizedLinearKernel:
     """The CPU kernel for `weight` (one of `CPU_FORMATS`) with `dtype` activations."""
     act = _activation(dtype)
@@ -143,4 +178,6 @@ def cpu_quantized_linear(weight: QuantizedWeight, dtype: str) -> QuantizedLinear
         return DequantizePerCallKernel(weight, act)
     if isinstance(weight, FP8Weight):
         return DequantizePerCallKernel(weight, act)
+    if weight.format.startswith("bnb-"):
+        return BnbKernel(weight, act)
     raise UnsupportedError(f"the CPU backend has no kernel for {weight.format} weights")

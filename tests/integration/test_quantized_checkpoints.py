@@ -130,6 +130,30 @@ def test_load_time_quantization_equals_its_dequantized_weights(dense, dense_toke
     assert share >= 0.8
 
 
+@pytest.mark.parametrize("quantize", ["bitsandbytes-nf4", "bitsandbytes-fp4", "bitsandbytes"])
+def test_bitsandbytes_at_load_equals_its_dequantized_weights(dense, dense_tokens, quantize):
+    """bitsandbytes' own quantizer and CPU products: our logits against the model with every quantized
+    linear replaced by bitsandbytes' dequantization of the same weights."""
+    pytest.importorskip("bitsandbytes")
+    runner = load_runner(dense, quantize=quantize)
+    info = runner.info.quantization
+    assert (info.method, info.source, info.num_linears) == (quantize, "load-time", 8)
+    got = prompt_logits(runner)
+    share = agreement(runner, dense_tokens)
+    print(f"{quantize}: {share:.1%} of greedy steps agree")
+    reference = load_runner(dense)
+    from tgi.core.quant.load_time import quantizer_for
+
+    fmt = {"bitsandbytes": "bnb-int8", "bitsandbytes-nf4": "bnb-nf4", "bitsandbytes-fp4": "bnb-fp4"}[quantize]
+    quantize_one = quantizer_for(fmt)
+    for name, module in reference.model.named_modules():
+        if hasattr(type(module), "linear_kernel") and name != "lm_head":
+            module.linear_kernel = None
+            module.weight.data = quantize_one(module.weight).dequantize().to(module.weight.dtype)
+    assert _max_rel(got, prompt_logits(reference)) < 2e-3
+    assert share >= {"bitsandbytes": 0.9, "bitsandbytes-nf4": 0.55, "bitsandbytes-fp4": 0.45}[quantize]
+
+
 def test_bfloat16_activations_on_int4(dense, tmp_path):
     """The int4 kernel with bfloat16 activations (scales and zeros rounded to bfloat16): within 3e-2."""
     qdir, rdir = write_quantized(dense, tmp_path, "gptq", bits=4, group_size=32, sym=False)

@@ -91,6 +91,6 @@ def test_a_backend_refuses_a_format_it_has_no_kernel_for_naming_its_formats():
     backend = CpuBackend()
     assert {"gptq-int4", "gptq-int8", "awq-int4", "fp8", "int8"} <= set(backend.weight_formats("bfloat16"))
     with pytest.raises(
-        UnsupportedError, match=r"no kernel for bnb-nf4 weights .* \(it computes: awq-int4, fp8"
+        UnsupportedError, match=r"no kernel for exl2 weights .* \(it computes: awq-int4, "
     ):
-        backend.check_weight_format("bnb-nf4", "bfloat16")
+        backend.check_weight_format("exl2", "bfloat16")
