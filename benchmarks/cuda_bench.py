@@ -12,6 +12,9 @@ target). It writes the checkpoint once (bfloat16 safetensors + a word-level toke
 
     python benchmarks/cuda_bench.py --model-dir /tmp/llama8b-random --json $OUT/cuda_bench.json
 
+With --quantize eetq or fp8 the model is quantized at load and its linears computed by the Triton
+weight-only GEMMs (weight bytes and the bandwidth ceiling counted from the quantized tensors).
+
 With --quant-gemm it times instead the Triton quantized GEMMs (GPTQ int4 with and without act-order, GPTQ
 int8, AWQ int4, FP8; `cuda_quant_gemm.py`) against the dense product on the 8B model's linear shapes, at
 --quant-rows input rows, and checks each against its dequantized weight (no checkpoint is written):
@@ -74,6 +77,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cuda-graphs", action="store_true", help="capture decode steps as CUDA graphs")
     p.add_argument("--max-num-seqs", type=int, default=256)
     p.add_argument("--skip-transformers", action="store_true")
+    p.add_argument(
+        "--quantize", choices=("eetq", "fp8"), default=None,
+        help="quantize the random bfloat16 checkpoint at load (the Triton int8 / FP8 GEMMs); transformers "
+        "stays bfloat16",
+    )  # fmt: skip
     p.add_argument("--json", default=None, help="also write the figures to this file")
     p.add_argument(
         "--quant-gemm", action="store_true", help="time the quantized GEMM kernels instead of the model"
@@ -172,12 +180,17 @@ def bench_tgi(args: argparse.Namespace, figures: dict) -> None:
     config = EngineConfig(
         model_id=args.model_dir, backend="cuda", dtype="bfloat16",
         max_total_tokens=args.input_len + args.output_len + 8, max_num_seqs=args.max_num_seqs,
+        quantize=args.quantize,
     )  # fmt: skip
     engine = LLMEngine.from_config(config, registry=BackendRegistry(allow=["cuda"]), progress=print)
     figures["kv_cache_tokens"] = engine.config.max_batch_total_tokens
     vocab = engine.model_info.vocab_size
     weight_bytes = sum(p.numel() * p.element_size() for p in engine.runner.model.parameters())
+    # quantized linears hold no dense parameter: their kernels' tensors count instead
+    weight_bytes += sum(getattr(m.linear_kernel, "nbytes", 0) for m in engine.runner.model.modules()
+                        if getattr(m, "quant_format", None))  # fmt: skip
     figures["weight_bytes"] = weight_bytes
+    figures["quantization"] = str(engine.model_info.quantization)
 
     # 1. batch-1 decode
     params = SamplingParams(max_new_tokens=args.decode_tokens, ignore_eos=True)

@@ -44,7 +44,9 @@ class TritonQuantizedLinear(QuantizedLinearKernel):
 
     def __init__(self, weight: QuantizedWeight) -> None:
         self.name = WEIGHT_FORMATS[weight.format]
-        self._product, self._repacked = _product_for(weight)
+        self._product, held, self._repacked = _product_for(weight)
+        #: bytes of the tensors this kernel computes with (the packed weight, scales, zero points, ...)
+        self.nbytes = sum(t.numel() * t.element_size() for t in held)
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         y = self._product(x)
@@ -94,7 +96,7 @@ def sort_act_order(weight: GPTQWeight) -> tuple[torch.Tensor, torch.Tensor] | No
 
 
 def _product_for(weight: QuantizedWeight):
-    """(x -> x @ W.T, whether the stored weight was repacked)."""
+    """(x -> x @ W.T, the tensors it reads, whether the stored weight was repacked)."""
     from tgi.backends.triton_common.kernels.quant_int import awq_gemm, gptq_gemm
     from tgi.backends.triton_common.kernels.quant_w8 import fp8_gemm, int8_gemm
 
@@ -118,10 +120,13 @@ def _product_for(weight: QuantizedWeight):
                 x, qweight, qzeros, scales, g_idx, bits=bits, group_size=group_size, zero_offset=offset
             )
 
-        return gptq, perm is not None
+        held = [t for t in (qweight, qzeros, scales, g_idx, perm) if t is not None]
+        return gptq, held, perm is not None
     if fmt == "awq-int4":
         w = weight
-        return (lambda x: awq_gemm(x, w.qweight, w.qzeros, w.scales, group_size=w.group_size)), False
+        held = [w.qweight, w.qzeros, w.scales]
+        return (lambda x: awq_gemm(x, w.qweight, w.qzeros, w.scales, group_size=w.group_size)), held, False
+    held = [weight.weight, weight.scale]
     if fmt == "fp8":
-        return (lambda x: fp8_gemm(x, weight.weight, weight.scale)), False
-    return (lambda x: int8_gemm(x, weight.weight, weight.scale)), False
+        return (lambda x: fp8_gemm(x, weight.weight, weight.scale)), held, False
+    return (lambda x: int8_gemm(x, weight.weight, weight.scale)), held, False

@@ -102,14 +102,18 @@ def test_quantized_at_load_equals_its_dequantized_weights(dense, quantize, fmt):
     assert "triton" in info.kernel, info.kernel
     reference = _engine(dense)
     modules = dict(reference.runner.model.named_modules())
-    replaced = 0
+    replaced = quantized_bytes = dense_bytes = 0
     for name, module in engine.runner.model.named_modules():
         if getattr(module, "quant_weight", None) is not None:
             assert module.weight.is_meta  # no dense copy kept beside the quantized one
+            assert module.linear_kernel.nbytes == module.quant_weight.nbytes
+            quantized_bytes += module.linear_kernel.nbytes
+            dense_bytes += modules[name].weight.numel() * modules[name].weight.element_size()
             with torch.no_grad():
                 modules[name].weight.copy_(module.quant_weight.dequantize())
             replaced += 1
     assert replaced == info.num_linears > 0
+    assert quantized_bytes < 0.27 * dense_bytes  # 1 byte per float32 weight, and a scale per row
     _assert_equal(_generate(engine), _generate(reference))
 
 
