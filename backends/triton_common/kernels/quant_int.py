@@ -42,9 +42,10 @@ _SM_COUNT: dict[int, int] = {}
 
 def split_k(m: int, n: int, k: int, device: torch.device, requested: int | None = None) -> int:
     """How many programs share the K dimension of one output tile: 1 where the output tiles already give
-    every streaming multiprocessor two programs, else enough to, at most one per MIN_TILES_PER_SPLIT
-    K tiles. `requested` overrides the heuristic (tests, benchmarks). CPU tensors (the interpreter) and
-    devices other than torch.cuda's (CUDA, ROCm): 1 unless requested."""
+    every streaming multiprocessor two programs, else as many as bring it there, at most one per
+    MIN_TILES_PER_SPLIT K tiles. `requested` overrides the heuristic (tests, benchmarks), at most one per K
+    tile. Tensors not on a torch.cuda device (CUDA, ROCm), e.g. the interpreter's CPU tensors: 1 unless
+    requested."""
     k_tiles = triton.cdiv(k, BLOCK_K)
     if requested is not None:
         return max(1, min(int(requested), k_tiles))
@@ -147,9 +148,8 @@ def _check(x: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, k: int, 
             f"scales {tuple(scales.shape)} / qzeros {tuple(qzeros.shape)} do not match "
             f"[groups, {n}] / [groups, {n // pack}]"
         )
-    for name, t in (("qzeros", qzeros),):
-        if t.dtype != torch.int32:
-            raise ValueError(f"{name} must be int32, got {t.dtype}")
+    if qzeros.dtype != torch.int32:
+        raise ValueError(f"qzeros must be int32, got {qzeros.dtype}")
 
 
 def _launch(
