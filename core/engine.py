@@ -287,9 +287,17 @@ class LLMEngine:
         A grammar is compiled here unless it is cached (`compile_grammar`, which a server calls first on a
         worker thread)."""
         params = validate_request(prompt_token_ids, params, self.limits)
+        if params.prompt_logprobs and not self.runner.capabilities().prompt_logprobs:
+            raise ValidationError(
+                f"the {self._backend_name()} backend cannot return prompt logprobs: `decoder_input_details` "
+                "is not supported"
+            )
         if params.grammar is not None:
             self.compile_grammar(params.grammar)
         return params
+
+    def _backend_name(self) -> str:
+        return getattr(getattr(self.backend, "spec", None), "name", type(self.backend).__name__)
 
     def compile_grammar(self, grammar: Grammar) -> CompiledGrammar:
         """The grammar compiled against this model's tokenizer (cached by grammar), or `ValidationError`

@@ -116,7 +116,8 @@ class NeuronModelRunner(ModelRunner):
         )  # fmt: skip
 
     def capabilities(self) -> RunnerCapabilities:
-        return RunnerCapabilities(token_masks=self.sampler.supports_token_masks)
+        # prompt logprobs: the compiled context encoding returns the last position's logits only
+        return RunnerCapabilities(token_masks=self.sampler.supports_token_masks, prompt_logprobs=False)
 
     def kv_cache_spec(self) -> KVCacheSpec:
         """The engine's block bookkeeping (the keys/values themselves live in the compiled model)."""
@@ -146,11 +147,8 @@ class NeuronModelRunner(ModelRunner):
         for request_id in batch.freed_request_ids:
             self.slots.release(request_id)
         seqs = batch.sequences
-        if any(s.want_prompt_logprobs for s in seqs):
-            raise UnsupportedError(
-                "the neuron backend cannot return prompt logprobs (decoder_input_details): its compiled "
-                "context encoding returns the last position's logits only"
-            )
+        if any(s.want_prompt_logprobs for s in seqs):  # the engine refuses them (capabilities)
+            raise UnsupportedError("the neuron backend cannot return prompt logprobs")
         if batch.num_prefill_seqs:
             if batch.num_prefill_seqs != len(seqs):
                 raise RuntimeError("a mixed step reached the neuron runner (its constraints forbid them)")

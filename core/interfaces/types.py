@@ -116,3 +116,6 @@ class RunnerCapabilities:
     # position, `ScheduledSequence.draft_rows`); the chunk is fed as a prefill chunk over cached context
     draft_verification: bool = False
     medusa_heads: int = 0  # Medusa heads loaded with the model: their guesses come with each sampled row
+    # returns `StepOutput.prompt_logprobs` for prefill chunks that want them (TGI's decoder_input_details);
+    # a runner that cannot (a compiled context encoding that yields the last position only) says False
+    prompt_logprobs: bool = True

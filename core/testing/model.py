@@ -96,3 +96,15 @@ def transformers_greedy(
                 ids.append(int(logits.argmax()))
             out.append(ids[len(prompt) :])
     return out
+
+
+def transformers_prompt_logprobs(model_path: str | Path, prompt: Sequence[int]) -> list[float]:
+    """The reference for prompt logprobs: `transformers`' float32 log-probability of each prompt token
+    after the ones before it (positions 1 .. len-1; position 0 has none)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model(torch.tensor([list(prompt)])).logits[0, :-1].float(), dim=-1)
+    return logprobs.gather(1, torch.tensor(prompt[1:])[:, None]).squeeze(1).tolist()

@@ -15,6 +15,9 @@ On a small random-weight Llama (`model.write_tiny_llama`), loaded through `LLMEn
 * `test_grammar_masks_are_honoured`: a runner whose `capabilities()` say `token_masks` samples, for each
   masked row of a step, only tokens its mask allows (greedy and seeded rows), and leaves unmasked rows as
   they are; one that does not has grammar requests refused by name;
+* `test_prompt_logprobs_match_transformers_or_are_refused`: a runner whose `capabilities()` say
+  `prompt_logprobs` returns, for a prompt prefilled in chunks, the logprob of every prompt token but the
+  first, equal to `transformers`' (float32 engines); one that does not has such requests refused by name;
 * `test_runner_constraints_are_honoured`: every batch the engine hands the runner, in all the tests above,
   fits what the runner's `constraints()` declare (batch size, tokens per step, mixed batches, chunked
   prefill, prefill buckets, block size).
@@ -263,6 +266,29 @@ class RunnerConformance:
             assert masked[row] in tokens, (masked, allowed)
         if len(prompts) > len(masked_rows):
             assert masked[-1] == free[-1], "an unmasked row changed"
+
+    def test_prompt_logprobs_match_transformers_or_are_refused(
+        self, engine_backend, tiny_llama, batches_checked
+    ):
+        from tgi.core.request import ValidationError
+        from tgi.core.sampling_params import SamplingParams
+        from tgi.core.testing.model import transformers_prompt_logprobs
+
+        engine = self.make_engine(engine_backend, tiny_llama, batches_checked)
+        params = SamplingParams(max_new_tokens=2, prompt_logprobs=True)
+        prompt = list(PROMPTS[0])  # 45 tokens: two chunks where the runner chunks prefills
+        if not engine.runner.capabilities().prompt_logprobs:
+            with pytest.raises(ValidationError, match="prompt logprobs"):
+                engine.add_request(prompt, params)
+            return
+        [result] = engine.generate([prompt], params)
+        got = [t.logprob for t in result.final.prompt_tokens]
+        assert got[0] is None and len(got) == len(prompt)
+        if engine.config.dtype == "float32":
+            expected = transformers_prompt_logprobs(tiny_llama, prompt)
+            assert max(abs(a - b) for a, b in zip(got[1:], expected, strict=True)) < 1e-3
+        else:  # rounded activations: finite log-probabilities
+            assert all(lp <= 0.0 for lp in got[1:])
 
     def test_runner_constraints_are_honoured(self, engine_backend, tiny_llama, batches_checked):
         """Checks the batches of the tests above (run them with this one), and of a busy run of its own."""

@@ -139,10 +139,8 @@ def test_a_pre_exported_model_runs_as_exported(tiny_llama, tmp_path):
 
 
 def test_prompt_logprobs_are_refused_by_name(tiny_llama):
-    from tgi.core.request import StepError
+    from tgi.core.request import ValidationError
 
     engine = _engine(tiny_llama, make_backend())
-    engine.add_request([5, 6, 7], SamplingParams(max_new_tokens=2, prompt_logprobs=True))
-    with pytest.raises(StepError) as info:
-        engine.step()
-    assert "cannot return prompt logprobs" in str(info.value.__cause__)
+    with pytest.raises(ValidationError, match="the neuron backend cannot return prompt logprobs"):
+        engine.add_request([5, 6, 7], SamplingParams(max_new_tokens=2, prompt_logprobs=True))
