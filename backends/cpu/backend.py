@@ -89,6 +89,7 @@ class CpuBackend(TorchBackend):
             else ""
         )
         plan["threads"] = f"{self._threads}{less}"
+        plan["lora"] = self.lora_ops().describe(getattr(torch, dtype))
         return plan
 
     def serve_beside_event_loop(self) -> None:
@@ -210,6 +211,13 @@ class CpuBackend(TorchBackend):
 
         # greedy rows without penalties: argmax and log-softmax in one native call, no float32 copy
         return TorchSampler(greedy_kernel=native.fused().greedy_pick)
+
+    def lora_ops(self):
+        """LoRA's low-rank pairs: the native segmented pair for decode-sized steps, core's torch ops above
+        (`tgi.backends.cpu.lora`)."""
+        from tgi.backends.cpu.lora import CpuLoRAOps
+
+        return CpuLoRAOps()
 
     def create_collective(self, rank: int, world_size: int, init_method: str | None = None) -> Collective:
         if world_size > 1:  # the ranks share this machine's cores

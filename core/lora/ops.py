@@ -22,7 +22,7 @@ per-op overhead on a CPU: 45-80 us against 210-245 us per linear for 4 adapters 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -41,6 +41,14 @@ class LoRAWeights:
     b: torch.Tensor  # [num_slots, out_features, R], scaling applied
     present: tuple[bool, ...]  # present[i]: adapter i adapts this linear (else its slot is all zeros)
     _b_stacked: torch.Tensor | None = field(default=None, repr=False)  # [num_slots * R, out], on first use
+    _layouts: dict = field(default_factory=dict, repr=False)  # a backend's own layouts (`layout`)
+
+    def layout(self, name: str, make: Callable[[LoRAWeights], object]) -> object:
+        """A backend's own layout of these weights (B transposed, ...), made by `make(self)` on first use and
+        kept with them: the weights of a linear are made anew whenever its adapters change."""
+        if name not in self._layouts:
+            self._layouts[name] = make(self)
+        return self._layouts[name]
 
     def b_stacked(self) -> torch.Tensor:
         """b as [num_slots * R, out_features] (row i * R + j: slot i's rank j), made once."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from tgi.core.config import EngineConfig
 from tgi.core.engine import LLMEngine
@@ -65,15 +66,22 @@ def peft_tokens(lora_model):
     }
 
 
-# the torch ops' two passes, each forced: per adapter gather/scatter, all adapters stacked and masked
-@pytest.mark.parametrize(("stacked_fraction", "stacked_max_tokens"), [(0.0, 0), (100.0, 10**9)])
+# the CPU backend's native pair (every step), then core's torch ops with each of their two passes forced:
+# per adapter gather/scatter, all adapters stacked and masked
+@pytest.mark.parametrize(
+    ("stacked_fraction", "stacked_max_tokens", "native_tokens"),
+    [(0.25, 64, "2048"), (0.0, 0, "0"), (100.0, 10**9, "0")],
+)
 def test_mixed_batch_equals_peft_per_adapter(
-    lora_model, peft_tokens, stacked_fraction, stacked_max_tokens, monkeypatch
+    lora_model, peft_tokens, stacked_fraction, stacked_max_tokens, native_tokens, monkeypatch
 ):
     monkeypatch.setattr("tgi.core.lora.ops.STACKED_FRACTION", stacked_fraction)
     monkeypatch.setattr("tgi.core.lora.ops.STACKED_MAX_TOKENS", stacked_max_tokens)
+    monkeypatch.setenv("TGI_CPU_LORA_NATIVE_TOKENS", native_tokens)
     base, paths = lora_model
     engine = _engine(base, paths)
+    ops = engine.runner.lora.state.ops
+    assert ops.describe(torch.float32).startswith("native" if native_tokens != "0" else "torch ops")
     assert engine.model_info.lora_adapters == tuple(ADAPTERS)
     names = [None, *ADAPTERS]
     # every prompt with every adapter and with none, all in one batch (the 45-token prompt is chunked)

@@ -32,6 +32,8 @@ __all__ = [
     "compiler_found",
     "fused",
     "load",
+    "lora_impls",
+    "lora_sgmv",
     "paged_decode",
 ]
 
@@ -220,3 +222,33 @@ def fused():
     `greedy_pick(logits [N, V]) -> (ids [N] int64, logprobs [N] float32)`: each row's argmax (first maximum;
     a NaN wins, as in `torch.argmax`) and its log-softmax, with no float32 copy of the logits."""
     return load()
+
+
+#: implementations of `lora_sgmv`
+LORA_IMPLS = {"auto": 0, "reference": 1, "avx512-bf16": 2, "avx2": 3}
+
+
+def lora_impls() -> list[str]:
+    """The `lora_sgmv` implementations this CPU offers: "reference", "avx512-bf16", "avx2"."""
+    return list(load().lora_impls())
+
+
+def lora_sgmv(
+    y: torch.Tensor,
+    x: torch.Tensor,
+    a: torch.Tensor,
+    bt: torch.Tensor,
+    cols: torch.Tensor,
+    slots: torch.Tensor,
+    impl: str = "auto",
+) -> torch.Tensor:
+    """LoRA's segmented pair, in place: `y[t] += (x[t] @ a[s].T) @ bt[s]` for every token t with an adapter,
+    s = slots[t] (int32 [T], -1: none; rows of y past T are left alone).
+
+    x [>= T, in], y [>= T, out], a [S, R, in], bt [S, R, out] (B transposed, scaling applied), one dtype
+    (bfloat16 or float32), rows contiguous; cols int32 [S, R, 2]: the columns [lo, hi) outside which row r of
+    bt[s] is zero (a fused linear's part; empty for zero-padded ranks), which the fast paths skip. The
+    shrink rounds to the dtype, the expand adds in float32 and rounds once. `impl`: "auto", "reference"
+    (scalar, any dtype), "avx512-bf16" (bfloat16) or "avx2" (float32); raises for one this CPU lacks.
+    Returns y."""
+    return load().lora_sgmv(y, x, a, bt, cols, slots, LORA_IMPLS[impl])

@@ -3,6 +3,7 @@
 #include <torch/extension.h>
 
 #include "ops.h"
+#include "lora_sgmv.h"
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("paged_decode", torch::wrap_pybind_function(paged_decode), "paged_decode");
@@ -14,4 +15,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("silu_mul", torch::wrap_pybind_function(silu_mul), "silu_mul");
   m.def("kv_write", torch::wrap_pybind_function(kv_write), "kv_write");
   m.def("greedy_pick", torch::wrap_pybind_function(greedy_pick), "greedy_pick");
+  m.def("lora_sgmv", torch::wrap_pybind_function(lora_sgmv), "lora_sgmv");
+  m.def("lora_impls", torch::wrap_pybind_function(lora_impls), "lora_impls");
 }

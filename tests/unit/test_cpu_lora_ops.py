@@ -1,0 +1,102 @@
+"""The CPU backend's LoRA pair (`native.lora_sgmv`, `tgi.backends.cpu.lora.CpuLoRAOps`): every implementation
+this CPU offers (scalar reference, AVX512-BF16, AVX2) against a float64 per-token loop, for a step mixing four
+adapters, tokens without one, padding rows, an adapter that leaves the linear alone, zero-padded ranks and a
+fused linear's block-structured B (q/k/v parts: the fast paths skip the columns a rank cannot reach); and
+`CpuLoRAOps` against core's torch ops on the same step, in both dtypes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tgi.backends.cpu import native
+from tgi.backends.cpu.lora import CpuLoRAOps, _transposed
+from tgi.core.lora.ops import LoRAWeights, TorchLoRAOps
+
+pytestmark = pytest.mark.skipif(
+    not native.compiler_found(), reason="no C++ compiler to build the native kernels"
+)
+CPU = torch.device("cpu")
+TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
+SLOTS = [3, -1, 0, 0, 2, -1, 1, 3, 0, 2, 2]
+
+
+def _fused_weights(dtype, parts=(40, 24, 24), rank=5, k=72) -> LoRAWeights:
+    """4 slots of a q/k/v-like linear: slot 1 adapts none of it, slot 2 only its first part at rank 3
+    (zero-padded to the stacked rank)."""
+    g = torch.Generator().manual_seed(7)
+    n, r_all = sum(parts), rank * len(parts)
+    a = torch.randn(4, r_all, k, generator=g) * 0.2
+    b = torch.zeros(4, n, r_all)
+    row = 0
+    for j, p in enumerate(parts):
+        b[:, row : row + p, j * rank : (j + 1) * rank] = torch.randn(4, p, rank, generator=g) * 0.2
+        row += p
+    a[1].zero_(), b[1].zero_()
+    b[2, :, 3:].zero_(), a[2, 3:].zero_()
+    return LoRAWeights(a.to(dtype), b.to(dtype), (True, False, True, True))
+
+
+def _per_token(y, x, w, slots):
+    out = y.double().clone()
+    for t, s in enumerate(slots):
+        if s >= 0:
+            out[t] += w.b[s].double() @ (w.a[s].double() @ x[t].double())
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("impl", ["reference", "avx512-bf16", "avx2"])
+def test_every_implementation_equals_a_per_token_loop(dtype, impl):
+    if impl not in native.lora_impls():
+        pytest.skip(f"this CPU lacks {impl}")
+    if (impl, dtype) in (("avx512-bf16", torch.float32), ("avx2", torch.bfloat16)):
+        with pytest.raises(RuntimeError, match="lora_sgmv: "):
+            w = _fused_weights(dtype)
+            bt, cols = _transposed(w)
+            x = torch.zeros(len(SLOTS), 72, dtype=dtype)
+            native.lora_sgmv(
+                torch.zeros(len(SLOTS), 88, dtype=dtype),
+                x,
+                w.a,
+                bt,
+                cols,
+                torch.tensor(SLOTS, dtype=torch.int32),
+                impl,
+            )
+        return
+    w = _fused_weights(dtype)
+    bt, cols = _transposed(w)
+    assert cols[2, 3:].eq(0).all() and cols[0, 5:10].tolist() == [[40, 64]] * 5  # padded ranks, k's part
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(len(SLOTS) + 2, 72, generator=g).to(dtype)  # two padding rows
+    y = torch.randn(x.shape[0], 88, generator=g).to(dtype)
+    slots = torch.tensor(SLOTS, dtype=torch.int32)
+    got = native.lora_sgmv(y.clone(), x, w.a, bt, cols, slots, impl)
+    want = _per_token(y, x, w, SLOTS)
+    scale = want.abs().max().item()
+    assert (got.double() - want).abs().max().item() <= TOL[dtype] * scale
+    untouched = [1, 5, len(SLOTS), len(SLOTS) + 1]  # no adapter, padding
+    assert torch.equal(got[untouched], y[untouched])
+    with pytest.raises(RuntimeError, match="slot 4 of token 0"):
+        native.lora_sgmv(y.clone(), x, w.a, bt, cols, torch.tensor([4], dtype=torch.int32), impl)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cpu_ops_equal_core_torch_ops(dtype):
+    w = _fused_weights(dtype)
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(len(SLOTS), 72, generator=g).to(dtype)
+    y = torch.randn(len(SLOTS), 88, generator=g).to(dtype)
+    ref, ops = TorchLoRAOps(), CpuLoRAOps()
+    assert ops.describe(dtype).startswith("native")
+    want = ref.apply(y.clone(), x, w, ref.plan(SLOTS, CPU)).double()
+    for slots in (SLOTS, [2] * len(SLOTS)):  # mixed, one adapter for the whole step
+        want = ref.apply(y.clone(), x, w, ref.plan(slots, CPU)).double()
+        got = ops.apply(y.clone(), x, w, ops.plan(slots, CPU)).double()
+        assert (got - want).abs().max().item() <= TOL[dtype] * want.abs().max().item()
+    assert ops.plan([-1, -1], CPU) is None
+    torch_only = CpuLoRAOps(max_tokens=0)  # TGI_CPU_LORA_NATIVE_TOKENS=0: core's torch ops
+    assert torch_only.describe(dtype).startswith("torch ops")
+    got = torch_only.apply(y.clone(), x, w, torch_only.plan(SLOTS, CPU))
+    assert torch.equal(got, ref.apply(y.clone(), x, w, ref.plan(SLOTS, CPU)))
