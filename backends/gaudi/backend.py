@@ -82,6 +82,17 @@ class GaudiBackend(TorchBackend):
     def default_dtype(self) -> str:
         return "bfloat16"
 
+    def describe_kernels(self, dtype: str) -> dict[str, str]:
+        b = self.buckets
+        return {
+            "attention": "Gaudi FusedSDPA over the paged context gathered by block table",
+            "decode": f"an HPU graph per decode bucket (BATCH_BUCKET_SIZE {b.batch})",
+            "prefill": (
+                f"lazy mode, a recipe per bucket (PREFILL_BATCH_BUCKET_SIZE {b.prefill_batch}, "
+                f"PAD_SEQUENCE_TO_MULTIPLE_OF {b.sequence})"
+            ),
+        }
+
     def create_attention(self, name: str) -> AttentionBackend:
         from tgi.backends.gaudi.attention import GaudiAttention
 

@@ -45,6 +45,9 @@ class NeuronBackend(Backend):
     def default_dtype(self) -> str:
         return "bfloat16"
 
+    def describe_kernels(self, dtype: str) -> dict[str, str]:
+        return {"model": "compiled by optimum-neuron for a static batch of slots; sampling on the host"}
+
     def create_runner(self, source: ModelSource, config: EngineConfig, world_size: int = 1) -> ModelRunner:
         from tgi.backends.neuron.runner import NeuronModelRunner
 
