@@ -17,9 +17,12 @@ import torch
 
 from tgi.core.quant.weights import QuantizedWeight
 
-#: bytes per block: of 32 weights, fp16 scale (+ fp16 min for Q4_1) and the packed values; the K-quants'
-#: super-blocks of 256 weights (fp16 d (and dmin), sub-block scales (and mins), the packed values)
-BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34, "Q4_K": 144, "Q5_K": 176, "Q6_K": 210}
+#: bytes per block: of 32 weights, fp16 scale (+ fp16 min for Q4_1 / Q5_1, + 4 bytes of fifth bits for
+#: Q5_0 / Q5_1) and the packed values; the K-quants' super-blocks of 256 weights (fp16 d (and dmin),
+#: sub-block scales (and mins), the packed values)
+BLOCK_BYTES = {
+    "Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24, "Q8_0": 34, "Q4_K": 144, "Q5_K": 176, "Q6_K": 210,
+}  # fmt: skip
 BLOCK_SIZE = 32
 #: weights per block where it is not BLOCK_SIZE
 SUPER_BLOCK_SIZES = {"Q4_K": 256, "Q5_K": 256, "Q6_K": 256}

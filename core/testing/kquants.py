@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["K_QUANTS", "MIXES", "k_quant_type", "quantize_k", "write_k_quant_gguf"]
+__all__ = ["FALLBACKS", "K_QUANTS", "MIXES", "k_quant_type", "quantize_k", "write_k_quant_gguf"]
 
 QK_K = 256
 #: bytes per super-block of each format
@@ -113,30 +113,32 @@ def _use_more_bits(layer: int, layers: int) -> bool:
 
 #: the K-quant mixes `write_k_quant_gguf` makes: (most weights, the weights given more bits)
 MIXES = {"Q4_K_M": ("Q4_K", "Q6_K"), "Q5_K_M": ("Q5_K", "Q6_K")}
+#: what llama.cpp stores in place of a K-quant for a width that is no multiple of 256
+FALLBACKS = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
 
 
-def k_quant_type(name: str, cols: int, layers: int, mix: str) -> str | None:
-    """The K-quant the `mix` gives the 2-D GGUF tensor `name` of width `cols`, as llama.cpp's mixes do:
+def k_quant_type(name: str, cols: int, layers: int, mix: str) -> str:
+    """The type the `mix` gives the 2-D GGUF tensor `name` of width `cols`, as llama.cpp's mixes do:
     attn_v and ffn_down of `_use_more_bits` layers and the token embeddings / output Q6_K, the rest the
-    mix's type. None where the width is no multiple of 256 (llama.cpp stores those as Q5_0 / Q5_1 /
-    Q8_0 instead, which `write_k_quant_gguf` leaves as the source file stores them)."""
+    mix's type; where the width is no multiple of 256, llama.cpp's fallback (`FALLBACKS`)."""
     base, more = MIXES[mix]
-    if cols % QK_K:
-        return None
-    if name in ("token_embd.weight", "output.weight"):
-        return more
     parts = name.split(".")
-    if len(parts) == 4 and parts[0] == "blk" and parts[2] in ("attn_v", "ffn_down"):
-        return more if _use_more_bits(int(parts[1]), layers) else base
-    return base
+    if name in ("token_embd.weight", "output.weight"):
+        qtype = more
+    elif len(parts) == 4 and parts[0] == "blk" and parts[2] in ("attn_v", "ffn_down"):
+        qtype = more if _use_more_bits(int(parts[1]), layers) else base
+    else:
+        qtype = base
+    return FALLBACKS[qtype] if cols % QK_K else qtype
 
 
 def write_k_quant_gguf(src: str, dst: str, mix: str = "Q4_K_M") -> dict[str, str]:
     """Write `dst`: the GGUF file `src` with its 2-D weights requantized (from `gguf`'s dequantization)
-    into the K-quant `mix` (see `k_quant_type`); tensors whose width is no multiple of 256, and 1-D ones,
-    are copied as stored. Same metadata (general.file_type set to the mix). Returns {tensor: type}."""
+    into the K-quant `mix` (see `k_quant_type`: K-quants by `quantize_k`, their fallbacks by `gguf`'s
+    quantizer); 1-D tensors are copied as stored. Same metadata (general.file_type set to the mix).
+    Returns {tensor: type}."""
     import gguf
-    from gguf.quants import dequantize
+    from gguf.quants import dequantize, quantize
 
     reader = gguf.GGUFReader(src)
     arch = reader.fields["general.architecture"].contents()
@@ -152,15 +154,14 @@ def write_k_quant_gguf(src: str, dst: str, mix: str = "Q4_K_M") -> dict[str, str
     types = {}
     for tensor in reader.tensors:
         qtype = tensor.tensor_type
-        target = (
-            k_quant_type(tensor.name, int(tensor.shape[0]), layers, mix) if len(tensor.shape) == 2 else None
-        )
-        if target is None:
+        if len(tensor.shape) != 2:
             data = np.array(tensor.data)
         else:
             rows, cols = int(tensor.shape[1]), int(tensor.shape[0])
+            target = k_quant_type(tensor.name, cols, layers, mix)
             dense = np.asarray(dequantize(tensor.data, qtype), dtype=np.float32).reshape(rows, cols)
-            data, qtype = quantize_k(dense, target), gguf.GGMLQuantizationType[target]
+            qtype = gguf.GGMLQuantizationType[target]
+            data = quantize_k(dense, target) if target in K_QUANTS else quantize(dense, qtype)
         raw = None if qtype in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16) else qtype
         writer.add_tensor(tensor.name, data, raw_dtype=raw)
         types[tensor.name] = qtype.name

@@ -1,9 +1,12 @@
-"""The CPU block linear over GGUF's K-quants (Q4_K, Q5_K, Q6_K) against `gguf`'s own dequantization in
-float64, on each path this CPU has (AVX512-BF16, the scalar reference, float32 activations); the reference
-quantizer (`tgi.core.testing.kquants`) against `gguf`'s dequantization."""
+"""The CPU block linear over the formats of llama.cpp's K-quant files: the K-quants (Q4_K, Q5_K, Q6_K) and
+Q5_0 / Q5_1 (what those files hold where a width is no multiple of 256), against `gguf`'s own
+dequantization in float64, on each path this CPU has (AVX512-BF16, the scalar reference, float32
+activations); the reference quantizer (`tgi.core.testing.kquants`) against `gguf`'s dequantization."""
 
 from __future__ import annotations
 
+import gguf
+import gguf.quants
 import numpy as np
 import pytest
 import torch
@@ -18,7 +21,7 @@ pytestmark = pytest.mark.skipif(
     not native.compiler_found(), reason="no C++ compiler to build the native kernels"
 )
 
-QTYPES = sorted(K_QUANTS)
+QTYPES = [*sorted(K_QUANTS), "Q5_0", "Q5_1"]
 #: the /proc/cpuinfo flags each path needs
 CPU_FLAGS = {
     "reference": (),
@@ -35,14 +38,19 @@ def require(impl: str) -> None:
 
 
 def k_blocks(qtype: str, rows: int, cols: int, seed: int) -> BlockWeight:
-    """Gaussian weights (with a few outliers, as trained weights have) quantized by the reference quantizer."""
+    """Gaussian weights (with a few outliers, as trained weights have) quantized by the reference quantizer
+    (K-quants) or `gguf`'s (Q5_0, Q5_1)."""
     g = np.random.default_rng(seed)
     w = g.standard_normal((rows, cols)).astype(np.float32) * 0.05
     w[g.random((rows, cols)) < 0.01] *= 8
-    return BlockWeight(qtype, torch.from_numpy(quantize_k(w, qtype)), rows, cols)
+    if qtype in K_QUANTS:
+        raw = quantize_k(w, qtype)
+    else:
+        raw = gguf.quants.quantize(w, gguf.GGMLQuantizationType[qtype])
+    return BlockWeight(qtype, torch.from_numpy(np.ascontiguousarray(raw)), rows, cols)
 
 
-@pytest.mark.parametrize("qtype", QTYPES)
+@pytest.mark.parametrize("qtype", sorted(K_QUANTS))
 def test_reference_quantizer_writes_what_gguf_dequantizes(qtype):
     g = np.random.default_rng(0)
     w = g.standard_normal((32, 512)).astype(np.float32)
@@ -53,10 +61,12 @@ def test_reference_quantizer_writes_what_gguf_dequantizes(qtype):
 
 
 SHAPES = [(16, 256), (40, 512), (200, 1536)]
+CASES = [
+    (q, r, c) for q in QTYPES for r, c in SHAPES + ([] if q in K_QUANTS else [(24, 32), (40, 96), (20, 576)])
+]
 
 
-@pytest.mark.parametrize("qtype", QTYPES)
-@pytest.mark.parametrize("rows,cols", SHAPES)
+@pytest.mark.parametrize("qtype,rows,cols", CASES)
 @pytest.mark.parametrize("m", [1, 3, 8, 13, 37])
 @pytest.mark.parametrize("impl", ["reference", "avx512-bf16"])
 def test_k_quant_block_linear_equals_the_dequantized_product(qtype, rows, cols, m, impl):
@@ -74,8 +84,7 @@ def test_k_quant_block_linear_equals_the_dequantized_product(qtype, rows, cols, 
     torch.testing.assert_close(y.double(), expected, rtol=2**-8, atol=1e-3 * expected.abs().max().item())
 
 
-@pytest.mark.parametrize("qtype", QTYPES)
-@pytest.mark.parametrize("rows,cols", SHAPES)
+@pytest.mark.parametrize("qtype,rows,cols", CASES)
 @pytest.mark.parametrize("m", [1, 5, 16])
 @pytest.mark.parametrize("impl", ["auto", "reference"])
 def test_float32_k_quant_block_linear_equals_the_dequantized_product(qtype, rows, cols, m, impl):
@@ -97,7 +106,7 @@ def test_float32_k_quant_block_linear_equals_the_dequantized_product(qtype, rows
 
 @pytest.mark.parametrize("qtype", QTYPES)
 def test_amx_refuses_k_quants_and_auto_computes_them(qtype):
-    """No AMX path for the K-quants (backends/cpu/README.md): asking for it fails with the reason, and
+    """No AMX path for these (backends/cpu/README.md): asking for it fails with the reason, and
     "auto" on an AMX CPU (which has AVX512-BF16) computes them on the AVX512-BF16 path, for any rows."""
     require("amx")
     block = k_blocks(qtype, 40, 512, seed=3)

@@ -173,8 +173,8 @@ DECODE_IMPLS = {"auto": 0, "vector": 1, "amx": 2}
 
 
 #: GGUF block formats the block kernels take, by their llama.cpp names: blocks of 32 weights, and the
-#: K-quants' super-blocks of 256 (their weights need K a multiple of 256; no AMX path: see the README)
-BLOCK_TYPES = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2, "Q4_K": 3, "Q5_K": 4, "Q6_K": 5}
+#: K-quants' super-blocks of 256 (their weights need K a multiple of 256). AMX: Q4_0, Q4_1, Q8_0 (README)
+BLOCK_TYPES = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2, "Q5_0": 6, "Q5_1": 7, "Q4_K": 3, "Q5_K": 4, "Q6_K": 5}
 #: implementations of `block_linear`
 BLOCK_IMPLS = {"auto": 0, "reference": 1, "avx512-bf16": 2, "amx": 3}
 
@@ -206,7 +206,7 @@ def block_linear(
     bfloat16) accumulate in float32, then round once. `impl`: "auto" (the fastest this CPU has), "amx"
     (weights dequantized to bfloat16 tiles, as the dense weights are, multiplied on AMX), "avx512-bf16",
     or "reference" (scalar; what a CPU without AVX512-BF16 takes). Raises for one this CPU lacks, and
-    "amx" for the K-quants (Q4_K, Q5_K, Q6_K: "auto" computes them on AVX512-BF16 on every CPU with AMX).
+    "amx" for Q5_0, Q5_1 and the K-quants ("auto" computes them on AVX512-BF16 on every CPU with AMX).
     float32 x -> float32 out ("auto" or "reference": AVX2 or plain loops; the K-quants' float32 path is one
     loop nest compiled for AVX-512, AVX2 and plain x86-64, both names take it).
     """

@@ -22,8 +22,8 @@ namespace {
 // the block type's check of K, and the packed size of [n, k] (groups of 16 rows)
 int64_t packed_bytes(int64_t qtype, int64_t n, int64_t k) {
   using namespace tgi_blocks;
-  TORCH_CHECK(qtype == kQ4_0 || qtype == kQ4_1 || qtype == kQ8_0 || is_kquant(qtype), "unknown block type ",
-              qtype);
+  TORCH_CHECK(qtype == kQ4_0 || qtype == kQ4_1 || qtype == kQ8_0 || is_q5(qtype) || is_kquant(qtype),
+              "unknown block type ", qtype);
   TORCH_CHECK(n > 0, "N must be positive, got ", n);
   const int64_t groups = (n + R - 1) / R;
   if (is_kquant(qtype)) {
@@ -146,13 +146,14 @@ torch::Tensor block_linear(torch::Tensor x, torch::Tensor packed, int64_t qtype,
 #if defined(__x86_64__)
   TORCH_CHECK(impl != 2 || has_avx512_bf16(), "this CPU has no AVX512-BF16");
   TORCH_CHECK(impl != 3 || amx_ready(), "AMX is not available here");
-  // the K-quants have no AMX path (see backends/cpu/README.md): "auto" takes AVX512-BF16 for them
-  TORCH_CHECK(impl != 3 || !is_kquant(qtype), "the AMX block kernel computes Q4_0, Q4_1 and Q8_0, not K-quants");
+  // Q5_0, Q5_1 and the K-quants have no AMX path (see backends/cpu/README.md): "auto" takes AVX512-BF16
+  const bool amx_type = qtype == kQ4_0 || qtype == kQ4_1 || qtype == kQ8_0;
+  TORCH_CHECK(impl != 3 || amx_type, "the AMX block kernel computes Q4_0, Q4_1 and Q8_0, not Q5_0, Q5_1 or K-quants");
   // auto: one or two rows read the weights fastest on the AVX512-BF16 path; more rows share each
   // dequantized tile on AMX (decode step of the default model, 2 cores: batch 1 17.4 vs 21.5 ms on AMX,
   // batch 8 24.6 ms on AMX vs 30.2)
   const bool few_rows = M <= 2 && has_avx512_bf16();
-  if (impl == 3 || (impl == 0 && !few_rows && amx_ready() && !is_kquant(qtype))) {
+  if (impl == 3 || (impl == 0 && !few_rows && amx_ready() && amx_type)) {
     const int64_t pass_rows = 48;  // three 16-row tiles of x per dequantized weight tile
     at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
       std::unique_ptr<float[]> y(new float[pass_rows * (end - begin) * R]);  // every element is stored first

@@ -1,10 +1,11 @@
 // The CPU linear over GGUF block-quantized weights (tgi_blocks::...): the packed layout, and what the op
 // (block_linear.cpp) and its implementations share.
 //
-// `block_pack(raw, qtype, N, K)` repacks llama.cpp blocks (Q4_0, Q4_1, Q8_0: 32 weights, fp16 scale, and
-// for Q4_1 an fp16 min) into groups of 16 rows: for each group and block, the 16 rows' values interleaved
-// by pairs of columns (what one `vdpbf16ps` lane takes), then the 16 scales and 16 mins (fp16). Same size as
-// the file's blocks (0.625 bytes per Q4 weight).
+// `block_pack(raw, qtype, N, K)` repacks llama.cpp blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: 32 weights, fp16
+// scale, and for Q4_1 / Q5_1 an fp16 min) into groups of 16 rows: for each group and block, the 16 rows'
+// values interleaved by pairs of columns (what one `vdpbf16ps` lane takes), for Q5 the fifth bits as lane
+// masks of those chunks, then the 16 scales and 16 mins (fp16). Same size as the file's blocks (0.625 bytes
+// per Q4 weight; Q5_0 0.75 against the file's 0.6875). The AMX path takes Q4_0, Q4_1 and Q8_0.
 //
 // `block_linear(x, packed, qtype, N, K, bias, impl)` computes `x @ W.T + bias` for bfloat16 x [M, K], with
 // one of these implementations:
@@ -35,12 +36,24 @@ using tgi_common::amx_ready;
 using tgi_common::has_avx512_bf16;
 using tgi_common::TileConfig;
 
-enum QType : int64_t { kQ4_0 = 0, kQ4_1 = 1, kQ8_0 = 2 };
+enum QType : int64_t { kQ4_0 = 0, kQ4_1 = 1, kQ8_0 = 2, kQ5_0 = 6, kQ5_1 = 7 };  // (3-5: the K-quants)
 constexpr int64_t QK = 32;  // weights per block
 constexpr int64_t R = 16;   // rows per group (lanes of a 512-bit float vector)
 
-inline int64_t raw_block_bytes(int64_t t) { return t == kQ4_0 ? 18 : t == kQ4_1 ? 20 : 34; }
-inline int64_t value_bytes(int64_t t) { return t == kQ8_0 ? R * QK : R * QK / 2; }  // per group and block
+inline bool is_q5(int64_t t) { return t == kQ5_0 || t == kQ5_1; }
+inline bool has_min(int64_t t) { return t == kQ4_1 || t == kQ5_1; }
+inline int q_offset(int64_t t) { return t == kQ4_0 ? 8 : t == kQ5_0 ? 16 : 0; }  // subtracted from the integers
+inline int64_t raw_block_bytes(int64_t t) {
+  return t == kQ4_0 ? 18 : t == kQ4_1 ? 20 : t == kQ5_0 ? 22 : t == kQ5_1 ? 24 : 34;
+}
+// per group and block: the values (Q5: the nibbles, then per chunk c at R * QK / 2 + 8c the uint32 lane
+// masks of the fifth bits of its "a" and "b" columns, as block_linear_kquant.h describes for Q5_K)
+inline int64_t value_bytes(int64_t t) { return t == kQ8_0 ? R * QK : is_q5(t) ? R * QK / 2 + 64 : R * QK / 2; }
+inline uint32_t q5_mask(const uint8_t* o, int c, int b) {  // chunk c's mask of its "a" (b = 0) or "b" columns
+  uint32_t m;
+  std::memcpy(&m, o + R * QK / 2 + 8 * c + 4 * b, 4);
+  return m;
+}
 inline int64_t packed_stride(int64_t t) { return value_bytes(t) + 2 * R * 2; }      // + 16 d, 16 m (fp16)
 
 inline float half_to_float(uint16_t h) {  // exact, subnormals included

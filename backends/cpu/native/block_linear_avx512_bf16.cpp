@@ -31,9 +31,10 @@ TGI_BF16_TARGET void group_tile(const uint16_t* x, int64_t K, const float* sx, c
   const int32_t* x32 = reinterpret_cast<const int32_t*>(x);  // pairs of bfloat16
   const int64_t K2 = K / 2;
   alignas(64) uint16_t lut_words[32];
-  for (int i = 0; i < 32; ++i) lut_words[i] = float_to_bf16(static_cast<float>((i & 15) - (qtype == kQ4_0 ? 8 : 0)));
+  for (int i = 0; i < 32; ++i) lut_words[i] = float_to_bf16(static_cast<float>(i - q_offset(qtype)));
   const __m512i lut = _mm512_load_si512(lut_words);
-  const __m512i low4 = _mm512_set1_epi16(0x0F);
+  const __m512i low4 = _mm512_set1_epi16(0x0F), bit4 = _mm512_set1_epi16(16);
+  const bool q5 = is_q5(qtype);
   __m512 out[MT];
   for (int m = 0; m < MT; ++m) out[m] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -51,8 +52,13 @@ TGI_BF16_TARGET void group_tile(const uint16_t* x, int64_t K, const float* sx, c
     } else {
       for (int c = 0; c < 8; ++c) {
         const __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + 32 * c)));
-        const __m512bh wa = (__m512bh)_mm512_permutexvar_epi16(_mm512_and_si512(v, low4), lut);
-        const __m512bh wb = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(v, 4), lut);
+        __m512i ia = _mm512_and_si512(v, low4), ib = _mm512_srli_epi16(v, 4);
+        if (q5) {  // the fifth bits: + 16 in the lanes of the chunk's masks
+          ia = _mm512_mask_add_epi16(ia, static_cast<__mmask32>(q5_mask(o, c, 0)), ia, bit4);
+          ib = _mm512_mask_add_epi16(ib, static_cast<__mmask32>(q5_mask(o, c, 1)), ib, bit4);
+        }
+        const __m512bh wa = (__m512bh)_mm512_permutexvar_epi16(ia, lut);
+        const __m512bh wb = (__m512bh)_mm512_permutexvar_epi16(ib, lut);
         for (int m = 0; m < MT; ++m) {
           acc[m] = _mm512_dpbf16_ps(acc[m], wa, (__m512bh)_mm512_set1_epi32(x32[m * K2 + b * 16 + 2 * c]));
           acc[m] = _mm512_dpbf16_ps(acc[m], wb, (__m512bh)_mm512_set1_epi32(x32[m * K2 + b * 16 + 2 * c + 1]));
@@ -61,7 +67,7 @@ TGI_BF16_TARGET void group_tile(const uint16_t* x, int64_t K, const float* sx, c
     }
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + vb)));
     for (int m = 0; m < MT; ++m) out[m] = _mm512_fmadd_ps(acc[m], d, out[m]);
-    if (qtype == kQ4_1) {
+    if (has_min(qtype)) {
       const __m512 mins = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + vb + 2 * R)));
       for (int m = 0; m < MT; ++m) out[m] = _mm512_fmadd_ps(mins, _mm512_set1_ps(sx[m * nb + b]), out[m]);
     }

@@ -25,7 +25,8 @@ TGI_F32_CLONES void group_f32(const float* x, int64_t M, int64_t K, const float*
   for (int64_t i = 0; i < M * R; ++i) y[i] = 0.0f;
   alignas(64) float w[QK][R];  // w[k][r]: the block's integer of row r, column k
   alignas(64) float d[R], mn[R];
-  const float offset = qtype == kQ4_0 ? 8.0f : 0.0f;
+  const float offset = static_cast<float>(q_offset(qtype));
+  const bool q5 = is_q5(qtype);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* o = packed + (g * nb + b) * S;
     if (qtype == kQ8_0) {  // chunk p: byte 2r + j is row r, column 2p + j
@@ -38,10 +39,12 @@ TGI_F32_CLONES void group_f32(const float* x, int64_t M, int64_t K, const float*
       for (int c = 0; c < QK / 4; ++c)
         for (int r = 0; r < R; ++r) {
           const uint8_t lo = o[32 * c + 2 * r], hi = o[32 * c + 2 * r + 1];
-          w[4 * c][r] = static_cast<float>(lo & 0x0F) - offset;
-          w[4 * c + 1][r] = static_cast<float>(hi & 0x0F) - offset;
-          w[4 * c + 2][r] = static_cast<float>(lo >> 4) - offset;
-          w[4 * c + 3][r] = static_cast<float>(hi >> 4) - offset;
+          // Q5: the fifth bits of columns 4c + i (mask a) and 4c + 2 + i (mask b), row r's lanes 2r + i
+          const uint32_t ha = q5 ? q5_mask(o, c, 0) >> (2 * r) : 0, hb = q5 ? q5_mask(o, c, 1) >> (2 * r) : 0;
+          w[4 * c][r] = static_cast<float>((lo & 0x0F) | ((ha & 1u) << 4)) - offset;
+          w[4 * c + 1][r] = static_cast<float>((hi & 0x0F) | ((ha & 2u) << 3)) - offset;
+          w[4 * c + 2][r] = static_cast<float>((lo >> 4) | ((hb & 1u) << 4)) - offset;
+          w[4 * c + 3][r] = static_cast<float>((hi >> 4) | ((hb & 2u) << 3)) - offset;
         }
     }
     for (int r = 0; r < R; ++r) {
@@ -87,7 +90,12 @@ TGI_F32_AVX2 void group_f32_avx2(const float* x, int64_t M, int64_t K, const flo
   for (int64_t i = 0; i < M * R; ++i) y[i] = 0.0f;
   __m256 w[QK][2];  // w[k][h]: column k of rows 8h .. 8h + 7
   const __m256i nib = _mm256_set1_epi32(0x0F);
-  const __m256 offset = _mm256_set1_ps(qtype == kQ4_0 ? 8.0f : 0.0f);
+  const __m256 offset = _mm256_set1_ps(static_cast<float>(q_offset(qtype)));
+  const bool q5 = is_q5(qtype);
+  // lane l of half h is row 8h + l: its bits in a chunk's fifth-bit masks are 2 (8h + l) + i
+  const __m256i lane_bit[2] = {_mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14),
+                               _mm256_setr_epi32(16, 18, 20, 22, 24, 26, 28, 30)};
+  const __m256i one = _mm256_set1_epi32(1);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* o = packed + (g * nb + b) * S;
     if (qtype == kQ8_0) {  // chunk p: row r's bytes are columns 2p, 2p + 1 (signed)
@@ -106,7 +114,12 @@ TGI_F32_AVX2 void group_f32_avx2(const float* x, int64_t M, int64_t K, const flo
         for (int h = 0; h < 2; ++h) {
           const int shifts[4] = {0, 8, 4, 12};
           for (int j = 0; j < 4; ++j) {
-            const __m256i q = _mm256_and_si256(_mm256_srlv_epi32(v[h], _mm256_set1_epi32(shifts[j])), nib);
+            __m256i q = _mm256_and_si256(_mm256_srlv_epi32(v[h], _mm256_set1_epi32(shifts[j])), nib);
+            if (q5) {  // column 4c + j: mask a (j < 2) or b, bit 2 row + j % 2
+              const __m256i mask = _mm256_set1_epi32(static_cast<int>(q5_mask(o, c, j >= 2)));
+              const __m256i bit = _mm256_add_epi32(lane_bit[h], _mm256_set1_epi32(j % 2));
+              q = _mm256_or_si256(q, _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(mask, bit), one), 4));
+            }
             w[4 * c + j][h] = _mm256_sub_ps(_mm256_cvtepi32_ps(q), offset);
           }
         }

@@ -6,12 +6,13 @@
 
 namespace tgi_blocks {
 
-// the value of (group, block)'s row r, column k as the kernel sees it (Q4_0 offset applied)
+// the value of (group, block)'s row r, column k as the kernel sees it (Q4_0 / Q5_0 offset applied)
 inline float packed_value(const uint8_t* o, int64_t qtype, int r, int k) {
   if (qtype == kQ8_0) return static_cast<float>(static_cast<int8_t>(o[(k / 2) * 32 + 2 * r + k % 2]));
   const uint8_t byte = o[(k / 4) * 32 + 2 * r + k % 2];
-  const int q = (k % 4) < 2 ? (byte & 0x0F) : (byte >> 4);
-  return static_cast<float>(qtype == kQ4_0 ? q - 8 : q);
+  int q = (k % 4) < 2 ? (byte & 0x0F) : (byte >> 4);
+  if (is_q5(qtype)) q |= static_cast<int>((q5_mask(o, k / 4, (k % 4) >= 2) >> (2 * r + k % 2)) & 1u) << 4;
+  return static_cast<float>(q - q_offset(qtype));
 }
 
 // ---- reference path (any CPU) ----------------------------------------------------------------------------
