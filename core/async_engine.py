@@ -1,8 +1,8 @@
 """The engine behind the server: `LLMEngine` stepping on its own thread, one async stream per request.
 
 The event loop never runs model code: it validates, queues a command, and awaits events. The engine thread
-drains commands (`AddRequest`, `AbortRequest`) at the start of every step, so a cancellation frees its blocks
-within one step.
+drains commands (`AddRequest`, `AbortRequest`, `LoadAdapter`, `UnloadAdapter`) at the start of every step,
+so a cancellation frees its blocks within one step and a LoRA adapter is loaded or unloaded between steps.
 """
 
 from __future__ import annotations
@@ -41,7 +41,25 @@ class AbortRequest:
     request_id: str
 
 
-EngineCommand = AddRequest | AbortRequest
+@dataclass(frozen=True)
+class LoadAdapter:
+    """Load a LoRA adapter between two steps (`ServedAdapters.load`); `done` gets None or the error."""
+
+    name: str
+    path: str
+    done: asyncio.Future
+
+
+@dataclass(frozen=True)
+class UnloadAdapter:
+    """Retire a LoRA adapter at once and drop it when its last request has finished; `done` gets None, or
+    KeyError when it is not loaded."""
+
+    name: str
+    done: asyncio.Future
+
+
+EngineCommand = AddRequest | AbortRequest | LoadAdapter | UnloadAdapter
 
 
 class AsyncEngine:
@@ -58,6 +76,8 @@ class AsyncEngine:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self.error: BaseException | None = None  # set when the engine thread died
+        # retired LoRA adapters waiting for their last request (engine thread)
+        self._unloading: list[UnloadAdapter] = []
         # called once, on the engine thread, when it dies (a server stops: a dead engine serves nothing)
         self.on_death: Callable[[BaseException], None] | None = None
 
@@ -141,6 +161,48 @@ class AsyncEngine:
         self._wakeup.set()
         return self._iterate(request_id, events)
 
+    # -- LoRA adapters at run time -------------------------------------------------------------------------
+    async def load_lora_adapter(self, name: str, path: str) -> None:
+        """Load the PEFT adapter in folder `path` as `name`: the engine thread reads and attaches it between
+        two steps. Raises what `tgi.core.lora_serving.ServedAdapters.load` raises (ValueError: id taken,
+        ConfigError: the adapter does not fit, with the reason)."""
+        await self._adapter_command(lambda done: LoadAdapter(name, path, done))
+
+    async def unload_lora_adapter(self, name: str) -> None:
+        """Unload adapter `name` without failing a request: from the next step on no new request may name
+        it; the requests admitted before finish with it; then its weights are dropped and this returns.
+        KeyError when it is not loaded."""
+        await self._adapter_command(lambda done: UnloadAdapter(name, done))
+
+    async def _adapter_command(self, make) -> None:
+        if not self.healthy or self._thread is None:
+            raise EngineError(f"the engine is not running: {self.error}")
+        done = asyncio.get_running_loop().create_future()
+        self._commands.put(make(done))
+        self._wakeup.set()
+        await done
+
+    def _settle(self, done: asyncio.Future, error: BaseException | None) -> None:
+        def settle() -> None:
+            if not done.done():
+                done.set_result(None) if error is None else done.set_exception(error)
+
+        self._loop.call_soon_threadsafe(settle)
+
+    def _finish_unloads(self) -> None:
+        """Drop the retired adapters no unfinished request uses any more (engine thread)."""
+        for command in list(self._unloading):
+            lora = self.engine.lora
+            if command.name in lora.loaded and lora.users(command.name):
+                continue
+            self._unloading.remove(command)
+            try:
+                if command.name in lora.loaded:  # another unload of it may have dropped it already
+                    lora.unload(command.name)
+                self._settle(command.done, None)
+            except Exception as exc:
+                self._settle(command.done, exc)
+
     async def _iterate(self, request_id: str, events: asyncio.Queue) -> AsyncIterator[TokenEvent]:
         finished = False
         try:
@@ -174,6 +236,8 @@ class AsyncEngine:
         try:
             while not self._stopping:
                 self._drain_commands()
+                if self._unloading:
+                    self._finish_unloads()
                 if not engine.has_unfinished():
                     self._wakeup.wait(0.5)
                     self._wakeup.clear()
@@ -189,6 +253,8 @@ class AsyncEngine:
             # Apply what was queued before the stop (the aborts of `shutdown(cancel_inflight=True)`), then
             # cancel whatever is left, so that every KV block is free once the thread has ended.
             self._drain_commands()
+            for command in self._unloading:
+                self._settle(command.done, EngineError("the engine was shut down"))
             if engine.abort_all():
                 self._loop.call_soon_threadsafe(self._fail_streams, EngineError("the engine was shut down"))
         except BaseException as exc:
@@ -197,6 +263,8 @@ class AsyncEngine:
             # an EngineError's message is written to be shown; anything else stays in the log
             cause = str(exc) if isinstance(exc, EngineError) else f"{type(exc).__name__} (see the server log)"
             self._loop.call_soon_threadsafe(self._fail_streams, EngineError(f"the engine died: {cause}"))
+            for command in self._unloading:
+                self._settle(command.done, EngineError(f"the engine died: {cause}"))
             if self.on_death is not None:
                 self.on_death(exc)
 
@@ -213,6 +281,19 @@ class AsyncEngine:
                     )
                 except Exception as exc:
                     self._loop.call_soon_threadsafe(self._deliver_error, command.request_id, exc)
+            elif isinstance(command, LoadAdapter):
+                try:
+                    self.engine.lora.load(command.name, command.path)
+                    self._settle(command.done, None)
+                except Exception as exc:  # refused (with the reason), the engine keeps serving
+                    self._settle(command.done, exc)
+            elif isinstance(command, UnloadAdapter):
+                if command.name not in self.engine.lora.loaded:
+                    self._settle(command.done, KeyError(command.name))
+                    continue
+                if command.name in self.engine.lora.served:
+                    self.engine.lora.retire(command.name)
+                self._unloading.append(command)
             else:
                 try:
                     self.engine.abort(command.request_id)

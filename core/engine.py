@@ -21,6 +21,7 @@ from tgi.core.guided.compiler import CompiledGrammar, GrammarCompiler
 from tgi.core.guided.decoding import GuidedDecoding
 from tgi.core.guided.grammar import Grammar, GrammarError
 from tgi.core.interfaces import Backend, ModelInfo, ModelRunner
+from tgi.core.lora_serving import ServedAdapters
 from tgi.core.output import RequestOutput
 from tgi.core.request import FinishReason, GenerationResult, StepError, TokenEvent, ValidationError
 from tgi.core.sampling_params import SamplingParams
@@ -178,6 +179,8 @@ class LLMEngine:
         self.proposer = self._proposer(config, runner, constraints) if proposer is None else proposer
         # compiles nothing until a grammar comes (llguidance is imported then)
         self._grammars = GrammarCompiler(tokenizer, info.vocab_size, self.eos_token_ids)
+        # the LoRA adapters requests may name, loaded and unloaded at run time, and their prefix-cache keys
+        self.lora = ServedAdapters(self, info.lora_adapters)
 
     @staticmethod
     def _proposer(config: EngineConfig, runner: ModelRunner, constraints) -> Proposer | None:
@@ -326,8 +329,9 @@ class LLMEngine:
         thread of `AsyncEngine` adds what its caller validated, without checking it again."""
         request_id = request_id or uuid.uuid4().hex
         seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
-        # a LoRA adapter changes the keys/values: its blocks are cached apart from the base model's
-        cache_key = b"" if params.adapter_id is None else b"lora:" + params.adapter_id.encode()
+        # a LoRA adapter changes the keys/values: its blocks are cached apart from the base model's (and from
+        # those of an earlier adapter of the same id)
+        cache_key = b"" if params.adapter_id is None else self.lora.cache_key(params.adapter_id)
         seq = Sequence(request_id, list(prompt_token_ids), params, seed, cache_key=cache_key)
         if params.grammar is not None:
             self.guided.start(request_id, self.compile_grammar(params.grammar))

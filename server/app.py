@@ -18,6 +18,7 @@ from tgi.server.payload import PayloadLimit
 from tgi.server.protocol import ServingEngine
 from tgi.server.routes_admin import router as admin_router
 from tgi.server.routes_compat import router as compat_router
+from tgi.server.routes_lora import router as lora_router
 from tgi.server.routes_openai import router as openai_router
 from tgi.server.routes_tgi import router as tgi_router
 from tgi.server.service import InferenceService
@@ -65,6 +66,7 @@ def create_app(engine: ServingEngine, settings: ServerSettings | None = None) ->
     app.include_router(openai_router)
     app.include_router(compat_router)
     app.include_router(admin_router)
+    app.include_router(lora_router)
     app.add_middleware(PayloadLimit, limit=settings.payload_limit)
     if service.tracing is not None:  # inside the key check: a refused request is not traced
         app.add_middleware(service.tracing.middleware_class, tracing=service.tracing)

@@ -15,7 +15,9 @@ log = logging.getLogger("tgi.server")
 
 # OpenAI's `error.type` and `error.code` for each status we answer with (OpenAI's own names)
 _OPENAI_TYPES = {
+    400: ("invalid_request_error", None),
     401: ("invalid_request_error", "invalid_api_key"),
+    403: ("invalid_request_error", "forbidden"),
     404: ("invalid_request_error", "not_found"),
     413: ("invalid_request_error", "payload_too_large"),
     422: ("invalid_request_error", None),

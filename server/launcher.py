@@ -95,6 +95,14 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
         "or OpenAI's `model`: id=path,id2=path2 (a bare path is its own id) [env: LORA_ADAPTERS]",
     )
     a(
+        "--allow-runtime-lora-updating",
+        action="store_true",
+        default=_flag(env("ALLOW_RUNTIME_LORA_UPDATING", "VLLM_ALLOW_RUNTIME_LORA_UPDATING", default="")),
+        help="serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's routes): adapters loaded "
+        "and unloaded at run time; off by default, as anyone who can call them changes what the server "
+        "runs [env: ALLOW_RUNTIME_LORA_UPDATING or vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING]",
+    )
+    a(
         "--quantize",
         default=env("QUANTIZE"),
         metavar="{" + ",".join(QUANTIZE_METHODS) + "}",
@@ -311,6 +319,7 @@ def server_settings(args: argparse.Namespace, on_ready=None) -> ServerSettings:
         cors_allow_origin=cors_origins(args),
         validation_workers=args.validation_workers,
         shutdown_grace_s=args.shutdown_timeout,
+        allow_runtime_lora_updating=args.allow_runtime_lora_updating,
         on_ready=on_ready,
         **production_settings(args),
     )
@@ -373,6 +382,14 @@ def run_launch(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 
+    if args.allow_runtime_lora_updating and not engine.engine.runner.capabilities().lora_runtime_loading:
+        print(
+            "error: --allow-runtime-lora-updating: this backend's runner does not load LoRA adapters at run "
+            "time (core's native models on torch backends do, without CUDA graphs)",
+            file=sys.stderr,
+        )
+        engine.engine.runner.shutdown()
+        return 2
     if args.tokenizer_config_path:  # its chat template replaces the model's (checked at start)
         engine.tokenizer.chat_template = tokenizer_config(args.tokenizer_config_path)["chat_template"]
     host, port = sock.getsockname()[:2]

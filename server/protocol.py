@@ -56,4 +56,10 @@ class ServingEngine(Protocol):
 
     def stats(self) -> EngineStatsLike: ...
 
+    async def load_lora_adapter(self, name: str, path: str) -> None:
+        """Serve a LoRA adapter from the next step on (ValueError: id taken; ConfigError: does not fit)."""
+
+    async def unload_lora_adapter(self, name: str) -> None:
+        """Refuse new requests of an adapter now, drop it once its requests have finished (KeyError: none)."""
+
     async def shutdown(self, cancel_inflight: bool = False) -> None: ...

@@ -31,4 +31,6 @@ class ServerSettings:
     watermark: Watermark = field(default_factory=Watermark)
     otlp_endpoint: str | None = None  # OpenTelemetry collector (OTLP/HTTP); None: no tracing
     otlp_service_name: str = "text-generation-inference.router"  # the traces' service.name
+    # POST /v1/load_lora_adapter and /v1/unload_lora_adapter are served (--allow-runtime-lora-updating)
+    allow_runtime_lora_updating: bool = False
     on_ready: Callable[[], None] | None = None  # run once the app has started (the launcher's "serving" line)

@@ -74,5 +74,16 @@ class ModelRunner(ABC):
         references to `batch` past the call, except per-request state it
         drops when the request id appears in a later batch's `freed_request_ids`."""
 
+    def load_lora_adapter(self, name: str, path: str) -> tuple[str, ...]:
+        """Serve the PEFT adapter in folder `path` as `name` from the next step on (called between steps, by
+        the thread that calls `execute`); returns the ids of the adapters loaded now. An adapter that does
+        not fit raises `tgi.core.config.ConfigError` with the reason, leaving the loaded ones as they were.
+        Only runners whose `capabilities().lora_runtime_loading` is set implement it."""
+        raise NotImplementedError(f"{type(self).__name__} does not load LoRA adapters at run time")
+
+    def unload_lora_adapter(self, name: str) -> tuple[str, ...]:
+        """Drop adapter `name` (between steps, when no request of it is in flight); returns the ids left."""
+        raise NotImplementedError(f"{type(self).__name__} does not unload LoRA adapters at run time")
+
     def shutdown(self) -> None:  # noqa: B027 - optional
         """Release device memory and worker processes."""

@@ -119,3 +119,5 @@ class RunnerCapabilities:
     # returns `StepOutput.prompt_logprobs` for prefill chunks that want them (TGI's decoder_input_details);
     # a runner that cannot (a compiled context encoding that yields the last position only) says False
     prompt_logprobs: bool = True
+    # loads and unloads LoRA adapters between steps (`ModelRunner.load_lora_adapter`, run-time LoRA loading)
+    lora_runtime_loading: bool = False

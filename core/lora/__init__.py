@@ -22,16 +22,27 @@ __all__ = [
     "LoRAOps",
     "LoRAWeights",
     "TorchLoRAOps",
+    "check_lora",
     "load_lora",
     "read_adapter",
 ]
 
 
-def load_lora(model: nn.Module, adapters: Sequence[tuple[str, str]], ops: LoRAOps | None = None) -> LoRAModel:
-    """Read every `(id, path)` adapter for `model` and attach them; `AdapterError` names the first that does
-    not fit. The model must be one of core's native models (its linears take a `linear_kernel`)."""
+def _check_model(model: nn.Module) -> None:
     if not hasattr(model, "checkpoint_target"):
         arch = getattr(model, "implementation_note", None) or type(model).__name__
         raise AdapterError(f"LoRA adapters need one of core's native models; this one runs on {arch}")
+
+
+def check_lora(model: nn.Module, name: str, path: str) -> None:
+    """Read adapter `name` at `path` and check that it fits `model`, attaching nothing (`AdapterError`)."""
+    _check_model(model)
+    read_adapter(name, path, model)
+
+
+def load_lora(model: nn.Module, adapters: Sequence[tuple[str, str]], ops: LoRAOps | None = None) -> LoRAModel:
+    """Read every `(id, path)` adapter for `model` and attach them; `AdapterError` names the first that does
+    not fit. The model must be one of core's native models (its linears take a `linear_kernel`)."""
+    _check_model(model)
     loaded = [read_adapter(name, path, model) for name, path in adapters]
     return LoRAModel(model, loaded, ops or TorchLoRAOps())

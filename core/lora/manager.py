@@ -63,18 +63,45 @@ def stack_weights(module: nn.Module, name: str, adapters: Sequence[LoRAAdapter])
 
 
 class LoRAModel:
-    """The adapters served with one model (see the module docstring)."""
+    """The adapters served with one model (see the module docstring). `add` and `remove` change them at run
+    time, between steps: every adapted linear's stacked weights are made anew (slots renumbered, ranks
+    re-padded), a linear no adapter adapts any more gets its base kernel back."""
 
     def __init__(self, model: nn.Module, adapters: Sequence[LoRAAdapter], ops: LoRAOps) -> None:
+        self.model = model
+        self.state = _StepState(ops)
+        self.adapters: list[LoRAAdapter] = []
+        self._kernels: dict[str, LoRALinearKernel] = {}  # module name -> its wrapper
+        self._attach(list(adapters))
+
+    def _attach(self, adapters: list[LoRAAdapter]) -> None:
+        modules = dict(self.model.named_modules())
+        adapted = sorted({name for a in adapters for name in a.parts})
+        for name in [n for n in self._kernels if n not in adapted]:
+            modules[name].linear_kernel = self._kernels.pop(name).base  # back to the base product
+        for name in adapted:
+            module, weights = modules[name], stack_weights(modules[name], name, adapters)
+            if name in self._kernels:
+                self._kernels[name].weights = weights
+            else:
+                self._kernels[name] = module.linear_kernel = LoRALinearKernel(module, weights, self.state)
+        self.adapters = adapters
         self.names = tuple(a.name for a in adapters)
         self.slots = {name: i for i, name in enumerate(self.names)}
-        self.state = _StepState(ops)
-        modules = dict(model.named_modules())
-        adapted = sorted({name for a in adapters for name in a.parts})
-        for name in adapted:
-            module = modules[name]
-            module.linear_kernel = LoRALinearKernel(module, stack_weights(module, name, adapters), self.state)
         self.num_linears = len(adapted)
+
+    def add(self, adapter: LoRAAdapter) -> None:
+        """Serve one more adapter (between steps); its name must be new."""
+        if adapter.name in self.slots:
+            raise ValueError(f"LoRA adapter '{adapter.name}' is loaded already")
+        self._attach([*self.adapters, adapter])
+
+    def remove(self, name: str) -> None:
+        """Stop serving adapter `name` (between steps, with no request of it in the batch) and drop its
+        weights; KeyError when it is not loaded."""
+        if name not in self.slots:
+            raise KeyError(name)
+        self._attach([a for a in self.adapters if a.name != name])
 
     def begin_step(self, sequences: Sequence, device: torch.device) -> None:
         """Map the step's tokens (sequences in batch order, each `len(token_ids)` tokens) to adapters."""

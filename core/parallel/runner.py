@@ -342,6 +342,17 @@ class TensorParallelRunner(ModelRunner):
     def execute(self, batch: ScheduledBatch) -> StepOutput:
         return self._call("execute", batch)
 
+    def load_lora_adapter(self, name: str, path: str) -> tuple[str, ...]:
+        # checked on rank 0 first: a rank whose command fails leaves the group, an adapter that does not
+        # fit must only be refused (every rank checks the same whole-layer shapes)
+        self.local.check_lora_adapter(name, path)
+        return self._call("load_lora_adapter", name, path)
+
+    def unload_lora_adapter(self, name: str) -> tuple[str, ...]:
+        if name not in (self.local.lora.names if self.local.lora is not None else ()):
+            raise KeyError(f"LoRA adapter '{name}' is not loaded")
+        return self._call("unload_lora_adapter", name)
+
     def shutdown(self) -> None:
         """Stop every rank and leave the group (idempotent)."""
         self._closing.set()

@@ -17,7 +17,10 @@ import traceback
 from typing import Any
 
 #: commands every rank runs; runner methods unless `run_command` handles them itself
-COMMANDS = ("load", "initialize_cache", "warmup", "execute", "memory_info", "peak_memory")
+COMMANDS = (
+    "load", "initialize_cache", "warmup", "execute", "memory_info", "peak_memory", "load_lora_adapter",
+    "unload_lora_adapter",
+)  # fmt: skip
 
 
 def describe_exception(exc: BaseException) -> str:

@@ -107,7 +107,29 @@ class TorchModelRunner(ModelRunner):
             token_masks=self.sampler.supports_token_masks,
             draft_verification=True,
             medusa_heads=self.medusa.num_heads if self.medusa is not None else 0,
+            lora_runtime_loading=hasattr(self.model, "checkpoint_target"),  # core's native models
         )
+
+    def check_lora_adapter(self, name: str, path: str) -> None:
+        """Read the adapter and check it fits this model, without serving it (`AdapterError` says why not)."""
+        from tgi.core.lora import check_lora
+
+        check_lora(self.model, name, path)
+
+    def load_lora_adapter(self, name: str, path: str) -> tuple[str, ...]:
+        from tgi.core.lora import load_lora, read_adapter
+
+        if self.lora is None:
+            self.lora = load_lora(self.model, [(name, path)], self.backend.lora_ops())
+        else:
+            self.lora.add(read_adapter(name, path, self.model))
+        return self.lora.names
+
+    def unload_lora_adapter(self, name: str) -> tuple[str, ...]:
+        if self.lora is None or name not in self.lora.slots:
+            raise KeyError(f"LoRA adapter '{name}' is not loaded")
+        self.lora.remove(name)
+        return self.lora.names
 
     def kv_cache_spec(self) -> KVCacheSpec:
         return kv_cache_spec(self.hf_config, self.config.block_size, self.dtype, self.collective.world_size)

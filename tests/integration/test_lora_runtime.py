@@ -1,0 +1,127 @@
+"""LoRA adapters loaded and unloaded at run time (`LLMEngine.lora`, `POST /v1/load_lora_adapter`'s engine side)
+on a tiny random Llama with adapters made by `peft`: an adapter loaded into a running engine gives transformers
++ peft's greedy tokens; one that does not fit is refused with the reason and changes nothing; an adapter in
+use is retired (new requests refused) and unloaded only once its requests have finished; an id unloaded and
+loaded again with other weights never reads the prefix-cache blocks of the old ones; under tensor
+parallelism every rank loads it."""
+
+from __future__ import annotations
+
+import multiprocessing
+
+import pytest
+
+from tgi.core.config import EngineConfig
+from tgi.core.engine import LLMEngine
+from tgi.core.lora import AdapterError
+from tgi.core.lora_serving import AdapterInUseError
+from tgi.core.request import ValidationError
+from tgi.core.sampling_params import SamplingParams
+from tgi.core.testing.lora import peft_greedy, write_random_lora
+from tgi.core.testing.model import PROMPTS, write_tiny_llama
+from tgi.core.testing.tiny_models import save_random_model
+
+N = 6
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lora-runtime")
+    base = write_tiny_llama(root / "base")
+    paths = {
+        "one": write_random_lora(root / "one", base, seed=21),
+        "two": write_random_lora(root / "two", base, r=4, target_modules=("q_proj", "up_proj"), seed=22),
+    }
+    want = {name: peft_greedy(base, path, PROMPTS, N) for name, path in paths.items()}
+    return base, paths, want
+
+
+def _engine(base, **kw) -> LLMEngine:
+    config = EngineConfig(
+        model_id=str(base), backend="cpu", dtype="float32", block_size=16, max_total_tokens=128,
+        max_batch_total_tokens=2048, max_num_seqs=8, **kw,
+    )  # fmt: skip
+    return LLMEngine.from_config(config)
+
+
+def _run(engine: LLMEngine, requests) -> list[list[int]]:
+    rids = [
+        engine.add_request(list(p), SamplingParams(max_new_tokens=N, ignore_eos=True, adapter_id=a))
+        for p, a in requests
+    ]
+    tokens = {r: [] for r in rids}
+    while engine.has_unfinished():
+        for event in engine.step():
+            tokens[event.request_id].append(event.token_id)
+    return [tokens[r] for r in rids]
+
+
+def test_load_refuse_retire_unload(model, tmp_path):
+    base, paths, want = model
+    engine = _engine(base)  # started without adapters
+    engine.lora.load("one", str(paths["one"]))
+    assert engine.model_info.lora_adapters == ("one",)
+    requests = [(p, a) for p in PROMPTS for a in (None, "one")]
+    got = _run(engine, requests)
+    assert got[1::2] == want["one"]
+    other = save_random_model(tmp_path / "other", "llama", hidden_size=32, intermediate_size=64, num_heads=4)
+    with pytest.raises(AdapterError, match=r"'bad'.*trained for another model"):
+        engine.lora.load("bad", str(write_random_lora(tmp_path / "bad", other, seed=4)))
+    with pytest.raises(ValueError, match="loaded already"):
+        engine.lora.load("one", str(paths["two"]))
+    assert engine.model_info.lora_adapters == ("one",)
+    assert _run(engine, requests) == got  # the refusals changed nothing
+
+    # in use: retired at once (new requests refused), unloaded once its request has finished
+    rid = engine.add_request(
+        list(PROMPTS[1]), SamplingParams(max_new_tokens=N, ignore_eos=True, adapter_id="one")
+    )
+    tokens = [e.token_id for e in engine.step() if e.request_id == rid]
+    with pytest.raises(AdapterInUseError, match="in use by 1"):
+        engine.lora.unload("one")
+    engine.lora.retire("one")
+    assert engine.model_info.lora_adapters == ()
+    with pytest.raises(ValidationError, match="`one` is not loaded"):
+        engine.add_request([1, 2, 3], SamplingParams(adapter_id="one"))
+    while engine.has_unfinished():
+        tokens += [e.token_id for e in engine.step() if e.request_id == rid]
+    assert tokens == want["one"][1]  # it kept its adapter to the end
+    engine.lora.unload("one")
+    assert engine.lora.loaded == () and engine.runner.lora.num_linears == 0
+    with pytest.raises(KeyError):
+        engine.lora.unload("one")
+    assert _run(engine, [(PROMPTS[2], None)]) == [got[4]]  # the base model's own again
+
+
+def test_an_id_loaded_again_never_reads_the_old_weights_blocks(model):
+    base, paths, want = model
+    engine = _engine(base, prefix_caching=True)
+    prompt = PROMPTS[0]  # 45 tokens: two full blocks of 16 are cached
+    engine.lora.load("x", str(paths["one"]))
+    assert _run(engine, [(prompt, "x")]) == [want["one"][0]]
+    hits = engine.stats().num_prefix_cache_hit_tokens
+    assert _run(engine, [(prompt, "x")]) == [want["one"][0]]
+    assert engine.stats().num_prefix_cache_hit_tokens > hits  # the same load of "x" reuses its blocks
+    engine.lora.unload("x")
+    engine.lora.load("x", str(paths["two"]))  # the same id, other weights
+    hits = engine.stats().num_prefix_cache_hit_tokens
+    assert _run(engine, [(prompt, "x")]) == [want["two"][0]]
+    assert engine.stats().num_prefix_cache_hit_tokens == hits
+
+
+def test_two_ranks_load_and_refuse_at_run_time(model, tmp_path):
+    base, paths, want = model
+    engine = _engine(base, num_shard=2)
+    try:
+        engine.lora.load("two", str(paths["two"]))
+        requests = [(p, "two") for p in PROMPTS]
+        assert _run(engine, requests) == want["two"]
+        bad = tmp_path / "missing"
+        with pytest.raises(AdapterError, match="is not a folder"):
+            engine.lora.load("bad", str(bad))
+        engine.lora.unload("two")
+        engine.lora.load("one", str(paths["one"]))  # the group still serves after a refusal
+        assert _run(engine, [(p, "one") for p in PROMPTS]) == want["one"]
+    finally:
+        engine.runner.shutdown()
+    assert not multiprocessing.active_children()
