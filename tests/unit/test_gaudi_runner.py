@@ -14,7 +14,7 @@ import torch
 from fake_hpu import FakeHpu
 
 from tgi.backends.gaudi.backend import BucketSizes, GaudiBackend
-from tgi.core.testing.model import PROMPTS, backend_registry, generate_greedy, write_tiny_llama
+from tgi.core.testing.model import PROMPTS, backend_registry, write_tiny_llama
 from tgi.core.torch.testing import TorchBackendConformance
 
 #: small steps so that the tiny model's prompts spread over several buckets
@@ -42,20 +42,30 @@ def _engine(path, backend, **kw):
     from tgi.core.engine import LLMEngine
 
     settings = dict(
-        model_id=str(path), backend="gaudi", dtype="float32", block_size=16, max_total_tokens=128,
+        model_id=str(path), backend=backend.name, dtype="float32", block_size=16, max_total_tokens=128,
         max_batch_total_tokens=1024, max_batch_prefill_tokens=48, max_num_seqs=6,
     )  # fmt: skip
     return LLMEngine.from_config(
-        EngineConfig(**{**settings, **kw}), registry=backend_registry("gaudi", lambda: backend)
+        EngineConfig(**{**settings, **kw}), registry=backend_registry(backend.name, lambda: backend)
     )
 
 
 def test_tokens_equal_the_cpu_backend(tiny_llama):
+    """Continuous batching with chunked prefill, then the same prompts again (prefix-cache hits: prefill
+    rows that start mid-prompt), greedy, against the CPU backend's engine with the same limits."""
     from tgi.backends.cpu.backend import CpuBackend
+    from tgi.core.sampling_params import SamplingParams
 
-    gaudi = generate_greedy(tiny_llama, "gaudi", make_backend, "float32", 16)
-    cpu = generate_greedy(tiny_llama, "cpu", CpuBackend, "float32", 16)
+    prompts = [list(p) for p in PROMPTS] * 2
+    params = SamplingParams(max_new_tokens=8, ignore_eos=True)
+    gaudi_engine = _engine(tiny_llama, make_backend())
+    gaudi = [r.token_ids for r in gaudi_engine.generate(prompts, params)]
+    gaudi += [r.token_ids for r in gaudi_engine.generate(prompts[:3], params)]
+    cpu_engine = _engine(tiny_llama, CpuBackend())
+    cpu = [r.token_ids for r in cpu_engine.generate(prompts, params)]
+    cpu += [r.token_ids for r in cpu_engine.generate(prompts[:3], params)]
     assert gaudi == cpu
+    assert gaudi_engine.scheduler.num_cache_hit_tokens > 0
 
 
 def test_a_graph_per_decode_bucket_recorded_at_warmup_and_replayed_after(tiny_llama):
