@@ -60,6 +60,7 @@ def engine_config_for(
     dtype: str | None = None,
     max_batch_prefill_tokens: int | None = None,
     block_size: int = 16,
+    quantize: str | None = None,
 ):
     """An `EngineConfig` whose KV cache and step budget hold the largest point of the grid."""
     from tgi.core.config import EngineConfig
@@ -77,6 +78,7 @@ def engine_config_for(
         max_batch_prefill_tokens=max_batch_prefill_tokens
         or max(b * s for b in batch_sizes for s in sequence_lengths),
         max_batch_total_tokens=max(batch_sizes) * blocks_per_seq * block_size,
+        quantize=quantize,
     )
 
 
@@ -187,8 +189,12 @@ def format_table(rows: Sequence[dict]) -> str:
         "decode tok/s",
         "model share",
     ]
+    variants = any("variant" in r for r in rows)
+    if variants:
+        header.insert(0, "weights")
     body = [
         [
+            *([r.get("variant", "")] if variants else []),
             str(r["batch_size"]),
             str(r["sequence_length"]),
             _f(r["prefill_ms"]["p50"]),
@@ -226,6 +232,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a("--max-batch-prefill-tokens", type=int, default=None, help="step budget (default: B×L of the grid)")
     a("--seed", type=int, default=0)
     a("--json", dest="json_path", default=None, help="write the results as JSON here")
+    a(
+        "--quantize",
+        default=None,
+        help="weight formats to run one after another, e.g. gguf,bfloat16,eetq,fp8,gptq,bitsandbytes-nf4 "
+        "(see benchmarks/quant_variants.py; default: the model as it is)",
+    )
+    a("--export-dir", default="/tmp/tgi-bench-export", help="where --quantize's checkpoints are made once")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -244,30 +257,55 @@ def run(args: argparse.Namespace) -> int:
     def say(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    try:
-        config = engine_config_for(
+    variants = [None]
+    if args.quantize:
+        from tgi.benchmarks.quant_variants import parse_variants
+
+        try:
+            variants = parse_variants(args.quantize)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    rows = []
+    for variant in variants:
+        model_id, quantize = args.model_id, None
+        if variant is not None:
+            from tgi.benchmarks.quant_variants import variant_model
+
+            model_id, quantize = variant_model(variant, args.model_id, args.export_dir)
+            say(f"--- {variant}")
+        try:
+            config = engine_config_for(
+                args.batch_size,
+                args.sequence_length,
+                args.decode_length,
+                model_id,
+                args.backend,
+                args.dtype,
+                args.max_batch_prefill_tokens,
+                quantize=quantize,
+            )
+            engine = LLMEngine.from_config(config, progress=say)
+        except (ConfigError, FileNotFoundError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        points = bench(
+            engine,
             args.batch_size,
             args.sequence_length,
             args.decode_length,
-            args.model_id,
-            args.backend,
-            args.dtype,
-            args.max_batch_prefill_tokens,
+            args.runs,
+            args.warmups,
+            args.seed,
+            log=say,
         )
-        engine = LLMEngine.from_config(config, progress=say)
-    except (ConfigError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    rows = bench(
-        engine,
-        args.batch_size,
-        args.sequence_length,
-        args.decode_length,
-        args.runs,
-        args.warmups,
-        args.seed,
-        log=say,
-    )
+        if variant is not None:
+            for row in points:
+                row["variant"] = variant
+        rows += points
+        if variant != variants[-1]:
+            engine.runner.shutdown()
+            del engine  # its weights go before the next variant's load
     print(format_table(rows))
     if args.json_path:
         report = {
@@ -286,6 +324,7 @@ def run(args: argparse.Namespace) -> int:
                 "runs": args.runs,
                 "warmups": args.warmups,
                 "seed": args.seed,
+                "quantize": args.quantize,
             },
             "results": rows,
         }

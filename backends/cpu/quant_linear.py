@@ -29,7 +29,7 @@ CPU_FORMATS = {
     "awq-int4": "aten int4 pack-mm (CPU)",
     "gptq-int8": "aten int8 weight-only mm (per-row, symmetric) or int8 dequantized per call (groups)",
     "int8": "aten int8 weight-only mm (CPU)",
-    "fp8": "float8 weights dequantized per call, then a dense product",
+    "fp8": "float8 weights widened to bfloat16 per call by integer ops, then a dense product",
 }
 #: with the `bitsandbytes` package installed (the `bnb` extra)
 BNB_FORMATS = {f"bnb-{t}": f"bitsandbytes {t} matmul (CPU)" for t in ("nf4", "fp4", "int8")}
@@ -163,6 +163,49 @@ def bnb_available() -> bool:
     return importlib.util.find_spec("bitsandbytes") is not None
 
 
+class FP8BitsKernel(QuantizedLinearKernel):
+    """float8_e4m3fn weights kept as their bytes; each call widens them to bfloat16 with integer ops
+    (sign | (exponent-and-mantissa << 4) + 120 << 7: exact for normal numbers) and multiplies, then applies
+    the row scales to the output. Subnormal codes and zeros (exponent 0), which that formula gets wrong,
+    are corrected by a gather and an index_add of their differences (78 of 885k weights in a
+    [1536, 576] Gaussian weight scaled per row). torch's own float8 -> bfloat16 conversion takes ~10 ms for a [1536, 576] weight on this CPU,
+    this ~0.3 ms (bfloat16's product alone: 0.06 ms; `torch._scaled_mm` on the CPU: ~8 ms)."""
+
+    name = "float8 widened per call by integer ops (CPU)"
+
+    def __init__(self, weight: FP8Weight, dtype: torch.dtype) -> None:
+        codes = weight.weight.view(torch.int8)
+        em = codes.to(torch.int16) & 0x7F
+        if bool((em == 0x7F).any()):
+            raise UnsupportedError("float8_e4m3fn weights holding NaN cannot be computed")
+        self.codes = codes
+        self.scale = weight.scale.to(dtype)  # [rows], applied to the output
+        self.dtype = dtype
+        small = (em < 8).nonzero()  # [n, 2] rows, cols of subnormals and zeros
+        m = em[small[:, 0], small[:, 1]].float()
+        sign = torch.where(codes[small[:, 0], small[:, 1]] < 0, -1.0, 1.0)
+        # fast value (2^-7 * (1 + m/8)) minus the true one (m * 2^-9), signed
+        diff = sign * (2.0**-7 + m * 2.0**-10 - m * 2.0**-9)
+        # y[:, r] -= diff * x[:, c] for each such (r, c): a gather and an index_add per call
+        self.fix_rows, self.fix_cols, self.fix_diff = small[:, 0], small[:, 1], diff.to(dtype)
+        self.fixup = len(small) > 0
+
+    def widened(self) -> torch.Tensor:
+        u = self.codes.to(torch.int16)
+        return (((u & 0x7F) << 4) + 15360 | (u & -32768)).view(torch.bfloat16)
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        w = self.widened()
+        y = F.linear(x, w if x.dtype == torch.bfloat16 else w.to(x.dtype))
+        if self.fixup:
+            y.index_add_(1, self.fix_rows, x.index_select(1, self.fix_cols) * self.fix_diff, alpha=-1)
+        y = y * self.scale
+        return y if bias is None else y + bias
+
+    def release_source(self) -> bool:
+        return True
+
+
 def cpu_quantized_linear(weight: QuantizedWeight, dtype: str) -> QuantizedLinearKernel:
     """The CPU kernel for `weight` (one of `CPU_FORMATS`) with `dtype` activations."""
     act = _activation(dtype)
@@ -177,7 +220,7 @@ def cpu_quantized_linear(weight: QuantizedWeight, dtype: str) -> QuantizedLinear
             return Int8PackKernel((weight.int_weight() - 128).to(torch.int8), scale, act)
         return DequantizePerCallKernel(weight, act)
     if isinstance(weight, FP8Weight):
-        return DequantizePerCallKernel(weight, act)
+        return FP8BitsKernel(weight, act)
     if weight.format.startswith("bnb-"):
         return BnbKernel(weight, act)
     raise UnsupportedError(f"the CPU backend has no kernel for {weight.format} weights")
