@@ -5,7 +5,8 @@ returns, so that without Neuron hardware the same runner runs with a fake (tests
 recording fake that computes with transformers on the CPU). `OptimumNeuronDevice` is the real one, over
 `optimum.neuron.NeuronModelForCausalLM` (imported when the backend is created).
 
-The real one follows the calls TGI's Neuron server makes (backends/neuron/server/.../generator.py there):
+The real one follows the calls TGI's Neuron server makes (backends/neuron/server/.../generator.py there)
+and optimum-neuron's NxD generation mixin (`prepare_inputs_for_prefill/decode` with keyword `seq_ids`):
 `NeuronModelForCausalLM.from_pretrained(model, export=True, batch_size=, sequence_length=, num_cores=,
 auto_cast_type=)` to compile, `from_pretrained(folder)` for a pre-exported model whose config.json has a
 `neuron` section, then `prepare_inputs_for_prefill` / `prepare_inputs_for_decode` with `seq_ids` (the
@@ -20,6 +21,8 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from tgi.core.interfaces import UnsupportedError
 
 if TYPE_CHECKING:
     import torch
@@ -85,23 +88,40 @@ class NeuronDevice(ABC):
 
 
 class OptimumNeuronModel(NeuronModel):
+    """Keyword calls valid for both generations of optimum-neuron's causal LMs (transformers-neuronx based:
+    `prepare_inputs_for_*(input_ids, attention_mask, seq_ids)`; NxD based: the same names with
+    `position_ids` and `sampling_params` too), logits taken from `.logits` or the first output."""
+
     def __init__(self, model, spec: CompileSpec) -> None:
+        neuron_config = getattr(model, "neuron_config", None)
+        if getattr(neuron_config, "on_device_sampling", False):
+            raise UnsupportedError(
+                "this Neuron model samples on the device: export it without on-device sampling (tgi samples "
+                "on the host, where every sampling parameter and grammar masks apply)"
+            )
         self.model, self.spec = model, spec
+
+    @staticmethod
+    def _logits(out) -> torch.Tensor:
+        logits = out.logits if hasattr(out, "logits") else out[0]
+        return logits[:, -1, :].float()
 
     def prefill(self, input_ids, slot):
         import torch
 
         mask = torch.ones_like(input_ids)
-        inputs = self.model.prepare_inputs_for_prefill(input_ids, mask, torch.tensor([slot]))
-        return self.model(**inputs)[0][:, -1, :].float()
+        inputs = self.model.prepare_inputs_for_prefill(
+            input_ids, attention_mask=mask, seq_ids=torch.tensor([slot])
+        )
+        return self._logits(self.model(**inputs))
 
     def decode(self, input_ids, positions, slots):
         import torch
 
         width = int(positions.max()) + 1  # each slot attends its cached tokens and the new one
         mask = (torch.arange(width)[None, :] <= positions[:, None]).to(torch.int64)
-        inputs = self.model.prepare_inputs_for_decode(input_ids, mask, slots)
-        return self.model(**inputs)[0][:, -1, :].float()
+        inputs = self.model.prepare_inputs_for_decode(input_ids, attention_mask=mask, seq_ids=slots)
+        return self._logits(self.model(**inputs))
 
 
 class OptimumNeuronDevice(NeuronDevice):
