@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from tgi.core.config import ConfigError
+from tgi.core.quant.kernels import weight_device
 
 #: PEFT settings that change the forward, refused by name unless off (absent, null, false, empty, "none")
 _REFUSED_SETTINGS = {
@@ -180,7 +181,7 @@ def read_adapter(name: str, path: str | Path, model: nn.Module) -> LoRAAdapter:
             a.narrow(1, place.first_col, place.cols),
             b.narrow(0, place.first_row, place.rows),
         )  # this rank's
-        dtype, device = module.weight.dtype, module.weight.device
+        dtype, device = module.weight.dtype, weight_device(module)  # quantized: no dense
         part = LoRAPart(
             place.offset,
             a.to(device=device, dtype=dtype),

@@ -18,6 +18,7 @@ from torch import nn
 
 from tgi.core.lora.adapter import LoRAAdapter
 from tgi.core.lora.ops import LoRAOps, LoRAWeights
+from tgi.core.quant.kernels import weight_device
 
 
 class _StepState:
@@ -49,7 +50,7 @@ def stack_weights(module: nn.Module, name: str, adapters: Sequence[LoRAAdapter])
     out_features, in_features = module.weight.shape
     per_adapter = [a.parts.get(name, []) for a in adapters]
     rank = max(sum(p.a.shape[0] for p in parts) for parts in per_adapter)
-    dtype, device = module.weight.dtype, module.weight.device
+    dtype, device = module.weight.dtype, weight_device(module)  # quantized: no dense
     a = torch.zeros(len(adapters), rank, in_features, dtype=dtype, device=device)
     b = torch.zeros(len(adapters), out_features, rank, dtype=dtype, device=device)
     for slot, parts in enumerate(per_adapter):

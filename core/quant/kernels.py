@@ -83,12 +83,21 @@ def quantized_linears(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module
 
 
 def drop_dense_weight(module: torch.nn.Module) -> None:
-    """Replace `module.weight` by a meta tensor of its shape and dtype (no memory; a dense product fails)."""
+    """Replace `module.weight` by a meta tensor of its shape and dtype (no memory; a dense product fails);
+    the device it was on stays readable through `weight_device(module)`."""
     weight = module.weight
     placeholder = torch.empty(weight.shape, dtype=weight.dtype, device="meta")
     if "weight" in module._parameters:
         del module._parameters["weight"]
     module.weight = placeholder
+    module.quant_device = weight.device
+
+
+def weight_device(module: torch.nn.Module) -> torch.device:
+    """The device a linear computes on: its weight's, or where it was before `drop_dense_weight` (for
+    code that places tensors beside a layer's weight, such as LoRA's)."""
+    weight = module.weight
+    return getattr(module, "quant_device", weight.device) if weight.is_meta else weight.device
 
 
 def attach_quantized_kernels(model: torch.nn.Module, backend: TorchBackend, dtype: str) -> dict[str, int]:

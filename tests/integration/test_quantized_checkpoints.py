@@ -159,3 +159,24 @@ def test_bfloat16_activations_on_int4(dense, tmp_path):
     qdir, rdir = write_quantized(dense, tmp_path, "gptq", bits=4, group_size=32, sym=False)
     got = prompt_logits(load_runner(qdir, dtype="bfloat16"))
     assert _max_rel(got, prompt_logits(load_runner(rdir))) < 3e-2
+
+
+def test_lora_adapters_on_quantized_linears(dense, tmp_path):
+    """--lora-adapters over --quantize eetq: the adapter's greedy tokens equal those over the dense
+    checkpoint of the same int8 weights dequantized (the deltas add to the quantized kernel's product)."""
+    from tgi.core.engine import LLMEngine
+    from tgi.core.testing.lora import write_random_lora
+
+    adapter = write_random_lora(tmp_path / "adapter", dense, seed=1)
+    reference = write_dequantized_int8(dense, tmp_path / "ref")
+    tokens = []
+    for model, quantize in ((dense, "eetq"), (reference, None)):
+        config = EngineConfig(
+            model_id=str(model), backend="cpu", dtype="float32", quantize=quantize,
+            lora_adapters=(("a", str(adapter)),), max_total_tokens=128, max_batch_total_tokens=1024,
+            max_batch_prefill_tokens=64, max_num_seqs=4,
+        )  # fmt: skip
+        engine = LLMEngine.from_config(config)
+        params = SamplingParams(max_new_tokens=6, ignore_eos=True, adapter_id="a")
+        tokens.append([r.token_ids for r in engine.generate([list(p) for p in PROMPTS], params)])
+    assert tokens[0] == tokens[1]
