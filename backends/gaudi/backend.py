@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from tgi.core.config import ConfigError
 from tgi.core.interfaces import Collective, DeviceInfo, KVCacheSpec, MemoryInfo
 from tgi.core.interfaces.collective import SingleProcessCollective
 from tgi.core.torch import AttentionBackend, KVCache, TorchBackend
@@ -21,7 +22,11 @@ if TYPE_CHECKING:
 
 def _env_int(name: str, default: int) -> int:
     value = os.environ.get(name, "").strip()
-    return int(value) if value else default
+    if not value:
+        return default
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
 
 
 @dataclass(frozen=True)

@@ -132,3 +132,14 @@ def test_memory_and_device_through_the_seam():
     assert backend.memory_info().free == 88 * (1 << 30)  # 90 GiB free less the 2 GiB margin
     assert backend.devices()[0].name == "Fake Gaudi (CPU arithmetic)"
     assert backend.torch_device() == torch.device("cpu")
+
+
+def test_bucket_variables_are_read_and_checked(monkeypatch):
+    from tgi.core.config import ConfigError
+
+    monkeypatch.setenv("BATCH_BUCKET_SIZE", "16")
+    monkeypatch.setenv("PAD_SEQUENCE_TO_MULTIPLE_OF", "256")
+    assert BucketSizes.from_env() == BucketSizes(batch=16, prefill_batch=4, sequence=256)
+    monkeypatch.setenv("PREFILL_BATCH_BUCKET_SIZE", "0")
+    with pytest.raises(ConfigError, match="PREFILL_BATCH_BUCKET_SIZE must be a positive integer, got '0'"):
+        BucketSizes.from_env()
