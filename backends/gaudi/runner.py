@@ -111,6 +111,7 @@ class GaudiModelRunner(TorchModelRunner):
             block_size=bs,
         )
 
+    @torch.inference_mode()  # as the steps it prepares: graphs are recorded as they will be replayed
     def warmup(self, max_batch_tokens: int, max_num_seqs: int) -> None:
         """Choose the buckets and run every shape a step can take (`RowShapes.warmup_shapes`) once, on
         padding only: prefill recipes compile, decode graphs are recorded."""

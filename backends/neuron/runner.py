@@ -134,6 +134,7 @@ class NeuronModelRunner(ModelRunner):
     def initialize_cache(self, num_blocks: int) -> None:
         """Nothing to allocate: the compiled model holds its slots' caches."""
 
+    @torch.inference_mode()
     def warmup(self, max_batch_tokens: int, max_num_seqs: int) -> None:
         """Load the graphs onto the cores with one prefill and one decode on slot 0, then free it."""
         self.model.prefill(torch.zeros(1, 1, dtype=torch.int64), 0)
@@ -143,6 +144,7 @@ class NeuronModelRunner(ModelRunner):
             torch.zeros(1, dtype=torch.int64),
         )
 
+    @torch.inference_mode()
     def execute(self, batch: ScheduledBatch) -> StepOutput:
         for request_id in batch.freed_request_ids:
             self.slots.release(request_id)
