@@ -136,7 +136,8 @@ class NeuronModelRunner(ModelRunner):
 
     @torch.inference_mode()
     def warmup(self, max_batch_tokens: int, max_num_seqs: int) -> None:
-        """Load the graphs onto the cores with one prefill and one decode on slot 0, then free it."""
+        """Load the graphs onto the cores with one prefill and one decode on slot 0 (no request holds it:
+        the next prefill into it replaces what this left)."""
         self.model.prefill(torch.zeros(1, 1, dtype=torch.int64), 0)
         self.model.decode(
             torch.zeros(1, 1, dtype=torch.int64),
