@@ -43,7 +43,8 @@ class Server:
         return self.stdout.read_text() + "\n--- stderr ---\n" + self.stderr.read_text()[-5000:]
 
 
-def launch(tmp: Path, *extra: str) -> Server:
+def launch(tmp: Path, *extra: str, env: dict[str, str] | None = None) -> Server:
+    """`tgi launch` with the e2e limits and `extra` flags; `env`: variables added to this process's."""
     port = free_port()
     out, err = tmp / f"server-{port}.out", tmp / f"server-{port}.err"
     cmd = [
@@ -58,9 +59,9 @@ def launch(tmp: Path, *extra: str) -> Server:
         *LAUNCH_ARGS,
         *extra,
     ]
-    env = {k: v for k, v in os.environ.items() if k not in ("PORT", "HOSTNAME", "API_KEY", "MODEL_ID")}
+    environ = {k: v for k, v in os.environ.items() if k not in ("PORT", "HOSTNAME", "API_KEY", "MODEL_ID")}
     with out.open("w") as o, err.open("w") as e:
-        proc = subprocess.Popen(cmd, stdout=o, stderr=e, env=env)
+        proc = subprocess.Popen(cmd, stdout=o, stderr=e, env={**environ, **(env or {})})
     server = Server(f"http://127.0.0.1:{port}", proc, out, err)
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while time.monotonic() < deadline:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import tempfile
 
 import pytest
 from e2e_server import launch, reference_for, stop
@@ -22,18 +23,33 @@ def local_hub(monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
 
 
-@pytest.fixture(scope="module", params=[1, 3], ids=["1-shard", "3-shards"])
+@pytest.fixture(
+    scope="module",
+    params=[1, 3, "tpu"],
+    ids=["1-shard", "3-shards", "tpu-jax-cpu"],
+)
 def deployment(request, tmp_path_factory):
-    """The served API must not change with tensor parallelism: every test here runs against the shared
-    single-process server and against `--num-shard 3` (the default model's 9 query / 3 KV heads split in 3).
-    Sharded runs use float32, where the all-reduce order cannot flip a greedy choice, against a float32
-    reference; the single-process server keeps the default dtype."""
+    """The served API must not change with tensor parallelism or the backend: every test here runs against
+    the shared single-process server, against `--num-shard 3` (the default model's 9 query / 3 KV heads split
+    in 3), and against the TPU backend (JAX) on a JAX CPU device (`TGI_JAX_PLATFORM=cpu`; no TPU here; its
+    `--num-shard 3` is tests/integration/test_tpu_engine.py's). Sharded and JAX runs use float32,
+    where the all-reduce order cannot flip a greedy choice, against a float32 reference (the torch CPU
+    engine's); the single-process server keeps the default dtype."""
     if request.param == 1:
-        yield request.getfixturevalue("shared_server"), reference_for(None)
+        yield request.getfixturevalue("shared_server"), reference_for(None), request.param
         return
-    sharded = launch(tmp_path_factory.mktemp("e2e-sharded"), "--num-shard", "3", "--dtype", "float32")
+    flags, env = ["--num-shard", "3", "--dtype", "float32"], None
+    if request.param == "tpu":
+        # a 256-token step budget: fewer token buckets to compile at start-up
+        flags = ["--backend", "tpu", "--dtype", "float32", "--max-batch-prefill-tokens", "256"]
+        env = {
+            "TGI_PLUGINS": "cpu,tpu",  # tests/conftest.py loads only the cpu plugin unless told
+            "TGI_JAX_PLATFORM": "cpu",
+            "TGI_JAX_CACHE_DIR": tempfile.gettempdir() + "/tgi-tests-jax-cache",
+        }
+    sharded = launch(tmp_path_factory.mktemp("e2e-sharded"), *flags, env=env)
     try:
-        yield sharded, reference_for("float32")
+        yield sharded, reference_for("float32"), request.param
     finally:
         assert stop(sharded) == 0, sharded.logs()
 
@@ -183,3 +199,15 @@ def test_openai_client_reads_our_refusals(server):
     assert (
         refused.value.body["param"] == "prediction" and refused.value.body["type"] == "invalid_request_error"
     )
+
+
+def test_info_names_the_backend_and_where_it_runs(server, deployment):
+    import httpx
+
+    info = httpx.get(server.url + "/info").json()
+    if deployment[2] == "tpu":  # JAX on CPU devices says so, here and at start-up
+        assert info["backend"] == "tpu"
+        assert "TGI_JAX_PLATFORM=cpu: not a TPU" in info["kernels"]["platform"]
+        assert "TGI_JAX_PLATFORM=cpu: not a TPU" in server.logs()
+    else:
+        assert info["backend"] == "cpu"
