@@ -192,8 +192,12 @@ def format_table(rows: Sequence[dict]) -> str:
     variants = any("variant" in r for r in rows)
     if variants:
         header.insert(0, "weights")
+    backends = any("backend" in r for r in rows)
+    if backends:
+        header.insert(0, "backend")
     body = [
         [
+            *([r.get("backend", "")] if backends else []),
             *([r.get("variant", "")] if variants else []),
             str(r["batch_size"]),
             str(r["sequence_length"]),
@@ -222,7 +226,12 @@ def _ints(text: str) -> list[int]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     a = p.add_argument
     a("--model-id", default=None, help="model (default: the default model)")
-    a("--backend", default="auto", help="backend plugin, or auto")
+    a(
+        "--backend",
+        default="auto",
+        help="backend plugin, or auto; several, comma-separated (e.g. cpu,tpu), run one after another into one "
+        "table (the tpu backend on JAX's CPU devices needs TGI_JAX_PLATFORM=cpu)",
+    )
     a("--dtype", default=None, help="default: the backend's")
     a("--batch-size", type=_ints, default=[1, 8, 32], help="batch sizes, e.g. 1,8,32 (default)")
     a("--sequence-length", type=_ints, default=[128], help="prompt lengths in tokens, e.g. 32,128,512")
@@ -266,21 +275,25 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
+    backends = [b.strip() for b in args.backend.split(",") if b.strip()] or ["auto"]
+    runs = [(backend, variant) for backend in backends for variant in variants]
     rows = []
-    for variant in variants:
+    for backend, variant in runs:
         model_id, quantize = args.model_id, None
         if variant is not None:
             from tgi.benchmarks.quant_variants import variant_model
 
             model_id, quantize = variant_model(variant, args.model_id, args.export_dir)
             say(f"--- {variant}")
+        if len(backends) > 1:
+            say(f"--- backend {backend}")
         try:
             config = engine_config_for(
                 args.batch_size,
                 args.sequence_length,
                 args.decode_length,
                 model_id,
-                args.backend,
+                backend,
                 args.dtype,
                 args.max_batch_prefill_tokens,
                 quantize=quantize,
@@ -299,11 +312,13 @@ def run(args: argparse.Namespace) -> int:
             args.seed,
             log=say,
         )
-        if variant is not None:
-            for row in points:
+        for row in points:
+            if variant is not None:
                 row["variant"] = variant
+            if len(backends) > 1:
+                row["backend"] = backend
         rows += points
-        if variant != variants[-1]:
+        if (backend, variant) != runs[-1]:
             engine.runner.shutdown()
             del engine  # its weights go before the next variant's load
     print(format_table(rows))

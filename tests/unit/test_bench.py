@@ -394,3 +394,15 @@ def test_engine_config_holds_the_largest_point():
     assert config.max_num_seqs == 32 and config.max_batch_prefill_tokens == 32 * 512
     assert config.max_total_tokens == 512 + 33
     assert config.max_batch_total_tokens >= 32 * (512 + 33)
+
+
+def test_engine_bench_table_names_each_backend():
+    """`--backend cpu,tpu` runs one backend after another: each row says whose it is."""
+    times = engine_bench.run_point(
+        _FakeEngine(), batch_size=2, seq_len=4, decode_length=2, rng=random.Random(0)
+    )
+    rows = [{**engine_bench.summarize_point(2, 4, 2, [times]), "backend": name} for name in ("cpu", "tpu")]
+    lines = engine_bench.format_table(rows).splitlines()
+    assert lines[0].split()[0] == "backend" and [ln.split()[0] for ln in lines[2:]] == ["cpu", "tpu"]
+    one = {k: v for k, v in rows[0].items() if k != "backend"}  # one backend: no such column
+    assert "backend" not in engine_bench.format_table([one])
