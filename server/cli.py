@@ -35,6 +35,10 @@ def _cmd_backends(args: argparse.Namespace) -> int:
     print(f"default dtype: {dtype}" + (f" ({why})" if why else ""))
     for name, impl in backend.describe_kernels(dtype).items():
         print(f"  {name}: {impl}")
+    formats = backend.weight_formats(dtype)
+    print("quantized weight formats (--quantize):" + ("" if formats else " none"))
+    for name, kernel in formats.items():
+        print(f"  {name}: {kernel}")
     return 0
 
 
