@@ -18,6 +18,10 @@ On a small random-weight Llama (`model.write_tiny_llama`), loaded through `LLMEn
 * `test_prompt_logprobs_match_transformers_or_are_refused`: a runner whose `capabilities()` say
   `prompt_logprobs` returns, for a prompt prefilled in chunks, the logprob of every prompt token but the
   first, equal to `transformers`' (float32 engines); one that does not has such requests refused by name;
+* `test_lora_adapters_at_run_time_or_refused`: a runner whose `capabilities()` say `lora_runtime_loading`
+  loads a `peft` adapter into a running engine (`LLMEngine.lora.load`): its requests (two short prompts),
+  batched with one of the base model, give transformers + peft's greedy tokens (float32 engines), and once it is unloaded the base
+  model's tokens come back; one that does not has the load refused by name;
 * `test_runner_constraints_are_honoured`: every batch the engine hands the runner, in all the tests above,
   fits what the runner's `constraints()` declare (batch size, tokens per step, mixed batches, chunked
   prefill, prefill buckets, block size).
@@ -289,6 +293,49 @@ class RunnerConformance:
             assert max(abs(a - b) for a, b in zip(got[1:], expected, strict=True)) < 1e-3
         else:  # rounded activations: finite log-probabilities
             assert all(lp <= 0.0 for lp in got[1:])
+
+    def test_lora_adapters_at_run_time_or_refused(
+        self, engine_backend, tiny_llama, batches_checked, reference, tmp_path
+    ):
+        from tgi.core.config import ConfigError
+        from tgi.core.sampling_params import SamplingParams
+
+        engine = self.make_engine(engine_backend, tiny_llama, batches_checked)
+        if not engine.runner.capabilities().lora_runtime_loading:
+            with pytest.raises(ConfigError, match="LoRA adapters at run time"):
+                engine.lora.load("a", str(tmp_path))
+            return
+        pytest.importorskip("peft", reason="peft makes the adapter (the `lora` extra)")
+        from tgi.core.testing.lora import peft_greedy, write_random_lora
+
+        adapter = write_random_lora(
+            tmp_path / "a", tiny_llama, r=4, target_modules=("q_proj", "v_proj", "down_proj"), seed=5
+        )
+        engine.lora.load("a", str(adapter))
+        short = PROMPTS[
+            1:
+        ]  # two short prompts: interpreted kernels (Triton's interpreter) take seconds a step
+        requests = [(p, "a") for p in short] + [(PROMPTS[1], None)]
+        ids = [
+            engine.add_request(
+                list(p), SamplingParams(max_new_tokens=MAX_NEW_TOKENS, ignore_eos=True, adapter_id=a)
+            )
+            for p, a in requests
+        ]
+        tokens: dict[str, list[int]] = {rid: [] for rid in ids}
+        while engine.has_unfinished():
+            for event in engine.step():
+                tokens[event.request_id].append(event.token_id)
+        if engine.config.dtype == "float32":
+            assert [tokens[rid] for rid in ids[:-1]] == peft_greedy(
+                tiny_llama, adapter, short, MAX_NEW_TOKENS
+            )
+            assert tokens[ids[-1]] == reference[1]
+        engine.lora.unload("a")
+        assert engine.model_info.lora_adapters == ()
+        [result] = engine.generate([list(PROMPTS[2])], self._params())
+        assert result.token_ids == reference[2]
+        self._assert_all_blocks_free(engine)
 
     def test_runner_constraints_are_honoured(self, engine_backend, tiny_llama, batches_checked):
         """Checks the batches of the tests above (run them with this one), and of a busy run of its own."""
