@@ -90,7 +90,17 @@ def test_a_backend_refuses_a_format_it_has_no_kernel_for_naming_its_formats():
 
     backend = CpuBackend()
     assert {"gptq-int4", "gptq-int8", "awq-int4", "fp8", "int8"} <= set(backend.weight_formats("bfloat16"))
-    with pytest.raises(
-        UnsupportedError, match=r"no kernel for exl2 weights .* \(it computes: awq-int4, "
-    ):
+    with pytest.raises(UnsupportedError, match=r"no kernel for exl2 weights .* \(it computes: awq-int4, "):
         backend.check_weight_format("exl2", "bfloat16")
+
+
+def test_quantized_weights_are_not_sharded_over_ranks():
+    """Tensor parallelism over packed tensors is refused at load, with the reason."""
+    from tgi.backends.cpu.backend import CpuBackend
+    from tgi.core.loading.source import ModelSource
+    from tgi.core.quant.loading import QuantizedLoading
+
+    source = ModelSource("m", "safetensors", "/nonexistent", "/nonexistent")
+    loading = QuantizedLoading(CpuBackend(), cfg(), "eetq", source, "bfloat16")
+    with pytest.raises(UnsupportedError, match="not sharded over --num-shard ranks"):
+        loading.check(object(), tp_size=2)
