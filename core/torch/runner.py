@@ -97,7 +97,11 @@ class TorchModelRunner(ModelRunner):
             max_position_embeddings=getattr(self.hf_config, "max_position_embeddings", 4096),
             eos_token_ids=config_eos_token_ids(self.hf_config),
             dtype=self.dtype,
-            num_parameters=sum(p.numel() for p in self.model.parameters()),
+            # quantized linears keep their dense weight's shape on the meta device: counted too
+            num_parameters=sum(p.numel() for p in self.model.parameters())
+            + sum(
+                m.weight.numel() for m in self.model.modules() if m.__dict__.get("quant_device") is not None
+            ),
             lora_adapters=self.lora.names if self.lora is not None else (),
             quantization=quantization,
         )
