@@ -49,6 +49,19 @@ def test_weight_memory_falls_by_half(exported):
         assert q < 0.51 * dense_bf16
 
 
+def test_gguf_blocks_are_an_instance_of_the_seam():
+    """The default GGUF file: its Q4_1 / Q8_0 blocks are the layers' quantized weights, computed by the
+    CPU's block kernel for small inputs; the dense copy stays for larger ones (the documented trade-off)."""
+    from tgi.core.loading import default_model_path
+
+    runner, info = _runner(default_model_path(), None)
+    assert (info.quantization.method, info.quantization.num_linears) == ("gguf", 30 * 4 + 1)
+    assert set(info.quantization.weight_format.split(",")) == {"gguf-Q4_1", "gguf-Q8_0"}
+    qkv = runner.model.model.layers[0].self_attn.qkv_proj
+    assert qkv.quant_format == "gguf-Q4_1" and not qkv.weight.is_meta
+    assert type(qkv.linear_kernel.quantized).__name__ == "BlockLinearKernel"
+
+
 @pytest.mark.parametrize("quantize", ["eetq", "fp8"])
 def test_served_with_quantize(exported, tmp_path, launch_server, stop_server, quantize):
     server = launch_server(tmp_path, "--model-id", str(exported), "--backend", "cpu", "--quantize", quantize)
