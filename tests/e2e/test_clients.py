@@ -40,8 +40,17 @@ def deployment(request, tmp_path_factory):
         return
     flags, env = ["--num-shard", "3", "--dtype", "float32"], None
     if request.param == "tpu":
-        # a 256-token step budget: fewer token buckets to compile at start-up
-        flags = ["--backend", "tpu", "--dtype", "float32", "--max-batch-prefill-tokens", "256"]
+        # small limits: few shapes to compile at start-up, the same as tests/integration/test_tpu_engine.py's
+        # (whose executables are then found in the persistent compilation cache, and the other way round)
+        flags = ["--backend", "tpu", "--dtype", "float32", "--max-total-tokens", "256"]
+        flags += [
+            "--max-batch-prefill-tokens",
+            "64",
+            "--max-batch-total-tokens",
+            "2048",
+            "--max-batch-size",
+            "4",
+        ]
         env = {
             "TGI_PLUGINS": "cpu,tpu",  # tests/conftest.py loads only the cpu plugin unless told
             "TGI_JAX_PLATFORM": "cpu",

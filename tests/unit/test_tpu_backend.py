@@ -40,9 +40,14 @@ def test_cpu_devices_only_when_asked_and_said() -> None:
     available, reason, priority, auto = json.loads(out.stdout.strip().splitlines()[-1])
     assert available and reason.endswith("on CPU devices (TGI_JAX_PLATFORM=cpu: not a TPU)")
     assert priority == -1 and auto == "cpu"  # auto never picks JAX-on-CPU over the torch CPU backend
-    out = _run(PROBE, TGI_JAX_PLATFORM="gpu")
-    available, reason, _, _ = json.loads(out.stdout.strip().splitlines()[-1])
-    assert not available and "TGI_JAX_PLATFORM='gpu'" in reason
+
+
+def test_another_platform_is_refused(monkeypatch) -> None:
+    from tgi.backends.tpu.platform import PlatformError, requested_platform
+
+    monkeypatch.setenv("TGI_JAX_PLATFORM", "gpu")
+    with pytest.raises(PlatformError, match="TGI_JAX_PLATFORM='gpu'"):
+        requested_platform()
 
 
 @pytest.mark.parametrize(

@@ -57,8 +57,8 @@ def make_step(rng, seqs):
 
 CASES = {
     "decode-ragged": [(0, 1), (6, 1), (13, 1), (3, 1), (22, 1)],  # one token each, contexts 1..23
-    "prefill-causal": [(0, 11), (0, 5)],  # fresh prompts: each token sees the chunk up to itself
-    "prefill-over-cache": [(9, 7)],  # a chunk after 9 cached positions
+    # a fresh prompt (each token sees the chunk up to itself) and a chunk after 9 cached positions
+    "prefill-causal": [(0, 11), (9, 7)],
     "mixed": [(0, 6), (4, 3), (17, 1), (2, 1)],
 }
 
