@@ -291,9 +291,9 @@ class JaxModelRunner(ModelRunner):
         greedy, full = self._samplers[s]
         if smp.needs_full(rows, batch.token_masks):
             inputs = smp.full_inputs(rows, batch.token_masks, s, self.dims.vocab_size)
-            ids, lps, top_ids, top_lps = full(step_logits, *inputs.arrays())
+            ids, lps, top_ids, top_lps, every = full(step_logits, *inputs.arrays())
         else:
-            ids, lps, top_ids, top_lps = greedy(step_logits)
+            ids, lps, top_ids, top_lps, every = greedy(step_logits)
         n = fb.num_sampled
         out = StepOutput(
             request_ids=[r.request_id for r in rows],
@@ -301,8 +301,10 @@ class JaxModelRunner(ModelRunner):
             logprobs=np.asarray(lps)[:n].tolist(),
         )
         top_n = max(r.sampling.top_n_tokens for r in rows)
-        if top_n > smp.TOP_N:
-            raise UnsupportedError(f"top_n_tokens {top_n}: the tpu backend reports at most {smp.TOP_N}")
+        if top_n > smp.TOP_N:  # more than the device's top-k: from the whole log-softmax, on the host
+            every = np.asarray(every)[:n]
+            top_ids = np.argsort(-every, axis=1, kind="stable")[:, :top_n]
+            top_lps = np.take_along_axis(every, top_ids, axis=1)
         if top_n:
             out.top_token_ids = np.asarray(top_ids)[:n, :top_n].tolist()
             out.top_logprobs = np.asarray(top_lps)[:n, :top_n].tolist()

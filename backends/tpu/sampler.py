@@ -9,7 +9,8 @@ Two variants, both compiled at warm-up for every sequence bucket:
   frequency and presence penalties (`seen`/`counts` `[S, V]`), the watermark (green list `[S, V]`),
   temperature, top-k, top-p, typical-p and the Gumbel-max draw.
 
-Both return the `TOP_N` best tokens' log-softmax (the engine keeps each request's `top_n_tokens`).
+Both return the `TOP_N` best tokens' log-softmax (the engine keeps each request's `top_n_tokens`), and the
+whole log-softmax `[S, V]`, left on the device unless a row asks for more than `TOP_N` alternatives.
 
 The counter-based bits (the draw's noise `uniform_noise(seed, step, vocab)` and the watermark's green lists)
 are made by numpy on the host: they are splitmix64 hashes on unsigned 64-bit integers, which JAX computes
@@ -137,11 +138,11 @@ def full_inputs(
 
 def _top(x, lse):
     top_x, top_ids = jax.lax.top_k(x, min(TOP_N, x.shape[1]))
-    return top_ids.astype(jnp.int32), top_x - lse
+    return top_ids.astype(jnp.int32), top_x - lse, x - lse
 
 
 def greedy(logits):
-    """(token ids [S], logprobs [S], top ids [S, TOP_N], top logprobs [S, TOP_N])."""
+    """(token ids [S], logprobs [S], top ids [S, TOP_N], top logprobs [S, TOP_N], log-softmax [S, V])."""
     lse = jax.nn.logsumexp(logits, axis=1, keepdims=True)
     ids = jnp.argmax(logits, axis=1)
     logprobs = jnp.take_along_axis(logits, ids[:, None], axis=1)[:, 0] - lse[:, 0]

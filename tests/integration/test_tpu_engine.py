@@ -123,17 +123,19 @@ def test_no_compilation_while_serving(make_tpu_engine, tpu_prompts):
             SamplingParams(max_new_tokens=5, repetition_penalty=1.3, frequency_penalty=0.5, top_n_tokens=3),
             SamplingParams(max_new_tokens=4, prompt_logprobs=True, typical_p=0.5, do_sample=True, seed=1),
             SamplingParams(max_new_tokens=4, grammar=Grammar.regex("[0-9]+")),
-            SamplingParams(max_new_tokens=5, stop=("\n",)),
+            SamplingParams(max_new_tokens=5, stop=("\n",), top_n_tokens=25),  # more than the device's 20
         ]
         pending = list(zip(tpu_prompts.values(), workload, strict=False))
-        steps = 0
+        steps, top = 0, {}
         while pending or engine.has_unfinished():
             if pending and steps % 2 == 0:  # arrivals while others decode: mixed steps
                 ids, params = pending.pop(0)
-                engine.add_request(ids, params)
-            engine.step()
+                engine.add_request(ids, params, request_id=f"r{steps // 2}")
+            for event in engine.step():
+                top.setdefault(event.request_id, []).append(len(event.top_tokens))
             steps += 1
         assert steps > 10
+        assert set(top["r2"]) == {3} and set(top["r5"]) == {25}
         assert compiles == [], f"{len(compiles)} compile events while serving: {compiles[:5]}"
         jax.jit(lambda x: x * 3 + 1)(jax.numpy.arange(3))  # the listener does see a compile
         assert compiles

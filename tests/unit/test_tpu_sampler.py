@@ -21,7 +21,7 @@ class TestJaxSampler(SamplerConformance):
         rows = case.rows
         assert smp.needs_full(rows, case.token_masks) or all(not r.sampling.do_sample for r in rows)
         inputs = smp.full_inputs(rows, case.token_masks, len(rows), logits.shape[1])
-        ids, lps, _, _ = jax.jit(smp.full)(logits, *inputs.arrays())
+        ids, lps, *_ = jax.jit(smp.full)(logits, *inputs.arrays())
         return np.asarray(ids).tolist(), np.asarray(lps).tolist()
 
 
@@ -31,14 +31,15 @@ def test_greedy_variant_equals_full_variant_and_pads() -> None:
     assert plain
     logits = np.asarray(case.logits, np.float32)[: len(plain)]
     padded = np.concatenate([logits, np.zeros((3, logits.shape[1]), np.float32)])  # 3 padded rows
-    g_ids, g_lps, g_top, g_top_lps = (np.asarray(a) for a in jax.jit(smp.greedy)(padded))
+    g_ids, g_lps, g_top, g_top_lps, g_all = (np.asarray(a) for a in jax.jit(smp.greedy)(padded))
     inputs = smp.full_inputs(plain, None, len(padded), logits.shape[1])
-    f_ids, f_lps, f_top, _ = (np.asarray(a) for a in jax.jit(smp.full)(padded, *inputs.arrays()))
+    f_ids, f_lps, f_top, _, _ = (np.asarray(a) for a in jax.jit(smp.full)(padded, *inputs.arrays()))
     n = len(plain)
     assert g_ids[:n].tolist() == f_ids[:n].tolist() == logits.argmax(axis=1).tolist()
     np.testing.assert_allclose(g_lps[:n], f_lps[:n], atol=1e-6)
     assert (g_top[:n] == f_top[:n]).all() and g_top.shape[1] == min(smp.TOP_N, logits.shape[1])
     assert (g_top_lps[:n, :-1] >= g_top_lps[:n, 1:]).all()  # best first
+    np.testing.assert_allclose(np.take_along_axis(g_all, g_top, axis=1), g_top_lps, atol=1e-6)
 
 
 def test_noise_bits_equal_the_specification() -> None:
