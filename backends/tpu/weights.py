@@ -17,6 +17,8 @@ from tgi.core.interfaces import UnsupportedError
 from tgi.core.loading.source import ModelSource
 
 SUPPORTED = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
+#: rope types whose frequencies do not depend on the sequence length (core's `compute_inv_freq`)
+ROPE_TYPES = ("default", "linear", "llama3", "yarn", "dynamic")
 
 #: HF name inside `model.layers.N.` -> (our name, transpose)
 _LAYER = {
@@ -64,6 +66,15 @@ class ModelDims:
             raise UnsupportedError(
                 f"the tpu backend (JAX) has no sliding-window attention ({arch}: {window})"
             )
+        from tgi.core.models.rotary import head_dim_of, rope_parameters, rotary_dim_of
+
+        rope = rope_parameters(config)["rope_type"]
+        if rope not in ROPE_TYPES:
+            raise UnsupportedError(
+                f"the tpu backend (JAX) computes RoPE {', '.join(ROPE_TYPES)}, not {rope!r}"
+            )
+        if rotary_dim_of(config) != head_dim_of(config):
+            raise UnsupportedError("the tpu backend (JAX) rotates whole heads (no partial rotary factor)")
         if getattr(config, "hidden_act", "silu") != "silu":
             raise UnsupportedError(f"the tpu backend (JAX) computes SiLU MLPs, not {config.hidden_act}")
         heads = config.num_attention_heads

@@ -76,3 +76,34 @@ def test_shards_make_their_cpu_devices_before_jax_starts() -> None:
     )
     out = _run(code)
     assert out.stdout.strip().splitlines()[-1] == "3 3 JAX CPU devices for --num-shard 3", out.stderr
+
+
+_SETTINGS = dict(
+    hidden_size=96, intermediate_size=96, num_attention_heads=6, num_key_value_heads=3,
+    architectures=["LlamaForCausalLM"],
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"architectures": ["GemmaForCausalLM"]}, "this checkpoint is GemmaForCausalLM"),
+        ({"architectures": ["MistralForCausalLM"], "sliding_window": 64}, "no sliding-window attention"),
+        ({"hidden_act": "gelu"}, "not gelu"),
+        (
+            {"rope_scaling": {"rope_type": "longrope", "short_factor": [1.0], "long_factor": [1.0]}},
+            "longrope",
+        ),
+        ({"num_attention_heads": 5, "num_key_value_heads": 5, "hidden_size": 80}, "5 attention heads"),
+    ],
+)
+def test_what_the_jax_model_cannot_run_is_refused_with_the_reason(change: dict, message: str) -> None:
+    from transformers import LlamaConfig
+
+    from tgi.backends.tpu.weights import ModelDims
+    from tgi.core.interfaces import UnsupportedError
+
+    config = LlamaConfig(**{**_SETTINGS, "max_position_embeddings": 128, **change})
+    with pytest.raises(UnsupportedError, match=message):
+        ModelDims.from_config(config).check_shards(3)
+    ModelDims.from_config(LlamaConfig(**_SETTINGS)).check_shards(3)  # the same without the change runs
