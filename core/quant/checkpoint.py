@@ -1,7 +1,7 @@
 """Reading a quantized checkpoint's packed tensors as stored (GPTQ, AWQ, FP8 / compressed-tensors).
 
 `split_quantized` sits between the checkpoint's tensor stream and the model's `load_weights`: tensors of a
-quantized linear (`<prefix>.qweight`, `.qzeros`, `.scales`, `.g_idx`; FP8's float8 `.weight`,
+quantized linear (`<prefix>.qweight`, `.qzeros`, `.scales`, `.g_idx`; Marlin's `.B`, `.s`; FP8's float8 `.weight`,
 `.weight_scale`, `.input_scale`) are kept aside, the linear's dense parameter is dropped before anything
 is written to it (`drop_dense_weight`), and the rest (norms, embeddings, biases, dense layers) goes on.
 `build_weights` then makes one `QuantizedWeight` per linear, named `<prefix>.weight` as a dense checkpoint
@@ -18,6 +18,7 @@ from tgi.core.interfaces.quantization import QuantizationSpec
 from tgi.core.quant.weights import AWQWeight, FP8Weight, GPTQWeight, QuantizedWeight
 
 _INT_SUFFIXES = ("qweight", "qzeros", "scales", "g_idx")
+_MARLIN_SUFFIXES = ("B", "s")
 _FP8_SUFFIXES = ("weight_scale", "input_scale")
 
 
@@ -29,7 +30,8 @@ def _quantized_part(name: str, tensor: torch.Tensor, spec: QuantizationSpec) -> 
         if suffix == "weight_scale_inv":
             raise ValueError(f"{name}: block-wise FP8 scales are not supported (per-tensor, per-channel)")
         return None
-    return (prefix, suffix) if suffix in _INT_SUFFIXES else None
+    suffixes = _MARLIN_SUFFIXES if spec.method == "marlin" else _INT_SUFFIXES
+    return (prefix, suffix) if suffix in suffixes else None
 
 
 def split_quantized(
@@ -62,7 +64,9 @@ def build_weights(
     store: dict[str, dict[str, torch.Tensor]], spec: QuantizationSpec, device: torch.device
 ) -> Iterator[tuple[str, QuantizedWeight]]:
     """`(<prefix>.weight, QuantizedWeight)` for every linear gathered by `split_quantized`."""
-    make = {"fp8": _fp8, "awq-int4": _awq}.get(spec.weight_format, _gptq)
+    make = {"fp8": _fp8, "awq-int4": _awq}.get(
+        spec.weight_format, _marlin if spec.method == "marlin" else _gptq
+    )
     for prefix, parts in store.items():
         try:
             tensors = {k: v.to(device) for k, v in parts.items()}
@@ -86,6 +90,12 @@ def _gptq(t: dict[str, torch.Tensor], spec: QuantizationSpec) -> GPTQWeight:
     return GPTQWeight(
         spec.bits, qweight, t["qzeros"], t["scales"], g_idx, group_size, spec.zeros_minus_one, rows, cols
     )
+
+
+def _marlin(t: dict[str, torch.Tensor], spec: QuantizationSpec) -> GPTQWeight:
+    from tgi.core.quant.marlin import marlin_to_gptq
+
+    return marlin_to_gptq(t["B"], t["s"], spec.group_size)
 
 
 def _awq(t: dict[str, torch.Tensor], spec: QuantizationSpec) -> AWQWeight:

@@ -20,13 +20,7 @@ LOAD_TIME = {
 #: --quantize values that need a checkpoint quantized in that format
 FROM_CHECKPOINT = ("gptq", "awq", "compressed-tensors", "marlin", "exl2")
 
-_NOT_HERE = {
-    "exl2": "exl2 (ExLlamaV2) kernels are not built into tgi",
-    "marlin": (
-        "Marlin-packed GPTQ weights are laid out for NVIDIA tensor-core tiles; tgi does not unpack them "
-        "(serve the checkpoint's GPTQ form, checkpoint_format gptq or gptq_v2)"
-    ),
-}
+_NOT_HERE = {"exl2": "exl2 (ExLlamaV2) kernels are not built into tgi"}
 
 
 def check_quantize_value(quantize: str | None) -> None:
@@ -70,7 +64,7 @@ def resolve_quantization(hf_config: Any, quantize: str | None, source_format: st
 def _from_checkpoint(qc: dict, quantize: str | None) -> QuantizationSpec:
     method = str(qc.get("quant_method", "")).lower()
     if method == "gptq" and str(qc.get("checkpoint_format", "gptq")).lower() == "marlin":
-        method = "marlin"
+        method = "marlin"  # AutoGPTQ's Marlin serialisation: the same B / s tensors
     if method in _NOT_HERE:
         raise ConfigError(f"this checkpoint is quantized with {method}: {_NOT_HERE[method]}")
     if method in ("bitsandbytes", "bitsandbytes-nf4", "bitsandbytes-fp4") or method.startswith(
@@ -80,7 +74,13 @@ def _from_checkpoint(qc: dict, quantize: str | None) -> QuantizationSpec:
             "this checkpoint stores bitsandbytes-quantized weights: tgi does not read them; serve the "
             "unquantized checkpoint with --quantize bitsandbytes-nf4 (or -fp4, bitsandbytes) instead"
         )
-    readers = {"gptq": _gptq, "awq": _awq, "fp8": _fp8, "compressed-tensors": _compressed_tensors}
+    readers = {
+        "gptq": _gptq,
+        "awq": _awq,
+        "marlin": _marlin,
+        "fp8": _fp8,
+        "compressed-tensors": _compressed_tensors,
+    }
     if method not in readers:
         raise ConfigError(
             f"quantization_config.quant_method {method!r} is not supported (checkpoints tgi reads: "
@@ -118,6 +118,23 @@ def _gptq(qc: dict) -> QuantizationSpec:
         desc_act=bool(qc.get("desc_act", False)),
         sym=bool(qc.get("sym", True)),
         zeros_minus_one=fmt == "gptq",
+        exclude=tuple(qc.get("modules_to_not_convert") or ()),
+    )
+
+
+def _marlin(qc: dict) -> QuantizationSpec:
+    bits = int(qc.get("bits", 4))
+    if bits != 4 or not qc.get("sym", True) or qc.get("desc_act", False):
+        raise ConfigError(
+            "Marlin checkpoints are read as 4-bit, symmetric, without act-order (this one is not)"
+        )
+    # converted at load to the GPTQ layout (tgi.core.quant.marlin), which the int4 kernels read
+    return QuantizationSpec(
+        "marlin",
+        "gptq-int4",
+        "checkpoint",
+        4,
+        group_size=_group(qc),
         exclude=tuple(qc.get("modules_to_not_convert") or ()),
     )
 

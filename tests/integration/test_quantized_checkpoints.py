@@ -117,6 +117,21 @@ def test_checkpoint_format_equals_its_dequantized_weights(dense, dense_tokens, t
     assert share >= least, f"{case}: {share:.0%} of greedy tokens agree with the dense model"
 
 
+@pytest.mark.parametrize("group_size", [32, -1])
+def test_marlin_checkpoint_is_converted_at_load(tmp_path, group_size):
+    """AutoGPTQ's Marlin serialisation (checkpoint_format marlin: B, s), packed by the test's reference
+    packer, loads as GPTQ int4 and equals its dequantized weights. Marlin's tiles need output widths that
+    are multiples of 64: a Llama with 4 key/value heads of 16."""
+    from tgi.core.testing.tiny_models import save_random_model
+
+    dense = save_random_model(tmp_path / "dense", num_heads=4, num_kv_heads=4, vocab_size=256, init_std=0.08)
+    qdir, rdir = write_quantized(dense, tmp_path, "marlin", group_size=group_size)
+    runner = load_runner(qdir)
+    info = runner.info.quantization
+    assert (info.method, info.weight_format, info.num_linears) == ("marlin", "gptq-int4", 8)
+    assert _max_rel(prompt_logits(runner), prompt_logits(load_runner(rdir))) < 2e-3
+
+
 @pytest.mark.parametrize("quantize", ["eetq", "fp8"])
 def test_load_time_quantization_equals_its_dequantized_weights(dense, dense_tokens, tmp_path, quantize):
     runner = load_runner(dense, quantize=quantize)

@@ -49,6 +49,11 @@ def test_checkpoint_configs_are_read_as_transformers_writes_them():
         cfg({"quant_method": "fp8", "activation_scheme": "static"}), "fp8", "safetensors"
     )
     assert (fp8.weight_format, fp8.activation_scale) == ("fp8", "static")
+    marlin = resolve_quantization(
+        cfg({"quant_method": "gptq", "checkpoint_format": "marlin", "group_size": 128}), None, "safetensors"
+    )
+    assert (marlin.method, marlin.weight_format, marlin.group_size) == ("marlin", "gptq-int4", 128)
+    assert resolve_quantization(cfg({"quant_method": "marlin"}), "marlin", "safetensors").method == "marlin"
     assert resolve_quantization(cfg(), "eetq", "safetensors").source == "load-time"
     assert resolve_quantization(cfg(), None, "safetensors") is None
 
@@ -56,7 +61,12 @@ def test_checkpoint_configs_are_read_as_transformers_writes_them():
 @pytest.mark.parametrize(
     ("qc", "quantize", "fmt", "message"),
     [
-        ({"quant_method": "gptq", "checkpoint_format": "marlin"}, None, "safetensors", "Marlin-packed GPTQ"),
+        (
+            {"quant_method": "gptq", "checkpoint_format": "marlin", "desc_act": True},
+            None,
+            "safetensors",
+            "Marlin checkpoints are read as 4-bit, symmetric, without act-order",
+        ),
         ({"quant_method": "exl2"}, None, "safetensors", "exl2 .ExLlamaV2. kernels are not built"),
         ({"quant_method": "gptq", "bits": 3}, None, "safetensors", "GPTQ with 3 bits is not supported"),
         ({"quant_method": "awq", "version": "gemv"}, None, "safetensors", "AWQ gemv"),
@@ -75,7 +85,7 @@ def test_checkpoint_configs_are_read_as_transformers_writes_them():
         ),
         ({"quant_method": "gptq"}, "awq", "safetensors", "already quantized with gptq"),
         (None, "gptq", "safetensors", "needs a checkpoint quantized with gptq"),
-        (None, "marlin", "safetensors", "--quantize marlin: Marlin-packed"),
+        (None, "marlin", "safetensors", "--quantize marlin needs a checkpoint quantized with marlin"),
         (None, "exl2", "safetensors", "--quantize exl2: exl2"),
         (None, "eetq", "gguf", "a GGUF file is quantized as stored"),
     ],
