@@ -7,7 +7,8 @@ decodes alike, so mixed steps need no split. The cache is written first (`write_
 `reference_attention` is plain JAX (XLA on any platform: what runs on JAX's CPU devices); the Pallas kernel
 of the same contract is `tgi.backends.tpu.pallas_attention.paged_attention`. Shapes:
 
-* `q` [T, H, D]; `k_cache`, `v_cache` [num_blocks, block_size, KVH, D] (one layer); `H % KVH == 0`;
+* `q` [T, H, D]; `k_cache`, `v_cache` [L, num_blocks, block_size, KVH, D] (every layer: the functions
+  read and write layer `layer` in place, never a copy of it); `H % KVH == 0`;
 * `token_seq` [T] (the row of each token's sequence), `positions` [T], `block_tables` [S, W] int32.
 
 A token at position `p` attends to the `p + 1` positions `0..p` of its sequence; padded tokens (position 0
@@ -23,15 +24,15 @@ import jax.numpy as jnp
 MAX_PAIRS_PER_CHUNK = 1 << 18
 
 
-def write_kv(k_cache, v_cache, k, v, slot_mapping):
-    """The caches with `k`, `v` [T, KVH, D] written at `slot_mapping` [T] (slot = block * block_size +
-    offset); slots outside the cache (the padding's `pad_slot`) are dropped."""
-    nb, bs = k_cache.shape[:2]
-    flat_k = k_cache.reshape(nb * bs, *k_cache.shape[2:])
-    flat_v = v_cache.reshape(nb * bs, *v_cache.shape[2:])
-    flat_k = flat_k.at[slot_mapping].set(k.astype(k_cache.dtype), mode="drop")
-    flat_v = flat_v.at[slot_mapping].set(v.astype(v_cache.dtype), mode="drop")
-    return flat_k.reshape(k_cache.shape), flat_v.reshape(v_cache.shape)
+def write_kv(k_cache, v_cache, layer, k, v, slot_mapping):
+    """The caches with `k`, `v` [T, KVH, D] written into layer `layer` at `slot_mapping` [T] (slot = block *
+    block_size + offset); slots outside the cache (the padding's `pad_slot`) are dropped. One scatter per
+    cache: in place when the caches are donated or carried through a loop."""
+    bs = k_cache.shape[2]
+    blocks, offsets = slot_mapping // bs, slot_mapping % bs
+    k_cache = k_cache.at[layer, blocks, offsets].set(k.astype(k_cache.dtype), mode="drop")
+    v_cache = v_cache.at[layer, blocks, offsets].set(v.astype(v_cache.dtype), mode="drop")
+    return k_cache, v_cache
 
 
 def _chunk_blocks(num_tokens: int, width: int, block_size: int) -> int:
@@ -43,11 +44,11 @@ def _chunk_blocks(num_tokens: int, width: int, block_size: int) -> int:
     return best
 
 
-def reference_attention(q, k_cache, v_cache, token_seq, positions, block_tables, scale: float):
-    """Causal paged attention in float32 with an online softmax over chunks of blocks (memory bounded by
-    MAX_PAIRS_PER_CHUNK whatever the context); returns [T, H, D] in `q`'s dtype."""
+def reference_attention(q, k_cache, v_cache, layer, token_seq, positions, block_tables, scale: float):
+    """Causal paged attention over layer `layer` in float32, with an online softmax over chunks of blocks
+    (memory bounded by MAX_PAIRS_PER_CHUNK whatever the context); returns [T, H, D] in `q`'s dtype."""
     t, h, d = q.shape
-    _, bs, kvh, _ = k_cache.shape
+    _, _, bs, kvh, _ = k_cache.shape
     w = block_tables.shape[1]
     cb = _chunk_blocks(t, w, bs)
     tables = block_tables[token_seq]  # [T, W]
@@ -56,8 +57,8 @@ def reference_attention(q, k_cache, v_cache, token_seq, positions, block_tables,
     def chunk(carry, j):
         m, total, acc = carry
         blocks = jax.lax.dynamic_slice_in_dim(tables, j * cb, cb, axis=1)  # [T, cb]
-        keys = k_cache[blocks].reshape(t, cb * bs, kvh, d).astype(jnp.float32)
-        values = v_cache[blocks].reshape(t, cb * bs, kvh, d).astype(jnp.float32)
+        keys = k_cache[layer, blocks].reshape(t, cb * bs, kvh, d).astype(jnp.float32)  # one gather
+        values = v_cache[layer, blocks].reshape(t, cb * bs, kvh, d).astype(jnp.float32)
         s = jnp.einsum("tkgd,tckd->tkgc", qg, keys)
         visible = j * cb * bs + jnp.arange(cb * bs)[None, :] <= positions[:, None]  # [T, C]
         s = jnp.where(visible[:, None, None, :], s, -jnp.inf)

@@ -4,8 +4,9 @@
 columns of q/k/v, its rows of o_proj, its slice of the MLP width and its KV heads' cache; the partial sums
 of o_proj and down_proj meet through the JAX collective (`all_reduce` = `psum` over the mesh axis). With
 one device the collective is the identity. Layers run under `jax.lax.scan` over the stacked weights, the
-KV cache `[L, num_blocks, block_size, KVH, D]` travels in the scan's carry and is updated in place (the
-runner donates it).
+KV cache `[L, num_blocks, block_size, KVH, D]` travels in the scan's carry and is written (one scatter)
+and read (gathers of the blocks a step needs) at the layer's index, never sliced out: it is updated in
+place (the runner donates it), and a step moves only the blocks it reads.
 
 Numerics follow transformers' Llama: RMSNorm in float32 then cast, rotate-half RoPE, softmax in float32,
 logits in float32.
@@ -69,13 +70,11 @@ def decoder(
         q = rotate(q.reshape(t, -1, head_dim), cos, sin)
         k = rotate(k.reshape(t, -1, head_dim), cos, sin)
         v = v.reshape(t, -1, head_dim)
-        kc_i, vc_i = write_kv(kc[i], vc[i], k, v, slot_mapping)
-        o = attention(q, kc_i, vc_i, token_seq, positions, block_tables, scale)
+        kc, vc = write_kv(kc, vc, i, k, v, slot_mapping)
+        o = attention(q, kc, vc, i, token_seq, positions, block_tables, scale)
         x = x + all_reduce(o.reshape(t, -1) @ w["wo"])
         h = rms_norm(x, w["mlp_norm"], eps)
         x = x + all_reduce((jax.nn.silu(h @ w["w_gate"]) * (h @ w["w_up"])) @ w["w_down"])
-        kc = jax.lax.dynamic_update_index_in_dim(kc, kc_i, i, 0)
-        vc = jax.lax.dynamic_update_index_in_dim(vc, vc_i, i, 0)
         return (x, kc, vc), None
 
     num_layers = params["layers"]["wq"].shape[0]

@@ -17,19 +17,21 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 
-def _kernel(seq_ref, pos_ref, tables_ref, q_ref, k_ref, v_ref, o_ref, *, scale: float, block_size: int):
+def _kernel(
+    layer_ref, seq_ref, pos_ref, tables_ref, q_ref, k_ref, v_ref, o_ref, *, scale: float, block_size: int
+):
     t = pl.program_id(0)
-    row, pos = seq_ref[t], pos_ref[t]
+    layer, row, pos = layer_ref[0], seq_ref[t], pos_ref[t]
     q = q_ref[0].astype(jnp.float32)  # [H, D]
     h, d = q.shape
-    kvh = k_ref.shape[2]
+    kvh = k_ref.shape[3]
     group = h // kvh
 
     def body(j, carry):
         m, total, acc = carry
         block = tables_ref[row, j]
-        k = jnp.repeat(k_ref[block].astype(jnp.float32), group, axis=1)  # [BS, H, D]
-        v = jnp.repeat(v_ref[block].astype(jnp.float32), group, axis=1)
+        k = jnp.repeat(k_ref[layer, block].astype(jnp.float32), group, axis=1)  # [BS, H, D]
+        v = jnp.repeat(v_ref[layer, block].astype(jnp.float32), group, axis=1)
         s = jnp.einsum("hd,bhd->hb", q, k) * scale
         visible = j * block_size + jnp.arange(block_size) <= pos
         s = jnp.where(visible[None, :], s, -jnp.inf)
@@ -49,24 +51,26 @@ def _kernel(seq_ref, pos_ref, tables_ref, q_ref, k_ref, v_ref, o_ref, *, scale: 
 
 @functools.partial(jax.jit, static_argnames=("scale", "interpret"))
 def paged_attention(
-    q, k_cache, v_cache, token_seq, positions, block_tables, scale: float, interpret: bool = True
+    q, k_cache, v_cache, layer, token_seq, positions, block_tables, scale: float, interpret: bool = True
 ):
     """`reference_attention`'s result, computed by the Pallas kernel (grid: one program per token)."""
     t, h, d = q.shape
-    block_size = k_cache.shape[1]
+    block_size = k_cache.shape[2]
+    layer = jnp.asarray(layer, jnp.int32).reshape(1)
     return pl.pallas_call(
         functools.partial(_kernel, scale=scale, block_size=block_size),
         out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
         grid=(t,),
         in_specs=[
+            pl.BlockSpec((1,), lambda i: (0,)),
             pl.BlockSpec(token_seq.shape, lambda i: (0,)),
             pl.BlockSpec(positions.shape, lambda i: (0,)),
             pl.BlockSpec(block_tables.shape, lambda i: (0, 0)),
             pl.BlockSpec((1, h, d), lambda i: (i, 0, 0)),
-            pl.BlockSpec(k_cache.shape, lambda i: (0, 0, 0, 0)),
-            pl.BlockSpec(v_cache.shape, lambda i: (0, 0, 0, 0)),
+            pl.BlockSpec(k_cache.shape, lambda i: (0, 0, 0, 0, 0)),
+            pl.BlockSpec(v_cache.shape, lambda i: (0, 0, 0, 0, 0)),
         ],
         out_specs=pl.BlockSpec((1, h, d), lambda i: (i, 0, 0)),
         interpret=interpret,
         name="tgi_paged_attention",
-    )(token_seq, positions, block_tables, q, k_cache, v_cache)
+    )(layer, token_seq, positions, block_tables, q, k_cache, v_cache)

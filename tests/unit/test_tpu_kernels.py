@@ -16,7 +16,8 @@ from tgi.backends.tpu.attention import reference_attention, write_kv
 from tgi.backends.tpu.pallas_attention import paged_attention
 
 TOL = 2e-5
-NB, BS, KVH, H, D = 24, 4, 2, 6, 8
+L, NB, BS, KVH, H, D = 2, 24, 4, 2, 6, 8
+LAYER = 1  # the caches hold every layer; the kernels read this one
 SCALE = D**-0.5
 
 
@@ -50,8 +51,8 @@ def make_step(rng, seqs):
         positions += list(range(start, start + n))
     t = len(positions)
     q = rng.standard_normal((t, H, D)).astype(np.float32)
-    kc = rng.standard_normal((NB, BS, KVH, D)).astype(np.float32)
-    vc = rng.standard_normal((NB, BS, KVH, D)).astype(np.float32)
+    kc = rng.standard_normal((L, NB, BS, KVH, D)).astype(np.float32)
+    vc = rng.standard_normal((L, NB, BS, KVH, D)).astype(np.float32)
     return q, kc, vc, np.array(token_seq, np.int32), np.array(positions, np.int32), tables
 
 
@@ -67,8 +68,8 @@ CASES = {
 def test_reference_and_pallas_kernel(name: str) -> None:
     rng = np.random.default_rng(len(name))
     q, kc, vc, token_seq, positions, tables = make_step(rng, CASES[name])
-    expected = naive(q, kc, vc, token_seq, positions, tables)
-    args = (jnp.asarray(q), jnp.asarray(kc), jnp.asarray(vc), token_seq, positions, tables)
+    expected = naive(q, kc[LAYER], vc[LAYER], token_seq, positions, tables)
+    args = (jnp.asarray(q), jnp.asarray(kc), jnp.asarray(vc), LAYER, token_seq, positions, tables)
     ref = np.asarray(reference_attention(*args, SCALE))
     np.testing.assert_allclose(ref, expected, atol=TOL, rtol=TOL)
     kernel = np.asarray(paged_attention(*args, scale=SCALE, interpret=True))
@@ -78,16 +79,17 @@ def test_reference_and_pallas_kernel(name: str) -> None:
 def test_reference_in_small_chunks_equals_one_chunk(monkeypatch) -> None:
     rng = np.random.default_rng(1)
     q, kc, vc, token_seq, positions, tables = make_step(rng, CASES["mixed"])
-    args = (jnp.asarray(q), jnp.asarray(kc), jnp.asarray(vc), token_seq, positions, tables)
+    args = (jnp.asarray(q), jnp.asarray(kc), jnp.asarray(vc), LAYER, token_seq, positions, tables)
     whole = np.asarray(reference_attention(*args, SCALE))
     monkeypatch.setattr(attention, "MAX_PAIRS_PER_CHUNK", q.shape[0] * BS)  # one block per chunk
     assert attention._chunk_blocks(q.shape[0], tables.shape[1], BS) == 1
     np.testing.assert_allclose(np.asarray(reference_attention(*args, SCALE)), whole, atol=TOL, rtol=TOL)
 
 
-def test_write_kv_drops_the_pad_slot() -> None:
-    kc = jnp.zeros((2, BS, KVH, D))
+def test_write_kv_writes_its_layer_and_drops_the_pad_slot() -> None:
+    kc = jnp.zeros((L, 2, BS, KVH, D))
     k = jnp.ones((3, KVH, D))
-    new_k, _ = write_kv(kc, kc, k, k, np.array([1, 6, 2 * BS], np.int32))  # the last is one past the cache
-    flat = np.asarray(new_k).reshape(2 * BS, KVH, D)
-    assert flat[[1, 6]].min() == 1 and np.delete(flat, [1, 6], axis=0).max() == 0
+    new_k, _ = write_kv(kc, kc, LAYER, k, k, np.array([1, 6, 2 * BS], np.int32))  # the last: past the cache
+    flat = np.asarray(new_k).reshape(L, 2 * BS, KVH, D)
+    assert flat[LAYER, [1, 6]].min() == 1 and np.delete(flat[LAYER], [1, 6], axis=0).max() == 0
+    assert flat[1 - LAYER].max() == 0
