@@ -139,13 +139,12 @@ class CpuBackend(TorchBackend):
         if dtype not in ("bfloat16", "float32"):
             return {}
         formats = dict(CPU_FORMATS)
-        for qtype in sorted(self.block_weight_types(dtype)):
         if bnb_available():
             formats.update(BNB_FORMATS)
+        for qtype in sorted(self.block_weight_types(dtype)):
             formats[f"gguf-{qtype}"] = "cpu-native block linear (small inputs), dense beyond"
         return formats
 
-    def quantized_linear(self, weight, dtype: str):
     def check_weight_format(self, weight_format: str, dtype: str) -> None:
         if weight_format.startswith("bnb-") and dtype in ("bfloat16", "float32"):
             from tgi.backends.cpu.quant_linear import bnb_available
@@ -158,6 +157,7 @@ class CpuBackend(TorchBackend):
                 )
         super().check_weight_format(weight_format, dtype)
 
+    def quantized_linear(self, weight, dtype: str):
         from tgi.backends.cpu.quant_linear import cpu_quantized_linear
         from tgi.core.loading.block_weights import BlockWeight
 
