@@ -53,7 +53,7 @@ class TpuBackend(Backend):
         """Before JAX starts: enough CPU devices for `count` shards (TGI_JAX_PLATFORM=cpu only)."""
         if self.platform == "cpu":
             note = plat.ensure_cpu_devices(count)
-            if note:
+            if note and note not in self.notes:
                 self.notes.append(note)
 
     def jax_devices(self) -> list:

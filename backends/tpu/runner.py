@@ -243,7 +243,7 @@ class JaxModelRunner(ModelRunner):
         )
         self.shapes = FlatShapes.for_limits(
             max_batch_tokens, min(max_num_seqs, MAX_BATCH_SIZE), max_context, self.block_size,
-            min_tokens=16, min_seqs=4, min_blocks=8, factor=BUCKET_FACTOR,
+            min_tokens=4, min_seqs=1, min_blocks=8, factor=BUCKET_FACTOR,
         )  # fmt: skip
         shapes = self.shapes.warmup_shapes()
         for tw in sorted({(sh.num_tokens, sh.num_blocks) for sh in shapes}):

@@ -6,7 +6,7 @@
 * no compilation while serving: after warm-up, a mixed workload (greedy, seeded sampling with truncation and
   penalties, grammar, prompt logprobs, top tokens, chunked prefill beside decodes) traces and compiles
   nothing (JAX's own compile events are counted);
-* `--num-shard 3` over 3 JAX CPU devices gives the tokens of one device and of `transformers`
+* `--num-shard 3` over 3 JAX CPU devices gives `transformers`' tokens, as one device does
   (small random-weight Llama and Qwen2 checkpoints, in a subprocess: the device count is fixed when JAX
   starts).
 """
@@ -159,28 +159,25 @@ def test_three_shards_give_the_same_tokens(tmp_path):
     )  # fmt: skip
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["devices"] == ["3 JAX CPU devices for --num-shard 3"]
-    for folder in (llama, qwen2):
-        tokens = result["tokens"][str(folder)]
-        assert tokens["3"] == tokens["1"] == transformers_greedy(folder, SHARD_PROMPTS, 8), folder
+    for folder in (llama, qwen2):  # one device's tokens are transformers' (the conformance suite's check)
+        assert result["tokens"][str(folder)] == transformers_greedy(folder, SHARD_PROMPTS, 8), folder
 
 
 def test_the_kv_cache_is_updated_in_place(tmp_path):
-    """The decoder's executables alias the donated caches to their outputs, and their scratch memory does
-    not grow with the cache (no layer of it is copied out and back: a step moves only the blocks it reads)."""
+    """The decoder's executables alias the donated caches to their outputs, and their scratch memory is a
+    small part of the cache (no layer of it is copied out and back: a step moves only the blocks it reads;
+    copying layers cost scratch of at least one layer of both caches, here a quarter of the cache)."""
     from tgi.core.testing.model import write_tiny_llama
 
     model = write_tiny_llama(tmp_path / "tiny")
     backend = TpuBackend(platform="cpu", cache_dir=str(CACHE))
-    scratch = []
-    for tokens in (512, 4096):
-        config = EngineConfig(
-            model_id=str(model), backend="tpu", dtype="float32", max_total_tokens=64,
-            max_batch_total_tokens=tokens, max_batch_prefill_tokens=16, max_num_seqs=4,
-        )  # fmt: skip
-        runner = LLMEngine.from_config(config, registry=backend_registry("tpu", lambda: backend)).runner
-        stats = [ex.memory_analysis() for ex in runner._decoders.values()]
-        cache_bytes = runner.k_cache.nbytes + runner.v_cache.nbytes
-        assert all(s.alias_size_in_bytes == cache_bytes for s in stats)
-        scratch.append([s.temp_size_in_bytes for s in stats])
-        runner.shutdown()
-    assert scratch[0] == scratch[1]
+    config = EngineConfig(
+        model_id=str(model), backend="tpu", dtype="float32", max_total_tokens=64,
+        max_batch_total_tokens=65536, max_batch_prefill_tokens=16, max_num_seqs=4,
+    )  # fmt: skip
+    runner = LLMEngine.from_config(config, registry=backend_registry("tpu", lambda: backend)).runner
+    stats = [ex.memory_analysis() for ex in runner._decoders.values()]
+    cache_bytes = runner.k_cache.nbytes + runner.v_cache.nbytes
+    assert cache_bytes >= 32 << 20 and all(s.alias_size_in_bytes == cache_bytes for s in stats)
+    assert max(s.temp_size_in_bytes for s in stats) < cache_bytes / 8
+    runner.shutdown()
