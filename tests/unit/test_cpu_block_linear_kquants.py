@@ -35,6 +35,10 @@ def require(impl: str) -> None:
     missing = [flag for flag in CPU_FLAGS[impl] if flag not in cpu_info().flags]
     if missing:
         pytest.skip(f"{MISSING_CPU_FEATURE}: {', '.join(missing)}")
+    if impl in ("avx512-bf16", "amx"):
+        assert impl in native.block_impls(), (
+            f"this CPU has {', '.join(CPU_FLAGS[impl])}, the kernels miss {impl}"
+        )
 
 
 def k_blocks(qtype: str, rows: int, cols: int, seed: int) -> BlockWeight:
@@ -112,7 +116,7 @@ def test_amx_refuses_k_quants_and_auto_computes_them(qtype):
     block = k_blocks(qtype, 40, 512, seed=3)
     packed = native.block_pack(block.data, qtype, 40, 512)
     x = torch.randn(37, 512).bfloat16()
-    with pytest.raises(RuntimeError, match="not K-quants"):
+    with pytest.raises(RuntimeError, match="computes Q4_0, Q4_1 and Q8_0, not Q5_0, Q5_1 or K-quants"):
         native.block_linear(x, packed, qtype, 40, 512, impl="amx")
     auto = native.block_linear(x, packed, qtype, 40, 512, impl="auto")
     assert torch.equal(auto, native.block_linear(x, packed, qtype, 40, 512, impl="avx512-bf16"))
