@@ -45,9 +45,14 @@ def _per_token(y, x, w, slots):
     return out
 
 
+# a mixed step; 20 tokens of one adapter and one of another (tiles of 8, 8 and 4 on the bfloat16 path); one token
+STEPS = [SLOTS, [0] * 9 + [3] + [0] * 11, [2]]
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("impl", ["reference", "avx512-bf16", "avx2"])
-def test_every_implementation_equals_a_per_token_loop(dtype, impl):
+@pytest.mark.parametrize("step", range(len(STEPS)))
+def test_every_implementation_equals_a_per_token_loop(dtype, impl, step):
     if impl not in native.lora_impls():
         pytest.skip(f"this CPU lacks {impl}")
     if (impl, dtype) in (("avx512-bf16", torch.float32), ("avx2", torch.bfloat16)):
@@ -65,18 +70,22 @@ def test_every_implementation_equals_a_per_token_loop(dtype, impl):
                 impl,
             )
         return
+    token_slots = STEPS[step]
     w = _fused_weights(dtype)
     bt, cols = _transposed(w)
     assert cols[2, 3:].eq(0).all() and cols[0, 5:10].tolist() == [[40, 64]] * 5  # padded ranks, k's part
     g = torch.Generator().manual_seed(1)
-    x = torch.randn(len(SLOTS) + 2, 72, generator=g).to(dtype)  # two padding rows
+    x = torch.randn(len(token_slots) + 2, 72, generator=g).to(dtype)  # two padding rows
     y = torch.randn(x.shape[0], 88, generator=g).to(dtype)
-    slots = torch.tensor(SLOTS, dtype=torch.int32)
+    slots = torch.tensor(token_slots, dtype=torch.int32)
     got = native.lora_sgmv(y.clone(), x, w.a, bt, cols, slots, impl)
-    want = _per_token(y, x, w, SLOTS)
+    want = _per_token(y, x, w, token_slots)
     scale = want.abs().max().item()
     assert (got.double() - want).abs().max().item() <= TOL[dtype] * scale
-    untouched = [1, 5, len(SLOTS), len(SLOTS) + 1]  # no adapter, padding
+    untouched = [t for t, s in enumerate(token_slots) if s < 0 or s == 1] + [
+        len(token_slots),
+        len(token_slots) + 1,
+    ]
     assert torch.equal(got[untouched], y[untouched])
     with pytest.raises(RuntimeError, match="slot 4 of token 0"):
         native.lora_sgmv(y.clone(), x, w.a, bt, cols, torch.tensor([4], dtype=torch.int32), impl)

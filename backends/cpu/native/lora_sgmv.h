@@ -32,9 +32,13 @@ inline float bf16_round(float v) {
   std::memcpy(&v, &u, 4);
   return v;
 }
-// one token's pair on the AVX-512 BF16 path: y[out] = bf16(y + bf16(x[in] @ a[R, in].T) @ bt[R, out]), where
-// rank q's row of bt is non-zero only in columns [cols[2q], cols[2q+1]); h [R] and acc [out] are scratch
-void token_bf16_avx512(const uint16_t* x, const uint16_t* a, const uint16_t* bt, uint16_t* y, int64_t in,
-                       int64_t out, int64_t rank, const int32_t* cols, float* h, float* acc);
+// The AVX-512 BF16 path, for n (1..8) tokens of one adapter (xs[j], ys[j]: token j's rows), each row of
+// a [R, in] and bt [R, out] read once for all of them: ranks [r0, r1) of the shrink, h[j * R + r] =
+// bf16(xs[j] . a[r]); then columns [o0, o1) of the expand, ys[j] = bf16(ys[j] + h_j @ bt), where rank q's row
+// of bt is non-zero only in columns [cols[2q], cols[2q+1]).
+void shrink_bf16_avx512(const uint16_t* const* xs, int n, const uint16_t* a, int64_t in, int64_t r0, int64_t r1,
+                        int64_t rank, float* h);
+void expand_bf16_avx512(uint16_t* const* ys, int n, const uint16_t* bt, int64_t out, int64_t o0, int64_t o1,
+                        int64_t rank, const int32_t* cols, const float* h);
 bool avx512_bf16_ready();
 }  // namespace tgi_lora

@@ -1,5 +1,6 @@
-// LoRA's segmented pair (lora_sgmv.h), bfloat16 on AVX-512 BF16: the shrink with the bfloat16 dot product,
-// 32 inputs a step; the expand with float32 FMAs over the columns each rank reaches.
+// LoRA's segmented pair (lora_sgmv.h), bfloat16 on AVX-512 BF16, up to 8 tokens of one adapter at a time (each
+// row of its A and B read once for all of them): the shrink with the bfloat16 dot product, 32 inputs a step;
+// the expand with float32 FMAs, 16 columns a step, over the ranks that reach them.
 #include <cstdint>
 
 #include "common.h"
@@ -27,62 +28,69 @@ TGI_LORA_BF16 inline void store16(uint16_t* p, __m512 v, __mmask16 k) {
 }
 }  // namespace
 
-TGI_LORA_BF16 void token_bf16_avx512(const uint16_t* x, const uint16_t* a, const uint16_t* bt, uint16_t* y,
-                                     int64_t in, int64_t out, int64_t rank, const int32_t* cols, float* h,
-                                     float* acc) {
-  // shrink: h[r] = bf16(x . a[r]), four ranks at a time (one load of x for four rows of a)
-  int64_t r = 0;
-  for (; r + 4 <= rank; r += 4) {
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+// Ranks [r0, r1) of the shrink for up to N tokens of one adapter: h[j, r] = bf16(x_j . a[r]), each row of a read
+// once for all of them.
+template <int N>
+TGI_LORA_BF16 void shrink_tile(const uint16_t* const* xs, const uint16_t* a, int64_t in, int64_t r0, int64_t r1,
+                               int64_t rank, float* h) {
+  for (int64_t r = r0; r < r1; ++r) {
+    __m512 acc[N];
+    for (int j = 0; j < N; ++j) acc[j] = _mm512_setzero_ps();
     for (int64_t k = 0; k < in; k += 32) {
-      const __m512bh xv = load_pairs(x + k, in - k);
-      acc0 = _mm512_dpbf16_ps(acc0, load_pairs(a + (r + 0) * in + k, in - k), xv);
-      acc1 = _mm512_dpbf16_ps(acc1, load_pairs(a + (r + 1) * in + k, in - k), xv);
-      acc2 = _mm512_dpbf16_ps(acc2, load_pairs(a + (r + 2) * in + k, in - k), xv);
-      acc3 = _mm512_dpbf16_ps(acc3, load_pairs(a + (r + 3) * in + k, in - k), xv);
+      const __m512bh av = load_pairs(a + r * in + k, in - k);
+      for (int j = 0; j < N; ++j) acc[j] = _mm512_dpbf16_ps(acc[j], av, load_pairs(xs[j] + k, in - k));
     }
-    h[r + 0] = _mm512_reduce_add_ps(acc0);
-    h[r + 1] = _mm512_reduce_add_ps(acc1);
-    h[r + 2] = _mm512_reduce_add_ps(acc2);
-    h[r + 3] = _mm512_reduce_add_ps(acc3);
-  }
-  for (; r < rank; ++r) {
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t k = 0; k < in; k += 32)
-      acc = _mm512_dpbf16_ps(acc, load_pairs(a + r * in + k, in - k), load_pairs(x + k, in - k));
-    h[r] = _mm512_reduce_add_ps(acc);
-  }
-  for (r = 0; r < rank; ++r) h[r] = bf16_round(h[r]);
-  // expand: acc = y; acc[cols of rank q] += h[q] * bt[q, cols] (only the columns rank q reaches: a fused
-  // linear's part, none for zero-padded ranks); y = bf16(acc)
-  for (int64_t o = 0; o < out; o += 16) {
-    const __mmask16 k = tgi_common::lanes16(out - o);
-    _mm512_mask_storeu_ps(acc + o, k, load16(y + o, k));
-  }
-  for (int64_t q = 0; q < rank; ++q) {
-    const int64_t lo = cols[2 * q], hi = cols[2 * q + 1];
-    const __m512 hv = _mm512_set1_ps(h[q]);
-    const uint16_t* row = bt + q * out;
-    int64_t o = lo;
-    for (; o + 32 <= hi; o += 32) {
-      const __m512 s0 = _mm512_fmadd_ps(hv, load16(row + o, 0xFFFF), _mm512_loadu_ps(acc + o));
-      const __m512 s1 = _mm512_fmadd_ps(hv, load16(row + o + 16, 0xFFFF), _mm512_loadu_ps(acc + o + 16));
-      _mm512_storeu_ps(acc + o, s0);
-      _mm512_storeu_ps(acc + o + 16, s1);
-    }
-    for (; o < hi; o += 16) {
-      const __mmask16 k = tgi_common::lanes16(hi - o);
-      _mm512_mask_storeu_ps(acc + o, k, _mm512_fmadd_ps(hv, load16(row + o, k), _mm512_maskz_loadu_ps(k, acc + o)));
-    }
-  }
-  for (int64_t o = 0; o < out; o += 16) {
-    const __mmask16 k = tgi_common::lanes16(out - o);
-    store16(y + o, _mm512_maskz_loadu_ps(k, acc + o), k);
+    for (int j = 0; j < N; ++j) h[j * rank + r] = bf16_round(_mm512_reduce_add_ps(acc[j]));
   }
 }
+
+// Columns [o0, o1) of the expand for up to N tokens: y_j += h_j @ bt, 16 columns at a time, over the ranks that
+// reach them (bt is zero outside a rank's cols), each row of bt read once for all of them.
+template <int N>
+TGI_LORA_BF16 void expand_tile(uint16_t* const* ys, const uint16_t* bt, int64_t out, int64_t o0, int64_t o1,
+                               int64_t rank, const int32_t* cols, const float* h) {
+  for (int64_t o = o0; o < o1; o += 16) {
+    const __mmask16 k = tgi_common::lanes16(o1 - o);
+    __m512 acc[N];
+    for (int j = 0; j < N; ++j) acc[j] = load16(ys[j] + o, k);
+    for (int64_t q = 0; q < rank; ++q) {
+      if (o >= cols[2 * q + 1] || o + 16 <= cols[2 * q]) continue;
+      const __m512 bv = load16(bt + q * out + o, k);
+      for (int j = 0; j < N; ++j) acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(h[j * rank + q]), bv, acc[j]);
+    }
+    for (int j = 0; j < N; ++j) store16(ys[j] + o, acc[j], k);
+  }
+}
+
+#define TGI_LORA_TILE_CASES(CALL) \
+  switch (n) {                    \
+    case 1: CALL(1); break;       \
+    case 2: CALL(2); break;       \
+    case 3: CALL(3); break;       \
+    case 4: CALL(4); break;       \
+    case 5: CALL(5); break;       \
+    case 6: CALL(6); break;       \
+    case 7: CALL(7); break;       \
+    default: CALL(8); break;      \
+  }
+
+TGI_LORA_BF16 void shrink_bf16_avx512(const uint16_t* const* xs, int n, const uint16_t* a, int64_t in, int64_t r0,
+                                      int64_t r1, int64_t rank, float* h) {
+#define TGI_SHRINK(N) shrink_tile<N>(xs, a, in, r0, r1, rank, h)
+  TGI_LORA_TILE_CASES(TGI_SHRINK)
+#undef TGI_SHRINK
+}
+
+TGI_LORA_BF16 void expand_bf16_avx512(uint16_t* const* ys, int n, const uint16_t* bt, int64_t out, int64_t o0,
+                                      int64_t o1, int64_t rank, const int32_t* cols, const float* h) {
+#define TGI_EXPAND(N) expand_tile<N>(ys, bt, out, o0, o1, rank, cols, h)
+  TGI_LORA_TILE_CASES(TGI_EXPAND)
+#undef TGI_EXPAND
+}
 #else
-void token_bf16_avx512(const uint16_t*, const uint16_t*, const uint16_t*, uint16_t*, int64_t, int64_t, int64_t,
-                       const int32_t*, float*, float*) {}
+void shrink_bf16_avx512(const uint16_t* const*, int, const uint16_t*, int64_t, int64_t, int64_t, int64_t, float*) {}
+void expand_bf16_avx512(uint16_t* const*, int, const uint16_t*, int64_t, int64_t, int64_t, int64_t, const int32_t*,
+                        const float*) {}
 #endif
 
 }  // namespace tgi_lora
