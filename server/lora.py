@@ -3,8 +3,9 @@
 - TGI's routes: `parameters.adapter_id` is a loaded adapter's id, or the base model's name (or absent) for
   none; any other value is a 422 naming the loaded ones.
 - OpenAI's routes: `model` is a loaded adapter's id, or the base model's name or `tgi` for none; when the
-  server serves adapters, any other name is OpenAI's 404 `model_not_found` (a server without adapters
-  answers whatever `model` says, as TGI does). `/v1/models` lists the base model, then each adapter.
+  server serves adapters (or may load them: `--allow-runtime-lora-updating`), any other name is OpenAI's 404
+  `model_not_found` (a server without adapters answers whatever `model` says, as TGI does). `/v1/models`
+  lists the base model, then each adapter.
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ def openai_adapter(service: Any, model: str | None) -> str | None:
     adapters = served_adapters(service)
     if model in adapters:
         return model
-    if model is None or model in (service.model_name, BASE_ALIAS) or not adapters:
+    runtime = getattr(service.settings, "allow_runtime_lora_updating", False)
+    if model is None or model in (service.model_name, BASE_ALIAS) or not (adapters or runtime):
         return None
     raise ApiError(
         404,

@@ -128,6 +128,11 @@ def test_unload_waits_for_the_requests_of_the_adapter(runtime_server):
     assert _unload(server.url, "beta").status_code == 404
     r = httpx.post(server.url + "/generate", json={"inputs": PROMPT, "parameters": {"adapter_id": "beta"}})
     assert r.status_code == 422
+    # with no adapter left, a name that was one is still no model of this server (not the base model)
+    assert _unload(server.url, "alpha").status_code in (200, 404)  # loaded by the test above, when it ran
+    assert [m.id for m in client.models.list()][1:] == []
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="beta", prompt=PROMPT, max_tokens=2)
 
 
 def test_routes_are_off_without_the_flag(server):

@@ -81,7 +81,7 @@ def test_this_machines_plan_is_reported():
     plan = backend.describe_kernels(backend.default_dtype())
     assert set(plan) == {
         "dense linear", "gguf block linear", "decode attention", "fused norm/rotary/silu", "greedy pick",
-        "threads",
+        "threads", "lora",
     }  # fmt: skip
     assert all(plan.values())
 
