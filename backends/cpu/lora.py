@@ -58,7 +58,10 @@ class CpuLoRAOps(TorchLoRAOps):
         from tgi.backends.cpu import native
 
         self.max_tokens = native_max_tokens() if max_tokens is None else max_tokens
-        impls = native.lora_impls() if self.max_tokens > 0 and native.available() else []
+        self.unavailable = (
+            None if self.max_tokens <= 0 or native.available() else "the native kernels do not build"
+        )
+        impls = native.lora_impls() if self.max_tokens > 0 and self.unavailable is None else []
         self.dtypes = frozenset(dt for dt, impl in _IMPL_FOR.items() if impl in impls)
         self._native = native
 
@@ -66,7 +69,10 @@ class CpuLoRAOps(TorchLoRAOps):
         """Which path steps take for a model in `dtype`."""
         if dtype in self.dtypes:
             return f"native {_IMPL_FOR[dtype]} for steps of at most {self.max_tokens} tokens, torch ops above"
-        why = "TGI_CPU_LORA_NATIVE_TOKENS=0" if self.max_tokens <= 0 else "no native path for this dtype here"
+        if self.max_tokens <= 0:
+            why = "TGI_CPU_LORA_NATIVE_TOKENS=0"
+        else:
+            why = self.unavailable or f"no native path for {dtype} on this CPU"
         return f"torch ops ({why})"
 
     def plan(self, token_slots: Sequence[int], device: torch.device) -> CpuLoRAPlan | None:
