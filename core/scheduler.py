@@ -13,6 +13,10 @@ and a sequence that wants prompt logprobs takes no cached block past the prompt 
 been given logprobs for. After each step, the blocks it completed are entered in the cache. Preemption
 and cancellation free blocks as before: cached ones stay findable until their blocks are reused.
 
+Padded prefill (`RunnerConstraints.max_padded_prefill_tokens`, e.g. Gaudi's `[B, L]` rows): a prefill chunk
+is cut, or waits, so that the step's padded rows x padded longest chunk stays within it; a step's first
+prefill always gets a chunk (the longest that fits alone), so no prompt starves.
+
 Rank: higher `params.priority` first, then arrival order (FIFO within a priority).
 
 Engine contract, once per step: `batch = schedule()` -> `out = runner.execute(batch)` (skip when
@@ -79,8 +83,17 @@ class Scheduler:
         self.constraints = c
         self.max_num_seqs = min(max_num_seqs, c.max_batch_size or max_num_seqs)
         self.max_batch_tokens = min(max_batch_tokens, c.max_batch_tokens or max_batch_tokens)
-        # A prefill chunk may not exceed the largest bucket (the runner pads up to a bucket).
+        # A prefill chunk may not exceed the largest bucket (the runner pads up to a bucket), nor, for a
+        # runner that bounds the padded prefill area, the longest chunk that fits alone.
         self.max_chunk_tokens = min(max_batch_tokens, max(c.prefill_buckets or (max_batch_tokens,)))
+        if c.max_padded_prefill_tokens is not None:
+            if not (alone := c.prefill_room(0, 0)):
+                raise ConfigError(
+                    f"the smallest padded prefill step exceeds max_padded_prefill_tokens "
+                    f"{c.max_padded_prefill_tokens} (prefill batch buckets {c.prefill_batch_buckets}, "
+                    f"prefill buckets {c.prefill_buckets})"
+                )
+            self.max_chunk_tokens = min(self.max_chunk_tokens, alone)
         self.waiting: list[Sequence] = []  # sorted by _rank
         self.running: list[Sequence] = []
         self._seqs: dict[str, Sequence] = {}  # every unfinished sequence, by request id
@@ -278,7 +291,7 @@ class Scheduler:
             is_decode = seq.is_decode
             if not (allow_decode if is_decode else allow_prefill):
                 continue
-            n = self._chunk_len(seq, budget)
+            n = self._chunk_len(seq, budget if is_decode else self._prefill_budget(budget, prefills))
             if n == 0:
                 continue
             if is_decode and seq.draft_token_ids:
@@ -321,7 +334,7 @@ class Scheduler:
             while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
                 seq = self.waiting[0]
                 prefix = self._cached_prefix(seq)
-                n = self._chunk_len(seq, budget, start=prefix.num_tokens)
+                n = self._chunk_len(seq, self._prefill_budget(budget, prefills), start=prefix.num_tokens)
                 if n == 0 or not bm.can_allocate(seq, n, prefix):
                     break  # head-of-line: keep priority and FIFO order strict
                 bm.allocate(seq, n, prefix)
@@ -336,6 +349,12 @@ class Scheduler:
                 prefills.append((seq, n))
                 budget -= n
         return prefills, decodes
+
+    def _prefill_budget(self, budget: int, prefills: list[tuple[Sequence, int]]) -> int:
+        """Tokens one more prefill chunk may have this step: `budget`, capped by the padded prefill area's
+        room (`RunnerConstraints.prefill_room`) where the runner bounds it (0: the chunk waits)."""
+        room = self.constraints.prefill_room(len(prefills), max((n for _, n in prefills), default=0))
+        return budget if room is None else min(budget, room)
 
     def _cached_prefix(self, seq: Sequence) -> CachedPrefix:
         """The cached blocks `seq` may start from. Prompt positions whose logprobs are still owed are

@@ -16,7 +16,8 @@ of them, for every such backend:
   - *rows* (`RowShapes`, `RowShape`): one row per sequence, `[B, L]` (Gaudi's layout); a step is either
     all prefill chunks (each padded to a prefill bucket `L`) or all decodes (`L = 1`), `mixed_batches=False`.
 * **Constraints**: `constraints()` of each policy is the `RunnerConstraints` a runner declares, so the
-  scheduler only builds steps that fit a bucket; `warmup_shapes()` lists every shape such a step can take
+  scheduler only builds steps that fit a bucket (the row layout also declares its prefill row buckets and
+  the padded-area bound `B x L`, which the scheduler keeps each prefill step within); `warmup_shapes()` lists every shape such a step can take
   (each is compiled at warm-up: a step never compiles while serving); `shape_for(batch)` is the one a batch
   takes, and it is always one of `warmup_shapes()` (tests/unit/test_static_shapes.py drives the scheduler
   to check it).
@@ -297,13 +298,17 @@ class RowShapes:
     `prefill_batch_buckets` (Gaudi's `PREFILL_BATCH_BUCKET_SIZE`), `prefill_buckets` (chunk lengths, Gaudi's
     `PAD_SEQUENCE_TO_MULTIPLE_OF`), `block_buckets` (block-table widths). The scheduler's sequence limit
     is `decode_buckets.max`; a prefill step has at most `prefill_batch_buckets.max` sequences, so that limit
-    must not be below the sequence limit (a step after preemption may re-prefill that many)."""
+    must not be below the sequence limit (a step after preemption may re-prefill that many).
+    `max_padded_prefill_tokens` (None: unbounded) bounds a prefill step's padded area `B x L` (TGI Gaudi's
+    max_batch_prefill_tokens): the scheduler keeps every prefill step within it and only shapes within it
+    are warmed; the smallest prefill shape must fit it."""
 
     decode_buckets: Buckets
     prefill_batch_buckets: Buckets
     prefill_buckets: Buckets
     block_buckets: Buckets
     block_size: int
+    max_padded_prefill_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.prefill_batch_buckets.max < self.decode_buckets.max:
@@ -311,14 +316,25 @@ class RowShapes:
                 f"prefill batch buckets (max {self.prefill_batch_buckets.max}) must hold the sequence limit "
                 f"{self.decode_buckets.max}"
             )
+        smallest = self.prefill_batch_buckets.sizes[0] * self.prefill_buckets.sizes[0]
+        if self.max_padded_prefill_tokens is not None and smallest > self.max_padded_prefill_tokens:
+            raise ValueError(
+                f"the smallest prefill shape ({self.prefill_batch_buckets.sizes[0]} rows x "
+                f"{self.prefill_buckets.sizes[0]} tokens) exceeds max_padded_prefill_tokens "
+                f"{self.max_padded_prefill_tokens}"
+            )
 
     def constraints(self, chunked_prefill: bool = True) -> RunnerConstraints:
+        """What the runner declares: no mixed steps, at most `decode_buckets.max` sequences, chunks up to
+        the largest prefill bucket, and prefill steps padded to `[B, L]` within `max_padded_prefill_tokens`."""
         return RunnerConstraints(
             max_batch_size=self.decode_buckets.max,
             prefill_buckets=self.prefill_buckets.sizes,
             chunked_prefill=chunked_prefill,
             mixed_batches=False,
             block_size=self.block_size,
+            prefill_batch_buckets=self.prefill_batch_buckets.sizes,
+            max_padded_prefill_tokens=self.max_padded_prefill_tokens,
         )
 
     def shape_for(self, batch: ScheduledBatch) -> RowShape:
@@ -336,13 +352,16 @@ class RowShapes:
 
     def warmup_shapes(self) -> list[RowShape]:
         """Every shape a step can take (prefill: every batch x chunk length x width bucket whose width can
-        hold a chunk more than the bucket below; decode: every batch x width)."""
+        hold a chunk more than the bucket below and whose area `B x L` is within `max_padded_prefill_tokens`;
+        decode: every batch x width)."""
+        area = self.max_padded_prefill_tokens
         shapes = [
             RowShape(b, length, w, True)
             for b, length, w in itertools.product(
                 self.prefill_batch_buckets.sizes, self.prefill_buckets.sizes, self.block_buckets.sizes
             )
             if self.prefill_buckets.below(length) + 1 <= w * self.block_size
+            and (area is None or b * length <= area)
         ]
         shapes += [
             RowShape(b, 1, w, False)

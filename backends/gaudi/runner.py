@@ -3,8 +3,9 @@
 Each step is padded to a bucket of `tgi.core.static_shapes.RowShapes` (TGI Gaudi's layout and bucket
 rules): a prefill step is `[B, L]` (B prefill rows, chunks padded to L tokens), a decode step `[B, 1]`,
 both with block tables padded to a width bucket W. The scheduler is told these limits through
-`constraints()` (no mixed steps, chunk lengths up to the largest L, at most the largest B sequences), so
-every batch it builds fits a bucket that `warmup()` ran before serving:
+`constraints()` (no mixed steps, chunk lengths up to the largest L, at most the largest B sequences, a
+prefill step's padded area B x L within --max-batch-prefill-tokens), so every batch it builds fits a
+bucket that `warmup()` ran before serving:
 
 * prefill shapes run eagerly in lazy mode: `mark_step()` compiles each shape's recipe once (at warm-up);
 * decode shapes run through one module wrapped by `HpuDevice.wrap_in_hpu_graph`, which records an HPU graph
@@ -98,17 +99,28 @@ class GaudiModelRunner(TorchModelRunner):
     def make_shapes(self, max_batch_tokens: int, max_num_seqs: int) -> RowShapes:
         """TGI Gaudi's buckets for these limits: decode batches and prefill batches in multiples of their
         bucket steps up to `max_num_seqs`, prefill chunks in multiples of PAD_SEQUENCE_TO_MULTIPLE_OF up to
-        the step budget, block-table widths in powers of two up to the longest context."""
+        the step budget, block-table widths in powers of two up to the longest context. The step budget
+        (--max-batch-prefill-tokens) also bounds a prefill step's padded area `B x L`, as in TGI Gaudi, so
+        no prefill graph is larger than that; a budget below the smallest prefill shape is refused."""
         b, bs = self.backend.buckets, self.config.block_size
         # the longest context: --max-total-tokens when given (the engine's limit), else the model's
         longest = self.config.max_total_tokens or getattr(self.hf_config, "max_position_embeddings", 4096)
         context = min(self.kv_cache.num_blocks * bs, longest)
+        smallest = min(b.prefill_batch, max_num_seqs) * min(b.sequence, max_batch_tokens)
+        if smallest > max_batch_tokens:
+            raise ConfigError(
+                f"--max-batch-prefill-tokens {max_batch_tokens} is below the smallest padded prefill step "
+                f"({min(b.prefill_batch, max_num_seqs)} rows (PREFILL_BATCH_BUCKET_SIZE) x "
+                f"{min(b.sequence, max_batch_tokens)} tokens (PAD_SEQUENCE_TO_MULTIPLE_OF)): raise it or "
+                "lower those bucket sizes"
+            )
         return RowShapes(
             decode_buckets=Buckets.multiples(min(b.batch, max_num_seqs), max_num_seqs),
             prefill_batch_buckets=Buckets.multiples(min(b.prefill_batch, max_num_seqs), max_num_seqs),
             prefill_buckets=Buckets.multiples(min(b.sequence, max_batch_tokens), max_batch_tokens),
             block_buckets=Buckets.powers_of_two(-(-context // bs)),
             block_size=bs,
+            max_padded_prefill_tokens=max_batch_tokens,
         )
 
     @torch.inference_mode()  # as the steps it prepares: graphs are recorded as they will be replayed

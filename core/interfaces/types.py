@@ -104,6 +104,45 @@ class RunnerConstraints:
     # at most this many tokens per step, prefill chunks and decodes together (a static-shape runner's largest
     # token bucket); None: the engine's step budget alone
     max_batch_tokens: int | None = None
+    # Prefill steps as padded rows `[B, L]` (a row layout such as Gaudi's): a prefill step's B is its number of
+    # prefill chunks padded up to the smallest of these sizes (ascending; TGI Gaudi's PREFILL_BATCH_BUCKET_SIZE
+    # multiples); None: B is the real count. L is its longest chunk padded up to `prefill_buckets` (the real
+    # length when those are None). Alone this changes nothing; it sizes the area that the next field bounds.
+    prefill_batch_buckets: tuple[int, ...] | None = None
+    # at most this many padded tokens B x L per prefill step (TGI Gaudi's max_batch_prefill_tokens bounds its
+    # padded prefill): the scheduler chunks or defers prompts to keep within it, and cuts a lone prompt's chunk
+    # to the largest L that fits, so every prompt progresses. Decode tokens of a mixed step are not counted.
+    # None: only the real tokens are bounded (max_batch_tokens and the engine's step budget)
+    max_padded_prefill_tokens: int | None = None
+
+    def padded_prefill_tokens(self, num_rows: int, longest: int) -> int | None:
+        """B x L of a prefill step of `num_rows` chunks whose longest has `longest` tokens, each padded up to
+        its bucket (the fields above); None when one exceeds its largest bucket (no such step can run)."""
+        rows = _fit(self.prefill_batch_buckets, num_rows)
+        length = _fit(self.prefill_buckets, longest)
+        return None if rows is None or length is None else rows * length
+
+    def prefill_room(self, num_rows: int, longest: int) -> int | None:
+        """The longest chunk that a prefill step of `num_rows` chunks (the longest `longest` tokens) may add
+        as one more row and stay within `max_padded_prefill_tokens`: 0 when no chunk fits; None when that
+        bound is not set."""
+        if self.max_padded_prefill_tokens is None:
+            return None
+        rows = _fit(self.prefill_batch_buckets, num_rows + 1)
+        if rows is None:
+            return 0
+        cap = self.max_padded_prefill_tokens // rows
+        if self.prefill_buckets is not None:  # the largest bucket within the cap: chunks up to it pad to it
+            cap = max((s for s in self.prefill_buckets if s <= cap), default=0)
+        padded_longest = _fit(self.prefill_buckets, longest) if longest else 0
+        return cap if padded_longest is not None and padded_longest <= cap else 0
+
+
+def _fit(sizes: tuple[int, ...] | None, n: int) -> int | None:
+    """The smallest of ascending `sizes` that holds `n` (`n` itself when `sizes` is None; None above them)."""
+    if sizes is None:
+        return n
+    return next((s for s in sizes if s >= n), None)
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,13 @@ def constraint_violations(
             )
     if constraints.max_batch_tokens is not None and batch.num_tokens > constraints.max_batch_tokens:
         found.append(f"{batch.num_tokens} tokens > max_batch_tokens {constraints.max_batch_tokens}")
+    bound = constraints.max_padded_prefill_tokens
+    if bound is not None and prefills:
+        area = constraints.padded_prefill_tokens(len(prefills), max(len(s.token_ids) for s in prefills))
+        if area is None or area > bound:
+            found.append(
+                f"{len(prefills)} prefill rows pad to {area} tokens > max_padded_prefill_tokens {bound}"
+            )
     if constraints.block_size is not None and constraints.block_size != block_size:
         found.append(f"block size {block_size}, the runner needs {constraints.block_size}")
     return found
@@ -238,11 +245,22 @@ class RunnerConformance:
         vocab, bs = engine.model_info.vocab_size, engine.config.block_size
         # a batch the runner's constraints allow: up to three short prompts, prefilled in one step
         c = engine.runner.constraints()
+        alone = c.prefill_room(0, 0)  # a padded prefill area: the longest chunk that fits alone
         fits = [
-            p for p in (PROMPTS[1], PROMPTS[2], PROMPTS[0]) if len(p) <= max(c.prefill_buckets or (len(p),))
+            p
+            for p in (PROMPTS[1], PROMPTS[2], PROMPTS[0])
+            if len(p) <= min(max(c.prefill_buckets or (len(p),)), alone or len(p))
         ]
         prompts = fits[: min(3, c.max_batch_size or 3)]
-        while c.max_batch_tokens is not None and sum(map(len, prompts)) > c.max_batch_tokens:
+
+        def too_big(prompts) -> bool:  # beyond the runner's step: its tokens or its padded prefill area
+            area = c.padded_prefill_tokens(len(prompts), max(map(len, prompts)))
+            padded = c.max_padded_prefill_tokens is not None and (
+                area is None or area > c.max_padded_prefill_tokens
+            )
+            return padded or (c.max_batch_tokens is not None and sum(map(len, prompts)) > c.max_batch_tokens)
+
+        while too_big(prompts):
             prompts.pop()  # within the runner's step
         params = [SamplingParams(), SamplingParams(do_sample=True, seed=11), SamplingParams()][: len(prompts)]
         masked_rows = (0, 1) if len(prompts) == 3 else (0,)

@@ -89,6 +89,25 @@ def test_a_scheduler_that_ignores_the_runner_constraints_fails(suite, backend, m
         suite.test_runner_constraints_are_honoured(backend, path, _checked())
 
 
+class PaddedRows(TorchModelRunner):
+    """Prefill steps as padded rows (2 or 4) whose padded area is at most 32 tokens."""
+
+    def constraints(self) -> RunnerConstraints:
+        return RunnerConstraints(prefill_batch_buckets=(2, 4), max_padded_prefill_tokens=32)
+
+
+def test_a_scheduler_that_ignores_the_padded_prefill_area_fails(suite, backend, monkeypatch, tmp_path):
+    path = write_tiny_llama(tmp_path / "tiny-llama")
+    monkeypatch.setattr(backend, "create_rank_runner", lambda *args: PaddedRows(backend, *args))
+    suite.test_runner_constraints_are_honoured(backend, path, _checked())  # honoured
+    real = Scheduler.from_config
+    monkeypatch.setattr(
+        Scheduler, "from_config", classmethod(lambda cls, config, bm, constraints: real(config, bm, None))
+    )
+    with pytest.raises(AssertionError, match="max_padded_prefill_tokens 32"):
+        suite.test_runner_constraints_are_honoured(backend, path, _checked())
+
+
 def test_an_abort_that_keeps_the_blocks_fails(suite, backend, monkeypatch, tmp_path):
     path = write_tiny_llama(tmp_path / "tiny-llama")
     reference = transformers_greedy(path)

@@ -19,7 +19,11 @@ class StaticShapeRunner(TorchModelRunner):
     """Core's runner, declaring what a compiled static-shape runner would."""
 
     def constraints(self) -> RunnerConstraints:
-        return RunnerConstraints(max_batch_size=2, mixed_batches=False, chunked_prefill=False)
+        # prefill steps as rows padded to 1 or 2, within 64 padded tokens (a lone 45-token prompt fits)
+        return RunnerConstraints(
+            max_batch_size=2, mixed_batches=False, chunked_prefill=False, prefill_batch_buckets=(1, 2),
+            max_padded_prefill_tokens=64,
+        )  # fmt: skip
 
 
 class StaticShapeCpuBackend(CpuBackend):

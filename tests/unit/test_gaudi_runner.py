@@ -94,11 +94,16 @@ def test_a_graph_per_decode_bucket_recorded_at_warmup_and_replayed_after(tiny_ll
     assert len(hpu.graphs) == 12, "a graph was recorded while serving"
     assert sum(hpu.replays.values()) == sum(not s.is_prefill for s in executed) > 0
     assert set(executed) <= engine.runner.warmed
+    # the padded prefill area B x L stays within --max-batch-prefill-tokens (48), warmed and served
+    assert max(s.num_rows * s.row_len for s in engine.runner.warmed if s.is_prefill) <= 48
+    assert {(s.num_rows, s.row_len) for s in engine.runner.warmed if s.is_prefill} == {(2, 16)}
     assert {s.num_rows for s in executed if not s.is_prefill} >= {4, 6}  # several decode buckets served
     assert hpu.marks == marks_at_warmup + len(executed)
 
 
 def test_constraints_are_the_row_layout(tiny_llama):
+    from tgi.core.config import ConfigError
+
     engine = _engine(tiny_llama, make_backend())
     c = engine.runner.constraints()
     assert (c.max_batch_size, c.mixed_batches, c.prefill_buckets, c.block_size) == (
@@ -107,6 +112,12 @@ def test_constraints_are_the_row_layout(tiny_llama):
         (16, 32, 48),
         16,
     )
+    # prefill steps are padded rows, their area bounded by --max-batch-prefill-tokens as in TGI Gaudi
+    assert (c.prefill_batch_buckets, c.max_padded_prefill_tokens) == ((2, 4, 6), 48)
+    with pytest.raises(
+        ConfigError, match="--max-batch-prefill-tokens 24 is below the smallest padded prefill"
+    ):
+        _engine(tiny_llama, make_backend(), max_batch_prefill_tokens=24)
 
 
 def test_lora_is_refused_by_name(tiny_llama, tmp_path):

@@ -16,6 +16,7 @@ import pytest
 
 from tgi.core.batch import ScheduledBatch, StepOutput
 from tgi.core.block_manager import BlockManager
+from tgi.core.config import ConfigError
 from tgi.core.interfaces.types import RunnerConstraints
 from tgi.core.request import FinishReason
 from tgi.core.sampling_params import SamplingParams
@@ -118,6 +119,10 @@ def check_batch(batch: ScheduledBatch, sched: Scheduler, c: RunnerConstraints, m
         assert len(batch.sequences) <= c.max_batch_size
     if not c.mixed_batches:
         assert batch.num_prefill_seqs in (0, len(batch.sequences))
+    prefills = [s for s in batch.sequences if s.is_prefill]
+    if c.max_padded_prefill_tokens is not None and prefills:  # padded rows x padded longest chunk
+        area = c.padded_prefill_tokens(len(prefills), max(s.num_tokens for s in prefills))
+        assert area is not None and area <= c.max_padded_prefill_tokens, (area, prefills)
     assert all(s.is_prefill for s in batch.sequences[: batch.num_prefill_seqs])
     assert not any(s.is_prefill for s in batch.sequences[batch.num_prefill_seqs :])
     assert len({s.request_id for s in batch.sequences}) == len(batch.sequences)
@@ -193,6 +198,8 @@ def test_random_workloads_respect_budgets_and_match(seed: int) -> None:
         prefill_buckets=rng.choice((None, (4, 8, 16))),
         mixed_batches=rng.random() < 0.7,
         max_batch_tokens=rng.choice((None, 6, 12)),
+        # drawn apart, so that the draws above (and the workload) stay those of the seed
+        **padded_prefill(random.Random(seed + 1000)),
     )
     reference = drive(reqs, num_blocks=400, max_num_seqs=16, max_batch_tokens=64)
     tight = drive(reqs, num_blocks=14, block_size=4, max_num_seqs=6, max_batch_tokens=rng.randint(8, 24),
@@ -201,6 +208,49 @@ def test_random_workloads_respect_budgets_and_match(seed: int) -> None:
     for _, rid, prompt, params in reqs:
         if params.prompt_logprobs:  # exactly once per prompt token but the first, preemptions or not
             assert sorted(tight.model.prompt_logprob_positions[rid]) == list(range(1, len(prompt)))
+
+
+def padded_prefill(rng: random.Random) -> dict:
+    """A random padded-prefill bound (prefill rows padded to 2, 4 or 6, or not at all), or none."""
+    if rng.random() < 0.3:
+        return {}
+    return dict(
+        prefill_batch_buckets=rng.choice((None, (2, 4, 6))), max_padded_prefill_tokens=rng.choice((8, 16, 24))
+    )
+
+
+def test_padded_prefill_area_is_bounded_and_a_lone_prompt_progresses() -> None:
+    c = RunnerConstraints(
+        prefill_buckets=(4, 8, 16),
+        prefill_batch_buckets=(2, 4),
+        max_padded_prefill_tokens=16,
+        mixed_batches=False,
+    )
+    assert c.prefill_room(0, 0) == 8 and c.prefill_room(1, 8) == 8 and c.prefill_room(2, 3) == 4
+    assert c.prefill_room(2, 5) == 0 and c.prefill_room(4, 1) == 0  # 4 x 8 > 16; no bucket for 5 rows
+    reqs = [
+        (0, "long", list(range(40)), greedy(3)),
+        (0, "b", [5] * 6, greedy(3)),
+        (0, "c", [6] * 3, greedy(3)),
+    ]
+    run = drive(reqs, max_batch_tokens=32, constraints=c)
+    first = {s.request_id: s.num_tokens for s in run.batches[0].sequences}
+    # 2 rows pad to 2 x 8: "long" is cut to 8 tokens (16 fit the real budget), "c" waits (4 rows x 8 > 16)
+    assert first == {"long": 8, "b": 6}
+    long_chunks = [
+        s.num_tokens for b in run.batches for s in b.sequences if s.request_id == "long" and s.is_prefill
+    ]
+    assert max(long_chunks) == 8 and sum(long_chunks) == 40
+    assert run.outputs == drive(reqs).outputs
+    # a single chunk that cannot fit alone: refused at construction, never a silent stall
+    with pytest.raises(ConfigError, match="smallest padded prefill step exceeds max_padded_prefill_tokens 7"):
+        Scheduler(BlockManager(64, 4), 8, 32, RunnerConstraints(prefill_buckets=(4, 8), prefill_batch_buckets=(2,),
+                                                                max_padded_prefill_tokens=7))  # fmt: skip
+    # without chunked prefill, a prompt longer than the longest chunk that fits alone is refused at add
+    sched = Scheduler(BlockManager(64, 4), 8, 32, RunnerConstraints(chunked_prefill=False, **{
+        k: getattr(c, k) for k in ("prefill_buckets", "prefill_batch_buckets", "max_padded_prefill_tokens")}))  # fmt: skip
+    with pytest.raises(ValueError, match=r"largest prefill \(8 tokens"):
+        sched.add(Sequence("nine", [1] * 9, greedy(1)))
 
 
 def test_preempted_mid_prompt_reports_prompt_logprobs_once() -> None:

@@ -83,6 +83,29 @@ def test_row_layout_refuses_mixed_steps() -> None:
         RowShapes(Buckets((4,)), Buckets((2,)), Buckets((4,)), Buckets((4,)), block_size=2)
 
 
+def test_row_layout_bounds_the_padded_prefill_area() -> None:
+    kw = dict(decode_buckets=Buckets((2, 4)), prefill_batch_buckets=Buckets((2, 4)),
+              prefill_buckets=Buckets((4, 8, 16)), block_buckets=Buckets((4,)), block_size=4)  # fmt: skip
+    unbounded = RowShapes(**kw)
+    assert {(s.num_rows, s.row_len) for s in unbounded.warmup_shapes() if s.is_prefill} == {
+        (b, n) for b in (2, 4) for n in (4, 8, 16)
+    }
+    assert unbounded.constraints().max_padded_prefill_tokens is None
+    shapes = RowShapes(**kw, max_padded_prefill_tokens=16)
+    assert {(s.num_rows, s.row_len) for s in shapes.warmup_shapes() if s.is_prefill} == {
+        (2, 4),
+        (2, 8),
+        (4, 4),
+    }
+    assert [s for s in shapes.warmup_shapes() if not s.is_prefill] == [
+        s for s in unbounded.warmup_shapes() if not s.is_prefill
+    ]  # decode shapes are not bounded by it
+    c = shapes.constraints()
+    assert (c.prefill_batch_buckets, c.max_padded_prefill_tokens) == ((2, 4), 16)
+    with pytest.raises(ValueError, match=r"smallest prefill shape \(2 rows x 4 tokens\) exceeds"):
+        RowShapes(**kw, max_padded_prefill_tokens=7)
+
+
 class PaddedFakeModel(FakePagedModel):
     """The scheduler test's fake paged model, run on a batch's padded arrays only (padded entries filled
     with garbage first), checking that the batch takes a warmed shape."""
@@ -174,6 +197,8 @@ def test_every_scheduled_batch_takes_a_warmed_shape_and_padding_never_leaks(seed
             prefill_buckets=Buckets.multiples(4, rng.choice((8, 12))),
             block_buckets=Buckets.powers_of_two(num_blocks, 2),
             block_size=block_size,
+            # the padded prefill area B x L (drawn apart: the draws above stay those of the seed)
+            max_padded_prefill_tokens=random.Random(seed + 1000).choice((None, 12, 24)),
         )
     c = shapes.constraints(chunked_prefill=chunked)
     reference = drive(reqs, num_blocks=400, max_num_seqs=16, max_batch_tokens=64)
