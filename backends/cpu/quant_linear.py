@@ -6,12 +6,19 @@ weights packed:
   (g_idx) is served by permuting the weight's input channels once so that groups are contiguous, and the
   input's columns at each call (`x[:, perm]`).
 - "int8" (EETQ's scheme) and symmetric per-row "gptq-int8": int8 weight-only mm (`aten._weight_int8pack_mm`).
-- "gptq-int8" with groups or zero points, "fp8": the packed weight (int8 / float8, 1 byte per weight) is
-  dequantized into a temporary of the activation dtype at each call, then one dense product; the dense
-  weight is never kept.
+- "fp8": the native float8 linear (`FP8NativeKernel`; `FP8BitsKernel`'s torch integer ops where the native
+  kernels do not build or `TGI_CPU_FP8_NATIVE=0`).
+- int8, int4 and fp8 inputs of more than `WIDE_ROWS` rows (prefill chunks; every row count for aten's int8
+  and int4 kernels with float32 activations, which run scalar) widen the weight per call into a temporary
+  of the activation dtype, freed after the call, and take the dense product: the weight stays stored
+  quantized.
+- "gptq-int8" with groups or zero points: the int8 codes are dequantized into a temporary of the activation
+  dtype at each call, then one dense product; the dense weight is never kept.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import torch.nn.functional as F
@@ -25,11 +32,11 @@ INT4_GROUPS = (256, 128, 64, 32)
 
 #: format -> kernel, as `CpuBackend.weight_formats` reports them (GGUF's block formats are added there)
 CPU_FORMATS = {
-    "gptq-int4": "aten int4 pack-mm (CPU)",
-    "awq-int4": "aten int4 pack-mm (CPU)",
+    "gptq-int4": "aten int4 pack-mm (CPU), widened per call for large inputs",
+    "awq-int4": "aten int4 pack-mm (CPU), widened per call for large inputs",
     "gptq-int8": "aten int8 weight-only mm (per-row, symmetric) or int8 dequantized per call (groups)",
-    "int8": "aten int8 weight-only mm (CPU)",
-    "fp8": "float8 weights widened to bfloat16 per call by integer ops, then a dense product",
+    "int8": "aten int8 weight-only mm (CPU), widened per call for large inputs",
+    "fp8": "cpu-native float8 linear (AVX512-BF16 / AVX2 / scalar), or torch integer ops where it does not build",
 }
 #: with the `bitsandbytes` package installed (the `bnb` extra)
 BNB_FORMATS = {f"bnb-{t}": f"bitsandbytes {t} matmul (CPU)" for t in ("nf4", "fp4", "int8")}
@@ -41,6 +48,56 @@ def _activation(dtype: str) -> torch.dtype:
             f"the CPU's quantized kernels take bfloat16 or float32 activations, not {dtype}"
         )
     return torch.bfloat16 if dtype == "bfloat16" else torch.float32
+
+
+#: inputs with more rows than this take the dense product on a weight widened per call into a temporary of
+#: the activation dtype (freed after the call; the weight stays stored quantized), by kind and dtype;
+#: `TGI_CPU_<KIND>_WIDE_ROWS` overrides. Measured on the AMD EPYC (AVX512-BF16, no AMX), 2 threads,
+#: [M, 576] x [576, 1536], medians of 20 interleaved calls, kernel / widened + dense, us:
+#: - bfloat16: int8 M=16 101 / 120, M=32 194 / 152, M=512 2964 / 1078; int4 (g64, widened by torch ops)
+#:   M=128 646 / 736, M=256 1298 / 992, M=512 2593 / 1519; fp8 (native) M=256 668 / 689, M=384 1015 / 943.
+#: - float32: aten's int8 and int4 kernels take a scalar path (M=1 283 and 634 us, M=32 9980 and 20241)
+#:   that the widened product beats at every row count (M=1 88 and 418, M=32 499 and 956); fp8 (native,
+#:   AVX2) M=32 478 / 591, M=64 901 / 864.
+WIDE_ROWS = {
+    ("INT8", torch.bfloat16): 24,
+    ("INT8", torch.float32): 0,
+    ("INT4", torch.bfloat16): 192,
+    ("INT4", torch.float32): 0,
+    ("FP8", torch.bfloat16): 256,
+    ("FP8", torch.float32): 48,
+}
+
+
+def wide_rows(kind: str, dtype: torch.dtype) -> int:
+    """See `WIDE_ROWS`."""
+    env = os.environ.get(f"TGI_CPU_{kind}_WIDE_ROWS")
+    return int(env) if env else WIDE_ROWS[(kind, dtype)]
+
+
+def unpack_int4pack(packed: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """uint8 [rows, cols] of the 4-bit integers in `_convert_weight_to_int4pack_for_cpu`'s layout on an
+    AVX-512 build: blocks of 64 rows, per column 32 bytes, byte d holding rows d and d + 32, byte 16 + d rows
+    d + 16 and d + 48, low nibble first; a last block of 16, 32 or 48 rows holds rows 2i and 2i + 1 in byte
+    i of each column. `_int4pack_readable` checks it on the weight at hand."""
+    flat = packed.view(-1)
+    full = rows // 64 * 64
+    p = flat[: full * cols // 2].view(full // 64, cols, 2, 16)
+    q = torch.stack([p & 15, p >> 4], dim=2)  # [blocks, cols, nibble, half, 16]: row 32 nibble + 16 half + d
+    q = q.view(full // 64, cols, 64).transpose(1, 2).reshape(full, cols)
+    if full == rows:
+        return q
+    t = flat[full * cols // 2 :].view(cols, (rows - full) // 2)
+    tail = torch.stack([t & 15, t >> 4], dim=2).view(cols, rows - full).T
+    return torch.cat([q, tail])
+
+
+def _int4pack_readable(packed: torch.Tensor, q: torch.Tensor) -> bool:
+    """Whether `unpack_int4pack` reads this packing back to `q` (it depends on aten's build and CPU)."""
+    rows, cols = q.shape
+    if rows % 16 or packed.dtype != torch.uint8 or packed.numel() * 2 != rows * cols:
+        return False
+    return torch.equal(unpack_int4pack(packed, rows, cols).to(q.dtype), q)
 
 
 class Int4PackKernel(QuantizedLinearKernel):
@@ -75,11 +132,30 @@ class Int4PackKernel(QuantizedLinearKernel):
         self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.contiguous(), 1)
         self.group = kernel_group
         self.dtype = dtype
-        self.name = "aten int4 pack-mm" + (" (act-order)" if self.perm is not None else "")
+        self.rows, self.cols = weight.rows, weight.cols
+        # inputs of more rows widen the packed weight per call (see `wide_rows`), where aten's packing is the
+        # one `unpack_int4pack` reads (checked here on this very weight)
+        self.wide_rows = wide_rows("INT4", dtype) if _int4pack_readable(self.packed, q) else None
+        self.name = (
+            "aten int4 pack-mm"
+            + (" (act-order)" if self.perm is not None else "")
+            + (f", widened per call above {self.wide_rows} rows" if self.wide_rows is not None else "")
+        )
+
+    def widened(self) -> torch.Tensor:
+        """The weight [rows, cols] (act-order: its permuted columns) in the activation dtype, from the packed
+        nibbles: (q - 8) * s + (8 - z) * s per group. A temporary."""
+        groups = self.cols // self.group
+        s = self.scales_zeros[..., 0].T.reshape(self.rows, groups, 1)
+        z = self.scales_zeros[..., 1].T.reshape(self.rows, groups, 1)
+        q = unpack_int4pack(self.packed, self.rows, self.cols).view(self.rows, groups, self.group)
+        return q.to(self.dtype).sub_(8).mul_(s).add_(z).view(self.rows, self.cols)
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         if self.perm is not None:
             x = x.index_select(-1, self.perm)
+        if self.wide_rows is not None and x.shape[0] > self.wide_rows and x.dtype == self.dtype:
+            return F.linear(x, self.widened(), bias)
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(
             x.contiguous(), self.packed, self.group, self.scales_zeros
         )
@@ -92,13 +168,18 @@ class Int4PackKernel(QuantizedLinearKernel):
 class Int8PackKernel(QuantizedLinearKernel):
     """Symmetric int8 weights with one scale per row on `aten._weight_int8pack_mm`."""
 
-    name = "aten int8 weight-only mm"
-
     def __init__(self, weight: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> None:
         self.weight = weight.contiguous()  # int8 [rows, cols]
         self.scale = scale.to(dtype).contiguous()  # [rows]
+        self.dtype = dtype
+        self.wide_rows = wide_rows("INT8", dtype)
+        self.name = f"aten int8 weight-only mm, widened per call above {self.wide_rows} rows"
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        if x.shape[0] > self.wide_rows and x.dtype == self.dtype:
+            # the integers are exact in bfloat16: a temporary of them, the dense product, the scales after
+            y = F.linear(x, self.weight.to(self.dtype)).mul_(self.scale)
+            return y if bias is None else y.add_(bias)
         y = torch.ops.aten._weight_int8pack_mm(x.contiguous(), self.weight, self.scale)
         return y if bias is None else y + bias
 
@@ -206,6 +287,58 @@ class FP8BitsKernel(QuantizedLinearKernel):
         return True
 
 
+class FP8NativeKernel(QuantizedLinearKernel):
+    """float8_e4m3fn weights on the native float8 linear (`tgi.backends.cpu.native.fp8_linear`: the bytes
+    repacked once into groups of 16 rows, one byte per weight, widened exactly in registers; AVX512-BF16 for
+    bfloat16 activations, AVX2 float32 otherwise), the row scales applied to the float32 sums. Inputs of more
+    than `wide_rows("FP8", dtype)` rows widen the weight once per call (natively) into a temporary of the
+    activation dtype, freed after the call, and take the dense product, the row scales on its output.
+    NaN codes (0x7f, 0xff) are refused: a checkpoint holding them has no defined product."""
+
+    def __init__(self, weight: FP8Weight, dtype: torch.dtype) -> None:
+        from tgi.backends.cpu import native
+
+        nans = int(((weight.weight.view(torch.uint8) & 0x7F) == 0x7F).sum())
+        if nans:
+            raise UnsupportedError(f"float8_e4m3fn weights holding NaN cannot be computed ({nans} NaN codes)")
+        self._native = native
+        self.rows, self.cols = weight.rows, weight.cols
+        self.packed = native.fp8_pack(weight.weight.cpu())
+        self.scale = weight.scale.float().contiguous()
+        self.out_scale = weight.scale.to(dtype)
+        self.dtype = dtype
+        self.wide_rows = wide_rows("FP8", dtype)
+        self.impl = os.environ.get("TGI_CPU_FP8_IMPL", "auto")
+        impls = native.fp8_impls()
+        vector = (
+            "avx512-bf16"
+            if dtype == torch.bfloat16 and "avx512-bf16" in impls
+            else ("avx2" if "avx2" in impls else "reference")
+        )
+        path = vector if self.impl == "auto" else self.impl
+        self.name = f"cpu-native float8 linear ({path} up to {self.wide_rows} rows, widened per call above)"
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        if x.shape[0] > self.wide_rows:
+            w = self._native.fp8_widen(self.packed, self.rows, self.cols, x.dtype)
+            y = F.linear(x, w).mul_(self.out_scale if x.dtype == self.dtype else self.scale.to(x.dtype))
+            return y if bias is None else y.add_(bias)
+        return self._native.fp8_linear(x, self.packed, self.scale, self.rows, self.cols, bias, impl=self.impl)
+
+    def release_source(self) -> bool:
+        return True
+
+
+def fp8_kernel_kind() -> str:
+    """Which float8 kernel the CPU backend makes: "native" (the native float8 linear, where the native
+    kernels build and `TGI_CPU_FP8_NATIVE` is not 0) or "torch-ops" (`FP8BitsKernel`)."""
+    from tgi.backends.cpu import native
+
+    if os.environ.get("TGI_CPU_FP8_NATIVE", "1") != "0" and native.available():
+        return "native"
+    return "torch-ops"
+
+
 def cpu_quantized_linear(weight: QuantizedWeight, dtype: str) -> QuantizedLinearKernel:
     """The CPU kernel for `weight` (one of `CPU_FORMATS`) with `dtype` activations."""
     act = _activation(dtype)
@@ -220,7 +353,7 @@ def cpu_quantized_linear(weight: QuantizedWeight, dtype: str) -> QuantizedLinear
             return Int8PackKernel((weight.int_weight() - 128).to(torch.int8), scale, act)
         return DequantizePerCallKernel(weight, act)
     if isinstance(weight, FP8Weight):
-        return FP8BitsKernel(weight, act)
+        return FP8NativeKernel(weight, act) if fp8_kernel_kind() == "native" else FP8BitsKernel(weight, act)
     if weight.format.startswith("bnb-"):
         return BnbKernel(weight, act)
     raise UnsupportedError(f"the CPU backend has no kernel for {weight.format} weights")

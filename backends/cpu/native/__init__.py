@@ -30,6 +30,10 @@ __all__ = [
     "block_linear",
     "block_pack",
     "compiler_found",
+    "fp8_impls",
+    "fp8_linear",
+    "fp8_pack",
+    "fp8_widen",
     "fused",
     "load",
     "lora_impls",
@@ -252,3 +256,45 @@ def lora_sgmv(
     (scalar, any dtype), "avx512-bf16" (bfloat16) or "avx2" (float32); raises for one this CPU lacks.
     Returns y."""
     return load().lora_sgmv(y, x, a, bt, cols, slots, LORA_IMPLS[impl])
+
+
+#: implementations of `fp8_linear`
+FP8_IMPLS = {"auto": 0, "reference": 1, "avx512-bf16": 2, "avx2": 3}
+
+
+def fp8_impls() -> list[str]:
+    """The `fp8_linear` implementations this CPU offers: "reference", "avx512-bf16", "avx2"."""
+    return list(load().fp8_impls())
+
+
+def fp8_pack(codes: torch.Tensor) -> torch.Tensor:
+    """Repack a float8_e4m3fn weight [n, k] (or its bytes, uint8) into the layout `fp8_linear` reads (groups
+    of 16 rows, each row's pairs of columns side by side; n padded to 16 and k to even with zero codes: one
+    byte per weight). Raises for a weight holding NaN codes (0x7f, 0xff). Returns a flat uint8 tensor."""
+    n, k = codes.shape
+    return load().fp8_pack(codes.view(torch.uint8), int(n), int(k))
+
+
+def fp8_linear(
+    x: torch.Tensor,
+    packed: torch.Tensor,
+    scale: torch.Tensor,
+    n: int,
+    k: int,
+    bias: torch.Tensor | None = None,
+    impl: str = "auto",
+) -> torch.Tensor:
+    """`x @ (W * scale[:, None]).T (+ bias)` with W [n, k] float8_e4m3fn given as `fp8_pack(W)` and `scale`
+    float32 [n]: x [M, k] bfloat16 or float32 -> [M, n] in x's dtype. The weights' exact values multiply x,
+    sums in float32, one rounding to x's dtype. `impl`: "auto" (bfloat16 x: "avx512-bf16" where the CPU has
+    it; else "avx2"; else "reference"), "avx512-bf16" (bfloat16 x only), "avx2" (float32 products; bfloat16 x
+    widened to float32 first) or "reference" (scalar); raises for one this CPU lacks."""
+    return load().fp8_linear(x, packed, scale, int(n), int(k), bias, FP8_IMPLS[impl])
+
+
+def fp8_widen(packed: torch.Tensor, n: int, k: int, dtype: torch.dtype) -> torch.Tensor:
+    """The float8 weight [n, k] of `fp8_pack(...)`, as its exact values (unscaled) in `dtype` (bfloat16 or
+    float32): a temporary for large inputs' dense products."""
+    if dtype not in (torch.bfloat16, torch.float32):
+        raise ValueError(f"fp8_widen widens to bfloat16 or float32, not {dtype}")
+    return load().fp8_widen(packed, int(n), int(k), dtype == torch.bfloat16)

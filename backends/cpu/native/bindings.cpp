@@ -4,6 +4,7 @@
 
 #include "ops.h"
 #include "lora_sgmv.h"
+#include "fp8_linear.h"
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("paged_decode", torch::wrap_pybind_function(paged_decode), "paged_decode");
@@ -17,4 +18,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("greedy_pick", torch::wrap_pybind_function(greedy_pick), "greedy_pick");
   m.def("lora_sgmv", torch::wrap_pybind_function(lora_sgmv), "lora_sgmv");
   m.def("lora_impls", torch::wrap_pybind_function(lora_impls), "lora_impls");
+  m.def("fp8_pack", torch::wrap_pybind_function(fp8_pack), "fp8_pack");
+  m.def("fp8_linear", torch::wrap_pybind_function(fp8_linear), "fp8_linear");
+  m.def("fp8_widen", torch::wrap_pybind_function(fp8_widen), "fp8_widen");
+  m.def("fp8_impls", torch::wrap_pybind_function(fp8_impls), "fp8_impls");
 }
