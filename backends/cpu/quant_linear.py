@@ -305,7 +305,6 @@ class FP8NativeKernel(QuantizedLinearKernel):
         self.rows, self.cols = weight.rows, weight.cols
         self.packed = native.fp8_pack(weight.weight.cpu())
         self.scale = weight.scale.float().contiguous()
-        self.out_scale = weight.scale.to(dtype)
         self.dtype = dtype
         self.wide_rows = wide_rows("FP8", dtype)
         self.impl = os.environ.get("TGI_CPU_FP8_IMPL", "auto")
@@ -321,7 +320,7 @@ class FP8NativeKernel(QuantizedLinearKernel):
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         if x.shape[0] > self.wide_rows:
             w = self._native.fp8_widen(self.packed, self.rows, self.cols, x.dtype)
-            y = F.linear(x, w).mul_(self.out_scale if x.dtype == self.dtype else self.scale.to(x.dtype))
+            y = F.linear(x, w).mul_(self.scale.to(x.dtype))
             return y if bias is None else y.add_(bias)
         return self._native.fp8_linear(x, self.packed, self.scale, self.rows, self.cols, bias, impl=self.impl)
 

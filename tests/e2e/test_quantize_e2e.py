@@ -1,7 +1,7 @@
 """`--quantize eetq` and `--quantize fp8` on the default model exported to safetensors (bfloat16): a real
 `tgi launch` serves `/generate` and reports the quantization in `/info`; in process, the decoder's linear
 weights take half the bytes of the bfloat16 weights (int8 or float8, one byte per weight, plus a float32
-scale per row: 106.5 MB (eetq), 107.1 MB (fp8: its zeros' corrections too) against 212.3 MB, and against 424.7 MB for bfloat16 with its oneDNN-packed copy)."""
+scale per row: 106.5 MB (eetq), 106.8 MB (fp8: its scales in float32) against 212.3 MB, and against 424.7 MB for bfloat16 with its oneDNN-packed copy)."""
 
 from __future__ import annotations
 
