@@ -51,25 +51,26 @@ def _activation(dtype: str) -> torch.dtype:
 
 
 #: inputs with more rows than this take the dense product on a weight widened per call into a temporary of
-#: the activation dtype (freed after the call; the weight stays stored quantized), by kind and dtype;
-#: `TGI_CPU_<KIND>_WIDE_ROWS` overrides. Measured on the AMD EPYC (AVX512-BF16, no AMX), 2 threads,
+#: the activation dtype (freed after the call; the weight stays stored quantized), by kind and dtype; None:
+#: never. `TGI_CPU_<KIND>_WIDE_ROWS` overrides. Measured on the AMD EPYC (AVX512-BF16, no AMX), 2 threads,
 #: [M, 576] x [576, 1536], medians of 20 interleaved calls, kernel / widened + dense, us:
 #: - bfloat16: int8 M=16 101 / 120, M=32 194 / 152, M=512 2964 / 1078; int4 (g64, widened by torch ops)
-#:   M=128 646 / 736, M=256 1298 / 992, M=512 2593 / 1519; fp8 (native) M=256 668 / 689, M=384 1015 / 943.
+#:   M=128 646 / 736, M=256 1298 / 992, M=512 2593 / 1519. The native fp8 kernel keeps up with oneDNN's
+#:   dense bfloat16 product at every M (M=32 69 vs 71, M=512 841 vs 836): widening it never pays.
 #: - float32: aten's int8 and int4 kernels take a scalar path (M=1 283 and 634 us, M=32 9980 and 20241)
 #:   that the widened product beats at every row count (M=1 88 and 418, M=32 499 and 956); fp8 (native,
 #:   AVX2) M=32 478 / 591, M=64 901 / 864.
-WIDE_ROWS = {
+WIDE_ROWS: dict[tuple[str, torch.dtype], int | None] = {
     ("INT8", torch.bfloat16): 24,
     ("INT8", torch.float32): 0,
     ("INT4", torch.bfloat16): 192,
     ("INT4", torch.float32): 0,
-    ("FP8", torch.bfloat16): 256,
+    ("FP8", torch.bfloat16): None,
     ("FP8", torch.float32): 48,
 }
 
 
-def wide_rows(kind: str, dtype: torch.dtype) -> int:
+def wide_rows(kind: str, dtype: torch.dtype) -> int | None:
     """See `WIDE_ROWS`."""
     env = os.environ.get(f"TGI_CPU_{kind}_WIDE_ROWS")
     return int(env) if env else WIDE_ROWS[(kind, dtype)]
@@ -290,9 +291,10 @@ class FP8BitsKernel(QuantizedLinearKernel):
 class FP8NativeKernel(QuantizedLinearKernel):
     """float8_e4m3fn weights on the native float8 linear (`tgi.backends.cpu.native.fp8_linear`: the bytes
     repacked once into groups of 16 rows, one byte per weight, widened exactly in registers; AVX512-BF16 for
-    bfloat16 activations, AVX2 float32 otherwise), the row scales applied to the float32 sums. Inputs of more
-    than `wide_rows("FP8", dtype)` rows widen the weight once per call (natively) into a temporary of the
-    activation dtype, freed after the call, and take the dense product, the row scales on its output.
+    bfloat16 activations, AVX2 float32 otherwise), the row scales applied to the float32 sums. On the float32
+    paths, inputs of more than `WIDE_ROWS` rows widen the weight once per call (natively) into a temporary of
+    the activation dtype, freed after the call, and take the dense product, the row scales on its output
+    (the AVX512-BF16 path keeps up with the dense product at every row count measured: never widened).
     NaN codes (0x7f, 0xff) are refused: a checkpoint holding them has no defined product."""
 
     def __init__(self, weight: FP8Weight, dtype: torch.dtype) -> None:
@@ -306,7 +308,6 @@ class FP8NativeKernel(QuantizedLinearKernel):
         self.packed = native.fp8_pack(weight.weight.cpu())
         self.scale = weight.scale.float().contiguous()
         self.dtype = dtype
-        self.wide_rows = wide_rows("FP8", dtype)
         self.impl = os.environ.get("TGI_CPU_FP8_IMPL", "auto")
         impls = native.fp8_impls()
         vector = (
@@ -315,10 +316,16 @@ class FP8NativeKernel(QuantizedLinearKernel):
             else ("avx2" if "avx2" in impls else "reference")
         )
         path = vector if self.impl == "auto" else self.impl
-        self.name = f"cpu-native float8 linear ({path} up to {self.wide_rows} rows, widened per call above)"
+        # the float32 paths (AVX2, reference) as measured in float32; AVX512-BF16 as in bfloat16
+        self.wide_rows = wide_rows("FP8", torch.bfloat16 if path == "avx512-bf16" else torch.float32)
+        self.name = f"cpu-native float8 linear ({path}" + (
+            ", every row count)"
+            if self.wide_rows is None
+            else f" up to {self.wide_rows} rows, widened above)"
+        )
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        if x.shape[0] > self.wide_rows:
+        if self.wide_rows is not None and x.shape[0] > self.wide_rows:
             w = self._native.fp8_widen(self.packed, self.rows, self.cols, x.dtype)
             y = F.linear(x, w).mul_(self.scale.to(x.dtype))
             return y if bias is None else y.add_(bias)

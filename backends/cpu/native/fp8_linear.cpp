@@ -117,11 +117,12 @@ torch::Tensor fp8_linear(torch::Tensor x, torch::Tensor packed, torch::Tensor sc
     auto out = torch::empty({M, n}, x.options());
     const uint16_t* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
     uint16_t* op = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
-    at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
-      Scratch scratch(M > 8 ? K2 * 64 : 0);
-      for (int64_t g = begin; g < end; ++g)
+    // pairs of groups: the two share each broadcast of x
+    at::parallel_for(0, (groups + 1) / 2, 1, [&](int64_t begin, int64_t end) {
+      Scratch scratch(M > 8 ? 2 * K2 * 64 : 0);
+      for (int64_t g = 2 * begin; g < std::min(2 * end, groups); g += 2)
         group_avx512_bf16(xp, M, K2, wp + g * K2 * 2 * R, sp + g * R, bp ? bp + g * R : nullptr,
-                          std::min<int64_t>(R, n - g * R), op + g * R, n, scratch.ptr);
+                          std::min<int64_t>(2 * R, n - g * R), op + g * R, n, scratch.ptr);
     });
     return out;
   }

@@ -12,11 +12,11 @@
 // product, which flushes bfloat16 denormals, sees none). The 2^8 goes into the row scales.
 // NaN codes (0x7f, 0xff) would widen to 480: `fp8_pack` refuses a weight holding any.
 //
-// Implementations: fp8_linear_avx512_bf16.cpp (bfloat16 x: products in `vdpbf16ps`, float32 sums),
-// fp8_linear_avx2.cpp (float32 sums of float32 products: float32 x, or bfloat16 x widened to float32 on CPUs
-// without AVX512-BF16), and a scalar reference in fp8_linear.cpp. Each takes a group of 16 rows and tiles the
-// input rows (8 or 2 at a time): the first tile widens the group's codes and keeps them in a scratch buffer
-// the next tiles read, so large inputs widen each weight once.
+// Implementations: fp8_linear_avx512_bf16.cpp (bfloat16 x: products in `vdpbf16ps`, float32 sums; two groups
+// of 16 rows at a time share each broadcast of x), fp8_linear_avx2.cpp (float32 sums of float32 products:
+// float32 x, or bfloat16 x widened to float32 on CPUs without AVX512-BF16), and a scalar reference in
+// fp8_linear.cpp. Each tiles the input rows (8 or 2 at a time): the first tile widens the codes and keeps
+// them in a scratch buffer the next tiles read, so large inputs widen each weight once.
 #pragma once
 
 #include <torch/types.h>
@@ -44,9 +44,10 @@ inline float code_value(uint8_t b) {
   return (b & 0x80) ? -mag : mag;
 }
 
-// y[m * ldy + r] = (sum over k of x[m, k] * code[r, k] * 2^-8) * sc[r] + bias[r] for the group's 16 rows and
-// M rows of x (K2 pairs per row, K padded to even); sc = scale * 2^8, bias may be null. `scratch`: K2 * 128
-// bytes, 64-byte aligned.
+// out[m * ldo + r] = (sum over k of x[m, k] * code[r, k] * 2^-8) * sc[r] + bias[r] for `rows` weight rows from
+// the group at `codes` (AVX512-BF16: up to 32, that group and the next; AVX2: up to 16) and M rows of x (K2
+// pairs per row, K padded to even); sc = scale * 2^8 (padded to whole groups), bias may be null. `scratch`:
+// 2 * K2 * 64 bytes (AVX512-BF16) or K2 * 128 (AVX2), 64-byte aligned.
 void group_avx512_bf16(const uint16_t* x, int64_t M, int64_t K2, const uint8_t* codes, const float* sc,
                        const float* bias, int64_t rows, uint16_t* out, int64_t ldo, void* scratch);
 void group_avx2(const float* x, int64_t M, int64_t K2, const uint8_t* codes, const float* sc, const float* bias,
