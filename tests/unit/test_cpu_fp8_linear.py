@@ -2,8 +2,9 @@
 CPU has (AVX512-BF16, AVX2 float32, scalar reference) and its widened dense path for large inputs
 (`FP8NativeKernel`): every finite float8 code widens to its exact value, products equal the dequantized
 weight's (`FP8Weight.dequantize()`) in float32 and within bfloat16's rounding, for row counts across the
-tiles (1-8 rows in one tile, then tiles reading the widened scratch), odd widths and partial row groups; NaN
-codes are refused."""
+tiles (1-8 rows in one tile, then tiles reading the widened scratch), odd widths and partial row groups
+(96, 37 and 200 weight rows: pairs of 16-row groups; a pair and a short group; pairs and a short last
+group); NaN codes are refused."""
 
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ def test_every_finite_code_is_exact(impl, dtype):
 
 
 @pytest.mark.parametrize("impl,dtype", CASES)
-@pytest.mark.parametrize("rows,cols", [(96, 256), (37, 75)])
+@pytest.mark.parametrize("rows,cols", [(96, 256), (37, 75), (200, 64)])
 @pytest.mark.parametrize("m", [1, 2, 5, 8, 9, 19, 40])
 def test_fp8_linear_equals_the_dequantized_product(impl, dtype, rows, cols, m):
     require(impl)
