@@ -186,26 +186,20 @@ class Int8PackKernel(QuantizedLinearKernel):
 
 
 class DequantizePerCallKernel(QuantizedLinearKernel):
-    """One byte per weight kept (int8 with per-group scale and zero, or float8 with a per-row scale); each
-    call dequantizes into a temporary of the activation dtype and multiplies."""
+    """Grouped GPTQ int8 (per-group scales and zero points): one byte per weight kept, int8 values
+    (q - 128); each call dequantizes into a temporary of the activation dtype and multiplies."""
 
-    def __init__(self, weight: QuantizedWeight, dtype: torch.dtype) -> None:
+    name = "int8 dequantized per call"
+
+    def __init__(self, weight: GPTQWeight, dtype: torch.dtype) -> None:
         self.dtype = dtype
-        if isinstance(weight, FP8Weight):
-            self.values, self.scale = weight.weight, weight.scale.to(dtype)[:, None]
-            self.zero = None
-            self.name = "float8 dequantized per call"
-        else:  # grouped GPTQ int8: int8 values (q - 128) with per-group zero offsets and scales
-            g = weight.group_index()
-            self.values = (weight.int_weight() - 128).to(torch.int8)
-            self.scale = weight.scales.to(dtype)[g].T.contiguous()  # [rows, cols]
-            self.zero = (weight.zero_points() - 128).to(dtype)[g].T.contiguous()
-            self.name = "int8 dequantized per call"
+        g = weight.group_index()
+        self.values = (weight.int_weight() - 128).to(torch.int8)
+        self.scale = weight.scales.to(dtype)[g].T.contiguous()  # [rows, cols]
+        self.zero = (weight.zero_points() - 128).to(dtype)[g].T.contiguous()
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        w = self.values.to(self.dtype)
-        if self.zero is not None:
-            w = w - self.zero
+        w = self.values.to(self.dtype) - self.zero
         return F.linear(x, w * self.scale, bias)
 
     def release_source(self) -> bool:
@@ -245,6 +239,11 @@ def bnb_available() -> bool:
     return importlib.util.find_spec("bitsandbytes") is not None
 
 
+def _refuse_nan(weight: FP8Weight) -> None:
+    if nans := weight.nan_codes():
+        raise UnsupportedError(f"float8_e4m3fn weights holding NaN cannot be computed ({nans} NaN codes)")
+
+
 class FP8BitsKernel(QuantizedLinearKernel):
     """float8_e4m3fn weights kept as their bytes; each call widens them to bfloat16 with integer ops
     (sign | (exponent-and-mantissa << 4) + 120 << 7: exact for normal numbers) and multiplies, then applies
@@ -256,10 +255,9 @@ class FP8BitsKernel(QuantizedLinearKernel):
     name = "float8 widened per call by integer ops (CPU)"
 
     def __init__(self, weight: FP8Weight, dtype: torch.dtype) -> None:
+        _refuse_nan(weight)
         codes = weight.weight.view(torch.int8)
         em = codes.to(torch.int16) & 0x7F
-        if bool((em == 0x7F).any()):
-            raise UnsupportedError("float8_e4m3fn weights holding NaN cannot be computed")
         self.codes = codes
         self.scale = weight.scale.to(dtype)  # [rows], applied to the output
         self.dtype = dtype
@@ -300,9 +298,7 @@ class FP8NativeKernel(QuantizedLinearKernel):
     def __init__(self, weight: FP8Weight, dtype: torch.dtype) -> None:
         from tgi.backends.cpu import native
 
-        nans = int(((weight.weight.view(torch.uint8) & 0x7F) == 0x7F).sum())
-        if nans:
-            raise UnsupportedError(f"float8_e4m3fn weights holding NaN cannot be computed ({nans} NaN codes)")
+        _refuse_nan(weight)
         self._native = native
         self.rows, self.cols = weight.rows, weight.cols
         self.packed = native.fp8_pack(weight.weight.cpu())

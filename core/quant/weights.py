@@ -233,6 +233,10 @@ class FP8Weight(QuantizedWeight):
     def dequantize(self) -> torch.Tensor:
         return self.weight.float() * self.scale.float()[:, None]
 
+    def nan_codes(self) -> int:
+        """How many weights are NaN (codes 0x7f and 0xff): a kernel has no defined product for them."""
+        return int(((self.weight.view(torch.uint8) & 0x7F) == 0x7F).sum())
+
     def tensors(self) -> dict[str, torch.Tensor]:
         out = {"weight": self.weight, "scale": self.scale}
         return out if self.input_scale is None else {**out, "input_scale": self.input_scale}
