@@ -457,14 +457,20 @@ class LLMEngine:
 
     # -- the in-process Python API ---------------------------------------------------------------------
     def generate(
-        self, prompts: str | Iterable[str | list[int]], params: SamplingParams | None = None
+        self,
+        prompts: str | Iterable[str | list[int]],
+        params: SamplingParams | list[SamplingParams] | None = None,
     ) -> list[GenerationResult]:
-        """Generate for every prompt (text, or token ids) at once; results in prompt order."""
-        params = params or SamplingParams()
+        """Generate for every prompt (text, or token ids) at once; results in prompt order. `params`: one
+        for every prompt, or a list with one per prompt (e.g. each its own LoRA adapter)."""
         if isinstance(prompts, str):
             prompts = [prompts]
         ids = [p if isinstance(p, list) else self.tokenizer.encode(p) for p in prompts]
-        order = [self.add_request(p, params) for p in ids]
+        if params is None or isinstance(params, SamplingParams):
+            params = [params or SamplingParams()] * len(ids)
+        elif len(params) != len(ids):
+            raise ValueError(f"{len(params)} sampling params for {len(ids)} prompts")
+        order = [self.add_request(p, pp) for p, pp in zip(ids, params, strict=True)]
         results = {rid: GenerationResult(rid, "", [], FinishReason.LENGTH) for rid in order}
         while self.has_unfinished():
             for event in self.step():

@@ -330,25 +330,20 @@ class RunnerConformance:
             tmp_path / "a", tiny_llama, r=4, target_modules=("q_proj", "v_proj", "down_proj"), seed=5
         )
         engine.lora.load("a", str(adapter))
-        short = PROMPTS[
-            1:
-        ]  # two short prompts: interpreted kernels (Triton's interpreter) take seconds a step
+        # two short prompts: interpreted kernels (Triton's interpreter) take seconds a step
+        short = PROMPTS[1:]
         requests = [(p, "a") for p in short] + [(PROMPTS[1], None)]
-        ids = [
-            engine.add_request(
-                list(p), SamplingParams(max_new_tokens=MAX_NEW_TOKENS, ignore_eos=True, adapter_id=a)
-            )
-            for p, a in requests
-        ]
-        tokens: dict[str, list[int]] = {rid: [] for rid in ids}
-        while engine.has_unfinished():
-            for event in engine.step():
-                tokens[event.request_id].append(event.token_id)
+        results = engine.generate(
+            [list(p) for p, _ in requests],
+            [
+                SamplingParams(max_new_tokens=MAX_NEW_TOKENS, ignore_eos=True, adapter_id=a)
+                for _, a in requests
+            ],
+        )
+        tokens = [r.token_ids for r in results]
         if engine.config.dtype == "float32":
-            assert [tokens[rid] for rid in ids[:-1]] == peft_greedy(
-                tiny_llama, adapter, short, MAX_NEW_TOKENS
-            )
-            assert tokens[ids[-1]] == reference[1]
+            assert tokens[:-1] == peft_greedy(tiny_llama, adapter, short, MAX_NEW_TOKENS)
+            assert tokens[-1] == reference[1]
         engine.lora.unload("a")
         assert engine.model_info.lora_adapters == ()
         [result] = engine.generate([list(PROMPTS[2])], self._params())

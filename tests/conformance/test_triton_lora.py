@@ -79,14 +79,10 @@ def test_mixed_adapters_through_the_cuda_backend_equal_peft(tmp_path):
     assert isinstance(engine.runner.lora.state.ops, TritonLoRAOps)
     prompts = PROMPTS[1:]
     requests = [(p, a) for p in prompts for a in (None, *paths)]
-    rids = [
-        engine.add_request(list(p), SamplingParams(max_new_tokens=4, ignore_eos=True, adapter_id=a))
-        for p, a in requests
-    ]
-    tokens = {r: [] for r in rids}
-    while engine.has_unfinished():
-        for event in engine.step():
-            tokens[event.request_id].append(event.token_id)
+    results = engine.generate(
+        [list(p) for p, _ in requests],
+        [SamplingParams(max_new_tokens=4, ignore_eos=True, adapter_id=a) for _, a in requests],
+    )
     want = {a: peft_greedy(base, None if a is None else paths[a], prompts, 4) for a in (None, *paths)}
-    for rid, (prompt, adapter) in zip(rids, requests, strict=True):
-        assert tokens[rid] == want[adapter][prompts.index(prompt)], f"adapter {adapter}"
+    for result, (prompt, adapter) in zip(results, requests, strict=True):
+        assert result.token_ids == want[adapter][prompts.index(prompt)], f"adapter {adapter}"

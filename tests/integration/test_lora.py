@@ -47,15 +47,8 @@ def _engine(base, adapters, **limits) -> LLMEngine:
 
 
 def _run(engine: LLMEngine, requests: list[tuple[list[int], str | None]]) -> list[list[int]]:
-    rids = [
-        engine.add_request(list(p), SamplingParams(max_new_tokens=MAX_NEW, ignore_eos=True, adapter_id=a))
-        for p, a in requests
-    ]
-    tokens = {r: [] for r in rids}
-    while engine.has_unfinished():
-        for event in engine.step():
-            tokens[event.request_id].append(event.token_id)
-    return [tokens[r] for r in rids]
+    params = [SamplingParams(max_new_tokens=MAX_NEW, ignore_eos=True, adapter_id=a) for _, a in requests]
+    return [r.token_ids for r in engine.generate([list(p) for p, _ in requests], params)]
 
 
 @pytest.fixture(scope="module")

@@ -34,16 +34,12 @@ def test_mixed_adapters_equal_peft_on_the_default_model(tmp_path, prompts):
     chosen = [prompts[name] for name in ("short", "code", "french")]
     names = [None, *ADAPTERS]
     requests = [(p, a) for p in chosen for a in names]
-    rids = [
-        engine.add_request(p, SamplingParams(max_new_tokens=N, ignore_eos=True, adapter_id=a))
-        for p, a in requests
-    ]
-    tokens = {r: [] for r in rids}
-    while engine.has_unfinished():
-        for event in engine.step():
-            tokens[event.request_id].append(event.token_id)
+    results = engine.generate(
+        [list(p) for p, _ in requests],
+        [SamplingParams(max_new_tokens=N, ignore_eos=True, adapter_id=a) for _, a in requests],
+    )
     want = {a: peft_greedy(gguf, None if a is None else paths[a], chosen, N) for a in names}
-    for rid, (prompt, adapter) in zip(rids, requests, strict=True):
-        assert tokens[rid] == want[adapter][chosen.index(prompt)], f"adapter {adapter}"
+    for result, (prompt, adapter) in zip(results, requests, strict=True):
+        assert result.token_ids == want[adapter][chosen.index(prompt)], f"adapter {adapter}"
     for a in ADAPTERS:
         assert want[a] != want[None], f"adapter {a} changes nothing: the comparison would be vacuous"

@@ -45,15 +45,8 @@ def _engine(base, **kw) -> LLMEngine:
 
 
 def _run(engine: LLMEngine, requests) -> list[list[int]]:
-    rids = [
-        engine.add_request(list(p), SamplingParams(max_new_tokens=N, ignore_eos=True, adapter_id=a))
-        for p, a in requests
-    ]
-    tokens = {r: [] for r in rids}
-    while engine.has_unfinished():
-        for event in engine.step():
-            tokens[event.request_id].append(event.token_id)
-    return [tokens[r] for r in rids]
+    params = [SamplingParams(max_new_tokens=N, ignore_eos=True, adapter_id=a) for _, a in requests]
+    return [r.token_ids for r in engine.generate([list(p) for p, _ in requests], params)]
 
 
 def test_load_refuse_retire_unload(model, tmp_path):
