@@ -8,6 +8,7 @@ import os
 import torch
 
 from tgi.backends.cpu.cpuinfo import cpu_info
+from tgi.backends.cpu.step_threads import StepThreadChooser, small_step_tokens, step_thread_policy
 from tgi.core.interfaces import Collective, DeviceInfo, KVCacheSpec, MemoryInfo
 from tgi.core.torch import AttentionBackend, KVCache, Sampler, TorchBackend
 
@@ -45,7 +46,7 @@ class CpuBackend(TorchBackend):
         pinned = num_threads or (int(env_threads) if env_threads.isdigit() else 0)
         self._threads = pinned or self._info.cores
         self._pinned = bool(pinned)
-        self._small_step_tokens = 0  # until a server shares the cores (serve_beside_event_loop)
+        self._chooser: StepThreadChooser | None = None  # until a server shares the cores
         self._step_threads = self._threads
         torch.set_num_threads(self._threads)
         self.attention_name = default_attention()
@@ -82,30 +83,49 @@ class CpuBackend(TorchBackend):
         blocks = self.blocks_for(dtype)
         rows = block_rows(dtype, impls) if blocks else 0
         plan = kernel_plan(self._info, dtype, self.attention_name, built, impls, rows, blocks)
-        small = 0 if self._pinned else small_step_tokens()  # what serve_beside_event_loop turns on
-        less = (
-            f" ({self._threads - 1} for steps of at most {small} tokens when serving)"
-            if self._threads > 1 and small
-            else ""
-        )
-        plan["threads"] = f"{self._threads}{less}"
+        plan["threads"] = f"{self._threads}{self._serving_threads_note()}"
         plan["lora"] = self.lora_ops().describe(getattr(torch, dtype))
         return plan
 
     def serve_beside_event_loop(self) -> None:
-        # small steps leave a core to the server, unless the user pinned the thread count
-        self._small_step_tokens = 0 if self._pinned else small_step_tokens()
+        # from now on small steps share the cores with the server's event loop: their thread count is
+        # chosen (`tgi.backends.cpu.step_threads`), unless the user pinned it
+        self._chooser = None
+        small = small_step_tokens()
+        if self._pinned or self._threads < 2 or small <= 0:
+            return
+        policy = step_thread_policy()
+        if policy == "auto":
+            self._chooser = StepThreadChooser(self._threads, small)
+        elif policy == "fewer":
+            self._chooser = _FixedFewer(self._threads, small)
+
+    def _serving_threads_note(self) -> str:
+        """What `serve_beside_event_loop` will do, for the start-up line and `/info`."""
+        small = small_step_tokens()
+        if self._pinned or self._threads < 2 or small <= 0:
+            return ""
+        policy = step_thread_policy()
+        if policy == "all":
+            return ""
+        if policy == "fewer":
+            return f" ({self._threads - 1} for steps of at most {small} tokens when serving)"
+        return (
+            f" ({self._threads - 1} or {self._threads} for steps of at most {small} tokens when serving, "
+            "whichever cycles faster as measured)"
+        )
 
     def step_threads(self, num_tokens: int) -> int:
-        """Intra-op threads for a step of `num_tokens` tokens: all of them; when serving (see
-        `serve_beside_event_loop`), one less for a step of at most `TGI_CPU_SMALL_STEP_TOKENS` (default 8)
-        tokens. Such a step is too short to split well, and the free core runs the server (event loop, HTTP)
-        meanwhile: an OpenMP team that loses a core to it mid-step waits for it. Measured on 2 cores (AMD
-        EPYC, bfloat16): serving at C=1, ITL p50 10.4 -> 7.5 ms with the whole step on one thread; offline
-        (nothing else running) a batch-1 step is faster on both, 5.3 vs 7.2 ms, so it keeps them."""
-        if self._threads > 1 and num_tokens <= self._small_step_tokens:
-            return self._threads - 1
-        return self._threads
+        """Intra-op threads for a step of `num_tokens` tokens: all of them offline; when serving (see
+        `serve_beside_event_loop`), for a step of at most `TGI_CPU_SMALL_STEP_TOKENS` (default 32) tokens,
+        all or one fewer as `TGI_CPU_STEP_THREADS` says: `auto` (default) measures the step cycle with both
+        and keeps the faster (`StepThreadChooser`; each call is a step's start), `fewer` always leaves the
+        event loop a core, `all` never does. Measured on 2 cores serving one request: the default model's
+        step is faster on one thread (AMD EPYC, bfloat16: ITL p50 10.4 -> 7.5 ms), a 1B-class model's on
+        both (Intel Xeon, Q4_K_M: ITL 103 -> 66 ms)."""
+        if self._chooser is None:
+            return self._threads
+        return self._chooser.choose(num_tokens)
 
     def begin_step(self, num_tokens: int) -> None:
         threads = self.step_threads(num_tokens)
@@ -226,9 +246,14 @@ class CpuBackend(TorchBackend):
         return super().create_collective(rank, world_size, init_method)
 
 
-def small_step_tokens() -> int:
-    """Steps of at most this many tokens run on one thread less (`TGI_CPU_SMALL_STEP_TOKENS`, 0: never)."""
-    return int(os.environ.get("TGI_CPU_SMALL_STEP_TOKENS", "8"))
+class _FixedFewer:
+    """`TGI_CPU_STEP_THREADS=fewer`: steps of at most `max_tokens` tokens always run on one thread fewer."""
+
+    def __init__(self, all_threads: int, max_tokens: int) -> None:
+        self.all, self.max_tokens = all_threads, max_tokens
+
+    def choose(self, num_tokens: int) -> int:
+        return self.all - 1 if num_tokens <= self.max_tokens else self.all
 
 
 def _fused_ops_enabled() -> bool:

@@ -105,13 +105,17 @@ def test_block_rows_follow_the_cpu(monkeypatch):
         (1, {}, 1, 1),
         (2, {"OMP_NUM_THREADS": "2"}, 2, 2),
         (2, {"TGI_CPU_SMALL_STEP_TOKENS": "0"}, 2, 2),
+        (2, {"TGI_CPU_STEP_THREADS": "all"}, 2, 2),
     ],
 )
 def test_small_steps_leave_a_core_to_the_server(monkeypatch, cores, env, small, big):
+    """The fixed rule (`TGI_CPU_STEP_THREADS=fewer`) for steps of at most 8 tokens."""
     import torch
 
-    for name in ("OMP_NUM_THREADS", "TGI_CPU_SMALL_STEP_TOKENS"):
+    for name in ("OMP_NUM_THREADS", "TGI_CPU_SMALL_STEP_TOKENS", "TGI_CPU_STEP_THREADS"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TGI_CPU_STEP_THREADS", "fewer")
+    monkeypatch.setenv("TGI_CPU_SMALL_STEP_TOKENS", "8")
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     info = dataclasses.replace(cpu_info(), cores=cores)
