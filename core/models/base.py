@@ -21,7 +21,7 @@ from tgi.core.interfaces.types import AttentionLayerSpec, KVCacheSpec
 from tgi.core.models.context import AttentionContext, token_seq_lens
 from tgi.core.models.layers import LinearFactory, default_weight_loader
 from tgi.core.models.rotary import head_dim_of, rotary_embedding
-from tgi.core.quant.weights import QuantizedWeight
+from tgi.core.quant.weights import QuantizedWeight, RowParts
 
 #: checkpoint name part -> (fused module name part, shard id): separate q/k/v and gate/up tensors
 #: loaded into the fused linears
@@ -229,7 +229,8 @@ class CausalLM(nn.Module):
     ) -> int:
         """Attach quantized weights (see `tgi.core.quant`), named as the checkpoint names the dense weight
         they stand for, to the linears they belong to, as `module.quant_weight`, after `load_weights`. A
-        fused linear (q/k/v, gate/up) gets the parts' `concat`; the tied head gets the embeddings'.
+        fused linear (q/k/v, gate/up) gets the parts' `concat`, or `RowParts` when they are stored in
+        different formats (each part then runs its own kernel); the tied head gets the embeddings'.
         With `required` (weights that come without a dense copy: GPTQ, AWQ, FP8 checkpoints) a linear whose
         parts are missing or cannot be fused raises `ValueError`; otherwise (GGUF blocks beside the dense
         weights) it keeps its dense weight alone. Returns how many linears got one."""
@@ -252,14 +253,11 @@ class CausalLM(nn.Module):
                 missing = [s for s in shard_ids if s not in by_shard]
                 if missing:
                     raise ValueError(f"parts {missing} are not quantized")
-                first = by_shard[shard_ids[0]]
-                weight = (
-                    first if len(shard_ids) == 1 else type(first).concat([by_shard[s] for s in shard_ids])
-                )
+                weight = _fused([by_shard[s] for s in shard_ids])
             except ValueError as e:
                 if required:
                     raise ValueError(f"{self.architecture}: {module_name}: {e}") from None
-                continue  # fused parts stored in different formats: the dense weight serves
+                continue  # parts of different widths: the dense weight serves
             if (weight.rows, weight.cols) != tuple(module.weight.shape):
                 raise ValueError(
                     f"{self.architecture}: quantized weight {module_name} is [{weight.rows}, {weight.cols}], "
@@ -276,6 +274,20 @@ class CausalLM(nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+def _fused(parts: list[QuantizedWeight]) -> QuantizedWeight:
+    """One weight for a linear's parts: the part itself, their `concat` where the format allows, else
+    `RowParts` (parts in different formats, each computed by its own kernel). `ValueError` when the
+    parts' widths differ."""
+    if len(parts) == 1:
+        return parts[0]
+    try:
+        return type(parts[0]).concat(parts)
+    except ValueError:
+        if len({p.format for p in parts}) == 1:
+            raise  # one format that cannot be fused (groups, act-orders): not for RowParts to hide
+        return RowParts.of(parts)
 
 
 def _shard_ids(module: nn.Module, param_name: str) -> list[object] | None:

@@ -73,6 +73,34 @@ class RowSplitKernel:
         return F.linear(x, self.weight, bias)
 
 
+class RowPartsKernel(QuantizedLinearKernel):
+    """The product over a `RowParts` weight: one backend kernel per part, outputs side by side (a copy of
+    the [rows, out] output, small against reading the weights). Takes the rows all its parts take."""
+
+    def __init__(self, kernels: list[QuantizedLinearKernel]) -> None:
+        self.kernels = kernels
+        self.name = " + ".join(dict.fromkeys(k.name for k in kernels))
+        limits = [k.max_rows for k in kernels if k.max_rows is not None]
+        self.max_rows = min(limits) if limits else None
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        out = torch.cat([k(x, None) for k in self.kernels], dim=-1)
+        return out if bias is None else out + bias
+
+    def release_source(self) -> bool:
+        return all([k.release_source() for k in self.kernels])  # each told, in order
+
+
+def backend_kernel(backend: TorchBackend, weight: QuantizedWeight, dtype: str) -> QuantizedLinearKernel:
+    """The backend's kernel for `weight` (one per part of a `RowParts`), after checking each format."""
+    from tgi.core.quant.weights import RowParts
+
+    if isinstance(weight, RowParts):
+        return RowPartsKernel([backend_kernel(backend, p, dtype) for p in weight.parts])
+    backend.check_weight_format(weight.format, dtype)
+    return backend.quantized_linear(weight, dtype)
+
+
 def quantized_linears(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
     """(name, module) of every linear of `model` with a `quant_weight` attached (before the kernels are)."""
     return [
@@ -113,8 +141,7 @@ def attach_quantized_kernels(model: torch.nn.Module, backend: TorchBackend, dtyp
                 f"quantized weight of {name} is [{weight.rows}, {weight.cols}], the layer "
                 f"{tuple(module.weight.shape)}"
             )
-        backend.check_weight_format(weight.format, dtype)
-        kernel = backend.quantized_linear(weight, dtype)
+        kernel = backend_kernel(backend, weight, dtype)
         has_dense = module.weight.device.type != "meta"
         module.quant_format = weight.format
         if kernel.release_source():

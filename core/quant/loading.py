@@ -78,7 +78,8 @@ class QuantizedLoading:
         """Ask the backend for every quantized linear's kernel; what the model runs with, for `/info`."""
         from tgi.core.quant.kernels import attach_quantized_kernels, quantized_linears
 
-        formats = sorted({m.quant_weight.format for _, m in quantized_linears(model)})
+        # a fused linear whose parts differ (`RowParts`) names each part's format, joined by "+"
+        formats = sorted({f for _, m in quantized_linears(model) for f in m.quant_weight.format.split("+")})
         kernels = attach_quantized_kernels(model, self.backend, self.dtype)
         if not kernels:
             return None

@@ -289,3 +289,35 @@ class Int8Weight(QuantizedWeight):
             sum(p.rows for p in parts),
             parts[0].cols,
         )
+
+
+@dataclass(frozen=True)
+class RowParts(QuantizedWeight):
+    """A fused linear (q/k/v, gate/up) whose parts are stored in formats that cannot be concatenated (a
+    Q4_K_M GGUF keeps some layers' `attn_v` in Q6_K beside Q4_K `attn_q`/`attn_k`): the parts in order, each
+    computed by the backend's kernel for its own format (`tgi.core.quant.kernels.RowPartsKernel`), their
+    outputs side by side. Not a format of its own: a backend is asked only for its parts' formats."""
+
+    parts: tuple[QuantizedWeight, ...]
+    rows: int
+    cols: int
+
+    def __post_init__(self) -> None:
+        if len(self.parts) < 2 or {p.cols for p in self.parts} != {self.cols}:
+            raise ValueError("RowParts holds two or more weights of the same width")
+        if sum(p.rows for p in self.parts) != self.rows:
+            raise ValueError(f"RowParts: the parts' rows do not add up to {self.rows}")
+
+    @classmethod
+    def of(cls, parts: Sequence[QuantizedWeight]) -> RowParts:
+        return cls(tuple(parts), sum(p.rows for p in parts), parts[0].cols)
+
+    @property
+    def format(self) -> str:
+        return "+".join(p.format for p in self.parts)
+
+    def dequantize(self) -> torch.Tensor:
+        return torch.cat([p.dequantize() for p in self.parts])
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {f"{i}.{name}": t for i, p in enumerate(self.parts) for name, t in p.tensors().items()}

@@ -7,7 +7,7 @@ by tgi's reference quantizer `tgi.core.testing.kquants`, the rest by `gguf`'s): 
 ffn_down in llama.cpp's "more bits" layers (14 of 30) and the embeddings. The model's width (576) is no
 multiple of 256, so only ffn_down (width 1536) can hold K-quants; llama.cpp stores the narrower tensors as
 Q5_0 (for Q4_K) and Q8_0 (for Q6_K), and so does this file. In the 14 "more bits" layers q/k (Q5_0) and v
-(Q8_0) differ in format: tgi's fused q/k/v projection keeps the dense product there.
+(Q8_0) differ in format: tgi's fused q/k/v projection computes each part on its own blocks there.
 
 The reference is the dense float32 model over the file's weights as `gguf.quants.dequantize` computes them
 (`TGI_CPU_BLOCK_KERNELS=0`: no block is read). Every product of the block engines runs on the blocks
@@ -75,7 +75,9 @@ def _block_kernels(engine: LLMEngine) -> collections.Counter:
     counts: collections.Counter = collections.Counter()
     for module in engine.runner.model.modules():
         kernel = getattr(module, "linear_kernel", None)
-        for k in (kernel, getattr(kernel, "quantized", None)):
+        kernels = [kernel, getattr(kernel, "quantized", None)]
+        kernels += [part for k in kernels for part in getattr(k, "kernels", ())]  # parts in other formats
+        for k in kernels:
             if k is not None and hasattr(k, "qtype") and hasattr(k, "packed"):
                 counts[k.qtype] += 1
     return counts
@@ -122,8 +124,9 @@ def test_q4_k_m_file_computes_its_k_quants_with_the_dequantized_logits(monkeypat
     """float32 activations: the dequantized model's logits and greedy tokens."""
     ref_greedy, ref_forced = reference
     engine = _engine(monkeypatch, q4_k_m, "float32", blocks=True)
-    # computed as stored: ffn_down's K-quants, Q5_0 qkv (16 layers), o and gate-up (30), the Q8_0 head
-    assert _block_kernels(engine) == {"Q4_K": 16, "Q6_K": 14, "Q5_0": 16 + 30 + 30, "Q8_0": 1}
+    # computed as stored: ffn_down's K-quants, Q5_0 qkv (16 layers), o and gate-up (30), the Q8_0 head;
+    # in the 14 "more bits" layers q and k on their Q5_0 blocks and v on its Q8_0 ones
+    assert _block_kernels(engine) == {"Q4_K": 16, "Q6_K": 14, "Q5_0": 16 + 30 + 30 + 14 * 2, "Q8_0": 1 + 14}
     greedy, forced = _run(engine, ref_greedy)
     diff = _max_diff(forced, ref_forced)
     print(f"float32: max |log p| difference {diff:.2e}")
