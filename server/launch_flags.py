@@ -127,13 +127,15 @@ def add_tgi_arguments(parser: argparse.ArgumentParser) -> None:
     a(
         "--master-addr",
         default=env("MASTER_ADDR", default="127.0.0.1"),
-        help="address of rank 0's torch.distributed rendezvous (--num-shard > 1) [env: MASTER_ADDR]",
+        help="address of rank 0's torch.distributed rendezvous (--num-shard > 1); a non-loopback address "
+        "makes the store reachable from the network [env: MASTER_ADDR]",
     )
     a(
         "--master-port",
         type=int,
         default=_int(env("MASTER_PORT")),
-        help="port of that rendezvous; default: a free one [env: MASTER_PORT]",
+        help="port of that rendezvous, a TCP store bound to --master-addr only; default: a private file "
+        "store on this host (or a free port of a non-loopback --master-addr) [env: MASTER_PORT]",
     )
     a(
         "--huggingface-hub-cache",

@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 from tgi.core.interfaces.collective import Collective
+from tgi.core.parallel.rendezvous import create_store, loopback_gloo
 
 #: seconds a collective may wait for a peer that is alive but silent (a dead peer fails at once: its
 #: sockets close); also the rendezvous timeout. Generous, since ranks load weights between collectives.
@@ -26,7 +27,7 @@ class TorchDistributedCollective(Collective):
 
     `process_group_backend` is the backend's name for it (`TorchBackend.process_group_backend`: gloo for
     the CPU, nccl for CUDA/ROCm, hccl for Gaudi, xccl for Intel XPU). `init_method` is a torch rendezvous
-    URL (`tcp://host:port`, `file://path`). `close()` destroys the group (one group per process at a time).
+    URL (`tcp://host:port`, `file://path`, see `tgi.core.parallel.rendezvous`). `close()` destroys the group (one group per process at a time).
     """
 
     def __init__(
@@ -48,14 +49,18 @@ class TorchDistributedCollective(Collective):
         kwargs = {}
         if self.device is not None and self.device.type != "cpu":
             kwargs["device_id"] = self.device
-        dist.init_process_group(
-            backend=process_group_backend,
-            init_method=init_method,
-            rank=rank,
-            world_size=world_size,
-            timeout=timeout or collective_timeout(),
-            **kwargs,
-        )
+        timeout = timeout or collective_timeout()
+        # rank 0's store binds to the rendezvous address only; gloo to loopback for a local group
+        store = create_store(init_method, rank, world_size, timeout) if init_method else None
+        with loopback_gloo(process_group_backend, init_method):
+            dist.init_process_group(
+                backend=process_group_backend,
+                store=store,
+                rank=rank,
+                world_size=world_size,
+                timeout=timeout,
+                **kwargs,
+            )
 
     @property
     def rank(self) -> int:

@@ -17,7 +17,6 @@ import multiprocessing as mp
 import os
 import pickle
 import signal
-import socket
 import threading
 import time
 import weakref
@@ -34,6 +33,7 @@ from tgi.core.interfaces import (
     RunnerCapabilities,
     RunnerConstraints,
 )
+from tgi.core.parallel.rendezvous import Rendezvous, open_rendezvous
 from tgi.core.parallel.worker import describe_exception, run_command, worker_main
 from tgi.core.request import EngineError
 
@@ -61,12 +61,6 @@ class _Worker:
     rank: int
     process: Any  # multiprocessing.Process
     conn: Any  # duplex Connection: commands out, the worker's error back
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 #: what a fork server imports once, so that each rank starts in a fraction of a second instead of
@@ -101,8 +95,9 @@ def _exit_cause(process: Any) -> str:
     return f"exited with code {code}"
 
 
-def _shutdown_workers(workers: list[_Worker], timeout: float = 10.0) -> None:
-    """Tell every worker to stop, then make sure it did (also the finaliser of a forgotten runner)."""
+def _shutdown_workers(workers: list[_Worker], rendezvous: Rendezvous, timeout: float = 10.0) -> None:
+    """Tell every worker to stop, make sure it did, and remove the group's rendezvous folder (also the
+    finaliser of a forgotten runner)."""
     message = pickle.dumps(("shutdown", ()))
     for w in workers:
         with contextlib.suppress(OSError):
@@ -114,6 +109,7 @@ def _shutdown_workers(workers: list[_Worker], timeout: float = 10.0) -> None:
             w.process.kill()
             w.process.join(5)
         w.conn.close()
+    rendezvous.close()
 
 
 class TensorParallelRunner(ModelRunner):
@@ -185,11 +181,12 @@ class TensorParallelRunner(ModelRunner):
 
     def _spawn(self, say: Callable[[str], None]) -> None:
         n = self.world_size
-        # TGI's --master-addr / --master-port; a free port unless one is given
-        init_method = f"tcp://{self.config.master_addr}:{self.config.master_port or _free_port()}"
+        # a private file store on this host unless TGI's --master-addr / --master-port ask for tcp
+        rendezvous = open_rendezvous(self.config.master_addr, self.config.master_port)
+        init_method = rendezvous.init_method
         ctx = _process_context()
         # stops the workers on shutdown(), or when this runner is forgotten, or at exit
-        self._finalizer = weakref.finalize(self, _shutdown_workers, self.workers)
+        self._finalizer = weakref.finalize(self, _shutdown_workers, self.workers, rendezvous)
         for rank in range(1, n):
             parent, child = ctx.Pipe(duplex=True)
             process = ctx.Process(

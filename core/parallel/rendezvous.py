@@ -1,0 +1,140 @@
+"""Where the ranks of one tensor-parallel group meet, and that nothing of it listens beyond this host.
+
+PyTorch's own `tcp://` rendezvous starts a `TCPStore` that listens on every interface, unauthenticated,
+whatever host the URL names; and gloo binds its data sockets to the address of this host's name. All ranks
+of a group run on this host (rank 0 spawns the others), so by default:
+
+- the store is a file (`file://`) in a private folder (mode 0700) that `Rendezvous.close()` removes: no
+  socket at all;
+- with `--master-port` (or a `--master-addr` that is not a loopback address) it is a `TCPStore` whose
+  listening socket rank 0 binds to exactly that address and port (`create_store`), never to all interfaces;
+  a non-loopback address is logged as reachable from the network;
+- gloo's sockets bind to the loopback interface (`loopback_gloo`) when the rendezvous is on this host only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import ipaddress
+import logging
+import os
+import shutil
+import socket
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+log = logging.getLogger(__name__)
+
+#: gloo's own setting: the interfaces its sockets bind to
+GLOO_IFNAME_ENV = "GLOO_SOCKET_IFNAME"
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """The rendezvous of one group, chosen by rank 0 before it spawns the others."""
+
+    init_method: str  # `file://<private folder>/store` or `tcp://<host>:<port>`, passed to every rank
+    directory: str | None = None  # the private folder of a file store (None for tcp)
+
+    def close(self) -> None:
+        """Remove the private folder, if any (idempotent)."""
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def is_loopback(host: str) -> bool:
+    """True when every address `host` names is a loopback address (127.0.0.0/8, ::1); a name that does
+    not resolve is not."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
+
+
+def open_rendezvous(master_addr: str, master_port: int | None) -> Rendezvous:
+    """A file store in a new private folder when `master_port` is None and `master_addr` is a loopback
+    address; else `tcp://master_addr:port` (a free port of that address when `master_port` is None)."""
+    if master_port is None and is_loopback(master_addr):
+        directory = tempfile.mkdtemp(prefix="tgi-rendezvous-")  # mode 0700: this user's only
+        os.chmod(directory, 0o700)
+        return Rendezvous(f"file://{os.path.join(directory, 'store')}", directory)
+    if not is_loopback(master_addr):
+        log.warning(
+            "tensor parallelism: the rendezvous store listens on %s (--master-addr), which is not a loopback "
+            "address: it is reachable from the network and unauthenticated",
+            master_addr,
+        )
+    port = master_port if master_port is not None else _free_port(master_addr)
+    host = f"[{master_addr}]" if ":" in master_addr else master_addr
+    return Rendezvous(f"tcp://{host}:{port}")
+
+
+def _free_port(host: str) -> int:
+    with socket.create_server((host, 0)) as s:
+        return s.getsockname()[1]
+
+
+def is_local(init_method: str) -> bool:
+    """True for a rendezvous only this host can join: a file store, or tcp on a loopback address."""
+    url = urlsplit(init_method)
+    return url.scheme == "file" or (url.scheme == "tcp" and is_loopback(url.hostname or ""))
+
+
+def create_store(init_method: str, rank: int, world_size: int, timeout: datetime.timedelta) -> Any:
+    """The `torch.distributed` store of `init_method` for `rank`. For tcp, rank 0 binds the listening
+    socket itself to the URL's address and port (torch's `tcp://` handler would listen on all interfaces);
+    the other ranks connect to it."""
+    import torch.distributed as dist
+
+    url = urlsplit(init_method)
+    if url.scheme == "file":
+        return dist.FileStore(unquote(url.path), world_size)
+    if url.scheme != "tcp" or url.hostname is None or url.port is None:
+        raise ValueError(f"unsupported rendezvous {init_method!r} (file:///path or tcp://host:port)")
+    if rank != 0:
+        return dist.TCPStore(url.hostname, url.port, world_size, False, timeout)
+    listener = socket.create_server((url.hostname, url.port), family=_family(url.hostname), reuse_port=False)
+    fd = listener.detach()  # the store owns the socket from here
+    try:
+        return dist.TCPStore(
+            url.hostname, url.port, world_size, True, timeout, wait_for_workers=False, master_listen_fd=fd
+        )
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][0]
+
+
+def loopback_interface() -> str:
+    """The name of this host's loopback interface ("lo" on Linux, "lo0" on macOS and BSDs)."""
+    names = [name for _, name in socket.if_nameindex()]
+    for name in ("lo", "lo0"):
+        if name in names:
+            return name
+    raise RuntimeError(f"no loopback interface (lo, lo0) among this host's interfaces {names}")
+
+
+@contextlib.contextmanager
+def loopback_gloo(process_group_backend: str, init_method: str) -> Iterator[None]:
+    """While a gloo group of a local rendezvous is created, `GLOO_SOCKET_IFNAME` names the loopback
+    interface, so that its sockets bind to it only; a value the user set is kept."""
+    if "gloo" not in process_group_backend or not is_local(init_method) or os.environ.get(GLOO_IFNAME_ENV):
+        yield
+        return
+    os.environ[GLOO_IFNAME_ENV] = loopback_interface()
+    try:
+        yield
+    finally:
+        os.environ.pop(GLOO_IFNAME_ENV, None)
