@@ -11,6 +11,10 @@ class ConfigError(ValueError):
     """Contradictory or out-of-range settings; the message names the settings and why."""
 
 
+DEFAULT_MAX_LORAS = 8  # --max-loras: LoRA adapters served at once (static and run-time ones together)
+DEFAULT_MAX_LORA_RANK = 64  # --max-lora-rank: the largest rank `r` of a served adapter
+
+
 @dataclass
 class EngineConfig:
     model_id: str | None = None  # local folder, .gguf file, or hub id; None: the default model
@@ -50,6 +54,8 @@ class EngineConfig:
     master_port: int | None = None  # None: a free port (--master-port)
     # LoRA adapters served beside the model (--lora-adapters id=path,...): (id, PEFT adapter folder) pairs
     lora_adapters: tuple[tuple[str, str], ...] = ()
+    max_loras: int = DEFAULT_MAX_LORAS  # adapters served at once, static and run-time ones (--max-loras)
+    max_lora_rank: int = DEFAULT_MAX_LORA_RANK  # the largest rank `r` an adapter may have (--max-lora-rank)
     # --trust-remote-code (TRUST_REMOTE_CODE): a checkpoint's own config, tokenizer and (transformers
     # fallback only) model classes may run; without it such a checkpoint is refused at start naming the flag.
     # A native architecture runs tgi's model code whatever this says.
@@ -69,6 +75,13 @@ class EngineConfig:
         ids = [name for name, _ in self.lora_adapters]
         if len(set(ids)) != len(ids) or any(not name or name == "tgi" for name in ids):
             raise ConfigError(f"--lora-adapters ids must be unique, non-empty and not 'tgi', got {ids}")
+        for flag, value in (("--max-loras", self.max_loras), ("--max-lora-rank", self.max_lora_rank)):
+            if value < 1:
+                raise ConfigError(f"{flag} must be >= 1, got {value}")
+        if len(ids) > self.max_loras:
+            raise ConfigError(
+                f"--lora-adapters names {len(ids)} adapters, more than --max-loras {self.max_loras}"
+            )
         if self.quantize is not None and self.quantize not in QUANTIZE_METHODS:
             raise ConfigError(
                 f"--quantize {self.quantize}: unknown value (one of: {', '.join(QUANTIZE_METHODS)})"

@@ -20,6 +20,14 @@ from tgi.core.config import ConfigError
 RESERVED = "tgi"
 
 
+class LoRALimitError(ConfigError):
+    """A load beyond `--max-loras`; `reason` (the message: it names no path) is what a client may be told."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.reason = message
+
+
 class AdapterInUseError(RuntimeError):
     """Requests of the adapter are unfinished: it cannot be unloaded yet."""
 
@@ -57,8 +65,9 @@ class ServedAdapters:
 
     def load(self, name: str, path: str) -> None:
         """Serve the PEFT adapter in folder `path` as `name` from the next step on. `ValueError` for an id in
-        use or reserved; `ConfigError` (`AdapterError`) with the reason for an adapter that does not fit the
-        model, or when the runner cannot load adapters at run time."""
+        use or reserved; `LoRALimitError` when `max_loras` adapters are loaded already (retired ones whose
+        requests are unfinished count); `ConfigError` (`AdapterError`) with the reason for an adapter that does
+        not fit the model, or when the runner cannot load adapters at run time."""
         engine = self._engine
         if not engine.runner.capabilities().lora_runtime_loading:
             raise ConfigError("this backend's runner does not load LoRA adapters at run time")
@@ -66,6 +75,11 @@ class ServedAdapters:
             raise ValueError(f"the LoRA adapter '{name}' is loaded already (unload it first)")
         if not name or name == RESERVED:
             raise ValueError(f"'{name}' cannot name a LoRA adapter (reserved)")
+        limit = engine.config.max_loras
+        if len(self._keys) >= limit:
+            raise LoRALimitError(
+                f"{len(self._keys)} LoRA adapters are loaded, as many as --max-loras {limit}"
+            )
         engine.runner.load_lora_adapter(name, path)
         self._keys[name] = self._new_key(name)
         self._serve((*self.served, name))

@@ -70,8 +70,8 @@ def create_app(engine: ServingEngine, settings: ServerSettings | None = None) ->
     app.add_middleware(PayloadLimit, limit=settings.payload_limit)
     if service.tracing is not None:  # inside the key check: a refused request is not traced
         app.add_middleware(service.tracing.middleware_class, tracing=service.tracing)
-    if settings.api_key:  # outermost: a client without the key learns nothing else
-        app.add_middleware(BearerAuth, api_key=settings.api_key)
+    if settings.api_key or settings.admin_api_key:  # outermost: a client without the key learns nothing else
+        app.add_middleware(BearerAuth, api_key=settings.api_key, admin_api_key=settings.admin_api_key)
     if settings.cors_allow_origin:  # outside the key check: a browser's preflight carries no key
         app.add_middleware(
             CORSMiddleware,

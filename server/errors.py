@@ -81,6 +81,18 @@ def internal_error(exc: BaseException, error_type: str = "generation") -> ApiErr
     return ApiError(500, f"Internal server error (request id {request_id}; see the server log)", error_type)
 
 
+def logged_refusal(
+    status: int, message: str, exc: BaseException, error_type: str, param: str | None = None
+) -> ApiError:
+    """A `status` answer whose body is `message` and a request id, nothing of `exc` (it may name paths or
+    file contents); the log has `exc` under that id."""
+    request_id = uuid.uuid4().hex[:16]
+    log.warning("request %s refused (%d): %s: %s", request_id, status, type(exc).__name__, exc)
+    return ApiError(
+        status, f"{message} (see the server log, request id {request_id})", error_type, param=param
+    )
+
+
 def _describe(errors: list) -> str:
     """One line from pydantic's errors, e.g. "parameters.temperature: Input should be a valid number"."""
     parts = []

@@ -26,6 +26,12 @@ from tgi.server.launch_flags import (
     rope_scaling,
     tokenizer_config,
 )
+from tgi.server.operator_flags import (
+    add_operator_arguments,
+    operator_engine_settings,
+    operator_settings,
+    runtime_lora_warning,
+)
 from tgi.server.production_flags import add_production_arguments, production_settings
 from tgi.server.settings import ServerSettings
 from tgi.server.tgi_env import unserved_variables, warning
@@ -99,8 +105,9 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         default=_flag(env("ALLOW_RUNTIME_LORA_UPDATING", "VLLM_ALLOW_RUNTIME_LORA_UPDATING", default="")),
         help="serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's routes): adapters loaded "
-        "and unloaded at run time; off by default, as anyone who can call them changes what the server "
-        "runs [env: ALLOW_RUNTIME_LORA_UPDATING or vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING]",
+        "and unloaded at run time, from under --lora-root, by callers holding --admin-api-key (both needed); "
+        "off by default, as whoever calls them changes what the server runs "
+        "[env: ALLOW_RUNTIME_LORA_UPDATING or vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING]",
     )
     a(
         "--quantize",
@@ -172,7 +179,8 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     a(
         "--api-key",
         default=os.environ.get("API_KEY"),  # as given: an empty key is refused, not read as "no auth"
-        help="require `Authorization: Bearer <key>` on every route but /health [env: API_KEY]",
+        help="require `Authorization: Bearer <key>` on every inference route (all but /health, /ping and the "
+        "operator routes, which take --admin-api-key only) [env: API_KEY]",
     )
     a(
         "--max-client-batch-size",
@@ -216,6 +224,7 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
         "always run tgi's model code [env: TRUST_REMOTE_CODE]",
     )
     add_production_arguments(parser)  # watermark and OpenTelemetry (issue 21)
+    add_operator_arguments(parser)  # the admin key, model swap and run-time LoRA bounds
     add_tgi_arguments(parser)  # the rest of TGI's flags, served or refused by name
 
 
@@ -301,6 +310,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         master_port=args.master_port,
         lora_adapters=parse_lora_adapters(args.lora_adapters),
         trust_remote_code=args.trust_remote_code,
+        **operator_engine_settings(args),
         **kwargs,
     )
 
@@ -322,6 +332,7 @@ def server_settings(args: argparse.Namespace, on_ready=None) -> ServerSettings:
         allow_runtime_lora_updating=args.allow_runtime_lora_updating,
         on_ready=on_ready,
         **production_settings(args),
+        **operator_settings(args),
     )
 
 
@@ -343,6 +354,8 @@ def run_launch(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     setup_logging(args.json_output)
+    if args.allow_runtime_lora_updating:
+        log.warning(runtime_lora_warning(os.path.realpath(args.lora_root)))
     if args.env:
         print(environment_report(), file=sys.stderr, flush=True)
     apply_hub_cache(args.huggingface_hub_cache)

@@ -1,10 +1,11 @@
 """Swap the served model without dropping a request (TGI: "hot-swapping not supported").
 
-`POST /admin/model {"model_id": ..., "revision": ...}` (only on a server started with `--api-key`, whose
-key it needs like every route):
+`POST /admin/model {"model_id": ..., "revision": ...}` (only with `--enable-model-swap`, and only with the
+admin key: `tgi.server.routes_admin`; refusals name no path and no exception, the log has them):
 
 1. refuses, with the reason, when the new model's weights and KV cache do not fit in the memory left beside
-   the current one (estimated from the new model's config before anything is loaded: 507);
+   the current one (estimated from the new model's config alone before anything else is fetched, and without
+   running its code: 507);
 2. loads the new engine beside the old, on a worker thread (the old one keeps serving), with the serving
    engine's settings and the new model id (limits the new model cannot take are a 422 naming them);
 3. starts it and sends every request admitted from then on to it (`InferenceService.switch_engine`);
@@ -24,7 +25,7 @@ import gc
 import logging
 import time
 
-from tgi.server.errors import ApiError
+from tgi.server.errors import ApiError, logged_refusal
 
 log = logging.getLogger("tgi.server")
 
@@ -33,24 +34,11 @@ _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 def estimate_bytes(model_id: str | None, revision: str | None, config) -> tuple[int, str]:
     """Bytes the model `model_id` needs in the engine settings `config` (weights in the serving dtype and a
-    KV cache of `max_batch_total_tokens`), from its config alone; and a short description."""
-    from tgi.core.loading import load_config, resolve_model
+    KV cache of `max_batch_total_tokens`), from its config alone, read without fetching a weight file or
+    running any of its code (`tgi.server.swap_estimate`); and a short description."""
+    from tgi.server.swap_estimate import model_bytes, read_model_config
 
-    hf = load_config(resolve_model(model_id, revision, config.trust_remote_code))
-    text = getattr(hf, "text_config", None) or hf
-    hidden, layers = text.hidden_size, text.num_hidden_layers
-    heads = text.num_attention_heads
-    kv_heads = getattr(text, "num_key_value_heads", None) or heads
-    head_dim = getattr(text, "head_dim", None) or hidden // heads
-    inter = getattr(text, "intermediate_size", 4 * hidden)
-    experts = getattr(text, "num_local_experts", None) or getattr(text, "num_experts", None) or 1
-    embed = text.vocab_size * hidden * (1 if getattr(text, "tie_word_embeddings", False) else 2)
-    per_layer = hidden * head_dim * (2 * heads + 2 * kv_heads) + 3 * hidden * inter * experts
-    params = embed + layers * per_layer
-    width = _DTYPE_BYTES.get(str(config.dtype), 4)
-    kv = config.max_batch_total_tokens * layers * 2 * kv_heads * head_dim * width
-    total = params * width + kv
-    return total, f"~{params / 1e9:.2f}B parameters in {config.dtype} and a KV cache of {kv / 2**30:.2f} GiB"
+    return model_bytes(read_model_config(model_id, revision), config.dtype, config.max_batch_total_tokens)
 
 
 class ModelSwapper:
@@ -69,17 +57,23 @@ class ModelSwapper:
 
     async def _swap(self, model_id: str, revision: str | None) -> dict:
         old = self.service.current_engine
-        config = dataclasses.replace(old.config, model_id=model_id, revision=revision)
+        settings = self.service.settings  # a swap never takes --trust-remote-code: its own flag
+        trust = settings.swap_trust_remote_code
+        config = dataclasses.replace(
+            old.config, model_id=model_id, revision=revision, trust_remote_code=trust
+        )
         backend = old.engine.backend
         try:
             need, what = await asyncio.to_thread(estimate_bytes, model_id, revision, config)
-        except Exception as exc:  # not found, no config, not a model: the client's
-            raise ApiError(422, f"cannot swap to {model_id!r}: {exc}", "validation") from None
+        except Exception as exc:  # not found, no config, not a model: the client's; the detail is logged
+            raise logged_refusal(
+                422, "cannot swap to the model: its config cannot be read", exc, "validation"
+            ) from None
         free = backend.memory_info().free * config.memory_fraction
         if need > free:
             raise ApiError(
                 507,
-                f"{model_id!r} does not fit beside {old.model_id!r}: it needs {need / 2**30:.2f} GiB "
+                f"the model does not fit beside the served one: it needs {need / 2**30:.2f} GiB "
                 f"({what}), {free / 2**30:.2f} GiB are free",
                 "insufficient_memory",
             )
@@ -89,7 +83,7 @@ class ModelSwapper:
         try:
             new = await asyncio.to_thread(AsyncEngine.from_config, config)
         except Exception as exc:
-            raise ApiError(422, f"cannot load {model_id!r}: {exc}", "validation") from None
+            raise logged_refusal(422, "cannot load the model", exc, "validation") from None
         new.on_death = getattr(old, "on_death", None)
         await new.start()
         previous = self.service.switch_engine(new)

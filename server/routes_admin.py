@@ -1,5 +1,6 @@
-"""Admin routes, served only when the server has an `--api-key` (which they need, as every route does):
-without one, anyone could swap the model, so they answer 403 saying why."""
+"""Operator routes: `POST /admin/model` swaps the served model (`tgi.server.model_swap`). Served only with
+`--enable-model-swap`, which needs `--admin-api-key`: the key check (`tgi.server.auth`) lets only the admin key
+through; `--swappable-models` bounds what may be loaded. Every refusal here names flags, never a path."""
 
 from __future__ import annotations
 
@@ -20,9 +21,13 @@ class SwapRequest(BaseModel):
 async def swap_model(req: SwapRequest, request: Request) -> dict:
     """Load `model_id` beside the served model, route new requests to it, let the requests in flight finish
     on the old one, then free it (`tgi.server.model_swap`)."""
-    service = request.app.state.service
-    if not service.settings.api_key:
+    settings = request.app.state.service.settings
+    if not settings.enable_model_swap:
         raise ApiError(
-            403, "the admin routes are served only when the server is started with --api-key", "forbidden"
+            403, "swapping the model is off: start the server with --enable-model-swap", "forbidden"
         )
+    if not settings.admin_api_key:
+        raise ApiError(403, "swapping the model needs a server started with --admin-api-key", "forbidden")
+    if settings.swappable_models and req.model_id not in settings.swappable_models:
+        raise ApiError(403, "this model is not one of the server's --swappable-models", "forbidden")
     return await request.app.state.swapper.swap(req.model_id, req.revision)

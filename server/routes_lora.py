@@ -12,19 +12,23 @@
   admitted before finish with it, and the route answers once they have and its weights are dropped (it
   waits, it does not fail them). 404 when no adapter of that id is loaded.
 
-Both are refused with a 403 naming the flag unless the server was started with it: whoever can call them
-changes the model's output for every client, and `lora_path` reads any folder the server can.
+Both are refused with a 403 naming the flag unless the server was started with it (which needs
+`--admin-api-key` and `--lora-root`): whoever can call them changes the model's output for every client. Only
+the admin key opens them (`tgi.server.auth`). `lora_path`, symlinks followed, must lie inside `--lora-root`
+(else a 403 that does not echo it); a refusal names no path and no file content (the log has the detail,
+under the request id the answer gives); `--max-loras` and `--max-lora-rank` are refused by name (400).
 """
 
 from __future__ import annotations
 
+import os
 from typing import ClassVar
 
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse
 
 from tgi.core.config import ConfigError
-from tgi.server.errors import ApiError
+from tgi.server.errors import ApiError, logged_refusal
 from tgi.server.fields import RequestModel, check_fields
 from tgi.server.lora import BASE_ALIAS
 
@@ -51,7 +55,17 @@ def _allowed(request: Request):
             "(env ALLOW_RUNTIME_LORA_UPDATING=true)",
             "forbidden",
         )
+    if not service.settings.admin_api_key:
+        raise ApiError(403, "the LoRA routes need a server started with --admin-api-key", "forbidden")
     return service
+
+
+def inside_root(path: str, root: str | None) -> str | None:
+    """`path` resolved (symlinks followed) when it lies inside the folder `root` (a real path), else None."""
+    if root is None:
+        return None
+    resolved = os.path.realpath(path)
+    return resolved if os.path.commonpath([resolved, root]) == root else None
 
 
 def _bad_request(message: str, param: str) -> ApiError:
@@ -66,11 +80,19 @@ async def load_lora_adapter(req: LoadLoRAAdapterRequest, request: Request) -> Pl
     name = req.lora_name
     if not name.strip() or name in (service.model_name, BASE_ALIAS):
         raise _bad_request(f"'{name}' cannot name a LoRA adapter: it names the base model", "lora_name")
+    path = inside_root(req.lora_path, service.settings.lora_root)
+    if path is None:
+        raise ApiError(
+            403, "`lora_path` is not inside the server's --lora-root", "forbidden", param="lora_path"
+        )
     try:
-        await service.current_engine.load_lora_adapter(name, req.lora_path)
-    except ConfigError as exc:  # the adapter does not fit the model (AdapterError), with the reason
-        raise _bad_request(str(exc), "lora_path") from None
-    except ValueError as exc:  # the id is taken
+        await service.current_engine.load_lora_adapter(name, path)
+    except ConfigError as exc:  # does not fit, or a limit: its path-free reason; the rest in the log
+        reason = getattr(exc, "reason", "it cannot be served")
+        raise logged_refusal(
+            400, f"cannot load the LoRA adapter '{name}': {reason}", exc, "invalid_request_error", "lora_path"
+        ) from None
+    except ValueError as exc:  # the id is taken (the message names only the id)
         raise _bad_request(str(exc), "lora_name") from None
     return PlainTextResponse(f"Success: LoRA adapter '{name}' loaded")
 

@@ -33,4 +33,15 @@ class ServerSettings:
     otlp_service_name: str = "text-generation-inference.router"  # the traces' service.name
     # POST /v1/load_lora_adapter and /v1/unload_lora_adapter are served (--allow-runtime-lora-updating)
     allow_runtime_lora_updating: bool = False
+    # operator routes (/admin/*, the run-time LoRA routes) accept only this key (--admin-api-key); None: they
+    # are refused; it opens no inference route (`tgi.server.auth`)
+    admin_api_key: str | None = None
+    enable_model_swap: bool = False  # POST /admin/model is served (--enable-model-swap)
+    swappable_models: tuple[str, ...] = ()  # the model ids a swap may load (--swappable-models); (): any
+    swap_trust_remote_code: bool = False  # a swapped-in model's own code may run (--swap-trust-remote-code)
+    # the real path run-time `lora_path`s must lie inside (--lora-root); None: no run-time load
+    lora_root: str | None = None
+    # seconds the requests admitted on a swapped-out model may take to finish; past it they end with an
+    # error saying so, and the old model is freed (--swap-drain-timeout)
+    swap_drain_timeout_s: float = 60.0
     on_ready: Callable[[], None] | None = None  # run once the app has started (the launcher's "serving" line)

@@ -34,15 +34,22 @@ def _check_model(model: nn.Module) -> None:
         raise AdapterError(f"LoRA adapters need one of core's native models; this one runs on {arch}")
 
 
-def check_lora(model: nn.Module, name: str, path: str) -> None:
-    """Read adapter `name` at `path` and check that it fits `model`, attaching nothing (`AdapterError`)."""
+def check_lora(model: nn.Module, name: str, path: str, max_rank: int | None = None) -> None:
+    """Read adapter `name` at `path` and check that it fits `model` (and `max_rank`), attaching nothing
+    (`AdapterError`)."""
     _check_model(model)
-    read_adapter(name, path, model)
+    read_adapter(name, path, model, max_rank)
 
 
-def load_lora(model: nn.Module, adapters: Sequence[tuple[str, str]], ops: LoRAOps | None = None) -> LoRAModel:
+def load_lora(
+    model: nn.Module,
+    adapters: Sequence[tuple[str, str]],
+    ops: LoRAOps | None = None,
+    max_rank: int | None = None,
+) -> LoRAModel:
     """Read every `(id, path)` adapter for `model` and attach them; `AdapterError` names the first that does
-    not fit. The model must be one of core's native models (its linears take a `linear_kernel`)."""
+    not fit (or whose rank exceeds `max_rank`). The model must be one of core's native models (its linears
+    take a `linear_kernel`)."""
     _check_model(model)
-    loaded = [read_adapter(name, path, model) for name, path in adapters]
+    loaded = [read_adapter(name, path, model, max_rank) for name, path in adapters]
     return LoRAModel(model, loaded, ops or TorchLoRAOps())

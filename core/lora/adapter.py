@@ -42,8 +42,18 @@ _KEY = re.compile(r"^(?:base_model\.model\.)?(?P<module>.+)\.lora_(?P<ab>[AB])(?
 _LAYER_MODULE = re.compile(r"^model\.layers\.\d+\.")
 
 
+#: `AdapterError.reason` of an adapter folder that is missing or unreadable
+NO_ADAPTER = "no readable PEFT adapter (adapter_config.json and adapter_model.safetensors) at lora_path"
+
+
 class AdapterError(ConfigError):
-    """An adapter that cannot be served on this model (a start-up error); the message says which and why."""
+    """An adapter that cannot be served on this model (a start-up error); the message says which and why
+    (for the log: it may name files); `reason` says why in words that name no path nor file content (what
+    an HTTP client may be told)."""
+
+    def __init__(self, message: str, reason: str = "it does not fit this model") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass
@@ -69,16 +79,29 @@ class LoRAAdapter:
 def _read_config(name: str, folder: Path) -> dict:
     path = folder / "adapter_config.json"
     if not path.is_file():
-        raise AdapterError(f"LoRA adapter '{name}': {path} not found (a PEFT adapter folder has one)")
-    config = json.loads(path.read_text())
+        raise AdapterError(
+            f"LoRA adapter '{name}': {path} not found (a PEFT adapter folder has one)", NO_ADAPTER
+        )
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise AdapterError(f"LoRA adapter '{name}': {path}: {exc}", NO_ADAPTER) from None
+    if not isinstance(config, dict):
+        raise AdapterError(f"LoRA adapter '{name}': {path} is not a JSON object", NO_ADAPTER)
     if str(config.get("peft_type", "LORA")).upper() != "LORA":
-        raise AdapterError(f"LoRA adapter '{name}': peft_type {config.get('peft_type')!r} is not LORA")
+        raise AdapterError(
+            f"LoRA adapter '{name}': peft_type {config.get('peft_type')!r} is not LORA",
+            "its peft_type is not LORA",
+        )
     for key, why in _REFUSED_SETTINGS.items():
         value = config.get(key)
         if value not in (None, False, {}, [], "none"):
-            raise AdapterError(f"LoRA adapter '{name}': {why} (adapter_config.json has {key}={value!r})")
+            raise AdapterError(f"LoRA adapter '{name}': {why} (adapter_config.json has {key}={value!r})", why)
     if not isinstance(config.get("r"), int) or config["r"] < 1:
-        raise AdapterError(f"LoRA adapter '{name}': `r` must be a positive integer, got {config.get('r')!r}")
+        raise AdapterError(
+            f"LoRA adapter '{name}': `r` must be a positive integer, got {config.get('r')!r}",
+            "its `r` is not a positive integer",
+        )
     return config
 
 
@@ -87,8 +110,13 @@ def _read_tensors(name: str, folder: Path) -> dict[str, torch.Tensor]:
 
     path = folder / "adapter_model.safetensors"
     if not path.is_file():
-        raise AdapterError(f"LoRA adapter '{name}': {path} not found (only safetensors adapters are read)")
-    return load_file(str(path))
+        raise AdapterError(
+            f"LoRA adapter '{name}': {path} not found (only safetensors adapters are read)", NO_ADAPTER
+        )
+    try:
+        return load_file(str(path))
+    except Exception as exc:  # unreadable, or not safetensors (safetensors' own error type)
+        raise AdapterError(f"LoRA adapter '{name}': {path}: {exc}", NO_ADAPTER) from None
 
 
 class _Place(NamedTuple):
@@ -125,15 +153,19 @@ def _place(module: nn.Module, shard: object) -> _Place | None:
     return _Place(offset, size, 0, size, 0, in_features, in_features)
 
 
-def read_adapter(name: str, path: str | Path, model: nn.Module) -> LoRAAdapter:
+def read_adapter(name: str, path: str | Path, model: nn.Module, max_rank: int | None = None) -> LoRAAdapter:
     """The adapter at `path` mapped onto `model` (a core `CausalLM`; under tensor parallelism, this rank's
     share: lora_B's rows of a column-parallel layer, lora_A's columns of a row-parallel one, whose partial
-    delta the layer's all-reduce sums with its product); see the module docstring."""
+    delta the layer's all-reduce sums with its product); see the module docstring. An adapter whose rank
+    `r` exceeds `max_rank` (None: any) is refused naming `--max-lora-rank`, before its weights are read."""
     folder = Path(path)
     if not folder.is_dir():
-        raise AdapterError(f"LoRA adapter '{name}': {folder} is not a folder")
+        raise AdapterError(f"LoRA adapter '{name}': {folder} is not a folder", NO_ADAPTER)
     config = _read_config(name, folder)
     r, alpha = config["r"], config.get("lora_alpha", config["r"])
+    if max_rank is not None and r > max_rank:
+        why = f"its rank {r} is larger than --max-lora-rank {max_rank}"
+        raise AdapterError(f"LoRA adapter '{name}': {why}", why)
     scaling = alpha / math.sqrt(r) if config.get("use_rslora", False) else alpha / r
     pairs: dict[str, dict[str, torch.Tensor]] = {}
     others = []  # checked after the LoRA pairs, whose refusal says more (PEFT saves a tied head's table)
@@ -175,7 +207,8 @@ def read_adapter(name: str, path: str | Path, model: nn.Module) -> LoRAAdapter:
         if a.shape[1] != place.full_cols or b.shape[0] != place.full_rows:
             raise AdapterError(
                 f"LoRA adapter '{name}': {hf_module} maps {a.shape[1]} -> {b.shape[0]} features, the model's "
-                f"layer {place.full_cols} -> {place.full_rows}: the adapter was trained for another model"
+                f"layer {place.full_cols} -> {place.full_rows}: the adapter was trained for another model",
+                "it was trained for another model",
             )
         a, b = (
             a.narrow(1, place.first_col, place.cols),

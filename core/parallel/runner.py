@@ -340,9 +340,19 @@ class TensorParallelRunner(ModelRunner):
         return self._call("execute", batch)
 
     def load_lora_adapter(self, name: str, path: str) -> tuple[str, ...]:
-        # checked on rank 0 first: a rank whose command fails leaves the group, an adapter that does not
-        # fit must only be refused (every rank checks the same whole-layer shapes)
-        self.local.check_lora_adapter(name, path)
+        """Validate, then apply: every rank checks the adapter (`check_lora_adapter`, a command no rank
+        fails on), and only when none refused does every rank load it. A rank whose command fails leaves the
+        group, so an adapter that does not fit, on any rank, must only be refused."""
+        refusing, error = self._call("check_lora_adapter", name, path)
+        if error is not None:  # rank 0's own reason
+            raise error
+        if refusing:
+            from tgi.core.lora import AdapterError
+
+            raise AdapterError(
+                f"LoRA adapter '{name}': refused on tensor-parallel rank(s) {refusing} (their log says why)",
+                "a tensor-parallel rank could not read it",
+            )
         return self._call("load_lora_adapter", name, path)
 
     def unload_lora_adapter(self, name: str) -> tuple[str, ...]:

@@ -18,8 +18,8 @@ from typing import Any
 
 #: commands every rank runs; runner methods unless `run_command` handles them itself
 COMMANDS = (
-    "load", "initialize_cache", "warmup", "execute", "memory_info", "peak_memory", "load_lora_adapter",
-    "unload_lora_adapter",
+    "load", "initialize_cache", "warmup", "execute", "memory_info", "peak_memory", "check_lora_adapter",
+    "load_lora_adapter", "unload_lora_adapter",
 )  # fmt: skip
 
 
@@ -65,6 +65,9 @@ def run_command(runner: Any, backend: Any, collective: Any, name: str, args: tup
         if device.type == "cpu":
             free /= collective.world_size
         return MemoryInfo(total=int(total), free=int(free))
+    if name == "check_lora_adapter":
+        device = backend.torch_device() if hasattr(backend, "torch_device") else torch.device("cpu")
+        return check_on_every_rank(runner, collective, args, device)
     if name == "peak_memory":
         mine = torch.tensor([peak_rss_bytes()], dtype=torch.float64)
         return [tuple(int(v) for v in row) for row in collective.all_gather(mine, dim=0).tolist()]
@@ -72,6 +75,25 @@ def run_command(runner: Any, backend: Any, collective: Any, name: str, args: tup
     if name == "load":
         collective.barrier()  # "loaded" means every rank has loaded
     return result
+
+
+def check_on_every_rank(
+    runner: Any, collective: Any, args: tuple, device: Any = None
+) -> tuple[list[int], Exception | None]:
+    """Run `runner.check_lora_adapter(*args)` on this rank and tell every rank which ranks refused: returns
+    (the refusing ranks, this rank's own error or None). A refusal is an answer, never a failed command: the
+    rank logs its reason and stays in the group, so that no rank applies an adapter another one refused."""
+    import torch
+
+    error = None
+    try:
+        runner.check_lora_adapter(*args)
+    except Exception as exc:  # any error of a check is a refusal; the group stays in step
+        error = exc
+        print(f"rank {collective.rank}: LoRA adapter refused: {describe_exception(exc)}", file=sys.stderr)
+    mine = torch.tensor([[0.0 if error is None else 1.0]], dtype=torch.float64, device=device)
+    refused = collective.all_gather(mine, dim=0).flatten().tolist()
+    return [rank for rank, flag in enumerate(refused) if flag], error
 
 
 def worker_main(

@@ -77,7 +77,9 @@ class TorchModelRunner(ModelRunner):
         if self.config.lora_adapters:
             from tgi.core.lora import load_lora
 
-            self.lora = load_lora(self.model, self.config.lora_adapters, self.backend.lora_ops())
+            self.lora = load_lora(
+                self.model, self.config.lora_adapters, self.backend.lora_ops(), self.config.max_lora_rank
+            )
         self.medusa = None
         if self.source.speculator and self.config.speculate:
             from tgi.core.speculative.medusa import MedusaHeads
@@ -118,15 +120,17 @@ class TorchModelRunner(ModelRunner):
         """Read the adapter and check it fits this model, without serving it (`AdapterError` says why not)."""
         from tgi.core.lora import check_lora
 
-        check_lora(self.model, name, path)
+        check_lora(self.model, name, path, self.config.max_lora_rank)
 
     def load_lora_adapter(self, name: str, path: str) -> tuple[str, ...]:
         from tgi.core.lora import load_lora, read_adapter
 
         if self.lora is None:
-            self.lora = load_lora(self.model, [(name, path)], self.backend.lora_ops())
+            self.lora = load_lora(
+                self.model, [(name, path)], self.backend.lora_ops(), self.config.max_lora_rank
+            )
         else:
-            self.lora.add(read_adapter(name, path, self.model))
+            self.lora.add(read_adapter(name, path, self.model, self.config.max_lora_rank))
         return self.lora.names
 
     def unload_lora_adapter(self, name: str) -> tuple[str, ...]:

@@ -4,7 +4,9 @@ adapter that the official `openai` client then selects by `model` (/v1/models li
 peft's greedy tokens; an adapter of another model is a 400 naming the reason, in OpenAI's error shape; an
 unload while a stream of the adapter runs refuses new requests of it at once (OpenAI's 404
 `model_not_found`), lets the stream finish with its adapter, and answers after it; unloading an unknown id is
-a 404; a server started without the flag refuses both routes with a 403 naming it."""
+a 404; a server started without the flag refuses both routes with a 403 naming it. The routes take only the
+admin key (`--admin-api-key`); a `lora_path` outside `--lora-root` is a 403 that does not echo it, and an
+adapter above `--max-lora-rank` a 400 naming the flag."""
 
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ from tgi.core.testing.tiny_models import save_random_model
 
 PROMPT = "a b c d e f g"
 N = 6
+ADMIN_KEY = "lora-admin-key"
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 
 
 @pytest.fixture(scope="module")
@@ -34,20 +38,24 @@ def runtime_server(tmp_path_factory, launch_server, stop_server):
     )  # fmt: skip
     server = launch_server(
         root, "--model-id", str(base), "--backend", "cpu", "--dtype", "float32", "--max-total-tokens", "2048",
-        "--allow-runtime-lora-updating",
+        "--allow-runtime-lora-updating", "--admin-api-key", ADMIN_KEY, "--lora-root", str(root),
+        "--max-lora-rank", "8",
     )  # fmt: skip
     yield server, base, root
     assert stop_server(server) == 0, server.logs()
 
 
-def _load(url: str, name: str, path) -> httpx.Response:
+def _load(url: str, name: str, path, headers=ADMIN) -> httpx.Response:
     return httpx.post(
-        url + "/v1/load_lora_adapter", json={"lora_name": name, "lora_path": str(path)}, timeout=60
+        url + "/v1/load_lora_adapter",
+        json={"lora_name": name, "lora_path": str(path)},
+        headers=headers,
+        timeout=60,
     )
 
 
-def _unload(url: str, name: str) -> httpx.Response:
-    return httpx.post(url + "/v1/unload_lora_adapter", json={"lora_name": name}, timeout=60)
+def _unload(url: str, name: str, headers=ADMIN) -> httpx.Response:
+    return httpx.post(url + "/v1/unload_lora_adapter", json={"lora_name": name}, headers=headers, timeout=60)
 
 
 def test_load_select_refuse(runtime_server):
@@ -77,6 +85,7 @@ def test_load_select_refuse(runtime_server):
     inplace = httpx.post(
         server.url + "/v1/load_lora_adapter",
         json={"lora_name": "alpha", "lora_path": str(alpha), "load_inplace": True},
+        headers=ADMIN,
     )
     assert inplace.status_code == 422 and "load_inplace" in inplace.json()["error"]["message"]
     missing = _unload(server.url, "nope")
@@ -133,6 +142,27 @@ def test_unload_waits_for_the_requests_of_the_adapter(runtime_server):
     assert [m.id for m in client.models.list()][1:] == []
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="beta", prompt=PROMPT, max_tokens=2)
+
+
+def test_only_the_admin_key_loads_and_only_from_under_the_root(runtime_server, tmp_path):
+    server, base, root = runtime_server
+    gamma = write_random_lora(root / "gamma", base, seed=33)
+    for headers in ({}, {"Authorization": "Bearer nope"}):
+        assert _load(server.url, "gamma", gamma, headers).status_code == 401
+        assert _unload(server.url, "gamma", headers).status_code == 401
+    outside = write_random_lora(tmp_path / "outside", base, seed=34)  # a valid adapter, outside the root
+    (root / "link").symlink_to(outside)  # inside by name only
+    for path in (outside, root / "link", "/etc", root / ".." / "x"):
+        r = _load(server.url, "sneaky", path)
+        assert r.status_code == 403 and "--lora-root" in r.json()["error"]["message"], r.text
+        assert str(tmp_path) not in r.text and str(path) not in r.text
+    missing = _load(server.url, "missing", root / "nowhere")  # inside, but no adapter there: no path said
+    assert missing.status_code == 400 and "request id" in missing.json()["error"]["message"]
+    assert str(root) not in missing.text and "nowhere" not in missing.text
+    wide = _load(server.url, "wide", write_random_lora(root / "wide", base, r=16, seed=35))
+    assert wide.status_code == 400 and "--max-lora-rank 8" in wide.json()["error"]["message"], wide.text
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none")
+    assert not {"sneaky", "missing", "wide"} & {m.id for m in client.models.list()}
 
 
 def test_routes_are_off_without_the_flag(server):

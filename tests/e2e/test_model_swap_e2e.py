@@ -1,6 +1,8 @@
 """Swapping the served model on a real `tgi launch` (default model) while requests stream continuously:
 none fails, those admitted before the swap finish on the old model (its text), later ones run on the new
-one, `/info` names it; a model that does not fit beside the served one is refused with the reason."""
+one, `/info` names it; a model that does not fit beside the served one is refused with the reason. Only the
+admin key swaps (`--admin-api-key`, with `--enable-model-swap`; the inference key is a 401), only models of
+`--swappable-models`, and no refusal echoes a path."""
 
 from __future__ import annotations
 
@@ -15,13 +17,25 @@ from tgi.core.testing.tiny_models import save_random_model
 
 KEY = "swap-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
+ADMIN_KEY = "swap-admin-key"
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 PROMPT = "The capital of France is"
 N = 24
 
 
 @pytest.fixture(scope="module")
-def swap_server(launch_server, stop_server, tmp_path_factory):
-    s = launch_server(tmp_path_factory.mktemp("swap"), "--api-key", KEY, "--max-concurrent-requests", "16")
+def models(tmp_path_factory):
+    """The folder of the models the server may swap to: `tiny` and `huge` (written by the tests)."""
+    return tmp_path_factory.mktemp("swappable")
+
+
+@pytest.fixture(scope="module")
+def swap_server(launch_server, stop_server, tmp_path_factory, models):
+    swappable = ",".join(str(models / name) for name in ("tiny", "huge", "missing"))
+    s = launch_server(
+        tmp_path_factory.mktemp("swap"), "--api-key", KEY, "--max-concurrent-requests", "16",
+        "--admin-api-key", ADMIN_KEY, "--enable-model-swap", "--swappable-models", swappable,
+    )  # fmt: skip
     yield s
     stop_server(s)
 
@@ -37,10 +51,12 @@ def _stream(url: str) -> tuple[float, str]:
     return sent, events[-1]["generated_text"]
 
 
-def test_swap_while_streaming(swap_server, tmp_path):
+def test_swap_while_streaming(swap_server, models):
     url = swap_server.url
     old_text = _stream(url)[1]
-    new_model = save_random_model(tmp_path / "tiny", max_position_embeddings=4096, init_std=0.5)
+    new_model = save_random_model(models / "tiny", max_position_embeddings=4096, init_std=0.5)
+    refused = httpx.post(url + "/admin/model", json={"model_id": str(new_model)}, headers=AUTH, timeout=60)
+    assert refused.status_code == 401  # the inference key never swaps
     results, errors, stop = [], [], threading.Event()
 
     def client() -> None:
@@ -55,7 +71,7 @@ def test_swap_while_streaming(swap_server, tmp_path):
         t.start()
     time.sleep(2)  # requests in flight on the old model
     before = time.monotonic()
-    r = httpx.post(url + "/admin/model", json={"model_id": str(new_model)}, headers=AUTH, timeout=300)
+    r = httpx.post(url + "/admin/model", json={"model_id": str(new_model)}, headers=ADMIN, timeout=300)
     after = time.monotonic()
     assert r.status_code == 200, r.text
     assert r.json()["model_id"] == str(new_model) and r.json()["draining_requests"] >= 0
@@ -73,8 +89,8 @@ def test_swap_while_streaming(swap_server, tmp_path):
     assert httpx.get(url + "/health").status_code == 200
 
 
-def test_a_model_that_does_not_fit_is_refused_with_the_reason(swap_server, tmp_path):
-    huge = tmp_path / "huge"
+def test_a_model_that_does_not_fit_is_refused_with_the_reason(swap_server, models):
+    huge = models / "huge"
     huge.mkdir()
     config = {
         "architectures": ["LlamaForCausalLM"],
@@ -89,8 +105,25 @@ def test_a_model_that_does_not_fit_is_refused_with_the_reason(swap_server, tmp_p
     }  # Llama 3.1 405B's shape: no weights needed, the refusal comes before any loading
     (huge / "config.json").write_text(json.dumps(config))
     (huge / "model.safetensors").write_bytes(len(b"{}").to_bytes(8, "little") + b"{}")  # no tensors
-    r = httpx.post(swap_server.url + "/admin/model", json={"model_id": str(huge)}, headers=AUTH, timeout=120)
+    r = httpx.post(swap_server.url + "/admin/model", json={"model_id": str(huge)}, headers=ADMIN, timeout=120)
     assert r.status_code == 507, r.text
     assert "does not fit beside" in r.json()["error"] and "GiB" in r.json()["error"]
+    assert str(models) not in r.text  # no path in the answer
     unauthorised = httpx.post(swap_server.url + "/admin/model", json={"model_id": str(huge)}, timeout=120)
     assert unauthorised.status_code == 401
+    with_inference_key = httpx.post(
+        swap_server.url + "/admin/model", json={"model_id": str(huge)}, headers=AUTH, timeout=120
+    )
+    assert with_inference_key.status_code == 401
+
+
+def test_refusals_name_no_path(swap_server, models, tmp_path):
+    url = swap_server.url + "/admin/model"
+    outside = tmp_path / "elsewhere"
+    r = httpx.post(url, json={"model_id": str(outside)}, headers=ADMIN, timeout=60)
+    assert r.status_code == 403 and "--swappable-models" in r.json()["error"] and str(tmp_path) not in r.text
+    missing = models / "missing"  # allowed, but there is no such model: a 422 with a request id, no path
+    r = httpx.post(url, json={"model_id": str(missing)}, headers=ADMIN, timeout=60)
+    assert r.status_code == 422 and "request id" in r.json()["error"], r.text
+    assert str(models) not in r.text and "missing" not in r.text and "Error" not in r.text
+    assert "missing" in swap_server.logs()  # the detail is in the log

@@ -3,7 +3,8 @@ on a tiny random Llama with adapters made by `peft`: an adapter loaded into a ru
 + peft's greedy tokens; one that does not fit is refused with the reason and changes nothing; an adapter in
 use is retired (new requests refused) and unloaded only once its requests have finished; an id unloaded and
 loaded again with other weights never reads the prefix-cache blocks of the old ones; under tensor
-parallelism every rank loads it."""
+parallelism every rank loads it, after every rank has checked it (a refusal on rank 1 alone leaves the group
+serving); `max_loras` and `max_lora_rank` are refused by their flags' names."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ import multiprocessing
 
 import pytest
 
-from tgi.core.config import EngineConfig
+from tgi.core.config import ConfigError, EngineConfig
 from tgi.core.engine import LLMEngine
 from tgi.core.lora import AdapterError
-from tgi.core.lora_serving import AdapterInUseError
+from tgi.core.lora_serving import AdapterInUseError, LoRALimitError
 from tgi.core.request import ValidationError
 from tgi.core.sampling_params import SamplingParams
 from tgi.core.testing.lora import peft_greedy, write_random_lora
@@ -114,6 +115,46 @@ def test_two_ranks_load_and_refuse_at_run_time(model, tmp_path):
             engine.lora.load("bad", str(bad))
         engine.lora.unload("two")
         engine.lora.load("one", str(paths["one"]))  # the group still serves after a refusal
+        assert _run(engine, [(p, "one") for p in PROMPTS]) == want["one"]
+    finally:
+        engine.runner.shutdown()
+    assert not multiprocessing.active_children()
+
+
+def test_max_loras_and_max_lora_rank_are_refused_by_name(model, tmp_path):
+    base, paths, _ = model
+    with pytest.raises(ConfigError, match="--lora-adapters names 2 adapters, more than --max-loras 1"):
+        EngineConfig(model_id=str(base), lora_adapters=tuple(paths.items()), max_loras=1)
+    with pytest.raises(AdapterError, match="'one': its rank 8 is larger than --max-lora-rank 4"):
+        _engine(base, lora_adapters=(("one", str(paths["one"])),), max_lora_rank=4)  # at start
+    engine = _engine(base, max_loras=1, max_lora_rank=4)
+    with pytest.raises(AdapterError, match="rank 8 is larger than --max-lora-rank 4") as info:
+        engine.lora.load("one", str(paths["one"]))  # r=8
+    assert str(tmp_path) not in info.value.reason
+    engine.lora.load("two", str(paths["two"]))  # r=4
+    with pytest.raises(LoRALimitError, match="as many as --max-loras 1"):
+        engine.lora.load("three", str(paths["two"]))
+    engine.lora.unload("two")
+    engine.lora.load("three", str(paths["two"]))
+    assert engine.model_info.lora_adapters == ("three",)
+
+
+def test_a_refusal_on_another_rank_than_0_leaves_the_group_serving(model, tmp_path, monkeypatch):
+    """Rank 1 alone cannot read the adapter: the workers were started in another working folder, where the
+    relative `lora_path` names nothing. Every rank checks before any applies, so it is only refused."""
+    base, paths, want = model
+    spawned_in, here = tmp_path / "workers", tmp_path / "rank0"
+    spawned_in.mkdir()
+    here.mkdir()
+    monkeypatch.chdir(spawned_in)
+    engine = _engine(base, num_shard=2)
+    try:
+        monkeypatch.chdir(here)
+        (here / "adapter").symlink_to(paths["one"])  # rank 0 finds it, rank 1 (in `spawned_in`) does not
+        with pytest.raises(AdapterError, match=r"refused on tensor-parallel rank\(s\) \[1\]"):
+            engine.lora.load("one", "adapter")
+        assert engine.model_info.lora_adapters == ()
+        engine.lora.load("one", str(paths["one"]))  # the group still serves
         assert _run(engine, [(p, "one") for p in PROMPTS]) == want["one"]
     finally:
         engine.runner.shutdown()

@@ -1,6 +1,6 @@
 """The model swap's parts on the fake engine: requests go to the engine serving when they were admitted
 (a stream started before a switch ends on the old engine), /info follows the switch, and the admin route
-is refused without --api-key (the real swap: tests/e2e/test_model_swap_e2e.py)."""
+is refused without --enable-model-swap (the real swap: tests/e2e/test_model_swap_e2e.py)."""
 
 from __future__ import annotations
 
@@ -28,9 +28,15 @@ def test_requests_stay_on_the_engine_they_were_admitted_on():
     assert len(old.requests) == 1 and len(new.requests) == 1
 
 
-def test_the_admin_route_needs_an_api_key():
+def test_the_admin_route_is_off_without_enable_model_swap():
     with TestClient(create_app(FakeEngine(), ServerSettings())) as c:
         r = c.post("/admin/model", json={"model_id": "x"})
-        assert r.status_code == 403 and "--api-key" in r.json()["error"]
+        assert r.status_code == 403 and "--enable-model-swap" in r.json()["error"]
+    with TestClient(create_app(FakeEngine(), ServerSettings(admin_api_key="adm"))) as c:
+        assert c.post("/admin/model", json={"model_id": "x"}).status_code == 401
+        r = c.post("/admin/model", json={"model_id": "x"}, headers={"Authorization": "Bearer adm"})
+        assert r.status_code == 403 and "--enable-model-swap" in r.json()["error"]
     with TestClient(create_app(FakeEngine(), ServerSettings(api_key="k"))) as c:
         assert c.post("/admin/model", json={"model_id": "x"}).status_code == 401
+        r = c.post("/admin/model", json={"model_id": "x"}, headers={"Authorization": "Bearer k"})
+        assert r.status_code == 403  # the inference key never swaps
