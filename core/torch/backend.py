@@ -94,6 +94,13 @@ class TorchBackend(Backend):
         Default: none."""
         return frozenset()
 
+    def gguf_dequantizer(self, dtype: str):
+        """A dequantizer of a GGUF file's stored tensors for a model in `dtype`
+        (`tgi.core.loading.gguf_loader.GGUFDequantizer`: the file's bytes of one tensor -> its dense torch
+        weight, the values `gguf` gives, or None for a type it does not take), used in place of `gguf`'s
+        numpy dequantization when loading; None (the default): `gguf`'s for every tensor."""
+        return None
+
     def quantized_linear(self, weight: QuantizedWeight, dtype: str) -> QuantizedLinearKernel:
         """The kernel for one linear layer's quantized `weight` (its format is one of
         `weight_formats(dtype)`) with activations in `dtype`: the seam of `tgi.core.quant.kernels`, whose

@@ -64,7 +64,8 @@ class TorchModelRunner(ModelRunner):
             select = weight_selector(self.model)
         quant = QuantizedLoading(self.backend, self.hf_config, self.config.quantize, self.source, self.dtype)
         quant.check(self.model, tp_size)  # refuses what this backend cannot compute, before reading weights
-        weights = iter_weights(self.source, self.hf_config, select=select)
+        dequantize = self.backend.gguf_dequantizer(self.dtype) if self.source.format == "gguf" else None
+        weights = iter_weights(self.source, self.hf_config, select=select, dequantize=dequantize)
         self.model.load_weights(quant.split_checkpoint(self.model, weights))
         quant.attach_weights(self.model)
         qtypes = self.backend.block_weight_types(self.dtype)

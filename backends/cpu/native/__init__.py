@@ -4,7 +4,9 @@ and fused elementwise ops, in one library. `bindings.cpp` makes the Python modul
 
 The build needs a C++ compiler (g++) and ninja (a dependency of tgi); it is cached by torch under
 `$TORCH_EXTENSIONS_DIR` (default `~/.cache/torch_extensions`), or under `$TGI_CACHE_DIR/torch_extensions`
-when that is set. The first build takes tens of seconds; later processes load the cached library.
+when that is set. The first build takes minutes on 2 cores; later processes load the cached library.
+`make install` and the CPU image build it ahead (`python -m tgi.backends.cpu.native build`); where nothing
+was built, the first process builds it here (and says so in the log).
 
 A failed build is not retried in the same process: `load()` raises `NativeBuildError` again with the
 compiler's reason.
@@ -13,10 +15,12 @@ compiler's reason.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import pathlib
 import shutil
 import threading
+import time
 from types import ModuleType
 
 import torch
@@ -26,6 +30,7 @@ __all__ = [
     "DECODE_IMPLS",
     "NativeBuildError",
     "available",
+    "block_dequantize",
     "block_impls",
     "block_linear",
     "block_pack",
@@ -41,6 +46,7 @@ __all__ = [
     "paged_decode",
 ]
 
+log = logging.getLogger(__name__)
 _EXT_NAME = "tgi_cpu_kernels"
 #: the folder of the C++ sources (`*.cpp`, compiled and linked into one library) and their headers (`*.h`)
 _SOURCE_DIR = pathlib.Path(__file__).resolve().parent
@@ -104,6 +110,11 @@ def load() -> ModuleType:
         from torch.utils.cpp_extension import load as load_extension
 
         _ensure_ninja()
+        log.info(
+            "loading the native CPU kernels, compiling them first if no build of these sources is cached "
+            "(`make install` and `python -m tgi.backends.cpu.native build` build them ahead)"
+        )
+        start = time.perf_counter()
         try:
             sources, headers_digest = _sources()
             _module = load_extension(
@@ -118,6 +129,13 @@ def load() -> ModuleType:
         except Exception as e:  # compiler missing, compile error, ninja missing, ...
             _error = NativeBuildError(f"could not build the native CPU kernels: {e}")
             raise _error from e
+        took = time.perf_counter() - start
+        if took > 5:  # a cached library loads in well under a second
+            log.warning(
+                "compiled the native CPU kernels at first use (%.0f s); build them ahead with "
+                "`python -m tgi.backends.cpu.native build` (make install does)",
+                took,
+            )
         return _module
 
 
@@ -188,6 +206,15 @@ def block_pack(raw: torch.Tensor, qtype: str, n: int, k: int) -> torch.Tensor:
     [n, k / 256 * super-block bytes]) into the layout `block_linear` reads (groups of 16 rows; the same size,
     K-quants 1-3 % more: their 6-bit scales unpacked to bytes). Returns a flat uint8 tensor."""
     return load().block_pack(raw, BLOCK_TYPES[qtype], int(n), int(k))
+
+
+def block_dequantize(raw: torch.Tensor, qtype: str, n: int, k: int, dtype: torch.dtype) -> torch.Tensor:
+    """The dense [n, k] weight of GGUF blocks in llama.cpp's layout (uint8 [n, k / 32 * block bytes];
+    K-quants [n, k / 256 * super-block bytes]) in `dtype` (float32 or bfloat16): the float32 values of
+    `gguf.quants.dequantize` bit for bit (bfloat16: those rounded to nearest even), in one native pass."""
+    if dtype not in (torch.bfloat16, torch.float32):
+        raise ValueError(f"block_dequantize makes bfloat16 or float32 weights, not {dtype}")
+    return load().block_dequantize(raw, BLOCK_TYPES[qtype], int(n), int(k), dtype == torch.bfloat16)
 
 
 def block_impls() -> list[str]:
