@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from tgi.core.config import EngineConfig
-from tgi.core.engine import EngineStats, LLMEngine
+from tgi.core.engine import EngineStats, LLMEngine, require_compiled_grammar
 from tgi.core.guided import Grammar
 from tgi.core.guided.compiler import CompiledGrammar
 from tgi.core.request import EngineError, FinishReason, GenerationResult, StepError, TokenEvent
@@ -75,6 +75,7 @@ class AsyncEngine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._refusal: str | None = None  # why streams are refused once `shutdown(reason=...)` was called
         self.error: BaseException | None = None  # set when the engine thread died
         # retired LoRA adapters waiting for their last request (engine thread)
         self._unloading: list[UnloadAdapter] = []
@@ -128,12 +129,19 @@ class AsyncEngine:
         self._thread = threading.Thread(target=self._run, name="tgi-engine", daemon=True)
         self._thread.start()
 
-    async def shutdown(self, cancel_inflight: bool = False) -> None:
-        """Stop the engine thread. Without `cancel_inflight`, waits for running requests to finish."""
+    async def shutdown(self, cancel_inflight: bool = False, reason: str | None = None) -> None:
+        """Stop the engine thread. Without `cancel_inflight`, waits for running requests to finish; with it,
+        they end at once: as cancelled, or, given a `reason`, with `EngineError(reason)` (a message written
+        to be shown to their clients). A `reason` also refuses every later `stream` with that error."""
+        if reason is not None:
+            self._refusal = reason
         if cancel_inflight:
             for request_id in list(self._streams):
                 self._commands.put(AbortRequest(request_id))
-                self._deliver([_cancelled(request_id)])
+                if reason is None:
+                    self._deliver([_cancelled(request_id)])
+                else:
+                    self._deliver_error(request_id, EngineError(reason))
         while not cancel_inflight and self._streams and self.healthy:
             await asyncio.sleep(0.05)
         self._stopping = True
@@ -141,19 +149,32 @@ class AsyncEngine:
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join, 10)
 
+    def close(self) -> None:
+        """After `shutdown`: release the model (`LLMEngine.close`: weights, KV cache, worker processes, the
+        backend's cached memory); the engine cannot serve again. Blocking: call it off the event loop.
+        `EngineError` while the engine thread still runs (a step that outlived `shutdown`'s wait)."""
+        if self._thread is not None and self._thread.is_alive():
+            raise EngineError("the engine thread is still stepping: its model cannot be released yet")
+        self.engine.close()
+
     # -- requests ---------------------------------------------------------------------------------------
     def compile_grammar(self, grammar: Grammar) -> CompiledGrammar:
-        """`LLMEngine.compile_grammar` (thread-safe: the server calls it from a worker thread)."""
+        """`LLMEngine.compile_grammar` (thread-safe: the server calls it from a worker thread, and the
+        request carries the result in `SamplingParams.compiled_grammar`)."""
         return self.engine.compile_grammar(grammar)
 
     def stream(
         self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
     ) -> AsyncIterator[TokenEvent]:
         """Validate (raises `ValidationError` at once: the request's one validation), queue, and return the
-        request's event stream."""
+        request's event stream. A request with a grammar carries it compiled (`compile_grammar`, off the
+        event loop; `ValueError` if not): nothing here or on the engine thread compiles."""
+        if self._refusal is not None:
+            raise EngineError(self._refusal)
         if not self.healthy:
             raise EngineError(f"the engine is not running: {self.error}")
         params = self.engine.validate(prompt_token_ids, params)
+        require_compiled_grammar(params)
         request_id = request_id or uuid.uuid4().hex
         events: asyncio.Queue = asyncio.Queue()
         self._streams[request_id] = events

@@ -132,6 +132,26 @@ def load_draft_model(
     return DraftModelProposer(runner, num_blocks, config.block_size)
 
 
+def _compiled_for(params: SamplingParams) -> CompiledGrammar | None:
+    """The compiled grammar `params` carries, if it is the one of `params.grammar`."""
+    compiled = params.compiled_grammar
+    return compiled if compiled is not None and compiled.grammar == params.grammar else None
+
+
+def require_compiled_grammar(params: SamplingParams) -> CompiledGrammar | None:
+    """The compiled grammar a request with a grammar must carry (None without a grammar); `ValueError` (a
+    caller's bug, not the client's) when it does not: the engine thread never compiles."""
+    if params.grammar is None:
+        return None
+    compiled = _compiled_for(params)
+    if compiled is None:
+        raise ValueError(
+            "a request with a grammar must carry it compiled (LLMEngine.with_compiled_grammar, off the "
+            "engine thread and the event loop)"
+        )
+    return compiled
+
+
 class LLMEngine:
     """Loads a model and generates for many requests at once with continuous batching.
 
@@ -286,9 +306,9 @@ class LLMEngine:
     # -- requests ---------------------------------------------------------------------------------------
     def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> SamplingParams:
         """`params` with its defaults resolved, or `ValidationError` (TGI's 422) for a request that does not
-        fit the limits or whose grammar cannot be used: the request's one validation (`tgi.core.validation`).
-        A grammar is compiled here unless it is cached (`compile_grammar`, which a server calls first on a
-        worker thread)."""
+        fit the limits or asks for what this backend cannot do: the request's one validation
+        (`tgi.core.validation`). It never compiles a grammar: `with_compiled_grammar` does, off the engine
+        thread (the server's validation step; `add_request` for the in-process API)."""
         params = validate_request(prompt_token_ids, params, self.limits)
         if params.prompt_logprobs and not self.runner.capabilities().prompt_logprobs:
             raise ValidationError(
@@ -296,45 +316,60 @@ class LLMEngine:
                 "is not supported"
             )
         if params.grammar is not None:
-            self.compile_grammar(params.grammar)
+            self._check_token_masks()
         return params
 
     def _backend_name(self) -> str:
         return getattr(getattr(self.backend, "spec", None), "name", type(self.backend).__name__)
 
+    def _check_token_masks(self) -> None:
+        if not self.runner.capabilities().token_masks:
+            raise ValidationError(
+                f"the {self._backend_name()} backend cannot apply grammar masks: `grammar` (guided decoding) "
+                "is not supported"
+            )
+
     def compile_grammar(self, grammar: Grammar) -> CompiledGrammar:
         """The grammar compiled against this model's tokenizer (cached by grammar), or `ValidationError`
-        saying why it cannot constrain this model's output. Thread-safe."""
-        if not self.runner.capabilities().token_masks:
-            name = getattr(getattr(self.backend, "spec", None), "name", type(self.backend).__name__)
-            raise ValidationError(
-                f"the {name} backend cannot apply grammar masks: `grammar` (guided decoding) is not supported"
-            )
+        saying why it cannot constrain this model's output, or `CompilerBusyError` when it cannot be
+        compiled now. Thread-safe; it may take seconds: never call it on an event loop or the engine thread.
+        The only caller of the grammar compiler."""
+        self._check_token_masks()
         try:
             return self._grammars.compile(grammar)
         except GrammarError as exc:
             raise ValidationError(str(exc)) from None
 
+    def with_compiled_grammar(self, params: SamplingParams) -> SamplingParams:
+        """`params` carrying its grammar compiled (`compile_grammar`, unless it carries it already): what
+        a request with a grammar must be queued with."""
+        if params.grammar is None or _compiled_for(params) is not None:
+            return params
+        return dataclasses.replace(params, compiled_grammar=self.compile_grammar(params.grammar))
+
     def add_request(
         self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
     ) -> str:
-        """Validate and queue a request; returns its id."""
-        params = self.validate(prompt_token_ids, params)
+        """Validate, compile its grammar (on the caller's thread: the in-process API) and queue a request;
+        returns its id."""
+        params = self.with_compiled_grammar(self.validate(prompt_token_ids, params))
         return self.add_validated_request(prompt_token_ids, params, request_id)
 
     def add_validated_request(
         self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
     ) -> str:
-        """Queue a request whose `params` came from `validate` (checked, defaults resolved): the engine
-        thread of `AsyncEngine` adds what its caller validated, without checking it again."""
+        """Queue a request whose `params` came from `validate` (checked, defaults resolved) and carry its
+        grammar compiled (`with_compiled_grammar`): the engine thread of `AsyncEngine` adds what its caller
+        validated, without checking it again, and never compiles."""
+        compiled = require_compiled_grammar(params)
         request_id = request_id or uuid.uuid4().hex
         seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
         # a LoRA adapter changes the keys/values: its blocks are cached apart from the base model's (and from
         # those of an earlier adapter of the same id)
         cache_key = b"" if params.adapter_id is None else self.lora.cache_key(params.adapter_id)
         seq = Sequence(request_id, list(prompt_token_ids), params, seed, cache_key=cache_key)
-        if params.grammar is not None:
-            self.guided.start(request_id, self.compile_grammar(params.grammar))
+        if compiled is not None:
+            self.guided.start(request_id, compiled)
         self._outputs[request_id] = RequestOutput(seq, self.tokenizer, self.eos_token_ids)
         self.scheduler.add(seq)
         return request_id
@@ -353,6 +388,17 @@ class LLMEngine:
         for request_id in ids:
             self.abort(request_id)
         return ids
+
+    def close(self) -> None:
+        """Release the model once no step runs any more (a model swapped out): every request still in flight
+        is aborted, the runner shuts down (weights, KV cache, worker processes), the draft model's too, and
+        the backend hands the freed memory back (`Backend.release_memory`). The engine cannot step again."""
+        self.abort_all()
+        self.runner.shutdown()
+        draft = getattr(self.proposer, "runner", None)  # --speculative-model's runner
+        if draft is not None:
+            draft.shutdown()
+        self.backend.release_memory()
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()

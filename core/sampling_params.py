@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from tgi.core.guided.grammar import Grammar
 
 if TYPE_CHECKING:  # tgi.core.watermark reads the sampling spec, whose package imports this module
+    from tgi.core.guided.compiler import CompiledGrammar
     from tgi.core.watermark import Watermark
+
+#: the most tokens one request's `logit_bias` may name (OpenAI's own cap): the sampler adds them to the
+#: logits at every step of the request
+MAX_LOGIT_BIAS = 300
+#: the most `stop_token_ids` one request may give. vLLM has no cap; one is needed because every id is checked
+#: against the vocabulary and kept for the request's life. 300 holds every special token of the models
+#: served (Llama 3 reserves 256), and more than that is no stop condition but a ban better said otherwise.
+MAX_STOP_TOKEN_IDS = 300
 
 
 @dataclass(frozen=True)
@@ -41,6 +51,9 @@ class SamplingParams:
     logit_bias: tuple[tuple[int, float], ...] = ()
     priority: int = 0  # higher runs first; equal priorities are FIFO
     grammar: Grammar | None = None  # the output must match it (JSON schema, regex, Lark): guided decoding
+    # `grammar` compiled for the engine's tokenizer (`LLMEngine.compile_grammar`), attached off the engine
+    # thread by whoever validated the request (the server's validation step): the engine never compiles
+    compiled_grammar: CompiledGrammar | None = field(default=None, compare=False, repr=False)
     watermark: Watermark | None = None  # green-list watermark on the logits (TGI's `watermark`)
     adapter_id: str | None = None  # the LoRA adapter to run with (`--lora-adapters` id); None: the base model
     extra: dict = field(default_factory=dict, compare=False, hash=False)
@@ -71,6 +84,15 @@ class SamplingParams:
             raise ValueError("`top_n_tokens` must be >= 0")
         if self.seed is not None and not 0 <= self.seed < 2**64:
             raise ValueError("`seed` must be in [0, 2^64)")
+        if len(self.logit_bias) > MAX_LOGIT_BIAS:
+            raise ValueError(
+                f"`logit_bias` may name at most {MAX_LOGIT_BIAS} tokens. Given: {len(self.logit_bias)}"
+            )
+        if len(self.stop_token_ids) > MAX_STOP_TOKEN_IDS:
+            raise ValueError(
+                f"`stop_token_ids` may hold at most {MAX_STOP_TOKEN_IDS} token ids. "
+                f"Given: {len(self.stop_token_ids)}"
+            )
         if len({t for t, _ in self.logit_bias}) != len(self.logit_bias):
             raise ValueError("`logit_bias` names a token id more than once")
         if any(not -100 <= b <= 100 for _, b in self.logit_bias):
@@ -87,3 +109,15 @@ class SamplingParams:
     @property
     def is_greedy(self) -> bool:
         return not self.do_sample
+
+    @cached_property
+    def stop_token_set(self) -> frozenset[int]:
+        """`stop_token_ids` as a set, built once: the check after every generated token is O(1)."""
+        return frozenset(self.stop_token_ids)
+
+    def __getstate__(self) -> dict:
+        """Pickled (to tensor-parallel workers, which never sample) without the compiled grammar's parser
+        state, which stays in the process that samples, nor what is cached from the fields."""
+        state = {k: v for k, v in self.__dict__.items() if k != "stop_token_set"}
+        state["compiled_grammar"] = None
+        return state

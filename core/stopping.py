@@ -119,7 +119,7 @@ def token_finish_reason(
     LENGTH too (see `combine_finish_reasons`).
     """
     if num_generated >= params.min_new_tokens:
-        if token_id in params.stop_token_ids:
+        if token_id in params.stop_token_set:
             return FinishReason.EOS
         if not params.ignore_eos and token_id in eos_token_ids:
             return FinishReason.EOS

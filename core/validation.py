@@ -30,6 +30,15 @@ class RequestLimits:
     lora_adapters: tuple[str, ...] = ()  # the adapter ids a request may name in `adapter_id`
 
 
+def too_many_input_tokens(given: int, max_input_tokens: int) -> str:
+    """The message for an input of `given` tokens past `--max-input-tokens`: TGI's words, then the bound
+    they mean (it is inclusive)."""
+    return (
+        f"`inputs` must have less than {max_input_tokens} tokens. Given: {given} "
+        f"(`inputs` tokens must be <= {max_input_tokens})"
+    )
+
+
 def validate_request(
     prompt_token_ids: Sequence[int], params: SamplingParams, limits: RequestLimits
 ) -> SamplingParams:
@@ -52,17 +61,15 @@ def validate_request(
             f"Given: {n} `inputs` tokens and {params.max_new_tokens} `max_new_tokens`"
         )
     if n > limits.max_input_tokens:
-        # TGI's words, then the bound they mean (it is inclusive)
-        broken.append(
-            f"`inputs` must have less than {limits.max_input_tokens} tokens. Given: {n} "
-            f"(`inputs` tokens must be <= {limits.max_input_tokens})"
-        )
+        broken.append(too_many_input_tokens(n, limits.max_input_tokens))
     if broken:
         raise ValidationError("; ".join(broken))
     if any(not 0 <= t < limits.vocab_size for t in prompt_token_ids):
         raise ValidationError(f"token ids must be in [0, {limits.vocab_size})")
     if any(not 0 <= t < limits.vocab_size for t, _ in params.logit_bias):
         raise ValidationError(f"`logit_bias` token ids must be in [0, {limits.vocab_size})")
+    if any(not 0 <= t < limits.vocab_size for t in params.stop_token_ids):
+        raise ValidationError(f"`stop_token_ids` must be in [0, {limits.vocab_size})")
     if params.adapter_id is not None and params.adapter_id not in limits.lora_adapters:
         loaded = ", ".join(limits.lora_adapters) or "none"
         raise ValidationError(f"adapter `{params.adapter_id}` is not loaded (loaded adapters: {loaded})")

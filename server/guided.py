@@ -1,7 +1,7 @@
 """Grammars from the APIs' request fields: TGI's `grammar`, OpenAI's `response_format`, vLLM's `guided_*`.
 
 Each function turns a field's value into a `tgi.core.guided.Grammar` or raises the 422 that names the field
-(OpenAI's shape on /v1). Compiling happens later, off the event loop (`InferenceService.compile_grammar`).
+(OpenAI's shape on /v1). Compiling happens later, off the event loop (`InferenceService.with_grammar`).
 """
 
 from __future__ import annotations

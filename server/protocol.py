@@ -51,7 +51,9 @@ class ServingEngine(Protocol):
 
     def compile_grammar(self, grammar: Grammar) -> Any:
         """Compile a request's grammar for this model (cached), or raise `ValidationError` saying why it
-        cannot be used. Thread-safe: called from a worker thread, never on the event loop."""
+        cannot be used (`tgi.core.guided.CompilerBusyError` when it cannot be compiled now). Thread-safe:
+        called from a worker thread, never on the event loop; `stream` gets the result in
+        `SamplingParams.compiled_grammar`."""
         ...
 
     def stats(self) -> EngineStatsLike: ...
@@ -62,4 +64,9 @@ class ServingEngine(Protocol):
     async def unload_lora_adapter(self, name: str) -> None:
         """Refuse new requests of an adapter now, drop it once its requests have finished (KeyError: none)."""
 
-    async def shutdown(self, cancel_inflight: bool = False) -> None: ...
+    async def shutdown(self, cancel_inflight: bool = False, reason: str | None = None) -> None:
+        """Stop the engine loop: after the requests in flight, or at once with `cancel_inflight` (each
+        ends cancelled, or with `EngineError(reason)` given a `reason`, which also refuses later streams)."""
+
+    def close(self) -> None:
+        """After `shutdown`: release the model's memory (weights, KV cache); blocking, off the event loop."""

@@ -55,9 +55,10 @@ async def ping(request: Request) -> Response:
 
 
 @router.post("/chat_tokenize", responses=_ERRORS)
-async def chat_tokenize(req: ChatCompletionRequest, request: Request) -> dict:
+async def chat_tokenize(req: ChatCompletionRequest, request: Request) -> Response:
     """The chat request's prompt as the model gets it: `templated_text` (the chat template applied, with
-    the tools where the request has them) and its tokens with their character offsets in it."""
+    the tools where the request has them) and its tokens with their character offsets in it (at most
+    `max_input_tokens` tokens, else a 422)."""
     service: InferenceService = request.app.state.service
     with service.admit(metered=False):  # a slot, but not a generation request in the metrics
         check_fields(req)
@@ -67,9 +68,10 @@ async def chat_tokenize(req: ChatCompletionRequest, request: Request) -> dict:
             [m.template_dict() for m in req.messages], tools, template, req.tool_prompt
         )
         text = await service.template_text(messages, **kwargs)
-        # the template already writes BOS where the model wants one
-        pairs = await service.offsets(text, add_special_tokens=False)
-    return {
-        "tokenize_response": [{"id": i, "text": text[a:b], "start": a, "stop": b} for i, (a, b) in pairs],
-        "templated_text": text,
-    }
+        # the template already writes BOS where the model wants one; built and serialised off the loop
+        body = await service.token_spans_json(
+            text,
+            add_special_tokens=False,
+            shape=lambda spans: {"tokenize_response": spans, "templated_text": text},
+        )
+    return Response(body, media_type="application/json")

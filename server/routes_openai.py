@@ -64,8 +64,7 @@ async def _with_grammar(
         return base
     field, grammar = asked
     refuse_if_disabled(grammar, service.settings.disable_grammar_support, field)
-    await service.compile_grammar(grammar, field)
-    return replace(base, grammar=grammar)
+    return await service.with_grammar(base, grammar, field)
 
 
 async def _chat_jobs(service: InferenceService, req: ChatCompletionRequest) -> list[Job]:
@@ -230,7 +229,8 @@ async def _respond(request: Request, req, chat: bool) -> Response:
     chunk = _chat_chunker(jobs) if chat else _completion_chunk
     chunks = _chunks(env, jobs, first, merged, chunk, logprobs, req.include_usage)
     # after the headers, an error is the last event (OpenAI's shape)
-    return sse.EventStreamResponse(sse.with_error_tail(chunks, merged, tracker, request.url.path))
+    body = sse.with_error_tail(chunks, merged, tracker, request.url.path)
+    return sse.EventStreamResponse(body, service.settings.stream_write_timeout_s)
 
 
 async def _chunks(

@@ -69,10 +69,8 @@ async def prepare(
     if req.parameters.grammar is not None:
         grammar = tgi_grammar(req.parameters.grammar, "parameters.grammar")
         refuse_if_disabled(grammar, service.settings.disable_grammar_support, "parameters.grammar")
-        await service.compile_grammar(
-            grammar, "parameters.grammar"
-        )  # off the event loop; the engine finds it cached
-        params = replace(params, grammar=grammar)
+        # compiled off the event loop; the request carries it compiled to the engine
+        params = await service.with_grammar(params, grammar, "parameters.grammar")
     ids = await service.encode(req.inputs)
     if truncate is not None:
         ids = ids[-truncate:]
@@ -163,7 +161,8 @@ async def generate_sse(service: InferenceService, req: GenerateRequest, request:
             event = await anext(stream, None)
 
     # after the headers, TGI sends an error as the last event
-    return sse.EventStreamResponse(sse.with_error_tail(chunks(), stream, tracker, request.url.path))
+    body = sse.with_error_tail(chunks(), stream, tracker, request.url.path)
+    return sse.EventStreamResponse(body, service.settings.stream_write_timeout_s)
 
 
 @router.post("/generate", response_model=GenerateResponse, responses=_ERRORS)
@@ -193,13 +192,13 @@ async def compat_generate(req: CompatGenerateRequest, request: Request) -> Respo
 
 
 @router.post("/tokenize", response_model=list[SimpleToken], responses=_ERRORS)
-async def tokenize(req: GenerateRequest, request: Request) -> list[dict]:
-    """Tokenize inputs."""
+async def tokenize(req: GenerateRequest, request: Request) -> Response:
+    """Tokenize inputs (at most `max_input_tokens` tokens, else a 422)."""
     service = _service(request)
     with service.admit(metered=False):  # a slot, but not a generation request in the metrics
         check_fields(req)
-        pairs = await service.offsets(req.inputs)
-    return [{"id": i, "text": req.inputs[a:b], "start": a, "stop": b} for i, (a, b) in pairs]
+        body = await service.token_spans_json(req.inputs)  # built and serialised off the event loop
+    return Response(body, media_type="application/json")
 
 
 @router.get("/info", response_model=Info)

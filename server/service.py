@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
+from dataclasses import replace
 from typing import Any, TypeVar
 
-from tgi.core.guided import Grammar
+from tgi.core.guided import CompilerBusyError, Grammar
 from tgi.core.request import EngineError, FinishReason, OverloadedError, TokenEvent, ValidationError
 from tgi.core.sampling_params import SamplingParams
+from tgi.core.validation import too_many_input_tokens
 from tgi.server.errors import ApiError, internal_error, overloaded, validation_error
 from tgi.server.metrics import ServerMetrics
 from tgi.server.protocol import ServingEngine
@@ -139,10 +142,28 @@ class InferenceService:
     async def decode(self, token_ids: list[int]) -> str:
         return await self._tokenizing(lambda: self.tokenizer.decode(token_ids))
 
-    async def offsets(self, text: str, add_special_tokens: bool = True) -> list[tuple[int, tuple[int, int]]]:
-        def run() -> list[tuple[int, tuple[int, int]]]:
-            enc = self.tokenizer(text, return_offsets_mapping=True, add_special_tokens=add_special_tokens)
-            return list(zip(enc["input_ids"], enc["offset_mapping"], strict=False))
+    async def token_spans_json(
+        self,
+        text: str,
+        add_special_tokens: bool = True,
+        shape: Callable[[list[dict]], Any] = lambda spans: spans,
+    ) -> bytes:
+        """`text`'s tokens as TGI's `/tokenize` lists them (`{id, text, start, stop}`, the characters each
+        covers), passed through `shape` and serialised to JSON, all on the validation workers: however long
+        the text, the event loop only awaits. More tokens than `--max-input-tokens` is a 422 naming the
+        limit (TGI's message for an input too long to generate from)."""
+        tokenizer, limit = self.tokenizer, self.config.max_input_tokens
+
+        def run() -> bytes:
+            enc = tokenizer(text, return_offsets_mapping=True, add_special_tokens=add_special_tokens)
+            ids = enc["input_ids"]
+            if len(ids) > limit:
+                raise validation_error(too_many_input_tokens(len(ids), limit))
+            spans = [
+                {"id": i, "text": text[a:b], "start": a, "stop": b}
+                for i, (a, b) in zip(ids, enc["offset_mapping"], strict=True)
+            ]
+            return json.dumps(shape(spans), ensure_ascii=False).encode()
 
         return await self._tokenizing(run)
 
@@ -166,13 +187,20 @@ class InferenceService:
             lambda: self._encode(self._template(messages, template_kwargs), add_special_tokens=False)
         )
 
-    async def compile_grammar(self, grammar: Grammar, field: str | None = None) -> None:
-        """Compile (or find cached) a request's grammar in a worker thread: an expensive grammar never
-        stalls the event loop or the engine thread. A grammar that cannot be used is a 422."""
+    async def with_grammar(
+        self, params: SamplingParams, grammar: Grammar, field: str | None = None
+    ) -> SamplingParams:
+        """`params` constrained by `grammar`, compiled (or found cached) for the request's engine in a worker
+        thread: an expensive grammar never stalls the event loop, and the request carries it compiled, so
+        that the engine thread never compiles. A grammar that cannot be used is a 422 naming `field`; one
+        that cannot be compiled now (the compile queue is full), a 503 that says so."""
         try:
-            await asyncio.to_thread(self.engine.compile_grammar, grammar)
+            compiled = await asyncio.to_thread(self.engine.compile_grammar, grammar)
         except ValidationError as exc:
             raise validation_error(str(exc), field) from None
+        except CompilerBusyError as exc:
+            raise ApiError(503, f"Grammar compilation is busy: {exc}", "overloaded") from None
+        return replace(params, grammar=grammar, compiled_grammar=compiled)
 
     async def stream(self, token_ids: list[int], params: SamplingParams) -> AsyncIterator[TokenEvent]:
         """The engine's stream with its errors as `ApiError`; closing this closes (cancels) the engine's."""

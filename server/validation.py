@@ -9,7 +9,7 @@ queued (`tgi.core.validation`); the server answers its `ValidationError` with th
 from __future__ import annotations
 
 from tgi.core.config import EngineConfig
-from tgi.core.sampling_params import SamplingParams
+from tgi.core.sampling_params import MAX_LOGIT_BIAS, MAX_STOP_TOKEN_IDS, SamplingParams
 from tgi.server.errors import validation_error
 from tgi.server.schemas_tgi import GenerateParameters
 from tgi.server.settings import ServerSettings
@@ -97,8 +97,13 @@ def check_prompt_logprobs(field: str, settings: ServerSettings) -> None:
 
 
 def logit_bias(bias: dict[str, float] | None) -> tuple[tuple[int, float], ...]:
-    """OpenAI's `logit_bias` (token ids as strings) as sorted (token id, bias) pairs; the engine checks the
-    ids against the vocabulary and the biases' range."""
+    """OpenAI's `logit_bias` (token ids as strings) as sorted (token id, bias) pairs, at most
+    `MAX_LOGIT_BIAS` of them (a 422 at once, before anything is tokenized); the engine checks the ids
+    against the vocabulary and the biases' range."""
+    if bias and len(bias) > MAX_LOGIT_BIAS:
+        raise validation_error(
+            f"`logit_bias` may name at most {MAX_LOGIT_BIAS} tokens. Given: {len(bias)}", "logit_bias"
+        )
     pairs = []
     for key, value in (bias or {}).items():
         try:
@@ -109,6 +114,17 @@ def logit_bias(bias: dict[str, float] | None) -> tuple[tuple[int, float], ...]:
             ) from None
         pairs.append((token, float(value)))
     return tuple(sorted(pairs))
+
+
+def stop_token_ids(ids: list[int] | None) -> tuple[int, ...]:
+    """vLLM's `stop_token_ids`, at most `MAX_STOP_TOKEN_IDS` of them (a 422 at once); the engine checks
+    them against the vocabulary."""
+    if ids and len(ids) > MAX_STOP_TOKEN_IDS:
+        raise validation_error(
+            f"`stop_token_ids` may hold at most {MAX_STOP_TOKEN_IDS} token ids. Given: {len(ids)}",
+            "stop_token_ids",
+        )
+    return tuple(ids or ())
 
 
 def openai_sampling_params(req, settings: ServerSettings, top_n: int, logprobs: bool) -> SamplingParams:
@@ -130,7 +146,7 @@ def openai_sampling_params(req, settings: ServerSettings, top_n: int, logprobs: 
         max_new_tokens=req.max_new_tokens,  # None: the engine gives what is left of max_total_tokens
         min_new_tokens=req.min_tokens or 0,
         stop=check_stop(req.stop_list, settings),
-        stop_token_ids=tuple(req.stop_token_ids or ()),
+        stop_token_ids=stop_token_ids(req.stop_token_ids),
         include_stop_str_in_output=req.include_stop_str_in_output,
         ignore_eos=req.ignore_eos,
         logprobs=logprobs,

@@ -1,5 +1,5 @@
 """Guided decoding: outputs constrained by a JSON schema, a regex or a Lark grammar (llguidance)."""
 
-from tgi.core.guided.grammar import Grammar, GrammarError
+from tgi.core.guided.grammar import CompilerBusyError, Grammar, GrammarError
 
-__all__ = ["Grammar", "GrammarError"]
+__all__ = ["CompilerBusyError", "Grammar", "GrammarError"]

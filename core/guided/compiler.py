@@ -16,16 +16,23 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from tgi.core.guided.grammar import JSON_STYLE, Grammar, GrammarError
+from tgi.core.guided.grammar import JSON_STYLE, CompilerBusyError, Grammar, GrammarError
 
 log = logging.getLogger(__name__)
 
-#: seconds a grammar may take to compile before the request is refused (llguidance's own fuel limits
-#: bound the work; this bounds the wait)
+#: seconds a grammar may take to compile, from the moment a worker starts on it, before the request is
+#: refused (llguidance's own fuel limits bound the work; this bounds the wait). A grammar also waits at
+#: most this long for a free worker.
 DEFAULT_COMPILE_TIMEOUT_S = 10.0
+#: threads that compile grammars
+DEFAULT_COMPILE_WORKERS = 2
+#: grammars compiling or waiting for a worker at once, those whose requests gave up waiting included (a
+#: compile cannot be interrupted: it holds its worker until llguidance is done); past it, a new grammar is
+#: refused at once with `CompilerBusyError`
+DEFAULT_MAX_PENDING_COMPILES = 8
 
 
 def _llguidance():
@@ -52,12 +59,27 @@ class CompiledGrammar:
         return self.prototype.deep_copy()
 
 
+@dataclass
+class _Compile:
+    """One grammar being compiled, or waiting for a worker; every request that asks for it waits on it."""
+
+    future: concurrent.futures.Future | None = None
+    started: threading.Event = field(default_factory=threading.Event)
+    started_at: float = 0.0  # time.monotonic() when a worker took it
+
+
 class GrammarCompiler:
     """Compiles `Grammar`s for one tokenizer; thread-safe; keeps the last `cache_size` results.
 
     `compile` validates (a `GrammarError` names what is wrong), builds the parser and computes its first
-    token mask, so that the engine thread only copies a ready state. It runs on the caller's thread with a
-    time limit: the server calls it from a worker thread, never on the event loop or the engine thread.
+    token mask, so that the engine thread only copies a ready state. The work runs on `workers` threads of
+    its own; the caller waits, with a time limit: the server calls it from a worker thread of its own,
+    never on the event loop or the engine thread (the request then carries the result).
+
+    At most `max_pending` grammars compile or wait for a worker at once; one more is refused at once with
+    `CompilerBusyError`, as is a grammar that found no free worker within `timeout_s`. A grammar whose
+    compile ran `timeout_s` is the client's `GrammarError`; its compile goes on (it cannot be interrupted)
+    and counts against `max_pending` until it ends (its result is then cached).
     """
 
     def __init__(
@@ -67,17 +89,28 @@ class GrammarCompiler:
         eos_token_ids: Sequence[int],
         cache_size: int = 256,
         timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S,
+        workers: int = DEFAULT_COMPILE_WORKERS,
+        max_pending: int = DEFAULT_MAX_PENDING_COMPILES,
     ) -> None:
+        if max_pending < workers:
+            raise ValueError(f"max_pending ({max_pending}) must be at least workers ({workers})")
         self.hf_tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.eos_token_ids = sorted(eos_token_ids)
         self.cache_size = cache_size
         self.timeout_s = timeout_s
+        self.max_pending = max_pending
         self._lock = threading.Lock()
         self._cache: OrderedDict[Grammar, CompiledGrammar] = OrderedDict()
-        self._pending: dict[Grammar, concurrent.futures.Future] = {}
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="tgi-grammar")
+        self._pending: dict[Grammar, _Compile] = {}
+        self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="tgi-grammar")
         self._lltokenizer = None
+        self.num_compiled = 0  # grammars compiled since start (cache hits not counted)
+
+    @property
+    def num_pending(self) -> int:
+        """Grammars compiling or waiting for a worker now."""
+        return len(self._pending)
 
     def lltokenizer(self) -> Any:
         """llguidance's view of the tokenizer (built once: ~0.3 s for a 49k vocabulary)."""
@@ -90,30 +123,46 @@ class GrammarCompiler:
             return self._lltokenizer
 
     def compile(self, grammar: Grammar) -> CompiledGrammar:
-        """The compiled grammar, from the cache or compiled now (waiting at most `timeout_s`)."""
+        """The compiled grammar, from the cache or compiled now: `GrammarError` when it cannot be used or
+        compiled for `timeout_s`, `CompilerBusyError` when it cannot be compiled now."""
         with self._lock:
             hit = self._cache.get(grammar)
             if hit is not None:
                 self._cache.move_to_end(grammar)
                 return hit
-            future = self._pending.get(grammar)
-            if future is None:  # one compilation per grammar, however many requests wait for it
-                future = self._pool.submit(self._compile, grammar)
-                self._pending[grammar] = future
+            job = self._pending.get(grammar)
+            if job is None:  # one compilation per grammar, however many requests wait for it
+                if len(self._pending) >= self.max_pending:
+                    raise CompilerBusyError(
+                        f"{len(self._pending)} grammars are being compiled or wait for it, the most this "
+                        "server allows: retry later"
+                    )
+                job = self._pending[grammar] = _Compile()
+                job.future = self._pool.submit(self._compile, grammar, job)
+        if not job.started.wait(self.timeout_s):
+            raise CompilerBusyError(
+                f"no grammar compiler was free within {self.timeout_s:g} s (other grammars are compiling): "
+                "retry later"
+            )
         try:
-            return future.result(timeout=self.timeout_s)
+            return job.future.result(timeout=max(job.started_at + self.timeout_s - time.monotonic(), 0.0))
         except concurrent.futures.TimeoutError:
             raise GrammarError(
                 f"the grammar did not compile within {self.timeout_s:g} s: simplify it"
             ) from None
 
-    def _compile(self, grammar: Grammar) -> CompiledGrammar:
+    def _compile(self, grammar: Grammar, job: _Compile) -> CompiledGrammar:
+        job.started_at = time.monotonic()
+        job.started.set()
         try:
             compiled = self._build(grammar)
-        finally:
+        except BaseException:
             with self._lock:
                 self._pending.pop(grammar, None)
-        with self._lock:
+            raise
+        with self._lock:  # cached as it stops pending: a request for it meanwhile finds one or the other
+            self._pending.pop(grammar, None)
+            self.num_compiled += 1
             self._cache[grammar] = compiled
             self._cache.move_to_end(grammar)
             while len(self._cache) > self.cache_size:

@@ -23,6 +23,11 @@ class GrammarError(ValueError):
     written for the client (the server answers it with a 422)."""
 
 
+class CompilerBusyError(RuntimeError):
+    """No grammar could be compiled now: the compile queue is full, or no compiler was free in time. The
+    grammar is not at fault; the message says why, for the client (the server answers it with a 503)."""
+
+
 def closed(schema: Any) -> Any:
     """`schema` with `additionalProperties: false` on every object that lists its `properties` and says
     nothing of others. Generation emits the declared properties only (as outlines does, xgrammar's strict

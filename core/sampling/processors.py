@@ -106,20 +106,6 @@ def token_counts(tokens: torch.Tensor, weights: torch.Tensor, vocab_size: int) -
     return counts[:, :vocab_size]
 
 
-def apply_logit_bias(logits: torch.Tensor, biases: Sequence[Sequence[tuple[int, float]]]) -> torch.Tensor:
-    """Add each row's `(token id, bias)` pairs (OpenAI's `logit_bias`) to its logits with one scatter over
-    all rows: `biases[i]` belongs to row i, token ids in [0, V). In place."""
-    rows = [i for i, pairs in enumerate(biases) for _ in pairs]
-    if not rows:
-        return logits
-    device = logits.device
-    ids = torch.tensor([t for pairs in biases for t, _ in pairs], dtype=torch.int64, device=device)
-    values = torch.tensor([b for pairs in biases for _, b in pairs], dtype=logits.dtype, device=device)
-    return logits.index_put_(
-        (torch.tensor(rows, dtype=torch.int64, device=device), ids), values, accumulate=True
-    )
-
-
 def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
     """CTRL / TGI: for tokens seen (prompt + output), positive logits are divided by the penalty and
     negative ones multiplied. `seen` `[N, V]` bool, `penalty` `[N]`. In place."""

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from tgi.core.sampling import processors as P
+from tgi.core.sampling.logit_bias import LogitBiasTable
 from tgi.core.torch.sampler import Sampler, SamplerOutput
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ class TorchSampler(Sampler):
 
     def __init__(self, greedy_kernel=None) -> None:
         self.greedy_kernel = greedy_kernel
+        self.logit_bias = LogitBiasTable()  # each request's bias tensors, built at its first step
 
     def sample(
         self, logits: torch.Tensor, rows: Sequence[ScheduledSequence], token_masks: TokenMasks | None = None
@@ -77,7 +79,7 @@ class TorchSampler(Sampler):
             x = x.clone() if x is logits else x  # every processor below works in place on our copy
 
         if need_bias:
-            P.apply_logit_bias(x, [p.logit_bias for p in params])
+            self.logit_bias.apply(x, params)
 
         if need_rep or need_freq:
             self._apply_penalties(x, rows, rep, freq, pres, need_rep, need_freq)

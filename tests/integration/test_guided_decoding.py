@@ -6,15 +6,21 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 
 import jsonschema
 import pytest
+from fastapi.testclient import TestClient
 
-from tgi.core.guided import Grammar
+from tgi.core.async_engine import AsyncEngine
+from tgi.core.guided import CompilerBusyError, Grammar, GrammarError
+from tgi.core.guided.compiler import GrammarCompiler
 from tgi.core.request import FinishReason, ValidationError
 from tgi.core.sampling_params import SamplingParams
 from tgi.core.testing.guided_cases import JSON_SCHEMAS, REGEXES, schema_prompt
 from tgi.core.tokenization import apply_chat_template
+from tgi.server.app import create_app
 
 pytestmark = pytest.mark.slow
 
@@ -151,3 +157,82 @@ def test_bad_grammars_are_refused_before_queueing(make_engine):
     with pytest.raises(ValidationError, match="min_new_tokens"):
         engine.add_request([1, 2, 3], SamplingParams(grammar=Grammar.regex("a+"), min_new_tokens=2))
     assert not engine.has_unfinished() and len(engine.guided) == 0
+
+
+def _slow_grammar(tag: str, n: int = 100_000) -> Grammar:
+    """A regex of `n` alternatives: most of a second of real compiling (llguidance builds its lexer; past
+    about 120,000 its own limit refuses the grammar)."""
+    return Grammar.regex("|".join(f"{tag}{i}x" for i in range(n)))
+
+
+def _compiler(engine, **limits) -> GrammarCompiler:
+    return GrammarCompiler(engine.tokenizer, engine.model_info.vocab_size, engine.eos_token_ids, **limits)
+
+
+def test_the_engine_never_compiles_a_grammar_even_once_it_left_the_cache(make_engine, monkeypatch):
+    """A served request's grammar is compiled once, on a worker thread, and travels with the request: with
+    a cache that keeps nothing, neither the event loop nor the engine thread compiles it again."""
+    engine = make_engine()
+    engine._grammars = _compiler(engine, cache_size=0)  # every compiled grammar is evicted at once
+    compile_grammar, threads = engine._grammars.compile, []
+
+    def recording(grammar):
+        threads.append(threading.current_thread().name)
+        return compile_grammar(grammar)
+
+    monkeypatch.setattr(engine._grammars, "compile", recording)
+    body = {"inputs": "My phone number is", "parameters": {"max_new_tokens": 12}}
+    body["parameters"]["grammar"] = {"type": "regex", "value": "[0-9]{3}-[0-9]{4}"}
+    with TestClient(create_app(AsyncEngine(engine, model_id="tgi"))) as client:
+        loop_thread = threading.current_thread().name
+        r = client.post("/generate", json=body)
+        assert r.status_code == 200, r.text
+        assert re.fullmatch("[0-9]{3}-[0-9]{4}", r.json()["generated_text"])
+    assert len(threads) == 1, threads
+    assert threads[0] not in ("tgi-engine", loop_thread) and not threads[0].startswith("tgi-validation")
+    assert len(engine._grammars._cache) == 0
+    # a caller that queues a grammar it did not compile is refused before anything runs
+    with pytest.raises(ValueError, match="must carry it compiled"):
+        engine.add_validated_request([1, 2, 3], SamplingParams(grammar=Grammar.regex("a+")))
+
+
+def test_a_full_compile_queue_is_a_503_with_the_reason(make_engine):
+    engine = make_engine()
+    engine._grammars = compiler = _compiler(engine, workers=1, max_pending=1)
+    engine._grammars.lltokenizer()  # built before the clock runs
+    slow = threading.Thread(target=compiler.compile, args=(_slow_grammar("a"),))
+    slow.start()
+    while compiler.num_pending == 0:
+        time.sleep(0.001)
+    body = {"inputs": "Hi", "parameters": {"max_new_tokens": 2, "grammar": {"type": "regex", "value": "b+"}}}
+    with TestClient(create_app(AsyncEngine(engine, model_id="tgi"))) as client:
+        start = time.monotonic()
+        r = client.post("/generate", json=body)
+        waited = time.monotonic() - start
+        assert compiler.num_pending == 1, "the slow grammar was still compiling"
+        assert r.status_code == 503, r.text
+        assert r.json()["error"].startswith("Grammar compilation is busy: 1 grammars are being compiled")
+        assert "retry later" in r.json()["error"] and waited < 0.5
+        slow.join()
+        assert client.post("/generate", json=body).status_code == 200  # served once the queue drains
+
+
+def test_a_compile_that_timed_out_counts_against_the_queue_and_blames_no_later_grammar(make_engine):
+    """A compile past its time limit is the client's 422; it goes on holding its worker (llguidance cannot
+    be interrupted), so the grammars behind it are told the compiler is busy, never that they are at
+    fault; once it ends, they compile."""
+    engine = make_engine()
+    compiler = _compiler(engine, workers=1, max_pending=2, timeout_s=0.2)
+    compiler.lltokenizer()
+    with pytest.raises(GrammarError, match=r"did not compile within 0\.2 s"):
+        compiler.compile(_slow_grammar("a"))
+    assert compiler.num_pending == 1  # still compiling, and counted
+    with pytest.raises(CompilerBusyError, match=r"no grammar compiler was free within 0\.2 s"):
+        compiler.compile(Grammar.regex("b+"))  # waited in the queue: not its fault
+    with pytest.raises(CompilerBusyError, match="2 grammars are being compiled"):
+        compiler.compile(Grammar.regex("c+"))  # refused at once
+    deadline = time.monotonic() + 60
+    while compiler.num_pending and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert compiler.compile(Grammar.regex("c+")).grammar == Grammar.regex("c+")
+    assert compiler.compile(_slow_grammar("a")).grammar == _slow_grammar("a")  # cached when it ended

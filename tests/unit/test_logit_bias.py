@@ -81,3 +81,39 @@ def test_a_greedy_kernel_is_not_used_for_biased_rows():
 def test_invalid_biases_are_refused(bias, message):
     with pytest.raises(ValidationError, match=re.escape(message)):
         validate_request([1, 2], SamplingParams(max_new_tokens=4, logit_bias=bias), RequestLimits(10, 20, 64))
+
+
+def test_the_bias_tensors_are_built_once_per_request_not_per_step(monkeypatch):
+    bias = tuple((t, 1.5) for t in range(0, 600, 2))  # 300 pairs: the cap
+    case, logits = _case([SamplingParams(logit_bias=bias), SamplingParams()], vocab=1024)
+    built = []
+    tensor = torch.tensor
+
+    def counting(data, *args, **kwargs):
+        if isinstance(data, list) and len(data) == len(bias):  # a tensor of the request's pairs
+            built.append(len(data))
+        return tensor(data, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "tensor", counting)
+    sampler = TorchSampler()
+    expected = reference_sample(case.logits, case.rows).token_ids
+    for _ in range(5):  # five steps of the same request
+        assert sampler.sample(logits, case.rows).token_ids.tolist() == expected
+    assert len(built) == 2, "the ids and the values, once, at the request's first step"
+    del case
+    assert len(sampler.logit_bias) == 0, "a finished request's tensors go with its SamplingParams"
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        (SamplingParams(logit_bias=tuple((t, 1.0) for t in range(301))), "`logit_bias` may name at most 300"),
+        (SamplingParams(stop_token_ids=tuple(range(301))), "`stop_token_ids` may hold at most 300"),
+        (SamplingParams(stop_token_ids=(3, 64)), "`stop_token_ids` must be in [0, 64)"),
+        (SamplingParams(stop_token_ids=(-1,)), "`stop_token_ids` must be in [0, 64)"),
+    ],
+)
+def test_token_lists_past_their_cap_or_the_vocabulary_are_refused(params, message):
+    params = dataclasses.replace(params, max_new_tokens=4)
+    with pytest.raises(ValidationError, match=re.escape(message)):
+        validate_request([1, 2], params, RequestLimits(10, 20, 64))
