@@ -15,6 +15,10 @@ from tgi.core.watermark import DEFAULT_DELTA, DEFAULT_GAMMA, Watermark
 from tgi.server.launch_flags import env
 
 
+#: seconds one send of a streamed response may take (`--stream-write-timeout`)
+DEFAULT_STREAM_WRITE_TIMEOUT_S = 30.0
+
+
 def add_production_arguments(parser: argparse.ArgumentParser) -> None:
     a = parser.add_argument
     a(
@@ -42,6 +46,14 @@ def add_production_arguments(parser: argparse.ArgumentParser) -> None:
         default=env("OTLP_SERVICE_NAME", default="text-generation-inference.router"),
         help="the service.name of the traces [env: OTLP_SERVICE_NAME]",
     )
+    a(
+        "--stream-write-timeout",
+        type=float,
+        default=float(env("STREAM_WRITE_TIMEOUT", default=DEFAULT_STREAM_WRITE_TIMEOUT_S)),
+        help="seconds one event of a streamed response may wait for the client to read it; past it the "
+        "request is cancelled and its slot and KV blocks freed (a client that stopped reading), > 0; "
+        f"default: {DEFAULT_STREAM_WRITE_TIMEOUT_S:g} [env: STREAM_WRITE_TIMEOUT]",
+    )
 
 
 def production_settings(args: argparse.Namespace) -> dict:
@@ -55,7 +67,11 @@ def production_settings(args: argparse.Namespace) -> dict:
         raise ConfigError(f"--otlp-endpoint must be an http:// or https:// URL, got {args.otlp_endpoint!r}")
     if args.otlp_endpoint is not None and not _otel_installed(args.otlp_endpoint):  # before the model loads
         raise ConfigError("--otlp-endpoint needs the OpenTelemetry SDK and exporter: pip install 'tgi[otel]'")
+    write_timeout = args.stream_write_timeout
+    if not 0 < write_timeout < float("inf"):
+        raise ConfigError(f"--stream-write-timeout must be a number of seconds > 0, got {write_timeout}")
     return {
+        "stream_write_timeout_s": write_timeout,
         "watermark": mark,
         "otlp_endpoint": args.otlp_endpoint,
         "otlp_service_name": args.otlp_service_name,

@@ -33,6 +33,9 @@ class ServerSettings:
     otlp_service_name: str = "text-generation-inference.router"  # the traces' service.name
     # POST /v1/load_lora_adapter and /v1/unload_lora_adapter are served (--allow-runtime-lora-updating)
     allow_runtime_lora_updating: bool = False
+    # seconds one send of a streamed response may take (a client that stopped reading); past it the request
+    # is cancelled and its slot and KV blocks freed (--stream-write-timeout)
+    stream_write_timeout_s: float = 30.0
     # operator routes (/admin/*, the run-time LoRA routes) accept only this key (--admin-api-key); None: they
     # are refused; it opens no inference route (`tgi.server.auth`)
     admin_api_key: str | None = None

@@ -5,16 +5,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, Protocol, TypeVar
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from tgi.server.errors import ApiError
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 def event(payload: Any) -> bytes:
@@ -25,27 +27,57 @@ def event(payload: Any) -> bytes:
 DONE = b"data: [DONE]\n\n"
 
 
+class SlowReaderError(TimeoutError):
+    """A client did not take an event within the write deadline (it stopped reading)."""
+
+
 class EventStreamResponse(StreamingResponse):
     """A streaming response that always closes its iterator when the response ends, however it ends.
 
     Starlette cancels the body task when the client disconnects (ASGI spec < 2.4) or fails the next `send`
     (spec >= 2.4); either way the `finally` of our generators runs now, not at garbage collection, so the
     engine's stream is closed and the request cancelled within one engine step.
+
+    A send that does not complete within `write_timeout` seconds (a client that stopped reading: the
+    server's write buffer stays full) ends the response the same way, so that a stalled reader never keeps
+    its concurrency slot and KV blocks.
     """
 
-    def __init__(self, content: AsyncIterator[bytes], headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, content: AsyncIterator[bytes], write_timeout: float, headers: dict[str, str] | None = None
+    ) -> None:
+        if not write_timeout > 0:
+            raise ValueError(f"write_timeout must be > 0 seconds, got {write_timeout}")
         super().__init__(
             content,
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})},
         )
         self._content = content
+        self.write_timeout = write_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        stalled = False
+
+        async def send_before_deadline(message: Message) -> None:
+            nonlocal stalled
+            try:
+                await asyncio.wait_for(send(message), self.write_timeout)
+            except TimeoutError:
+                stalled = True
+                raise SlowReaderError(f"the client took no data for {self.write_timeout:g} s") from None
+
         try:
-            await super().__call__(scope, receive, send)
+            await super().__call__(scope, receive, send_before_deadline)
         except (ClientDisconnect, OSError):
-            pass  # the client went away: nothing left to answer; the stream is closed below
+            if stalled:  # starlette reports it as a disconnect
+                client = scope.get("client")
+                log.warning(
+                    "stream to %s cancelled: the client read nothing for %g s (--stream-write-timeout)",
+                    f"{client[0]}:{client[1]}" if client else "a client",
+                    self.write_timeout,
+                )
+            # else the client went away; either way the stream is closed below
         finally:
             aclose = getattr(self._content, "aclose", None)
             if aclose is not None:
