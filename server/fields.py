@@ -2,7 +2,8 @@
 
 Request models allow extra fields so that they can be told apart: a field some API defines that this server
 does not serve (an image content part, TGI's `adapter_id`...) is refused by name with a
-422; a field no API defines is dropped with a logged warning. A known field sent with the value that asks for
+422; a field no API defines is dropped, and the dropped fields of a request are
+logged in one bounded warning line. A known field sent with the value that asks for
 the API's default behaviour (`null`, `best_of: 1`, `modalities: ["text"]`...) is what
 the server does anyway, and passes.
 """
@@ -37,9 +38,31 @@ class RequestModel(BaseModel):
         return iter(())
 
 
-def check_fields(model: BaseModel, path: str = "") -> None:
+#: the longest list of ignored field names a request's warning shows (its `repr`, cut here)
+MAX_LOGGED_FIELDS_CHARS = 200
+
+
+def check_fields(model: BaseModel) -> None:
     """Raise the 422 for the first field `model` (and its nested models) asks for and we do not serve;
-    log and drop the fields no API defines."""
+    drop the fields no API defines, with one warning line per request that names them (a `repr`, so that
+    control characters are escaped, of at most `MAX_LOGGED_FIELDS_CHARS` characters)."""
+    ignored: list[str] = []
+    _check(model, "", ignored)
+    if ignored:
+        log.warning(
+            "ignored %d request field(s) that no API this server implements defines: %s",
+            len(ignored),
+            bounded_repr(ignored, MAX_LOGGED_FIELDS_CHARS),
+        )
+
+
+def bounded_repr(value: Any, limit: int) -> str:
+    """`repr(value)`, cut to `limit` characters with `...` when longer."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _check(model: BaseModel, path: str, ignored: list[str]) -> None:
     if isinstance(model, RequestModel):
         for name, why in model.refusals():
             raise unsupported(path + name, why)
@@ -49,17 +72,15 @@ def check_fields(model: BaseModel, path: str = "") -> None:
                 if not _neutral(value, known[name]):
                     raise unsupported(path + name)
             else:
-                log.warning(
-                    "ignored the request field `%s`: no API this server implements defines it", path + name
-                )
+                ignored.append(path + name)
     for name in type(model).model_fields:
         value = getattr(model, name)
         if isinstance(value, BaseModel):
-            check_fields(value, f"{path}{name}.")
+            _check(value, f"{path}{name}.", ignored)
         elif isinstance(value, list):
             for i, item in enumerate(value):
                 if isinstance(item, BaseModel):
-                    check_fields(item, f"{path}{name}[{i}].")
+                    _check(item, f"{path}{name}[{i}].", ignored)
 
 
 def _neutral(value: Any, neutral: tuple[Any, ...]) -> bool:
