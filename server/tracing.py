@@ -18,7 +18,8 @@ A request of several sequences (`best_of`, `n`, several prompts) gets one queue/
 sequence. The root span carries TGI's attributes (`parameters`, `seed`, `validation_time`, `queue_time`,
 `inference_time`, `time_per_token`, `total_time`) and OpenTelemetry's GenAI ones
 (`gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`, `gen_ai.response.finish_reasons`), and the HTTP
-status. A W3C `traceparent` header (and `tracestate`) makes it a child of the client's span.
+status. A W3C `traceparent` header (and `tracestate`) makes it a child of the client's span. No attribute
+value is longer than `span_limits()` allows (4096 characters unless OpenTelemetry's variables say).
 
 Off by default: without an endpoint no middleware is installed, nothing is imported from OpenTelemetry and
 `InferenceService.tracing` is None. A collector that is down or wrong never fails a request: the exporter's
@@ -74,6 +75,23 @@ def traces_url(endpoint: str) -> str:
     return endpoint if urlsplit(endpoint).path.strip("/") else endpoint.rstrip("/") + "/v1/traces"
 
 
+#: the longest value of a span attribute (a client's stop sequences or grammar can be megabytes), in
+#: characters, unless OpenTelemetry's own variables set one
+DEFAULT_ATTRIBUTE_LENGTH_LIMIT = 4096
+ATTRIBUTE_LENGTH_ENV = ("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT")
+
+
+def span_limits() -> Any:
+    """The SDK's `SpanLimits`: values cut at `DEFAULT_ATTRIBUTE_LENGTH_LIMIT` characters, or at what
+    `OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT` / `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT` say (the SDK reads
+    them when no length is given)."""
+    from opentelemetry.sdk.trace import SpanLimits
+
+    if any(os.environ.get(name) for name in ATTRIBUTE_LENGTH_ENV):
+        return SpanLimits()
+    return SpanLimits(max_attribute_length=DEFAULT_ATTRIBUTE_LENGTH_LIMIT)
+
+
 class Tracing:
     """The tracer of one server, with its provider (flushed and closed by `shutdown()`)."""
 
@@ -93,7 +111,7 @@ class Tracing:
         from tgi.server import __version__
 
         resource = Resource.create({"service.name": service_name, "service.version": __version__})
-        self.provider = TracerProvider(resource=resource)
+        self.provider = TracerProvider(resource=resource, span_limits=span_limits())
         if protocol == "grpc":
             exporter = exporter_class(endpoint=endpoint, insecure=urlsplit(endpoint).scheme == "http")
         else:

@@ -12,7 +12,12 @@ from fake_engine import FakeEngine
 from tgi.core.config import ConfigError
 from tgi.server.app import create_app
 from tgi.server.settings import ServerSettings
-from tgi.server.tracing import otlp_protocol, traces_url
+from tgi.server.tracing import (
+    ATTRIBUTE_LENGTH_ENV,
+    DEFAULT_ATTRIBUTE_LENGTH_LIMIT,
+    otlp_protocol,
+    traces_url,
+)
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
@@ -128,3 +133,21 @@ def test_the_protocol_follows_the_endpoint_or_opentelemetrys_variable(
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json")
     with pytest.raises(ConfigError, match="http/json"):
         otlp_protocol(endpoint)
+
+
+@pytest.mark.parametrize(("variable", "limit"), [(None, DEFAULT_ATTRIBUTE_LENGTH_LIMIT), ("100", 100)])
+def test_no_span_attribute_exceeds_the_length_limit(monkeypatch, variable, limit):
+    """A megabyte stop sequence reaches the collector cut to the limit: ours, or OpenTelemetry's variable."""
+    for name in ("OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", *ATTRIBUTE_LENGTH_ENV):
+        monkeypatch.delenv(name, raising=False)
+    if variable is not None:
+        monkeypatch.setenv("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", variable)
+    with OtlpReceiver() as receiver:
+        settings = ServerSettings(otlp_endpoint=receiver.endpoint + "/v1/traces")
+        with TestClient(create_app(FakeEngine(), settings)) as c:
+            body = {"inputs": "Hello", "parameters": {"max_new_tokens": 2, "stop": ["x" * 1_000_000]}}
+            assert c.post("/generate", json=body).status_code == 200
+    [root] = [s for s in receiver.spans() if s.name == "generate"]
+    attrs = _attrs(root)
+    assert "stop=('xxx" in attrs["parameters"] and len(attrs["parameters"]) == limit
+    assert all(len(v) <= limit for v in attrs.values() if isinstance(v, str))
