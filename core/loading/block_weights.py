@@ -35,7 +35,8 @@ def block_size(qtype: str) -> int:
 
 @dataclass(frozen=True)
 class BlockWeight(QuantizedWeight):
-    """A [rows, cols] weight in a GGUF block format, row-major: `data` is uint8 [rows, cols / 32 * bytes]."""
+    """A [rows, cols] weight in a GGUF block format, row-major: `data` is uint8 [rows, cols / 32 * bytes]
+    (read from a GGUF file: possibly a read-only view of its memory map, never written to)."""
 
     qtype: str  # a key of BLOCK_BYTES
     data: torch.Tensor
@@ -92,6 +93,16 @@ def iter_block_weights(source, config, qtypes: Iterable[str]) -> Iterator[tuple[
     from tgi.core.loading.gguf_loader import iter_gguf_blocks
 
     return (
-        (name, BlockWeight(qtype, torch.from_numpy(data), rows, cols))
+        (name, BlockWeight(qtype, _mapped_tensor(data), rows, cols))
         for name, qtype, data, rows, cols in iter_gguf_blocks(source.path, config, qtypes)
     )
+
+
+def _mapped_tensor(data) -> torch.Tensor:
+    """A tensor over `data`'s bytes, not copied (a read-only view of the file's memory map: the kernels
+    read it once to pack or fuse it and nothing writes to it)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch warns on read-only arrays
+        return torch.from_numpy(data)

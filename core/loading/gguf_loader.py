@@ -1,7 +1,8 @@
 """llama.cpp GGUF checkpoints: config from the GGUF metadata, weights dequantized to float32 (numpy arrays, or
 torch tensors made from them).
 
-Read with `gguf.GGUFReader` (memory-mapped) and `gguf.quants.dequantize`. llama.cpp tensor names are mapped to
+Read with `tgi.core.loading.gguf_file.GGUFFile` (the header parsed from the memory map; tensors are views
+of it) and `gguf.quants.dequantize`. llama.cpp tensor names are mapped to
 Hugging Face parameter names, and the rotary row permutation that llama.cpp's converter applies to the Q/K
 projections of llama-architecture models is undone, so the weights equal what
 `AutoModelForCausalLM.from_pretrained(folder, gguf_file=...)` loads (checked in tests/unit/test_loading.py).
@@ -19,10 +20,10 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from gguf import GGUFReader
 from gguf.quants import dequantize
 from transformers import LlamaConfig, MistralConfig, PretrainedConfig, Qwen2Config
 
+from tgi.core.loading.gguf_file import GGUFFile
 from tgi.core.loading.selection import SKIP, WeightSelector, selection
 from tgi.core.models.registry import UnsupportedModelError
 
@@ -60,22 +61,19 @@ GGUFDequantizer = Callable[[np.ndarray, str, int, int], "torch.Tensor | None"]
 
 
 @functools.lru_cache(maxsize=2)
-def _reader(path: str, size: int, mtime_ns: int) -> GGUFReader:
-    return GGUFReader(path)
+def _reader(path: str, size: int, mtime_ns: int) -> GGUFFile:
+    return GGUFFile(path)
 
 
-def open_reader(path: str) -> GGUFReader:
-    """A memory-mapped `GGUFReader` for `path`, cached (parsing the metadata of a 49k-token vocabulary takes
-    seconds, and both `gguf_config` and `iter_gguf_weights` need it)."""
+def open_reader(path: str) -> GGUFFile:
+    """The memory-mapped header of `path` (`GGUFFile`), cached per file identity (path, size, mtime):
+    `gguf_config`, `iter_gguf_weights` and `iter_gguf_blocks` of one load read it once."""
     st = os.stat(path)
     return _reader(os.path.abspath(path), st.st_size, st.st_mtime_ns)
 
 
-def _field(reader: GGUFReader, key: str, default: Any = None) -> Any:
-    field = reader.fields.get(key)
-    if field is None:
-        return default
-    return field.contents()
+def _field(reader: GGUFFile, key: str, default: Any = None) -> Any:
+    return reader.metadata.get(key, default)
 
 
 def hf_tensor_name(gguf_name: str) -> str | None:
@@ -95,7 +93,7 @@ def hf_tensor_name(gguf_name: str) -> str | None:
 
 
 def _llama3_rope(
-    path: str, reader: GGUFReader, theta: float, head_dim: int, orig_ctx: int | None
+    path: str, reader: GGUFFile, theta: float, head_dim: int, orig_ctx: int | None
 ) -> dict | None:
     """Recover Llama-3 rope scaling parameters from llama.cpp's `rope_freqs` tensor (None if absent).
     Raises `UnsupportedModelError` for a tensor whose factors are not Llama-3's."""
@@ -135,7 +133,7 @@ _ROPE_SCALING_READ = frozenset(
 _NEUTRAL = {"attn_factor": (1.0,), "yarn_log_multiplier": (0.0,)}
 
 
-def _rope_parameters(path: str, reader: GGUFReader, arch: str, theta: float, head_dim: int) -> dict:
+def _rope_parameters(path: str, reader: GGUFFile, arch: str, theta: float, head_dim: int) -> dict:
     """The config's `rope_parameters`. Raises `UnsupportedModelError` for rope scaling tgi cannot
     reproduce, rather than computing plain rope in its place."""
 
@@ -143,7 +141,7 @@ def _rope_parameters(path: str, reader: GGUFReader, arch: str, theta: float, hea
         return _field(reader, f"{arch}.rope.scaling.{key}", default)
 
     prefix = f"{arch}.rope.scaling."
-    for key in reader.fields:
+    for key in reader.metadata:
         name = key[len(prefix) :]
         if (
             key.startswith(prefix)
@@ -208,7 +206,7 @@ def gguf_config(path: str) -> PretrainedConfig:
     if "token_embd.weight" in tensors:
         vocab = int(tensors["token_embd.weight"].shape[-1])  # GGUF dims are reversed: [hidden, vocab]
     else:
-        vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
+        vocab = len(reader.metadata["tokenizer.ggml.tokens"])
 
     kwargs: dict[str, Any] = dict(
         vocab_size=vocab,
@@ -341,9 +339,11 @@ def iter_gguf_weights(
 
 def iter_gguf_blocks(path: str, config: PretrainedConfig, qtypes: frozenset[str]):
     """Yield `(hf_name, qtype, data, rows, cols)` for the 2-D tensors stored in one of `qtypes`: `data` is
-    uint8 [rows, bytes per row], a copy, rows in Hugging Face order (Q/K rows un-permuted like
-    `iter_gguf_arrays` does; blocks run along the input dim, so a row permutation moves whole rows of
-    blocks). `tgi.core.loading.block_weights` makes them `BlockWeight`s."""
+    uint8 [rows, bytes per row], rows in Hugging Face order (Q/K rows un-permuted like `iter_gguf_arrays`
+    does; blocks run along the input dim, so a row permutation moves whole rows of blocks): a read-only view
+    of the memory map, or for un-permuted Q/K rows a copy (the one copy of those bytes; the others are read
+    from the map by whoever packs or fuses them). `tgi.core.loading.block_weights` makes them
+    `BlockWeight`s."""
     reader = open_reader(path)
     permuted = _field(reader, "general.architecture") == "llama"
     for tensor in reader.tensors:
@@ -355,4 +355,4 @@ def iter_gguf_blocks(path: str, config: PretrainedConfig, qtypes: frozenset[str]
         raw = np.asarray(tensor.data).view(np.uint8).reshape(rows, -1)  # read-only view of the memory map
         if permuted:
             raw = _unpermute_projection(name, raw, config)
-        yield name, qtype, np.array(raw), rows, cols
+        yield name, qtype, raw, rows, cols
