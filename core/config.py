@@ -51,7 +51,8 @@ class EngineConfig:
     # share of the device's total memory the server may use, weights included (--cuda-memory-fraction)
     memory_fraction: float = 1.0
     master_addr: str = "127.0.0.1"  # the shards' torch.distributed rendezvous (--master-addr)
-    master_port: int | None = None  # None: a free port (--master-port)
+    # None: a private file store on this host, or a free port of a non-loopback master_addr (--master-port)
+    master_port: int | None = None
     # LoRA adapters served beside the model (--lora-adapters id=path,...): (id, PEFT adapter folder) pairs
     lora_adapters: tuple[tuple[str, str], ...] = ()
     max_loras: int = DEFAULT_MAX_LORAS  # adapters served at once, static and run-time ones (--max-loras)
