@@ -38,27 +38,31 @@ class RequestModel(BaseModel):
         return iter(())
 
 
-#: the longest list of ignored field names a request's warning shows (its `repr`, cut here)
+#: the longest list of ignored field names a request's warning shows (cut here)
 MAX_LOGGED_FIELDS_CHARS = 200
 
 
 def check_fields(model: BaseModel) -> None:
     """Raise the 422 for the first field `model` (and its nested models) asks for and we do not serve;
-    drop the fields no API defines, with one warning line per request that names them (a `repr`, so that
-    control characters are escaped, of at most `MAX_LOGGED_FIELDS_CHARS` characters)."""
+    drop the fields no API defines, with one warning line per request that names them (escaped as `repr`
+    escapes them, so that no control character reaches the log; at most `MAX_LOGGED_FIELDS_CHARS` of names)."""
     ignored: list[str] = []
     _check(model, "", ignored)
     if ignored:
         log.warning(
             "ignored %d request field(s) that no API this server implements defines: %s",
             len(ignored),
-            bounded_repr(ignored, MAX_LOGGED_FIELDS_CHARS),
+            bounded(", ".join(f"`{escaped(name)}`" for name in ignored), MAX_LOGGED_FIELDS_CHARS),
         )
 
 
-def bounded_repr(value: Any, limit: int) -> str:
-    """`repr(value)`, cut to `limit` characters with `...` when longer."""
-    text = repr(value)
+def escaped(text: str) -> str:
+    """`text` with control characters, quotes and backslashes escaped as `repr` writes them."""
+    return repr(text)[1:-1]
+
+
+def bounded(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, ending with `...` when cut."""
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

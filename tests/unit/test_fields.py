@@ -52,4 +52,4 @@ def test_a_name_with_newlines_is_escaped_and_nested_fields_share_the_line(caplog
     assert r.status_code == 200, r.text
     [line] = _ignored_lines(caplog)
     assert "2 request field(s)" in line and "\n" not in line
-    assert r"'top\nlevel'" in line and r"'messages[0].nested\nname'" in line
+    assert r"`top\nlevel`" in line and r"`messages[0].nested\nname`" in line
