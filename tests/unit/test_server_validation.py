@@ -176,3 +176,38 @@ async def test_burst_over_limit_gets_429_and_nothing_is_lost():
         assert app.state.service.in_flight == 0
         r = await c.post("/generate", json=gen(max_new_tokens=2))  # slots came back
         assert r.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "message"),
+    [
+        (
+            {"logit_bias": {str(t): 1 for t in range(50_000)}},
+            "logit_bias",
+            "`logit_bias` may name at most 300 tokens. Given: 50000",
+        ),
+        (
+            {"stop_token_ids": list(range(301))},
+            "stop_token_ids",
+            "`stop_token_ids` may hold at most 300 token ids. Given: 301",
+        ),
+        ({"stop_token_ids": [7, 0x110000]}, None, "`stop_token_ids` must be in [0, 1114112)"),
+    ],
+)
+def test_token_lists_past_their_cap_or_the_vocabulary_are_422s(engine, client, body, param, message):
+    r = client.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 2, **body})
+    assert r.status_code == 422, r.text
+    error = r.json()["error"]
+    assert error["message"] == V + message and error["param"] == param
+    assert engine.requests == []
+
+
+@pytest.mark.parametrize("route", ["/tokenize", "/chat_tokenize"])
+def test_tokenize_refuses_inputs_past_max_input_tokens(engine, client, route):
+    limit = engine.config.max_input_tokens
+    fits, too_long = ("x" * (limit - 20), "x" * (limit + 1))
+    for text, status in ((fits, 200), (too_long, 422)):
+        body = {"inputs": text} if route == "/tokenize" else {"messages": [{"role": "user", "content": text}]}
+        r = client.post(route, json=body)
+        assert r.status_code == status, r.text
+    assert r.json()["error"].startswith(f"{V}`inputs` must have less than {limit} tokens. Given: ")
