@@ -51,6 +51,30 @@ def test_native_dequantization_is_gguf_bit_for_bit(qtype, dtype):
     assert torch.equal(got.view(bits), expected.view(bits))
 
 
+@pytest.mark.parametrize("impl", ["reference", "avx512"])
+@pytest.mark.parametrize("qtype", sorted(native.BLOCK_TYPES))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_each_implementation_is_gguf_bit_for_bit(qtype, dtype, impl):
+    if impl not in native.dequantize_impls():
+        pytest.skip(f"this CPU has no {impl} dequantization")
+    rows, cols = 7, 1024
+    w = _weight(rows, cols)
+    w[4, 256:512] = -w[4, 256:512] * 1e-6  # tiny values: products near the bottom of the range
+    raw = np.ascontiguousarray(_stored(w, qtype)).view(np.uint8).reshape(rows, -1)
+    expected = np.asarray(dequantize(raw, gguf.GGMLQuantizationType[qtype]), dtype=np.float32)
+    expected = torch.from_numpy(expected.reshape(rows, cols)).to(dtype)
+    got = native.block_dequantize(torch.from_numpy(raw), qtype, rows, cols, dtype, impl=impl)
+    bits = torch.int32 if dtype == torch.float32 else torch.int16
+    assert torch.equal(got.view(bits), expected.view(bits))
+
+
+def test_an_unknown_implementation_is_refused():
+    with pytest.raises(ValueError, match="unknown dequantization implementation 'fast'"):
+        native.block_dequantize(
+            torch.zeros(1, 34, dtype=torch.uint8), "Q8_0", 1, 32, torch.float32, impl="fast"
+        )
+
+
 @pytest.mark.parametrize("stored", ["F32", "F16", "BF16"])
 def test_float_types_are_converted_as_gguf_values_cast(stored):
     from tgi.backends.cpu.gguf_dequant import NativeGGUFDequantizer

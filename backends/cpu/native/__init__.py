@@ -28,6 +28,7 @@ import torch
 __all__ = [
     "BLOCK_TYPES",
     "DECODE_IMPLS",
+    "DEQUANTIZE_IMPLS",
     "NativeBuildError",
     "available",
     "block_dequantize",
@@ -35,6 +36,7 @@ __all__ = [
     "block_linear",
     "block_pack",
     "compiler_found",
+    "dequantize_impls",
     "fp8_impls",
     "fp8_linear",
     "fp8_pack",
@@ -208,13 +210,31 @@ def block_pack(raw: torch.Tensor, qtype: str, n: int, k: int) -> torch.Tensor:
     return load().block_pack(raw, BLOCK_TYPES[qtype], int(n), int(k))
 
 
-def block_dequantize(raw: torch.Tensor, qtype: str, n: int, k: int, dtype: torch.dtype) -> torch.Tensor:
+#: implementations of `block_dequantize`: "auto" takes "avx512" where the CPU has AVX-512 F and BW
+DEQUANTIZE_IMPLS = {"auto": 0, "reference": 1, "avx512": 2}
+
+
+def block_dequantize(
+    raw: torch.Tensor, qtype: str, n: int, k: int, dtype: torch.dtype, impl: str = "auto"
+) -> torch.Tensor:
     """The dense [n, k] weight of GGUF blocks in llama.cpp's layout (uint8 [n, k / 32 * block bytes];
     K-quants [n, k / 256 * super-block bytes]) in `dtype` (float32 or bfloat16): the float32 values of
-    `gguf.quants.dequantize` bit for bit (bfloat16: those rounded to nearest even), in one native pass."""
+    `gguf.quants.dequantize` bit for bit (bfloat16: those rounded to nearest even), in one native pass, by
+    `impl` (one of `dequantize_impls()`, or "auto")."""
     if dtype not in (torch.bfloat16, torch.float32):
         raise ValueError(f"block_dequantize makes bfloat16 or float32 weights, not {dtype}")
-    return load().block_dequantize(raw, BLOCK_TYPES[qtype], int(n), int(k), dtype == torch.bfloat16)
+    if impl not in DEQUANTIZE_IMPLS:
+        raise ValueError(
+            f"unknown dequantization implementation {impl!r} (known: {sorted(DEQUANTIZE_IMPLS)})"
+        )
+    return load().block_dequantize(
+        raw, BLOCK_TYPES[qtype], int(n), int(k), dtype == torch.bfloat16, DEQUANTIZE_IMPLS[impl]
+    )
+
+
+def dequantize_impls() -> list[str]:
+    """The `block_dequantize` implementations this CPU offers: "reference", and "avx512" with AVX-512 F+BW."""
+    return list(load().dequantize_impls())
 
 
 def block_impls() -> list[str]:

@@ -11,6 +11,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("block_pack", torch::wrap_pybind_function(block_pack), "block_pack");
   m.def("block_linear", torch::wrap_pybind_function(block_linear), "block_linear");
   m.def("block_dequantize", torch::wrap_pybind_function(block_dequantize), "block_dequantize");
+  m.def("dequantize_impls", torch::wrap_pybind_function(dequantize_impls), "dequantize_impls");
   m.def("block_impls", torch::wrap_pybind_function(block_impls), "block_impls");
   m.def("rms_norm", torch::wrap_pybind_function(rms_norm), "rms_norm");
   m.def("rotary_inplace", torch::wrap_pybind_function(rotary_inplace), "rotary_inplace");

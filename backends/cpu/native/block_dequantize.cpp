@@ -3,11 +3,18 @@
 // format's float32 operations in its order (d * q, d * q + m, (d * sc) * q - dmin * m), never fused into one
 // rounding (the products are formed exactly in double and rounded to float32 before the sum), then
 // bfloat16's round to nearest even for a bfloat16 output.
+//
+// Two implementations: the scalar reference, and AVX-512 (F + BW) taking 16 weights at a time: the integers
+// widened from their bytes, each product and sum one instruction with its own rounding (the `_round_`
+// forms, which the compiler never contracts into a fused multiply-add), bfloat16 rounded in integers as
+// `float_to_bf16` does. Impl 0 picks AVX-512 where the CPU has it.
 #include <torch/types.h>
 #include <ATen/Parallel.h>
 
 #include <cstdint>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "block_linear.h"
 #include "block_linear_kquant.h"
@@ -85,9 +92,114 @@ void block256(const uint8_t* blk, int64_t t, float* out) {
     }
   }
 }
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TGI_DEQ_AVX512 __attribute__((target("avx512f,avx512bw")))
+
+bool has_avx512_f_bw() {
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  return ok;
+}
+
+// 16 weights: fl(fl(a * q) + b) (or fl(a * q) without `add`: adding 0 would turn -0 into +0), stored as
+// float32 or bfloat16 (round to nearest even in integers; NaN quieted as float_to_bf16 does)
+TGI_DEQ_AVX512 inline void emit16(__m512i q, float a, float b, bool add, void* dst, int64_t at, bool bf16) {
+  constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  __m512 y = _mm512_mul_round_ps(_mm512_set1_ps(a), _mm512_cvtepi32_ps(q), kRound);
+  if (add) y = _mm512_add_round_ps(y, _mm512_set1_ps(b), kRound);
+  if (!bf16) {
+    _mm512_storeu_ps(static_cast<float*>(dst) + at, y);
+    return;
+  }
+  const __m512i u = _mm512_castps_si512(y);
+  const __mmask16 nan =
+      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x7F800000));
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF))), 16);
+  r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(dst) + at), _mm512_cvtepi32_epi16(r));
+}
+
+TGI_DEQ_AVX512 inline __m512i bytes16(const uint8_t* p) {
+  return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// one 32-weight block (see block32) at out + at
+TGI_DEQ_AVX512 void block32_avx512(const uint8_t* blk, int64_t t, void* dst, int64_t at, bool bf16) {
+  const float d = half_to_float(load_u16(blk));
+  if (t == kQ8_0) {
+    for (int c = 0; c < 2; ++c) {
+      const __m512i q = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 + 16 * c)));
+      emit16(q, d, 0.0f, false, dst, at + 16 * c, bf16);
+    }
+    return;
+  }
+  const bool min = has_min(t);
+  const float m = min ? half_to_float(load_u16(blk + 2)) : 0.0f;
+  const uint8_t* qs = blk + (min ? 4 : 2) + (is_q5(t) ? 4 : 0);
+  uint32_t qh = 0;
+  if (is_q5(t)) std::memcpy(&qh, blk + (min ? 4 : 2), 4);
+  const __m512i nibbles = bytes16(qs), low = _mm512_set1_epi32(0x0F), offset = _mm512_set1_epi32(q_offset(t));
+  for (int c = 0; c < 2; ++c) {  // weights 0-15: the low nibbles, 16-31: the high ones
+    __m512i q = c == 0 ? _mm512_and_si512(nibbles, low) : _mm512_srli_epi32(nibbles, 4);
+    q = _mm512_mask_or_epi32(q, static_cast<__mmask16>(qh >> (16 * c)), q, _mm512_set1_epi32(16));
+    if (!min) q = _mm512_sub_epi32(q, offset);
+    emit16(q, d, m, min, dst, at + 16 * c, bf16);
+  }
+}
+
+// one 256-weight super-block (see block256) at out + at
+TGI_DEQ_AVX512 void block256_avx512(const uint8_t* blk, int64_t t, void* dst, int64_t at, bool bf16) {
+  const __m512i low = _mm512_set1_epi32(0x0F);
+  if (t == kQ6_K) {
+    const uint8_t *ql = blk, *qh = blk + 128;
+    const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192);
+    const float d = half_to_float(load_u16(blk + 208));
+    for (int v = 0; v < QKK; v += 16) {  // 16 weights share h, w / 64, w / 32 and their scale
+      const int h = v / 128, w = v % 128;
+      const __m512i lo = _mm512_and_si512(_mm512_srli_epi32(bytes16(ql + 64 * h + w % 64), 4 * (w / 64)), low);
+      const __m512i hi =
+          _mm512_and_si512(_mm512_srli_epi32(bytes16(qh + 32 * h + w % 32), 2 * (w / 32)), _mm512_set1_epi32(3));
+      const __m512i q = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), _mm512_set1_epi32(32));
+      emit16(q, static_cast<float>(d * static_cast<float>(sc[v / 16])), 0.0f, false, dst, at + v, bf16);
+    }
+    return;
+  }
+  const float d = half_to_float(load_u16(blk)), dmin = half_to_float(load_u16(blk + 2));
+  const uint8_t* scales = blk + 4;
+  const uint8_t* qh = blk + 16;
+  const uint8_t* qs = blk + (t == kQ5_K ? 16 + 32 : 16);
+  for (int j = 0; j < 8; ++j) {
+    int sc, m;
+    scale_min(scales, j, &sc, &m);
+    const float ds = d * static_cast<float>(sc), dm = dmin * static_cast<float>(m);
+    for (int c = 0; c < 2; ++c) {
+      __m512i q = _mm512_and_si512(_mm512_srli_epi32(bytes16(qs + 32 * (j / 2) + 16 * c), 4 * (j % 2)), low);
+      if (t == kQ5_K) {
+        const __m512i bit = _mm512_and_si512(_mm512_srli_epi32(bytes16(qh + 16 * c), j), _mm512_set1_epi32(1));
+        q = _mm512_or_si512(q, _mm512_slli_epi32(bit, 4));
+      }
+      emit16(q, ds, -dm, true, dst, at + 32 * j + 16 * c, bf16);  // fl(x - dm) == fl(x + (-dm))
+    }
+  }
+}
+#else
+bool has_avx512_f_bw() { return false; }
+void block32_avx512(const uint8_t*, int64_t, void*, int64_t, bool) {}
+void block256_avx512(const uint8_t*, int64_t, void*, int64_t, bool) {}
+#endif
 }  // namespace
 
-torch::Tensor block_dequantize(torch::Tensor raw, int64_t qtype, int64_t n, int64_t k, bool bf16) {
+std::vector<std::string> dequantize_impls() {
+  std::vector<std::string> impls{"reference"};
+  if (has_avx512_f_bw()) impls.push_back("avx512");
+  return impls;
+}
+
+torch::Tensor block_dequantize(torch::Tensor raw, int64_t qtype, int64_t n, int64_t k, bool bf16, int64_t impl) {
+  TORCH_CHECK(impl >= 0 && impl <= 2, "unknown dequantization implementation ", impl);
+  TORCH_CHECK(impl != 2 || has_avx512_f_bw(), "the AVX-512 dequantization needs AVX-512 F and BW");
+  const bool vector = impl == 2 || (impl == 0 && has_avx512_f_bw());
   TORCH_CHECK(raw.scalar_type() == at::kByte, "raw blocks must be uint8");
   const bool kquant = is_kquant(qtype);
   TORCH_CHECK(kquant || qtype == kQ4_0 || qtype == kQ4_1 || qtype == kQ8_0 || is_q5(qtype),
@@ -106,6 +218,13 @@ torch::Tensor block_dequantize(torch::Tensor raw, int64_t qtype, int64_t n, int6
     for (int64_t r = begin; r < end; ++r)
       for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* blk = src + (r * nb + b) * rb;
+        if (vector) {
+          if (kquant)
+            block256_avx512(blk, qtype, dst, r * k + b * qk, bf16);
+          else
+            block32_avx512(blk, qtype, dst, r * k + b * qk, bf16);
+          continue;
+        }
         if (kquant)
           block256(blk, qtype, buf);
         else

@@ -20,7 +20,8 @@ torch::Tensor block_linear(torch::Tensor x, torch::Tensor packed, int64_t qtype,
 std::vector<std::string> block_impls();
 
 // block_dequantize.cpp
-torch::Tensor block_dequantize(torch::Tensor raw, int64_t qtype, int64_t n, int64_t k, bool bf16);
+torch::Tensor block_dequantize(torch::Tensor raw, int64_t qtype, int64_t n, int64_t k, bool bf16, int64_t impl);
+std::vector<std::string> dequantize_impls();
 
 // fused_ops.cpp
 std::tuple<torch::Tensor, torch::Tensor> rms_norm(torch::Tensor x, c10::optional<torch::Tensor> residual,
