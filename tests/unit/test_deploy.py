@@ -123,6 +123,33 @@ def test_dockerfile_installs_the_tested_versions(hw):
     assert installs and all(cmd.endswith("-c constraints.txt") for cmd in installs), installs
 
 
+def test_cpu_images_build_the_native_kernels_into_their_cache():
+    """Every image that serves on the CPU backend compiles the native CPU kernels at image build (after the
+    install), into the cache dir that the running container reads (TGI_CACHE_DIR set before the build and
+    never changed after it), owned by the image's user: a container starts without compiling them."""
+    cpu_images = [
+        hw
+        for hw in HARDWARE
+        if "TGI_BACKEND=cpu"
+        in " ".join(a for op, a in instructions(DOCKER / f"Dockerfile.{hw}") if op == "ENV")
+    ]
+    assert "cpu" in cpu_images
+    for hw in cpu_images:
+        steps = instructions(DOCKER / f"Dockerfile.{hw}")
+        runs = [i for i, (op, args) in enumerate(steps) if op == "RUN"]
+        install = next(i for i in runs if "pip install" in steps[i][1] and "[cpu" in steps[i][1])
+        build = [i for i in runs if "python -m tgi.backends.cpu.native build" in steps[i][1]]
+        assert len(build) == 1 and build[0] > install, hw
+        cache = [
+            (i, m.group(1))
+            for i, (op, args) in enumerate(steps)
+            if op == "ENV" and (m := re.search(r"\bTGI_CACHE_DIR=(\S+)", args))
+        ]
+        assert len(cache) == 1 and cache[0][0] < build[0], (hw, cache)
+        chowns = " ".join(args for op, args in steps[build[0] :] if op == "RUN" and "chown" in args)
+        assert cache[0][1] in chowns, hw
+
+
 def test_constraints_are_the_tested_versions():
     """docker/constraints.txt pins what this environment (`make install`, the tests') has installed, tgi and
     the hardware-pinned torch, triton and jax left out."""
