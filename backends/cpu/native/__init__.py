@@ -99,8 +99,10 @@ def _sources() -> tuple[list[str], str]:
     return sources, digest.hexdigest()[:16]
 
 
-def load() -> ModuleType:
-    """The compiled extension (built on first call); raises `NativeBuildError` with the reason."""
+def load(ahead: bool = False) -> ModuleType:
+    """The compiled extension (built on first call); raises `NativeBuildError` with the reason. `ahead`: the
+    build was asked for (`python -m tgi.backends.cpu.native build`), so a compile is not warned about as one
+    that a serving process had to do at first use."""
     global _module, _error
     if _module is not None:
         return _module
@@ -132,7 +134,7 @@ def load() -> ModuleType:
             _error = NativeBuildError(f"could not build the native CPU kernels: {e}")
             raise _error from e
         took = time.perf_counter() - start
-        if took > 5:  # a cached library loads in well under a second
+        if took > 5 and not ahead:  # a cached library loads in well under a second
             log.warning(
                 "compiled the native CPU kernels at first use (%.0f s); build them ahead with "
                 "`python -m tgi.backends.cpu.native build` (make install does)",

@@ -14,7 +14,7 @@ def build() -> str:
     """Build (or find built) the kernels; returns the path of the loaded library. Raises `NativeBuildError`."""
     from tgi.backends.cpu import native
 
-    return native.load().__file__
+    return native.load(ahead=True).__file__
 
 
 def main(argv: list[str] | None = None) -> int:
