@@ -12,6 +12,7 @@ reads the KV blocks its earlier weights wrote.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from typing import Any
 
 from tgi.core.config import ConfigError
@@ -33,10 +34,12 @@ class AdapterInUseError(RuntimeError):
 
 
 class ServedAdapters:
-    """The adapters of one `LLMEngine` (see the module docstring)."""
+    """The adapters of one `LLMEngine` (see the module docstring). It holds its engine weakly: the engine
+    owns it, and a reference cycle between them would keep a swapped-out model alive once the server has
+    frozen the objects of its start-up (`gc.freeze`), out of the collector's reach."""
 
     def __init__(self, engine: Any, names: tuple[str, ...]) -> None:
-        self._engine = engine
+        self._engine = weakref.proxy(engine)
         self._loads = 0
         self._keys = {name: self._new_key(name) for name in names}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 
@@ -114,6 +115,13 @@ class CpuBackend(TorchBackend):
             f" ({self._threads - 1} or {self._threads} for steps of at most {small} tokens when serving, "
             "whichever cycles faster as measured)"
         )
+
+    def release_memory(self) -> None:
+        # torch returns the storage of small and mid-sized tensors to glibc's heap, which keeps the pages
+        # (only allocations above its mmap threshold go back to the OS when freed): trim it
+        trim = getattr(ctypes.CDLL(None), "malloc_trim", None)  # glibc only
+        if trim is not None:
+            trim(0)
 
     def step_threads(self, num_tokens: int) -> int:
         """Intra-op threads for a step of `num_tokens` tokens: all of them offline; when serving (see

@@ -95,6 +95,10 @@ class TritonBackend(TorchBackend):
     def synchronize(self) -> None:
         self.device_module.synchronize(self.device)
 
+    def release_memory(self) -> None:
+        # the caching allocator keeps freed blocks for reuse: hand them back to the device
+        self.device_module.empty_cache()
+
     def supported_dtypes(self) -> tuple[str, ...]:
         return ("bfloat16", "float16", "float32")
 

@@ -77,6 +77,11 @@ class TritonModelRunner(TorchModelRunner):
         )
         return peak
 
+    def shutdown(self) -> None:
+        """Also drop the captured decode graphs (they hold the weights and the KV cache)."""
+        self.graphed = None
+        super().shutdown()
+
     def warmup(self, max_batch_tokens: int, max_num_seqs: int) -> None:
         super().warmup(max_batch_tokens, max_num_seqs)
         if self.cuda_graphs and self.lora is not None:

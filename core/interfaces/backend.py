@@ -67,6 +67,12 @@ class Backend(ABC):
         them some. Offline use (`LLMEngine.generate`) never calls it. Default: nothing."""
         return
 
+    def release_memory(self) -> None:
+        """Hand the memory that freed tensors left cached (a caching allocator's pool, the C heap's free
+        pages) back to the device or the OS. Called after a runner's `shutdown()` (a model swapped out), so
+        that the memory is free for the next model and shows as free in `memory_info()`. Default: nothing."""
+        return
+
     @abstractmethod
     def create_runner(self, source: ModelSource, config: EngineConfig, world_size: int = 1) -> ModelRunner:
         """A runner for `source` over `world_size` devices (`--num-shard`), not yet loaded.

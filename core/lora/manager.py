@@ -10,6 +10,7 @@ adapter in `sampling.adapter_id`); a step where no sequence has an adapter runs 
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 
 import torch
@@ -34,7 +35,9 @@ class LoRALinearKernel:
     kernel, or `F.linear`), plus the step's adapter deltas."""
 
     def __init__(self, module: nn.Module, weights: LoRAWeights, state: _StepState) -> None:
-        self.module = module
+        # weakly: the module holds this kernel, and a module <-> kernel cycle would outlive the model once
+        # the server has frozen its start-up objects (`gc.freeze`): a swapped-out model would never be freed
+        self.module = weakref.proxy(module)
         self.base = module.linear_kernel
         self.weights = weights
         self.state = state

@@ -146,6 +146,11 @@ class TorchModelRunner(ModelRunner):
     def initialize_cache(self, num_blocks: int) -> None:
         self.kv_cache = self.backend.create_kv_cache(self.kv_cache_spec(), num_blocks)
 
+    def shutdown(self) -> None:
+        """Drop the weights (with the backend's packed copies and kernels attached to the model), the KV
+        cache, the LoRA adapters and the Medusa heads; the runner cannot execute again. Idempotent."""
+        self.model = self.kv_cache = self.lora = self.medusa = None
+
     def warmup(self, max_batch_tokens: int, max_num_seqs: int) -> None:
         """One prefill of `max_batch_tokens` tokens and one decode of `max_num_seqs` sequences, written
         into blocks that no request owns yet (the cache is empty before serving)."""
