@@ -35,10 +35,12 @@ def create_app(engine: ServingEngine, settings: ServerSettings | None = None) ->
 
         service.tracing = Tracing(settings.otlp_endpoint, settings.otlp_service_name)
 
+    # the lifespan reaches the engine through the service only: a closure over `engine` would keep the
+    # start-up model alive after a swap (`tgi.server.model_swap`)
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if settings.start_engine:
-            await engine.start()
+            await service.current_engine.start()
         if callable(settings.on_ready):
             settings.on_ready()
         try:
@@ -47,7 +49,7 @@ def create_app(engine: ServingEngine, settings: ServerSettings | None = None) ->
             if settings.start_engine:
                 # uvicorn has already waited up to its graceful timeout for in-flight responses and
                 # cancelled the rest; whatever the engine still holds is cancelled here.
-                await service.current_engine.shutdown(cancel_inflight=True)  # swapped in, or `engine`
+                await service.current_engine.shutdown(cancel_inflight=True)  # swapped in, or the first
                 log.info("engine stopped")
             if service.tracing is not None:
                 await asyncio.to_thread(service.tracing.shutdown)  # the last spans, off the event loop

@@ -412,7 +412,12 @@ def run_launch(args: argparse.Namespace) -> int:
     def on_ready() -> None:
         log.info(ready) if args.json_output else print(ready, flush=True)
 
-    return serve(engine, server_settings(args, on_ready), sock)
+    settings = server_settings(args, on_ready)
+    # `serve` owns the engine from here: this frame must not hold it, or a model swap could never free the
+    # start-up model (the list hands it over without a local left behind)
+    handed_over = [engine]
+    del engine
+    return serve(handed_over.pop(), settings, sock)
 
 
 def freeze_loaded_objects() -> None:
@@ -427,7 +432,8 @@ def freeze_loaded_objects() -> None:
 
 def serve(engine, settings: ServerSettings, sock: socket.socket) -> int:
     """Run uvicorn on an already bound socket until SIGTERM/SIGINT; returns 0 after a graceful stop, 1 when
-    the engine died."""
+    the engine died. The app's service holds the engine from then on (this frame drops it), so that a model
+    swapped out is freed."""
     import uvicorn
 
     from tgi.server.app import create_app
@@ -445,6 +451,7 @@ def serve(engine, settings: ServerSettings, sock: socket.socket) -> int:
         # a dead engine ends the process (exit 1, the cause logged below) rather than a server whose
         # /health answers 503 forever; uvicorn polls `should_exit` from its own loop
         engine.on_death = lambda _exc: setattr(server, "should_exit", True)
+    del engine  # the service holds it (see the docstring)
     # uvicorn re-raises the signal it caught once it has stopped; with these handlers in place that
     # re-raise is a no-op and the process exits 0 instead of dying of SIGTERM.
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -453,8 +460,9 @@ def serve(engine, settings: ServerSettings, sock: socket.socket) -> int:
     # `run` rather than `asyncio.run(server.serve())`: uvicorn's own event loop, uvloop when it is installed
     # (as `uvicorn.run` picks it): about a quarter less CPU per streamed chunk than asyncio's default loop.
     server.run(sockets=[sock])
-    if engine.error is not None:  # stopped because the engine died (e.g. a shard rank), not by request
-        log.error("stopped: the engine died: %s: %s", type(engine.error).__name__, engine.error)
+    error = app.state.service.current_engine.error  # the first engine, or the one swapped in
+    if error is not None:  # stopped because the engine died (e.g. a shard rank), not by request
+        log.error("stopped: the engine died: %s: %s", type(error).__name__, error)
         return 1
     log.info("stopped")
     return 0

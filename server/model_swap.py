@@ -11,8 +11,17 @@ admin key: `tgi.server.routes_admin`; refusals name no path and no exception, th
 3. starts it and sends every request admitted from then on to it (`InferenceService.switch_engine`);
    requests admitted before, streams included, finish on the old engine (`tgi.server.service` pins each
    request to the engine it was admitted on);
-4. answers once the new model serves; in the background, waits for the old engine's last request, stops it
-   and frees its memory.
+4. answers once the new model serves; in the background, waits for the old engine's last request, for at
+   most `--swap-drain-timeout` seconds (`SWAP_DRAIN_TIMEOUT`, default 60; 0: none). Requests still unfinished
+   then end with an error that says the model was swapped out and the drain deadline passed: a 500
+   `generation` error, or, once a stream has begun, its last event (TGI's or OpenAI's error event); a
+   request admitted before the swap that reaches the engine only then is refused with the same message;
+5. stops the old engine and frees its model: the runner drops the weights and the KV cache and stops its
+   worker processes (`ModelRunner.shutdown`), the backend hands the freed memory back
+   (`Backend.release_memory`: the C heap on the CPU, the caching allocator on GPUs), and the engine itself
+   is collected. Nothing else keeps it (the app and the launcher reach the engine through the service only;
+   the engine and its parts hold no reference cycle that the start-up `gc.freeze` would put out of the
+   collector's reach), and the new model's objects are frozen in their turn.
 
 One swap at a time (another is a 409). `--tokenizer-config-path`'s template applies to the first model only.
 """
@@ -24,12 +33,15 @@ import dataclasses
 import gc
 import logging
 import time
+import weakref
 
 from tgi.server.errors import ApiError, logged_refusal
 
 log = logging.getLogger("tgi.server")
 
-_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+#: seconds the requests failed at the drain deadline get to end (to send their error), before the old model
+#: is released anyway and then collected
+_LATE_FINISH_S = 5.0
 
 
 def estimate_bytes(model_id: str | None, revision: str | None, config) -> tuple[int, str]:
@@ -107,12 +119,77 @@ class ModelSwapper:
         }
 
     async def _retire(self, engine) -> None:
-        """Stop `engine` once its last admitted request has finished, and free it."""
-        while self.service.users.get(id(engine), 0) > 0:
+        """Stop `engine` once its last admitted request has finished, or once `--swap-drain-timeout` has
+        passed (the requests left end with an error that says why); then release its model and collect it
+        (see the module docstring)."""
+        timeout = self.service.settings.swap_drain_timeout_s
+        deadline = time.monotonic() + timeout
+        while self._users(engine) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         engine.on_death = None  # its thread ending now is no reason for the server to stop
-        await engine.shutdown()
-        self.service.users.pop(id(engine), None)
+        late = self._users(engine)
+        if late:
+            log.warning(
+                "%d requests on %s did not finish within --swap-drain-timeout %gs: they end with an error",
+                late,
+                engine.model_id,
+                timeout,
+            )
+            await engine.shutdown(cancel_inflight=True, reason=drain_deadline_message(timeout))
+            deadline = time.monotonic() + _LATE_FINISH_S  # their handlers end as the error reaches them
+            while self._users(engine) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+        else:
+            await engine.shutdown()
+        try:
+            await asyncio.to_thread(engine.close)  # weights, KV cache, worker processes, cached memory
+        except Exception:
+            log.exception("the previous model could not be released")
+            return
+        holders = self._users(engine)
+        if not holders:
+            self.service.users.pop(id(engine), None)
+        gone = weakref.ref(engine)
         del engine
+        deadline = time.monotonic() + _LATE_FINISH_S
+        while gone() is not None and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)  # handlers of failed requests hold it until their error is sent
+        _collect(gone, holders)
+        if gone() is None:
+            log.info("the previous model is stopped and freed")
+        else:
+            log.warning(
+                "the previous model is stopped and its weights and KV cache released, but its engine object "
+                "is still referenced (%d of its requests unfinished)",
+                holders,
+            )
+
+    def _users(self, engine) -> int:
+        """Requests admitted on `engine` that have not finished."""
+        return self.service.users.get(id(engine), 0)
+
+
+def drain_deadline_message(timeout_s: float) -> str:
+    """What a request still running on a swapped-out model is told when its drain deadline passes."""
+    return (
+        "the model serving this request was swapped out (POST /admin/model) and the request did not finish "
+        f"within the drain deadline (--swap-drain-timeout {timeout_s:g}s)"
+    )
+
+
+def _collect(gone: weakref.ref, holders: int) -> None:
+    """Collect the swapped-out engine (`gone`). A server freezes its start-up objects (`gc.freeze`,
+    `tgi.server.launcher.freeze_loaded_objects`), out of the collector's reach: should a reference cycle
+    of the old model be among them (none should: `tgi.core.lora_serving`), one full collection with them
+    included frees it. Then, as at start, the objects alive now (the new model's) are frozen."""
+    gc.collect()
+    frozen = gc.get_freeze_count() > 0
+    if not frozen:
+        return
+    if gone() is not None and not holders:
+        log.warning(
+            "the previous model is in a reference cycle frozen at start: collecting it with a full pass"
+        )
+        gc.unfreeze()
         gc.collect()
-        log.info("the previous model is stopped and freed")
+    gc.freeze()

@@ -1,5 +1,6 @@
-"""The launcher's production flags (issue 21): the watermark's `--watermark-gamma` / `--watermark-delta` and
-OpenTelemetry's `--otlp-endpoint` / `--otlp-service-name`, each read from TGI's environment variable.
+"""The launcher's production flags: the watermark's `--watermark-gamma` / `--watermark-delta`,
+OpenTelemetry's `--otlp-endpoint` / `--otlp-service-name`, each read from TGI's environment variable, and
+`--swap-drain-timeout` (`SWAP_DRAIN_TIMEOUT`: how long a swapped-out model's requests may take to finish).
 
 `add_production_arguments` runs before `tgi.server.launch_flags.add_tgi_arguments`, so these definitions win
 over any refusal there; `production_settings` checks them (a `ConfigError` naming the flag) and returns the
@@ -9,10 +10,14 @@ over any refusal there; `production_settings` checks them (a `ConfigError` namin
 from __future__ import annotations
 
 import argparse
+import math
 
 from tgi.core.config import ConfigError
 from tgi.core.watermark import DEFAULT_DELTA, DEFAULT_GAMMA, Watermark
 from tgi.server.launch_flags import env
+
+#: seconds a swapped-out model's requests get to finish (`--swap-drain-timeout`)
+DEFAULT_SWAP_DRAIN_TIMEOUT_S = 60.0
 
 
 #: seconds one send of a streamed response may take (`--stream-write-timeout`)
@@ -40,6 +45,14 @@ def add_production_arguments(parser: argparse.ArgumentParser) -> None:
         help="OpenTelemetry collector that receives a trace per request: OTLP over gRPC (e.g. "
         "http://localhost:4317, as TGI), or over HTTP for port 4318 or a /v1/traces path (or as "
         "OTEL_EXPORTER_OTLP_PROTOCOL says); default: no tracing [env: OTLP_ENDPOINT]",
+    )
+    a(
+        "--swap-drain-timeout",
+        type=float,
+        default=float(env("SWAP_DRAIN_TIMEOUT", default=DEFAULT_SWAP_DRAIN_TIMEOUT_S)),
+        help="seconds the requests in flight on a model swapped out (POST /admin/model) may take to finish; "
+        "past it they end with an error that says so, streams included, and the old model is freed (0: at "
+        f"once); default: {DEFAULT_SWAP_DRAIN_TIMEOUT_S:g} [env: SWAP_DRAIN_TIMEOUT]",
     )
     a(
         "--otlp-service-name",
@@ -70,7 +83,11 @@ def production_settings(args: argparse.Namespace) -> dict:
     write_timeout = args.stream_write_timeout
     if not 0 < write_timeout < float("inf"):
         raise ConfigError(f"--stream-write-timeout must be a number of seconds > 0, got {write_timeout}")
+    drain = args.swap_drain_timeout
+    if not math.isfinite(drain) or drain < 0:
+        raise ConfigError(f"--swap-drain-timeout must be a number of seconds >= 0, got {drain}")
     return {
+        "swap_drain_timeout_s": drain,
         "stream_write_timeout_s": write_timeout,
         "watermark": mark,
         "otlp_endpoint": args.otlp_endpoint,

@@ -6,6 +6,7 @@ import asyncio
 import json
 import time
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
@@ -25,7 +26,9 @@ T = TypeVar("T")
 
 # The engine a request was admitted on: it tokenizes and generates there even when the served model is
 # swapped meanwhile (`InferenceService.switch_engine`). Set by `admit()` in the request's own task.
-_PINNED: ContextVar[ServingEngine | None] = ContextVar("tgi_pinned_engine", default=None)
+# Weakly: a context outlives its request where the event loop keeps a cancelled timer of it until its time
+# comes, and must not keep a swapped-out model alive meanwhile; the request's `RequestTracker` holds it.
+_PINNED: ContextVar[weakref.ref[ServingEngine] | None] = ContextVar("tgi_pinned_engine", default=None)
 
 
 class RequestTracker:
@@ -40,7 +43,7 @@ class RequestTracker:
         self.started = time.perf_counter()
         self.engine = service.current_engine  # pinned: the request runs there to its end
         service.users[id(self.engine)] = service.users.get(id(self.engine), 0) + 1
-        _PINNED.set(self.engine)
+        _PINNED.set(weakref.ref(self.engine))
 
     def finish(self, exc: BaseException | None = None) -> None:
         if self._done:
@@ -80,7 +83,8 @@ class InferenceService:
     @property
     def engine(self) -> ServingEngine:
         """The engine of the current request (pinned at admission), else the one serving now."""
-        return _PINNED.get() or self.current_engine
+        pinned = _PINNED.get()
+        return (pinned() if pinned is not None else None) or self.current_engine
 
     def switch_engine(self, engine: ServingEngine) -> ServingEngine:
         """Send requests admitted from now on to `engine`; those admitted before stay on the previous one,

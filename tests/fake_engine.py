@@ -68,6 +68,7 @@ class FakeEngine:
     cancelled: list = field(default_factory=list)
     running: int = 0
     started: bool = False
+    closed: bool = False  # `close()` was called (its model released)
     healthy: bool = True
     refuse: str | None = None  # raise ValidationError(refuse) from stream(), as the real engine may
     # the k-th stream asked for says cached_tokens[k] prompt tokens came from the prefix cache (0 past it)
@@ -76,8 +77,11 @@ class FakeEngine:
     async def start(self) -> None:
         self.started = True
 
-    async def shutdown(self, cancel_inflight: bool = False) -> None:
+    async def shutdown(self, cancel_inflight: bool = False, reason: str | None = None) -> None:
         self.started = False
+
+    def close(self) -> None:
+        self.closed = True
 
     def stats(self) -> SimpleNamespace:
         used = self.running

@@ -1,5 +1,5 @@
-"""`--stream-write-timeout` (STREAM_WRITE_TIMEOUT): shown in --help with its variable, read from it, checked
-by name, and carried to the server's settings."""
+"""`--stream-write-timeout` (STREAM_WRITE_TIMEOUT) and `--swap-drain-timeout` (SWAP_DRAIN_TIMEOUT): shown in
+--help with their variables, read from them, checked by name, and carried to the server's settings."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from tgi.core.config import ConfigError
 from tgi.server.launcher import add_launch_arguments, server_settings
-from tgi.server.production_flags import DEFAULT_STREAM_WRITE_TIMEOUT_S
+from tgi.server.production_flags import DEFAULT_STREAM_WRITE_TIMEOUT_S, DEFAULT_SWAP_DRAIN_TIMEOUT_S
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -39,3 +39,23 @@ def test_a_timeout_that_is_no_deadline_is_refused_by_name(monkeypatch, value):
     monkeypatch.delenv("STREAM_WRITE_TIMEOUT", raising=False)
     with pytest.raises(ConfigError, match="--stream-write-timeout must be a number of seconds > 0"):
         server_settings(parse(["--stream-write-timeout", value]))
+
+
+def test_swap_drain_timeout_flag_and_variable_reach_the_settings(monkeypatch):
+    monkeypatch.delenv("SWAP_DRAIN_TIMEOUT", raising=False)
+    parser = argparse.ArgumentParser()
+    add_launch_arguments(parser)
+    assert re.search(
+        r"--swap-drain-timeout .*?\[env: SWAP_DRAIN_TIMEOUT\]", " ".join(parser.format_help().split())
+    )
+    assert server_settings(parse([])).swap_drain_timeout_s == DEFAULT_SWAP_DRAIN_TIMEOUT_S == 60
+    assert server_settings(parse(["--swap-drain-timeout", "0"])).swap_drain_timeout_s == 0  # at once
+    monkeypatch.setenv("SWAP_DRAIN_TIMEOUT", "2.5")
+    assert server_settings(parse([])).swap_drain_timeout_s == 2.5
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf"])
+def test_a_swap_drain_timeout_that_is_no_deadline_is_refused_by_name(monkeypatch, value):
+    monkeypatch.delenv("SWAP_DRAIN_TIMEOUT", raising=False)
+    with pytest.raises(ConfigError, match="--swap-drain-timeout must be a number of seconds >= 0"):
+        server_settings(parse(["--swap-drain-timeout", value]))
