@@ -9,7 +9,7 @@ import uuid
 import weakref
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextvars import ContextVar
+from contextvars import ContextVar, copy_context
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -134,8 +134,11 @@ class InferenceService:
 
     # Tokenisation and templating run on the `--validation-workers` threads: a long prompt never stalls the
     # event loop, and no more than that many requests tokenize at once (TGI's validation workers).
+    # The work runs in a copy of the request's context, so that `self.engine` there is the engine the
+    # request was admitted on (its tokenizer and limits) even when the model is swapped meanwhile.
     async def _tokenizing(self, fn: Callable[[], T]) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._workers, fn)
+        context = copy_context()
+        return await asyncio.get_running_loop().run_in_executor(self._workers, context.run, fn)
 
     async def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return await self._tokenizing(lambda: self._encode(text, add_special_tokens))

@@ -40,3 +40,21 @@ def test_the_admin_route_is_off_without_enable_model_swap():
         assert c.post("/admin/model", json={"model_id": "x"}).status_code == 401
         r = c.post("/admin/model", json={"model_id": "x"}, headers={"Authorization": "Bearer k"})
         assert r.status_code == 403  # the inference key never swaps
+
+
+def test_tokenizing_on_the_workers_uses_the_engine_the_request_was_admitted_on():
+    """The validation workers run in the request's context: after a switch, a request admitted before it
+    still tokenizes with the old engine's tokenizer."""
+    import asyncio
+
+    old, new = FakeEngine(), FakeEngine(model_id="new/model")
+    service = create_app(old, ServerSettings()).state.service
+    seen = []
+
+    async def request():
+        with service.admit():
+            service.switch_engine(new)
+            seen.append(await service._tokenizing(lambda: service.engine))
+
+    asyncio.run(request())
+    assert seen == [old]
