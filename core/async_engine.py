@@ -63,7 +63,7 @@ EngineCommand = AddRequest | AbortRequest | LoadAdapter | UnloadAdapter
 
 
 class AsyncEngine:
-    """Implements `tgi.core.request.EngineClient` for the server."""
+    """Implements `tgi.server.protocol.ServingEngine` for the server."""
 
     def __init__(self, engine: LLMEngine, model_id: str | None = None, backend_name: str | None = None):
         self.engine = engine

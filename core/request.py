@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Protocol
-
-from tgi.core.sampling_params import SamplingParams
 
 
 class FinishReason(str, Enum):
@@ -101,19 +97,3 @@ class StepError(EngineError):
 
 class ValidationError(ValueError):
     """A request the engine refuses before it is queued (TGI answers 422)."""
-
-
-class OverloadedError(RuntimeError):
-    """Too many requests in flight (TGI answers 429)."""
-
-
-class EngineClient(Protocol):
-    """What the server needs from an engine (implemented by `tgi.core.engine.AsyncEngine`)."""
-
-    def stream(
-        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
-    ) -> AsyncIterator[TokenEvent]:
-        """Queue a request and yield its tokens. Raises `ValidationError` before queueing when the request
-        does not fit the limits. Closing the iterator early (client gone) cancels the request and frees
-        its KV blocks within one engine step."""
-        ...

@@ -1,4 +1,4 @@
-"""The engine surface the HTTP server depends on (implemented by `tgi.core.engine.AsyncEngine`).
+"""The engine surface the HTTP server depends on (implemented by `tgi.core.async_engine.AsyncEngine`).
 
 The server imports nothing else from the engine, so that it can be tested against a small fake.
 """

@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from tgi.core.guided import CompilerBusyError, Grammar
-from tgi.core.request import EngineError, FinishReason, OverloadedError, TokenEvent, ValidationError
+from tgi.core.request import EngineError, FinishReason, TokenEvent, ValidationError
 from tgi.core.sampling_params import SamplingParams
 from tgi.core.validation import too_many_input_tokens
 from tgi.server.errors import ApiError, internal_error, overloaded, validation_error
@@ -222,7 +222,7 @@ class InferenceService:
                     event = await events.__anext__()
                 except StopAsyncIteration:
                     return
-                except (ValidationError, OverloadedError, EngineError) as exc:
+                except (ValidationError, EngineError) as exc:
                     raise _api_error(exc) from exc
                 if event.finish_reason is FinishReason.CANCELLED:
                     raise ApiError(500, "Request was cancelled by the server", "generation")
@@ -251,8 +251,6 @@ def _api_error(exc: Exception) -> ApiError:
         return exc
     if isinstance(exc, ValidationError):
         return validation_error(str(exc))
-    if isinstance(exc, OverloadedError):
-        return overloaded()
     if isinstance(exc, EngineError):  # its message is written to be shown (no raw exception text)
         return ApiError(500, str(exc), "generation")
     return internal_error(exc)

@@ -9,12 +9,13 @@ third-party package, for example in its ``pyproject.toml``::
 
 and in ``tgi_mychip/plugin.py``::
 
+    from tgi.core.interfaces import INTERFACE_VERSION
     from tgi.core.plugins import BackendSpec, hookimpl
 
     @hookimpl
     def tgi_register_backends(register):
-        register(BackendSpec(name="mychip", version=__version__, interface_version=1, priority=50,
-                             description="...", probe=_probe, create=_create))
+        register(BackendSpec(name="mychip", version=__version__, interface_version=INTERFACE_VERSION,
+                             priority=50, description="...", probe=_probe, create=_create))
 """
 
 from __future__ import annotations
