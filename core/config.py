@@ -44,7 +44,7 @@ class EngineConfig:
     # the seeds of requests that give none are drawn from a generator seeded with this; None: from the OS
     # (unseeded sampling differs from one start to the next), a number: the same draws at every start
     seed: int | None = None
-    # TGI's launcher settings the engine acts on (issue 23):
+    # TGI's launcher settings the engine acts on:
     # decode batch sizes to capture as graphs (--cuda-graphs); (): off; None: the backend's default
     cuda_graphs: tuple[int, ...] | None = None
     rope_scaling: tuple[str, float] | None = None  # ("linear" | "dynamic", factor) over the checkpoint's own
