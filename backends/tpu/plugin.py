@@ -14,16 +14,25 @@ from tgi.core.plugins import BackendSpec, hookimpl
 
 
 def _probe() -> ProbeResult:
-    try:
-        import jax
-    except ImportError as exc:
-        return ProbeResult.unavailable(f"JAX is not installed ({exc}); run `pip install 'tgi[tpu]'`")
+    import importlib.util
+
     from tgi.backends.tpu.platform import ENV, PlatformError, devices, requested_platform
 
     try:
         platform = requested_platform()
     except PlatformError as exc:
         return ProbeResult.unavailable(str(exc))
+    if platform == "tpu" and importlib.util.find_spec("libtpu") is None:
+        # JAX reaches TPUs only through the libtpu runtime: without it, say so without importing JAX (a
+        # second of every start-up on machines that have JAX for its CPU devices only)
+        return ProbeResult.unavailable(
+            "no TPU runtime: the libtpu package is not installed (`pip install 'jax[tpu]'` on a TPU host; "
+            f"set {ENV}=cpu to run this backend on JAX's CPU devices)"
+        )
+    try:
+        import jax
+    except ImportError as exc:
+        return ProbeResult.unavailable(f"JAX is not installed ({exc}); run `pip install 'tgi[tpu]'`")
     if platform == "cpu":  # JAX is not initialised here, so --num-shard can still set the device count
         return ProbeResult.ok(f"JAX {jax.__version__} on CPU devices ({ENV}=cpu: not a TPU)")
     try:

@@ -28,11 +28,30 @@ def _run(code: str, **env: str) -> subprocess.CompletedProcess:
     )
 
 
+# libtpu "installed": the probe goes on to ask JAX for its TPU devices
+WITH_LIBTPU = """
+import importlib.machinery, importlib.util
+_find_spec = importlib.util.find_spec
+importlib.util.find_spec = lambda name, *a: (
+    importlib.machinery.ModuleSpec("libtpu", None) if name == "libtpu" else _find_spec(name, *a)
+)
+"""
+
+
 def test_without_tpu_devices_the_probe_says_why_and_never_falls_back() -> None:
-    out = _run(PROBE)
+    out = _run(WITH_LIBTPU + PROBE)
     available, reason, priority, auto = json.loads(out.stdout.strip().splitlines()[-1])
     assert not available and "no JAX tpu devices" in reason and "TGI_JAX_PLATFORM=cpu" in reason
     assert priority == 20 and auto == "cpu"
+
+
+def test_without_the_tpu_runtime_the_probe_says_so_without_importing_jax() -> None:
+    out = _run(PROBE + "import sys; print(json.dumps('jax' in sys.modules))")
+    lines = out.stdout.strip().splitlines()
+    available, reason, priority, auto = json.loads(lines[-2])
+    assert not available and "libtpu" in reason and "TGI_JAX_PLATFORM=cpu" in reason
+    assert priority == 20 and auto == "cpu"
+    assert json.loads(lines[-1]) is False  # a start-up on a machine without TPUs does not import JAX
 
 
 def test_cpu_devices_only_when_asked_and_said() -> None:
