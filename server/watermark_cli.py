@@ -10,7 +10,7 @@ import json
 import sys
 
 from tgi.core.watermark import DEFAULT_GAMMA, detect_text
-from tgi.server.launch_flags import env
+from tgi.server.flags.parsers import env
 
 
 def _cmd_detect(args: argparse.Namespace) -> int:

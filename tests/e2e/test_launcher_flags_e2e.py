@@ -1,4 +1,4 @@
-"""TGI's launcher flags on a real `tgi launch` (issue 23): the served ones change what the server does, a
+"""TGI's launcher flags on a real `tgi launch`: the served ones change what the server does, a
 refused one or one the backend cannot honour stops the start with exit 2 and its name
 (--trust-remote-code: test_trust_remote_code_e2e.py)."""
 

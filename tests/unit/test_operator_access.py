@@ -1,6 +1,6 @@
 """Who may call what: the operator routes (`/admin/*`, the run-time LoRA routes) take only `--admin-api-key`,
 the inference routes only `--api-key`; the operator flags that do not go together are refused at start, by
-name (`tgi.server.auth`, `tgi.server.operator_flags`)."""
+name (`tgi.server.auth`, `tgi.server.flags.checks`)."""
 
 from __future__ import annotations
 

@@ -13,9 +13,9 @@ import uvicorn
 
 from fake_engine import FakeEngine
 from tgi.core.config import ConfigError
+from tgi.server.flags.unserved import UNSERVED
 from tgi.server.launcher import add_launch_arguments, engine_config, run_launch, serve, server_settings
 from tgi.server.settings import ServerSettings
-from tgi.server.tgi_env import UNSERVED
 
 ENV = [
     "MODEL_ID", "REVISION", "TGI_BACKEND", "DTYPE", "NUM_SHARD", "QUANTIZE", "MAX_INPUT_TOKENS",

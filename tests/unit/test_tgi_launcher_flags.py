@@ -15,7 +15,8 @@ from types import SimpleNamespace
 import pytest
 
 from tgi.core.config import ConfigError, EngineConfig
-from tgi.server import launch_flags
+from tgi.server import flags
+from tgi.server.flags import derived, launcher_actions
 from tgi.server.launcher import add_launch_arguments, engine_config, run_launch, server_settings
 
 # (flag, environment variable or None, a value to give it or None for a switch, served here)
@@ -26,7 +27,7 @@ TGI_LAUNCHER_FLAGS = [
     ("--sharded", "SHARDED", "false", True),
     ("--num-shard", "NUM_SHARD", "1", True),
     ("--quantize", "QUANTIZE", "eetq", True),  # whether the model and backend serve it is decided at load
-    ("--speculate", "SPECULATE", "2", None),  # another issue implements it: served or refused
+    ("--speculate", "SPECULATE", "2", None),  # served (n-gram prompt lookup)
     ("--dtype", "DTYPE", "bfloat16", True),
     ("--kv-cache-dtype", "KV_CACHE_DTYPE", "fp8_e4m3fn", False),
     ("--trust-remote-code", "TRUST_REMOTE_CODE", None, True),
@@ -128,7 +129,7 @@ def test_each_flag_reads_its_environment_variable(
     by_variable = parse([])
     dest = next(a.dest for a in _parser()._actions if flag in a.option_strings)
     if dest == "cors_allow_origin":  # repeatable: the variable is read where the origins are gathered
-        assert launch_flags.cors_origins(by_variable) == launch_flags.cors_origins(by_flag)
+        assert derived.cors_origins(by_variable) == derived.cors_origins(by_flag)
     else:
         assert getattr(by_variable, dest) == getattr(by_flag, dest)
 
@@ -270,7 +271,7 @@ def test_hub_cache_goes_to_huggingface_hub(monkeypatch, tmp_path):
     for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):  # restored after the test
         monkeypatch.setattr(hub, name, getattr(hub, name))
         monkeypatch.setenv(name, "unset")
-    launch_flags.apply_hub_cache(str(tmp_path))
+    launcher_actions.apply_hub_cache(str(tmp_path))
     assert (
         str(tmp_path) == hub.HF_HUB_CACHE == os.environ["HF_HUB_CACHE"] == os.environ["HUGGINGFACE_HUB_CACHE"]
     )
@@ -280,7 +281,7 @@ def test_version_and_env_and_usage_stats(capsys):
     with pytest.raises(SystemExit) as exit_:
         parse(["-V"])
     assert exit_.value.code == 0 and capsys.readouterr().out.startswith("tgi ")
-    report = launch_flags.environment_report()
+    report = launcher_actions.environment_report()
     assert f"Python: {sys.version.split()[0]}" in report and "torch: " in report
     assert parse(["--usage-stats", "no-stack"]).usage_stats == "no-stack"
     with pytest.raises(SystemExit):
@@ -288,13 +289,13 @@ def test_version_and_env_and_usage_stats(capsys):
 
 
 def test_a_flag_implemented_elsewhere_takes_the_place_of_its_refusal():
-    """Another issue's implementation defines its flag before `add_tgi_arguments`: its values pass here."""
+    """A parser that defines one of the table's flags itself keeps its definition: its values pass the checks."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--lora-adapters")
     parser.add_argument("--num-shard", type=int, default=1)
-    launch_flags.add_tgi_arguments(parser)
+    flags.add_flags(parser)
     args = parser.parse_args(["--lora-adapters", "a/b"])
-    launch_flags.check_tgi_arguments(args)
+    flags.check_flags(args)
     assert args.lora_adapters == "a/b"
     with pytest.raises(ConfigError, match="--ngrok-edge e"):
-        launch_flags.check_tgi_arguments(parser.parse_args(["--ngrok-edge", "e"]))
+        flags.check_flags(parser.parse_args(["--ngrok-edge", "e"]))

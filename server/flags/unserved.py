@@ -1,15 +1,13 @@
-"""TGI environment variables that are no launcher flag and that this server does not act on: each one set
-is named in a warning at start-up, never silently ignored. (Every TGI launcher flag's variable is read by
-its flag, served or refused by name: `tgi.server.launch_flags`.)"""
+"""TGI's environment variables that are no launcher flag (`UNSERVED_VARIABLES` in the table): the ones set are
+named in a warning at start."""
 
 from __future__ import annotations
 
 import os
 
-UNSERVED = (
-    # TGI's python server reads it (chunked prefill on or off); here the backend's runner decides
-    "PREFILL_CHUNKING",
-)
+from tgi.server.flags.table import UNSERVED_VARIABLES
+
+UNSERVED = tuple(name for name, _ in UNSERVED_VARIABLES)
 
 
 def unserved_variables(environ: dict[str, str] | None = None) -> list[str]:

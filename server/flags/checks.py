@@ -1,0 +1,96 @@
+"""The start-up checks of the flags: `check_flags(args)` raises `ConfigError` naming the first refused flag
+given, the first value out of range (`Flag.at_least`, `Flag.check`), or the first flags that do not go
+together (the checks below, which span several flags). Nothing is loaded before they pass."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from tgi.core.config import ConfigError
+from tgi.server.flags.spec import Flag
+from tgi.server.flags.table import FLAGS
+
+
+def check_flags(args: argparse.Namespace, flags: tuple[Flag, ...] = FLAGS) -> None:
+    given = [f for f in flags if hasattr(args, f.dest)]
+    for flag in given:
+        _check_refused(flag, getattr(args, flag.dest))
+    for flag in given:
+        _check_value(flag, getattr(args, flag.dest))
+    check_sharding(args)
+    check_watermark(args)
+    check_operator_flags(args)
+
+
+def _check_refused(flag: Flag, value) -> None:
+    refusal = flag.refusal
+    if (
+        refusal is None
+        or value in (None, False)
+        or (refusal.neutral is not None and value == refusal.neutral)
+    ):
+        return
+    shown = "" if flag.kind == "switch" else f" {value}"
+    raise ConfigError(f"{flag.name}{shown} ({flag.env[0]}) is not supported: {refusal.why}")
+
+
+def _check_value(flag: Flag, value) -> None:
+    if value is None:
+        return
+    if flag.at_least is not None and value < flag.at_least:
+        raise ConfigError(f"{flag.name} must be >= {flag.at_least}, got {value}")
+    problem = flag.check(value) if flag.check is not None else None
+    if problem is not None:
+        raise ConfigError(f"{flag.name} {problem}")
+
+
+def check_sharding(args: argparse.Namespace) -> None:
+    if args.sharded is True and args.num_shard < 2:
+        raise ConfigError(
+            "--sharded true needs --num-shard > 1 (this server does not count the devices for you)"
+        )
+    if args.sharded is False and args.num_shard != 1:
+        raise ConfigError(f"--sharded false contradicts --num-shard {args.num_shard}")
+
+
+def check_watermark(args: argparse.Namespace) -> None:
+    from tgi.server.flags.derived import watermark
+
+    try:
+        watermark(args).validate()
+    except ValueError as exc:
+        raise ConfigError(f"--watermark-gamma / --watermark-delta: {exc}") from None
+
+
+def check_operator_flags(args: argparse.Namespace) -> None:
+    """The operator routes' flags: each needs the ones that make it safe (an admin key, a LoRA root)."""
+    admin = args.admin_api_key
+    if admin is not None and admin == args.api_key:
+        raise ConfigError("--admin-api-key must differ from --api-key: every inference client holds that one")
+    if args.enable_model_swap and admin is None:
+        raise ConfigError(
+            "--enable-model-swap needs --admin-api-key (the only key POST /admin/model accepts)"
+        )
+    for flag, value in (
+        ("--swappable-models", args.swappable_models),
+        ("--swap-trust-remote-code", args.swap_trust_remote_code),
+    ):
+        if value and not args.enable_model_swap:
+            raise ConfigError(f"{flag} needs --enable-model-swap")
+    if args.allow_runtime_lora_updating:
+        if admin is None:
+            raise ConfigError(
+                "--allow-runtime-lora-updating needs --admin-api-key (the only key the LoRA routes accept)"
+            )
+        if args.lora_root is None:
+            raise ConfigError(
+                "--allow-runtime-lora-updating needs --lora-root (the folder run-time adapters are read from)"
+            )
+    if args.lora_root is not None:
+        if not args.allow_runtime_lora_updating:
+            raise ConfigError(
+                "--lora-root needs --allow-runtime-lora-updating (it bounds run-time loads only)"
+            )
+        if not os.path.isdir(os.path.realpath(args.lora_root)):
+            raise ConfigError(f"--lora-root {args.lora_root}: not a folder")

@@ -1,0 +1,35 @@
+"""Destination values made of several flags, or not the flag's value as it is (`Engine.derive`,
+`Server.derive` in the table)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from tgi.core.watermark import Watermark
+
+
+def rope_scaling(args: argparse.Namespace) -> tuple[str, float] | None:
+    """(type, factor) as TGI reads the two flags: a factor alone is linear, a type alone has factor 1."""
+    if args.rope_scaling is None and args.rope_factor is None:
+        return None
+    return (args.rope_scaling or "linear", args.rope_factor if args.rope_factor is not None else 1.0)
+
+
+def watermark(args: argparse.Namespace) -> Watermark:
+    return Watermark(args.watermark_gamma, args.watermark_delta)
+
+
+def lora_adapters(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
+    from tgi.server.lora import parse_lora_adapters
+
+    return parse_lora_adapters(args.lora_adapters)
+
+
+def lora_root(args: argparse.Namespace) -> str | None:
+    """The real path run-time adapters must lie inside (symlinks resolved)."""
+    return None if args.lora_root is None else os.path.realpath(args.lora_root)
+
+
+def cors_origins(args: argparse.Namespace) -> tuple[str, ...]:
+    return args.cors_allow_origin or ()

@@ -1,0 +1,48 @@
+"""Reading flag values: the environment (`env`) and the strings that need more than `int` or `float`. A parser
+takes the string given on the command line or in the variable and returns the value, or raises
+`argparse.ArgumentTypeError` (argparse then names the flag and exits 2)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def env(*names: str, default=None):
+    """The first of `names` set (non-empty) in the environment, else `default`."""
+    for name in names:
+        value = os.environ.get(name)
+        if value not in (None, ""):
+            return value
+    return default
+
+
+def on_off(value) -> bool:
+    """An on/off value: true/false, 1/0, yes/no, on/off (any case); anything else is an error."""
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+
+
+def batch_sizes(value: str) -> tuple[int, ...]:
+    """`--cuda-graphs`: comma-separated batch sizes; "0" (or nothing) turns graphs off: ()."""
+    try:
+        sizes = tuple(int(v) for v in str(value).split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected batch sizes such as 1,2,4,8, got {value!r}") from None
+    if any(s < 0 for s in sizes):
+        raise argparse.ArgumentTypeError(f"batch sizes must be >= 0, got {value!r}")
+    return tuple(sorted({s for s in sizes if s > 0}))
+
+
+def comma_list(value: str) -> tuple[str, ...]:
+    """`a, b,,c` -> ("a", "b", "c"): the items, stripped, empty ones dropped."""
+    return tuple(item.strip() for item in str(value).split(",") if item.strip())
+
+
+def lower(value: str) -> str:
+    """The value in lower case (choices compared without regard to case, as TGI's variables are written)."""
+    return str(value).lower()

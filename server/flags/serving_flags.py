@@ -1,0 +1,280 @@
+"""The table's flags about serving: what one request may ask for, where and how the server listens, logs and
+traces."""
+
+from __future__ import annotations
+
+from tgi.core.watermark import DEFAULT_DELTA, DEFAULT_GAMMA
+from tgi.server.flags import derived, value_checks
+from tgi.server.flags.parsers import comma_list, lower
+from tgi.server.flags.spec import LAUNCHER, Flag, Server
+
+#: seconds one send of a streamed response may take (`--stream-write-timeout`)
+DEFAULT_STREAM_WRITE_TIMEOUT_S = 30.0
+
+AS_TGI = "as TGI"
+REQUESTS = "requests"
+SERVER = "server"
+WATERMARK = "the green-list share and bias of requests with `watermark: true`"
+OTLP = (
+    "a trace per request to that OpenTelemetry collector (OTLP over gRPC as TGI, or HTTP on port 4318; the "
+    "`otel` extra)"
+)
+
+SERVING_FLAGS = (
+    Flag(
+        ("--max-concurrent-requests",),
+        "more in flight get 429",
+        REQUESTS,
+        Server("max_concurrent_requests"),
+        env=("MAX_CONCURRENT_REQUESTS",),
+        parse=int,
+        default=128,
+        at_least=1,
+        tgi=AS_TGI,
+        example="64",
+    ),
+    Flag(
+        ("--max-best-of",),
+        "the largest `best_of` a request may ask for",
+        REQUESTS,
+        Server("max_best_of"),
+        env=("MAX_BEST_OF",),
+        parse=int,
+        default=2,
+        at_least=1,
+        tgi=AS_TGI,
+        example="3",
+    ),
+    Flag(
+        ("--max-stop-sequences",),
+        "the most stop sequences a request may give",
+        REQUESTS,
+        Server("max_stop_sequences"),
+        env=("MAX_STOP_SEQUENCES",),
+        parse=int,
+        default=4,
+        at_least=0,
+        tgi=AS_TGI,
+        example="6",
+    ),
+    Flag(
+        ("--max-top-n-tokens",),
+        "the most alternatives per token a request may ask for (`top_n_tokens`, OpenAI's `top_logprobs`)",
+        REQUESTS,
+        Server("max_top_n_tokens"),
+        env=("MAX_TOP_N_TOKENS",),
+        parse=int,
+        default=5,
+        at_least=0,
+        tgi=AS_TGI,
+        example="7",
+    ),
+    Flag(
+        ("--max-client-batch-size",),
+        "sequences one request may ask for (OpenAI's prompts x `n`)",
+        REQUESTS,
+        Server("max_client_batch_size"),
+        env=("MAX_CLIENT_BATCH_SIZE",),
+        parse=int,
+        default=4,
+        at_least=1,
+        tgi=AS_TGI,
+        example="8",
+    ),
+    Flag(
+        ("--payload-limit",),
+        "largest request body in bytes; larger: 413",
+        REQUESTS,
+        Server("payload_limit"),
+        env=("PAYLOAD_LIMIT",),
+        parse=int,
+        default=2_000_000,
+        at_least=1,
+        tgi=AS_TGI,
+        example="1000",
+    ),
+    Flag(
+        ("--disable-grammar-support",),
+        "refuse `grammar`, `response_format` and `tools` with a 422",
+        REQUESTS,
+        Server("disable_grammar_support"),
+        env=("DISABLE_GRAMMAR_SUPPORT",),
+        kind="switch",
+        default=False,
+        tgi=AS_TGI,
+        example="true",
+    ),
+    Flag(
+        ("--enable-prefill-logprobs",),
+        "allow requests to ask for the prompt tokens' logprobs (decoder_input_details, echo with logprobs); "
+        "off: they get a 422",
+        REQUESTS,
+        Server("enable_prefill_logprobs"),
+        env=("ENABLE_PREFILL_LOGPROBS",),
+        kind="switch",
+        default=False,
+        tgi="as TGI: without it, `decoder_input_details` and `echo` with `logprobs` are refused",
+        example="true",
+    ),
+    Flag(
+        ("--validation-workers",),
+        "threads that tokenize and template requests",
+        REQUESTS,
+        Server("validation_workers"),
+        env=("VALIDATION_WORKERS",),
+        parse=int,
+        default=2,
+        at_least=1,
+        tgi="threads that tokenize and apply chat templates (default 2); `/info` shows it",
+        example="3",
+    ),
+    Flag(
+        ("--watermark-gamma",),
+        "share of the vocabulary in each green list of requests with `watermark: true`, in (0, 1)",
+        REQUESTS,
+        Server("watermark", derive=derived.watermark),
+        env=("WATERMARK_GAMMA",),
+        parse=float,
+        default=DEFAULT_GAMMA,
+        tgi=WATERMARK,
+        example="0.25",
+    ),
+    Flag(
+        ("--watermark-delta",),
+        "added to the green tokens' logits of requests with `watermark: true`, > 0",
+        REQUESTS,
+        Server("watermark", derive=derived.watermark),
+        env=("WATERMARK_DELTA",),
+        parse=float,
+        default=DEFAULT_DELTA,
+        tgi=WATERMARK,
+        example="3.0",
+    ),
+    Flag(
+        ("--hostname",),
+        "the address to listen on",
+        SERVER,
+        LAUNCHER,
+        env=("HOSTNAME",),
+        default="0.0.0.0",
+        tgi=AS_TGI,
+        example="127.0.0.1",
+    ),
+    Flag(
+        ("-p", "--port"),
+        "the port to listen on (0: any free port)",
+        SERVER,
+        LAUNCHER,
+        env=("PORT",),
+        parse=int,
+        default=3000,
+        tgi=AS_TGI,
+        example="8080",
+    ),
+    Flag(
+        ("--api-key",),
+        "require `Authorization: Bearer <key>` on every inference route (all but /health, /ping and the "
+        "operator routes, which take --admin-api-key only)",
+        SERVER,
+        Server("api_key"),
+        env=("API_KEY",),
+        keep_empty_env=True,  # an empty key is refused, not read as "no auth"
+        check=value_checks.key(
+            "API_KEY",
+            "that would serve without authentication; give a key, or leave it unset to serve without one",
+        ),
+        tgi=AS_TGI,
+        example="secret",
+    ),
+    Flag(
+        ("--cors-allow-origin",),
+        "an origin whose browser pages may call the API (repeat, or comma-separated; * for any); default: no "
+        "CORS headers",
+        SERVER,
+        Server("cors_allow_origin"),
+        env=("CORS_ALLOW_ORIGIN",),
+        kind="list",
+        parse=comma_list,
+        tgi="CORS for those origins (repeat or comma-separate; `*` any); unlike TGI, none by default",
+        example="https://app.example",
+    ),
+    Flag(
+        ("--shutdown-timeout", "--graceful-termination-timeout"),
+        "seconds in-flight requests get on SIGTERM before they are cancelled",
+        SERVER,
+        Server("shutdown_grace_s"),
+        env=("SHUTDOWN_TIMEOUT", "GRACEFUL_TERMINATION_TIMEOUT"),
+        parse=float,
+        default=30.0,
+        tgi="seconds in-flight requests get on SIGTERM (default 30, TGI's 90)",
+        example="90",
+    ),
+    Flag(
+        ("--stream-write-timeout",),
+        "seconds one event of a streamed response may wait for the client to read it; past it the request is "
+        "cancelled and its slot and KV blocks freed (a client that stopped reading), > 0; default: "
+        f"{DEFAULT_STREAM_WRITE_TIMEOUT_S:g}",
+        SERVER,
+        Server("stream_write_timeout_s"),
+        env=("STREAM_WRITE_TIMEOUT",),
+        parse=float,
+        default=DEFAULT_STREAM_WRITE_TIMEOUT_S,
+        check=value_checks.deadline,
+        example="7.5",
+    ),
+    Flag(
+        ("--json-output",),
+        "log as JSON lines",
+        SERVER,
+        LAUNCHER,
+        env=("JSON_OUTPUT",),
+        kind="switch",
+        default=False,
+        tgi=AS_TGI,
+        example="true",
+    ),
+    Flag(
+        ("--otlp-endpoint",),
+        "OpenTelemetry collector that receives a trace per request: OTLP over gRPC (e.g. http://localhost:4317, "
+        "as TGI), or over HTTP for port 4318 or a /v1/traces path (or as OTEL_EXPORTER_OTLP_PROTOCOL says); "
+        "default: no tracing",
+        SERVER,
+        Server("otlp_endpoint"),
+        env=("OTLP_ENDPOINT",),
+        check=value_checks.otlp_endpoint,
+        tgi=OTLP,
+        example="http://collector:4318",
+    ),
+    Flag(
+        ("--otlp-service-name",),
+        "the service.name of the traces",
+        SERVER,
+        Server("otlp_service_name"),
+        env=("OTLP_SERVICE_NAME",),
+        default="text-generation-inference.router",
+        tgi=OTLP,
+        example="tgi",
+    ),
+    Flag(
+        ("--usage-stats",),
+        "accepted for TGI's command lines: this server never sends usage statistics anywhere, whatever the value",
+        SERVER,
+        LAUNCHER,
+        env=("USAGE_STATS",),
+        parse=lower,
+        default="on",
+        choices=("on", "off", "no-stack"),
+        tgi="accepted (`on`, `off`, `no-stack`); this server sends nothing anywhere, whatever the value",
+        example="off",
+    ),
+    Flag(
+        ("-e", "--env"),
+        "print the runtime environment (versions, platform) first",
+        SERVER,
+        LAUNCHER,
+        kind="switch",
+        default=False,
+        tgi=AS_TGI,
+    ),
+    Flag(("-V", "--version"), "print the version and exit", SERVER, LAUNCHER, kind="version", tgi=AS_TGI),
+)

@@ -1,0 +1,169 @@
+"""The launcher's flag table (`tgi.server.flags`), entry by entry: every flag is in `tgi launch --help` with
+its variables, is read from each of them, reaches its destination (an `EngineConfig` field, a `ServerSettings`
+field, or the launcher), and a refused one stops the start naming it; the README's table is the one the table
+makes. A flag added to the table is checked here without a line of this file changing."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tgi.core.config import ConfigError, EngineConfig
+from tgi.server.cli import build_parser
+from tgi.server.flags import FLAGS
+from tgi.server.flags.markdown import compatibility_markdown, readme_block
+from tgi.server.flags.parsers import comma_list
+from tgi.server.flags.spec import Engine, Server
+from tgi.server.launcher import add_launch_arguments, engine_config, server_settings
+from tgi.server.settings import ServerSettings
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+ALL_VARIABLES = sorted({v for f in FLAGS for v in f.env})
+SERVED = [f for f in FLAGS if f.refusal is None]
+WITH_EXAMPLE = [f for f in FLAGS if f.example is not None]
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    for name in ALL_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(monkeypatch, tmp_path):
+    """Examples name relative paths (a LoRA root ".", a tokenizer_config.json): they resolve in here."""
+    (tmp_path / "tokenizer_config.json").write_text('{"chat_template": "{{ messages[0][\'content\'] }}"}')
+    monkeypatch.chdir(tmp_path)
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_launch_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def given(flag) -> list[str]:
+    """The flag given its example on the command line (a switch alone)."""
+    return [flag.name] if flag.kind == "switch" else [flag.name, flag.example]
+
+
+def test_the_table_declares_each_flag_once_with_a_variable():
+    names = [n for f in FLAGS for n in f.names]
+    assert len(names) == len(set(names))
+    without = [f.name for f in FLAGS if not f.env and f.kind != "version" and f.name != "--env"]
+    assert without == [], "every flag is read from an environment variable"  # TGI's --env and -V have none
+    assert [f.name for f in FLAGS if f.kind != "version" and f.example is None] == ["--env"]
+
+
+def test_every_flag_is_in_tgi_launch_help_with_its_variables():
+    launch = build_parser()._subparsers._group_actions[0].choices["launch"]
+    text = " ".join(launch.format_help().split())
+    for flag in FLAGS:
+        for name in flag.names:
+            assert re.search(rf"(^|[ ,\[]){re.escape(name)}\b", text), f"{name} is missing from --help"
+        if flag.env:
+            suffix = f"[env: {flag.env_help or ', '.join(flag.env)}]"
+            assert suffix in text, f"--help does not name {flag.name}'s variables: {suffix}"
+            assert all(v in suffix for v in flag.env)
+
+
+@pytest.mark.parametrize("flag", [f for f in WITH_EXAMPLE if f.env], ids=lambda f: f.name)
+def test_every_flag_is_read_from_each_of_its_variables(monkeypatch, flag):
+    by_flag = getattr(parse(given(flag)), flag.dest)
+    default = getattr(parse([]), flag.dest)
+    assert by_flag != default, f"the example of {flag.name} is its default: it shows nothing"
+    for variable in flag.env:
+        monkeypatch.setenv(variable, flag.example)
+        assert getattr(parse([]), flag.dest) == by_flag, f"{variable} is not read as {flag.name}"
+        monkeypatch.delenv(variable)
+
+
+FREE_TEXT = [
+    f for f in FLAGS if f.kind in ("value", "list") and f.choices is None and f.parse in (None, comma_list)
+]
+
+
+@pytest.mark.parametrize("flag", [f for f in FLAGS if f.env and f not in FREE_TEXT], ids=lambda f: f.name)
+def test_a_bad_value_in_a_variable_is_refused_naming_the_flag(monkeypatch, capsys, flag):
+    monkeypatch.setenv(flag.env[0], "-not-a-value-")
+    with pytest.raises(SystemExit) as exit_:
+        parse([])
+    assert exit_.value.code == 2 and flag.name in capsys.readouterr().err
+
+
+def _destination(args: argparse.Namespace, to) -> object:
+    if isinstance(to, Engine):
+        return getattr(engine_config(args), to.field)
+    return getattr(server_settings(args), to.field)
+
+
+def _field_default(fields: type, name: str) -> object:
+    [field] = [f for f in dataclasses.fields(fields) if f.name == name]
+    return field.default_factory() if field.default is dataclasses.MISSING else field.default
+
+
+@pytest.mark.parametrize(
+    "flag", [f for f in SERVED if isinstance(f.to, (Engine, Server)) and f.example], ids=lambda f: f.name
+)
+def test_every_served_flag_reaches_its_destination(flag):
+    fields = EngineConfig if isinstance(flag.to, Engine) else ServerSettings
+    assert flag.to.field in {f.name for f in dataclasses.fields(fields)}
+    args = parse([*given(flag), *flag.example_needs])
+    value = getattr(args, flag.dest)
+    expected = flag.to.derive(args) if flag.to.derive is not None else value
+    assert _destination(args, flag.to) == expected
+    assert _destination(args, flag.to) != _field_default(fields, flag.to.field), (
+        f"{flag.name} {flag.example} changes nothing in {fields.__name__}.{flag.to.field}"
+    )
+
+
+@pytest.mark.parametrize("flag", [f for f in FLAGS if f.refusal is not None], ids=lambda f: f.name)
+def test_every_refused_flag_stops_the_start_naming_it_unless_it_asks_for_nothing(monkeypatch, flag):
+    for build in (engine_config, server_settings):
+        with pytest.raises(ConfigError, match=re.escape(f"{flag.name}") + r"\b.*is not supported: "):
+            build(parse(given(flag)))
+    monkeypatch.setenv(flag.env[0], flag.example if flag.kind != "switch" else "true")
+    with pytest.raises(ConfigError, match=re.escape(flag.env[0])):
+        engine_config(parse([]))
+    monkeypatch.delenv(flag.env[0])
+    if flag.refusal.neutral is not None:
+        engine_config(parse([flag.name, str(flag.refusal.neutral)]))
+    engine_config(parse([]))
+
+
+@pytest.mark.parametrize("flag", [f for f in FLAGS if f.at_least is not None], ids=lambda f: f.name)
+def test_a_value_below_a_flags_least_is_refused_by_name(flag):
+    below = str(int(flag.at_least) - 1)
+    for build in (engine_config, server_settings):
+        with pytest.raises(
+            ConfigError, match=re.escape(f"{flag.name} must be >= {flag.at_least}, got {below}")
+        ):
+            build(parse([flag.name, below]))
+
+
+def test_the_readme_table_is_the_one_the_flag_table_makes():
+    """After adding or changing a flag: `python -m tgi.server.flags --update README.md`."""
+    assert readme_block(README.read_text(encoding="utf-8")) == compatibility_markdown()
+
+
+def test_every_tgi_flag_and_every_flag_of_ours_is_in_the_readme():
+    block = compatibility_markdown()
+    for flag in FLAGS:
+        assert "/".join(f"`{n}`" for n in flag.names) in block, flag.name
+
+
+def test_the_markdown_command_prints_the_table(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "tgi.server.flags", "--markdown"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.strip() == compatibility_markdown(), done.stderr
+    copy = tmp_path / "README.md"
+    copy.write_text(README.read_text(encoding="utf-8").replace("| `--sharded` |", "| `--stale` |"))
+    subprocess.run([sys.executable, "-m", "tgi.server.flags", "--update", str(copy)], check=True, timeout=120)
+    assert copy.read_text(encoding="utf-8") == README.read_text(encoding="utf-8")
