@@ -38,6 +38,10 @@ class CpuBackend(TorchBackend):
     # host memory is shared with the OS and every other process: without --max-batch-total-tokens the KV
     # cache takes a quarter of the available memory (on 24 GiB, ~5 GiB: ~220k tokens of the default model)
     kv_cache_memory_fraction = 0.25
+    # the KV cache is a share of host memory, not sized by profiling the warm-up: a prefill of the whole
+    # step budget would only cost start-up time (2,048 tokens: ~5 s for the default model on 2 cores);
+    # this many tokens take the dense (oneDNN) and block kernels' paths and the prefill attention
+    warmup_prefill_tokens = 256
 
     def __init__(self, num_threads: int | None = None) -> None:
         self._info = cpu_info()

@@ -2,11 +2,28 @@
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import torch
 
 from tgi.core.dtypes import to_torch_dtype
 from tgi.core.interfaces import KVCacheSpec
 from tgi.core.torch.kv_cache import KVCache
+
+_ALIGN = 64  # bytes: a cache line, as torch's own CPU allocator aligns
+
+
+def lazily_zeroed(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A zero tensor whose pages the OS zeroes on first touch: numpy's `zeros` allocates with `calloc`,
+    which takes a large block straight from `mmap` (zero by definition) instead of writing zeros over it.
+    All-zero bytes are 0.0 in every float dtype. Elsewhere than host memory: `torch.zeros`."""
+    if device.type != "cpu":
+        return torch.zeros(shape, dtype=dtype, device=device)
+    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    raw = np.zeros(nbytes + _ALIGN, dtype=np.uint8)
+    start = -raw.ctypes.data % _ALIGN
+    return torch.from_numpy(raw[start : start + nbytes]).view(dtype).view(shape)
 
 
 class CpuKVCache(KVCache):
@@ -14,7 +31,9 @@ class CpuKVCache(KVCache):
 
     Slot `s` is `[s // block_size, s % block_size]`, so a write is one `index_copy_` into the flat
     [num_blocks * block_size, num_kv_heads, head_dim] view. The storage is zero-initialised: attention may
-    read (and mask out) slots that were never written, and these must hold finite values.
+    read (and mask out) slots that were never written, and these must hold finite values. It is zeroed by
+    the OS, page by page as slots are first written (`lazily_zeroed`), not by a pass over it at start-up:
+    the default cache is a quarter of host memory (~5 GB on 24 GiB, ~3.5 s to zero on 2 cores).
     """
 
     def __init__(self, spec: KVCacheSpec, num_blocks: int, device: torch.device | str = "cpu") -> None:
@@ -25,8 +44,8 @@ class CpuKVCache(KVCache):
         self.key_caches: list[torch.Tensor] = []
         self.value_caches: list[torch.Tensor] = []
         for _ in range(spec.num_layers):
-            self.key_caches.append(torch.zeros(shape, dtype=self.dtype, device=self.device))
-            self.value_caches.append(torch.zeros(shape, dtype=self.dtype, device=self.device))
+            self.key_caches.append(lazily_zeroed(shape, self.dtype, self.device))
+            self.value_caches.append(lazily_zeroed(shape, self.dtype, self.device))
 
     #: the native writer (`tgi.backends.cpu.native.fused().kv_write`), set by the backend where it builds
     native_write = None

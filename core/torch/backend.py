@@ -32,6 +32,10 @@ class TorchBackend(Backend):
 
     #: `torch.distributed` process-group backend for tensor parallelism (gloo, nccl, hccl, xccl)
     process_group_backend: ClassVar[str] = "gloo"
+    #: tokens of the warm-up's prefill step; None: the whole step budget (`--max-batch-prefill-tokens`), so
+    #: that the largest step's memory peak is met at start-up, not by a request. A backend whose memory is
+    #: not profiled that way (host memory: the KV cache is a share of it) may warm its kernels on less
+    warmup_prefill_tokens: ClassVar[int | None] = None
 
     @abstractmethod
     def torch_device(self) -> torch.device:

@@ -152,13 +152,14 @@ class TorchModelRunner(ModelRunner):
         self.model = self.kv_cache = self.lora = self.medusa = None
 
     def warmup(self, max_batch_tokens: int, max_num_seqs: int) -> None:
-        """One prefill of `max_batch_tokens` tokens and one decode of `max_num_seqs` sequences, written
-        into blocks that no request owns yet (the cache is empty before serving)."""
+        """One prefill of `max_batch_tokens` tokens (at most the backend's `warmup_prefill_tokens`) and one
+        decode of `max_num_seqs` sequences, written into blocks that no request owns yet (the cache is
+        empty before serving)."""
         from tgi.core.sampling_params import SamplingParams
 
         bs = self.config.block_size
         blocks = self.kv_cache.num_blocks
-        n = min(max_batch_tokens, blocks * bs)
+        n = min(max_batch_tokens, blocks * bs, self.backend.warmup_prefill_tokens or max_batch_tokens)
         params = SamplingParams()
         prefill = ScheduledSequence(
             "warmup", [0] * n, 0, list(range(-(-n // bs))), True, True, params, 0, n, [0] * n
