@@ -61,6 +61,9 @@ class EngineConfig:
     # fallback only) model classes may run; without it such a checkpoint is refused at start naming the flag.
     # A native architecture runs tgi's model code whatever this says.
     trust_remote_code: bool = False
+    # --deterministic (DETERMINISTIC): batch-invariant kernels, so that a request's tokens (greedy, or sampled
+    # with a seed) are the same whatever else runs beside it; a backend without them is refused at start
+    deterministic: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -71,6 +74,12 @@ class EngineConfig:
             raise ConfigError(f"block size must be a positive power of two, got {self.block_size}")
         if self.num_shard < 1:
             raise ConfigError(f"--num-shard must be >= 1, got {self.num_shard}")
+        if self.deterministic and self.num_shard > 1:
+            raise ConfigError(
+                f"--deterministic with --num-shard {self.num_shard}: a row-parallel layer adds the shards' "
+                "partial products in an all-reduce, in another order than one shard sums them, so the "
+                "outputs differ from one shard's (use --num-shard 1)"
+            )
         if not 0 <= self.speculate <= 16:
             raise ConfigError(f"--speculate must be in [0, 16], got {self.speculate}")
         ids = [name for name, _ in self.lora_adapters]

@@ -20,7 +20,7 @@ from tgi.core.config import ConfigError, EngineConfig
 from tgi.core.guided.compiler import CompiledGrammar, GrammarCompiler
 from tgi.core.guided.decoding import GuidedDecoding
 from tgi.core.guided.grammar import Grammar, GrammarError
-from tgi.core.interfaces import Backend, ModelInfo, ModelRunner
+from tgi.core.interfaces import Backend, ModelInfo, ModelRunner, UnsupportedError
 from tgi.core.lora_serving import ServedAdapters
 from tgi.core.output import RequestOutput
 from tgi.core.request import FinishReason, GenerationResult, StepError, TokenEvent, ValidationError
@@ -177,6 +177,11 @@ class LLMEngine:
         self.limits = RequestLimits(
             config.max_input_tokens, config.max_total_tokens, info.vocab_size, info.lora_adapters
         )
+        if config.deterministic and not runner.capabilities().batch_invariant:
+            raise ConfigError(
+                f"--deterministic: the {backend.name} backend's runner is not batch-invariant (its kernels' "
+                "results for a request depend on the other requests of a step)"
+            )
         constraints = runner.constraints()
         if config.prefix_caching and not constraints.chunked_prefill:
             log.warning("prefix caching is off: this runner cannot prefill from the middle of a prompt")
@@ -248,7 +253,18 @@ class LLMEngine:
         config = dataclasses.replace(config, dtype=dtype, kv_cache_memory_fraction=fraction)
         attention = backend.attention().name if hasattr(backend, "attention") else "the backend's own"
         dtype_note = f"dtype {dtype} (the default: {why})" if why else f"dtype {dtype}"
+        if config.deterministic:  # before the runner picks its kernels
+            try:
+                backend.use_batch_invariant_kernels(dtype)
+            except UnsupportedError as e:
+                raise ConfigError(f"--deterministic: {e}") from e
+            attention = backend.attention().name if hasattr(backend, "attention") else attention
         say(f"backend: {spec.name} ({backend.devices()[0].name}), {dtype_note}, attention {attention}")
+        if config.deterministic:
+            say(
+                "deterministic mode on: batch-invariant kernels, a request's tokens do not depend on what "
+                "runs beside it (--deterministic)"
+            )
         if config.cuda_graphs and not backend.captures_graphs:
             raise ConfigError(
                 f"--cuda-graphs: the {spec.name} backend does not capture graphs (give 0, or omit it)"

@@ -107,6 +107,15 @@ class Backend(ABC):
         cannot be used. Backends without a choice refuse every name."""
         raise UnsupportedError(f"backend '{self.name}' offers no choice of attention implementation")
 
+    def use_batch_invariant_kernels(self, dtype: str) -> None:
+        """Switch to kernels whose result for each row (a sequence's token) is computed in a fixed order that
+        does not depend on the other rows of the step, their number, the row's place among them, how a
+        prompt is chunked, what came from the prefix cache, or the thread count (`--deterministic`). Called
+        by the engine before the runner is created; the runner then reports
+        `RunnerCapabilities.batch_invariant`. Raise `UnsupportedError` saying why when this backend cannot
+        (the default: it has no such kernels)."""
+        raise UnsupportedError(f"backend '{self.name}' has no batch-invariant kernels")
+
     def check_dtype(self, dtype: str) -> None:
         """Raise `UnsupportedError` if `dtype` cannot be used (never fall back silently)."""
         if dtype not in self.supported_dtypes():

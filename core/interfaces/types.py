@@ -160,3 +160,9 @@ class RunnerCapabilities:
     prompt_logprobs: bool = True
     # loads and unloads LoRA adapters between steps (`ModelRunner.load_lora_adapter`, run-time LoRA loading)
     lora_runtime_loading: bool = False
+    # batch-invariant (`--deterministic`): each sequence's logits and sampled tokens depend only on its own
+    # tokens, parameters and seed, never on how many sequences share its steps, where it sits among them, how
+    # its prompt was chunked, whether its prefix came from the prefix cache, or the thread count; True only
+    # when the runner runs in that mode (`Backend.use_batch_invariant_kernels`), else the engine refuses
+    # `EngineConfig.deterministic` by name
+    batch_invariant: bool = False

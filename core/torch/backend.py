@@ -44,6 +44,9 @@ class TorchBackend(Backend):
     #: the attention implementation in use (`--attention`); a backend sets its default in `__init__`
     attention_name: str
     _attention: AttentionBackend | None = None  # made once, by `attention()` or `select_attention`
+    #: set by `use_batch_invariant_kernels` once the backend serves with batch-invariant kernels only; the
+    #: torch runner reports it as `RunnerCapabilities.batch_invariant`
+    batch_invariant: bool = False
 
     @abstractmethod
     def create_attention(self, name: str) -> AttentionBackend:

@@ -115,6 +115,8 @@ class TorchModelRunner(ModelRunner):
             draft_verification=True,
             medusa_heads=self.medusa.num_heads if self.medusa is not None else 0,
             lora_runtime_loading=hasattr(self.model, "checkpoint_target"),  # core's native models
+            # the backend switched to its batch-invariant kernels before this runner took them
+            batch_invariant=getattr(self.backend, "batch_invariant", False),
         )
 
     def check_lora_adapter(self, name: str, path: str) -> None:
