@@ -9,7 +9,10 @@ metadata, so they are computed once per step and shared by all layers (memoised 
 `CpuNativeAttention` ("cpu-native") keeps that prefill but decodes with a C++ kernel
 (`tgi.backends.cpu.native`, compiled at first use) that reads keys/values straight through the block table:
 no gather copy, no mask. It supports everything the reference does (any head size, float32/bfloat16, GQA,
-sliding window, soft-cap), so it never hands a layer back to the SDPA path.
+sliding window, soft-cap), so it never hands a layer back to the SDPA path. In batch-invariant mode
+(`--deterministic`) it runs prefill on that kernel too, each query of a chunk as one decode row: SDPA blocks
+its sums by the chunk's length and by whether the context came from the cache, the decode kernel sums each
+query's own keys in one order whatever the step.
 """
 
 from __future__ import annotations
@@ -225,8 +228,10 @@ class CpuNativeAttention(CpuAttention):
 
     name = "cpu-native"
 
-    def __init__(self) -> None:
+    def __init__(self, batch_invariant: bool = False) -> None:
         super().__init__()
+        #: prefill on the decode kernel, one query at a time (`--deterministic`)
+        self.batch_invariant = batch_invariant
         from tgi.backends.cpu import native
 
         native.load()  # raises NativeBuildError with the reason
@@ -256,3 +261,51 @@ class CpuNativeAttention(CpuAttention):
             impl=self.decode_impl,
         )
         return out.to(dtype)
+
+    def prefill(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        kv_cache: KVCache,
+        layer_idx: int,
+        meta: AttentionMetadata,
+        layer: AttentionLayerSpec,
+    ) -> torch.Tensor:
+        if not self.batch_invariant:
+            return super().prefill(q, k, v, kv_cache, layer_idx, meta, layer)
+        # the chunk's keys/values are in the cache already (the model writes them before attention)
+        key_cache, value_cache = kv_cache.layer(layer_idx)
+        tables, lens = self._queries_as_decodes(meta)
+        out = self._native.paged_decode(
+            q.to(key_cache.dtype),
+            key_cache,
+            value_cache,
+            tables,
+            lens,
+            layer.scale,
+            layer.sliding_window,
+            layer.softcap,
+            impl=self.decode_impl,
+        )
+        return out.to(q.dtype)
+
+    def _queries_as_decodes(self, meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every prefill query as a decode row: (block tables [Tp, max_blocks] int32, its sequence's row
+        repeated, and context lengths [Tp] int32: its position + 1). Once per step, shared by the layers."""
+        key = "cpu-native/prefill-as-decode"
+        plan = meta.extra.get(key)
+        if plan is not None:
+            return plan
+        qsl = meta.query_start_loc.tolist()
+        counts = torch.tensor([qsl[i + 1] - qsl[i] for i in range(len(qsl) - 1)], dtype=torch.int64)
+        tables = meta.prefill_block_tables.repeat_interleave(counts.to(meta.prefill_block_tables.device), 0)
+        lens = torch.cat(
+            [
+                torch.arange(start + 1, start + 1 + int(n), dtype=torch.int32)
+                for start, n in zip(meta.prefill_start_pos, counts.tolist(), strict=True)
+            ]
+        ).to(tables.device)
+        plan = (tables.contiguous(), lens)
+        meta.extra[key] = plan
+        return plan

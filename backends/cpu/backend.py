@@ -88,16 +88,52 @@ class CpuBackend(TorchBackend):
         blocks = self.blocks_for(dtype)
         rows = block_rows(dtype, impls) if blocks else 0
         plan = kernel_plan(self._info, dtype, self.attention_name, built, impls, rows, blocks)
+        if self.batch_invariant:
+            plan.update(_invariant_plan(plan, dtype, blocks))
         plan["threads"] = f"{self._threads}{self._serving_threads_note()}"
-        plan["lora"] = self.lora_ops().describe(getattr(torch, dtype))
+        plan["lora"] = (
+            "refused (--deterministic)"
+            if self.batch_invariant
+            else self.lora_ops().describe(getattr(torch, dtype))
+        )
         return plan
+
+    def use_batch_invariant_kernels(self, dtype: str) -> None:
+        """`--deterministic`: the GGUF block linears take every row count on one implementation
+        (`invariant_block_impl`), other linears compute one row at a time, prefill attention runs the paged
+        decode kernel for each query (one order per query: its own keys, oldest first, however the prompt
+        was chunked or cached), the sampler treats each row alone, and the thread count stays fixed.
+        Refused where the native kernels do not build, with `--attention cpu-sdpa`, and with
+        `TGI_CPU_FUSED=0` (the torch norm's reductions are not checked)."""
+        from tgi.backends.cpu import native
+        from tgi.core.interfaces import UnsupportedError
+
+        if not native.available():
+            raise UnsupportedError(
+                "the cpu backend's batch-invariant kernels are native C++ and do not build here "
+                "(a C++ compiler is needed)"
+            )
+        if self.attention_name != "cpu-native":
+            raise UnsupportedError(
+                f"the cpu backend's attention '{self.attention_name}' (torch's SDPA) blocks its sums by the "
+                "chunk's and the batch's lengths: use --attention cpu-native"
+            )
+        if not _fused_ops_enabled():
+            raise UnsupportedError(
+                "the cpu backend needs its fused native ops (TGI_CPU_FUSED=0 is set): the torch ops they "
+                "replace are not checked to be batch-invariant"
+            )
+        self.batch_invariant = True
+        self._attention = None  # made again, in its batch-invariant mode
+        self._chooser = None
 
     def serve_beside_event_loop(self) -> None:
         # from now on small steps share the cores with the server's event loop: their thread count is
-        # chosen (`tgi.backends.cpu.step_threads`), unless the user pinned it
+        # chosen (`tgi.backends.cpu.step_threads`), unless the user pinned it or asked for --deterministic
+        # (the row-at-a-time products of dense weights may split their sums by the thread count)
         self._chooser = None
         small = small_step_tokens()
-        if self._pinned or self._threads < 2 or small <= 0:
+        if self._pinned or self._threads < 2 or small <= 0 or self.batch_invariant:
             return
         policy = step_thread_policy()
         if policy == "auto":
@@ -108,6 +144,8 @@ class CpuBackend(TorchBackend):
     def _serving_threads_note(self) -> str:
         """What `serve_beside_event_loop` will do, for the start-up line and `/info`."""
         small = small_step_tokens()
+        if self.batch_invariant:
+            return " (fixed: --deterministic)"
         if self._pinned or self._threads < 2 or small <= 0:
             return ""
         policy = step_thread_policy()
@@ -152,9 +190,13 @@ class CpuBackend(TorchBackend):
         from tgi.backends.cpu.fused import attach_fused_ops
         from tgi.backends.cpu.linear import prepack_linears, prepacking_supported
 
+        if self.batch_invariant:
+            from tgi.backends.cpu.linear import attach_row_at_a_time
+
+            attach_row_at_a_time(model)  # dense weights; the GGUF blocks' kernel comes from the seam
         # bfloat16 products run on AMX / AVX-512-BF16 through oneDNN: pack their weights once
         # (TGI_CPU_PREPACK=0 turns it off, to compare)
-        if (
+        elif (
             self._info.has_avx512_bf16
             and prepacking_supported()
             and os.environ.get("TGI_CPU_PREPACK", "1") != "0"
@@ -214,9 +256,15 @@ class CpuBackend(TorchBackend):
 
         if isinstance(weight, BlockWeight):
             from tgi.backends.cpu import native
-            from tgi.backends.cpu.linear import BlockLinearKernel, block_rows
+            from tgi.backends.cpu.linear import BlockLinearKernel, block_rows, invariant_block_impl
 
+            if self.batch_invariant:
+                return BlockLinearKernel(weight, None, invariant_block_impl(weight.qtype, dtype))
             return BlockLinearKernel(weight, block_rows(dtype, native.block_impls()))
+        if self.batch_invariant:
+            from tgi.backends.cpu.linear import RowAtATimeKernel
+
+            return RowAtATimeKernel(cpu_quantized_linear(weight, dtype))
         return cpu_quantized_linear(weight, dtype)
 
     def block_weight_types(self, dtype: str) -> frozenset[str]:
@@ -235,14 +283,17 @@ class CpuBackend(TorchBackend):
         """Whether a model in `dtype` computes with the GGUF blocks (see `block_weight_types`)."""
         if dtype == "bfloat16":
             return True
+        # (--deterministic: float32 too, where its dense products would go one row at a time)
         forced = os.environ.get("TGI_CPU_BLOCK_KERNELS_F32", "")
-        return dtype == "float32" and (forced == "1" if forced else not self._info.has_native_bf16)
+        default = self.batch_invariant or not self._info.has_native_bf16
+        return dtype == "float32" and (forced == "1" if forced else default)
 
     def attention_names(self) -> tuple[str, ...]:
         return ATTENTION_NAMES
 
     def create_attention(self, name: str) -> AttentionBackend:
-        return _create_attention(name)  # raises UnsupportedError with the compiler's reason
+        # raises UnsupportedError with the compiler's reason
+        return _create_attention(name, self.batch_invariant)
 
     def create_kv_cache(self, spec: KVCacheSpec, num_blocks: int) -> KVCache:
         from tgi.backends.cpu import native
@@ -260,14 +311,22 @@ class CpuBackend(TorchBackend):
             return TorchSampler()
         from tgi.backends.cpu import native
 
-        # greedy rows without penalties: argmax and log-softmax in one native call, no float32 copy
-        return TorchSampler(greedy_kernel=native.fused().greedy_pick)
+        # greedy rows without penalties: argmax and log-softmax in one native call, no float32 copy;
+        # --deterministic: each row sampled alone
+        return TorchSampler(greedy_kernel=native.fused().greedy_pick, per_row=self.batch_invariant)
 
     def lora_ops(self):
         """LoRA's low-rank pairs: the native segmented pair for decode-sized steps, core's torch ops above
         (`tgi.backends.cpu.lora`)."""
         from tgi.backends.cpu.lora import CpuLoRAOps
 
+        if self.batch_invariant:
+            from tgi.core.interfaces import UnsupportedError
+
+            raise UnsupportedError(
+                "LoRA adapters with --deterministic: the cpu backend's LoRA products (native for small "
+                "steps, torch's above) are not batch-invariant"
+            )
         return CpuLoRAOps()
 
     def create_collective(self, rank: int, world_size: int, init_method: str | None = None) -> Collective:
@@ -294,7 +353,22 @@ def _fused_ops_enabled() -> bool:
     return os.environ.get("TGI_CPU_FUSED", "1") != "0" and native.available()
 
 
-def _create_attention(name: str) -> AttentionBackend:
+def _invariant_plan(plan: dict[str, str], dtype: str, blocks: bool) -> dict[str, str]:
+    """What `--deterministic` changes in `kernel_plan`'s lines."""
+    from tgi.backends.cpu.linear import invariant_block_impl
+
+    out = {"dense linear": f"{plan['dense linear']}, one row at a time (--deterministic)"}
+    if blocks:
+        amx = invariant_block_impl("Q4_1", dtype)
+        other = invariant_block_impl("Q4_K", dtype)
+        which = amx if amx == other else f"{amx} (Q4_0, Q4_1, Q8_0), {other} (others)"
+        out["gguf block linear"] = f"{which} for every row count (--deterministic)"
+    out["prefill attention"] = "cpu-native decode kernel for each query (--deterministic)"
+    out["sampler"] = "each row alone (--deterministic)"
+    return out
+
+
+def _create_attention(name: str, batch_invariant: bool = False) -> AttentionBackend:
     from tgi.backends.cpu.attention import CpuAttention, CpuNativeAttention
     from tgi.backends.cpu.native import NativeBuildError
     from tgi.core.interfaces import UnsupportedError
@@ -302,7 +376,7 @@ def _create_attention(name: str) -> AttentionBackend:
     if name == "cpu-sdpa":
         return CpuAttention()
     try:
-        return CpuNativeAttention()
+        return CpuNativeAttention(batch_invariant)
     except NativeBuildError as e:  # never fall back silently: the user picks the reference explicitly
         raise UnsupportedError(
             f"attention 'cpu-native' is unavailable: {e} (use --attention cpu-sdpa)"

@@ -76,16 +76,20 @@ class BlockLinearKernel(QuantizedLinearKernel):
     inputs of at most `max_rows` rows in the model's dtype (bfloat16, or float32 on CPUs without bfloat16
     arithmetic), where reading 4.5-8.5 bits per weight instead of 16 or 32 pays; the seam sends larger
     inputs to the dense weight, which the GGUF path keeps beside the blocks (one more copy of each weight:
-    for the default model 85 MB of blocks beside 270 MB of bfloat16)."""
+    for the default model 85 MB of blocks beside 270 MB of bfloat16).
 
-    def __init__(self, block, max_rows: int) -> None:
+    `max_rows=None` with a fixed `impl` (batch-invariant mode, see `invariant_block_impl`): every row
+    count on one implementation, and the dense copy is dropped."""
+
+    def __init__(self, block, max_rows: int | None, impl: str = BLOCK_IMPL) -> None:
         from tgi.backends.cpu import native
 
         self.qtype, self.rows, self.cols = block.qtype, block.rows, block.cols
         self.packed = native.block_pack(block.data, block.qtype, block.rows, block.cols)
         self.max_rows = max_rows
-        self.impl = BLOCK_IMPL
-        self.name = f"cpu-native GGUF {block.qtype} block linear (<= {max_rows} rows)"
+        self.impl = impl
+        rows = "every row count" if max_rows is None else f"<= {max_rows} rows"
+        self.name = f"cpu-native GGUF {block.qtype} block linear ({rows})"
         self._native = native
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -95,6 +99,74 @@ class BlockLinearKernel(QuantizedLinearKernel):
 
     def release_source(self) -> bool:
         return True  # the packed copy is the kernel's own
+
+
+def invariant_block_impl(qtype: str, dtype: str) -> str:
+    """The block kernel's one implementation for every row count in batch-invariant mode: each computes a
+    row's sums in an order fixed by the weight's shape alone (its threads split the output columns, never
+    a row's sum), but "auto" switches between AVX512-BF16 (one or two rows) and AMX (more) on AMX CPUs.
+    Here: `TGI_CPU_BLOCK_IMPL` when set; else for bfloat16 AMX where it takes the type (Q4_0, Q4_1, Q8_0),
+    else AVX512-BF16, else the scalar reference; float32 inputs have one implementation ("auto": by the
+    CPU's features, never by the row count)."""
+    from tgi.backends.cpu import native
+
+    forced = os.environ.get("TGI_CPU_BLOCK_IMPL", "auto")
+    if forced != "auto" or dtype == "float32":
+        return forced
+    impls = native.block_impls()
+    if "amx" in impls and qtype in ("Q4_0", "Q4_1", "Q8_0"):
+        return "amx"
+    return "avx512-bf16" if "avx512-bf16" in impls else "reference"
+
+
+def one_row_at_a_time(product, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """`product(x, bias)` computed one row at a time, each row copied to a fresh (64-byte aligned) tensor:
+    every row is then the same call on the same shape and alignment, whatever the batch, so its result
+    cannot depend on the rows beside it (torch's GEMMs pick their kernel and blocking by the row count)."""
+    if x.dim() != 2 or x.shape[0] <= 1:
+        if x.dim() == 2:
+            return product(x.contiguous(), bias)
+        return one_row_at_a_time(product, x.reshape(-1, x.shape[-1]), bias).view(*x.shape[:-1], -1)
+    return torch.cat([product(x[i : i + 1].clone(), bias) for i in range(x.shape[0])])
+
+
+class RowAtATimeLinear:
+    """A `linear_kernel` for a dense weight in batch-invariant mode (`one_row_at_a_time` over `F.linear`).
+    Slow for many rows: every row reads the whole weight (GGUF checkpoints take the block kernel instead)."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        self.weight = weight
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        return one_row_at_a_time(lambda r, b: F.linear(r, self.weight, b), x, bias)
+
+
+class RowAtATimeKernel(QuantizedLinearKernel):
+    """A quantized kernel in batch-invariant mode: `kernel` one row at a time (`one_row_at_a_time`), so
+    that every row count is its one-row product (its `max_rows` is then no limit)."""
+
+    def __init__(self, kernel: QuantizedLinearKernel) -> None:
+        self.kernel = kernel
+        self.max_rows = None
+        self.name = f"{kernel.name}, one row at a time"
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        return one_row_at_a_time(self.kernel, x, bias)
+
+    def release_source(self) -> bool:
+        return self.kernel.release_source()
+
+
+def attach_row_at_a_time(model: torch.nn.Module) -> int:
+    """Batch-invariant mode: every linear with a dense weight computes one row at a time
+    (`RowAtATimeLinear`); those with a quantized weight get their kernel from the seam afterwards.
+    Returns how many."""
+    count = 0
+    for module in model.modules():
+        if "linear_kernel" in dir(type(module)) and not module.weight.is_meta:
+            module.linear_kernel = RowAtATimeLinear(module.weight)
+            count += 1
+    return count
 
 
 def prepack_linears(model: torch.nn.Module, block_rows: int = 0) -> int:

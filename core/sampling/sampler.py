@@ -34,12 +34,18 @@ class TorchSampler(Sampler):
     `greedy_kernel` (a backend's seam, like the models' kernels): `logits [N, V] -> (token_ids [N] int64,
     logprobs [N] float32)`, the argmax of each row (its first maximum) and its log-softmax. When set, batches
     with no penalty, no sampling and no top tokens take it instead of the torch ops.
+
+    `per_row` (batch-invariant mode, `--deterministic`): each row is processed alone, as if it were the only
+    one, so that its reductions (softmax, top-k/top-p mass, log-sum-exp) and its path (the greedy kernel or
+    the torch ops) never depend on the other rows: the batched code's shapes (`max_k`, the widest top-n)
+    and choices come from the whole batch. Slower for large batches of sampled rows.
     """
 
     supports_token_masks = True
 
-    def __init__(self, greedy_kernel=None) -> None:
+    def __init__(self, greedy_kernel=None, per_row: bool = False) -> None:
         self.greedy_kernel = greedy_kernel
+        self.per_row = per_row
         self.logit_bias = LogitBiasTable()  # each request's bias tensors, built at its first step
 
     def sample(
@@ -68,6 +74,8 @@ class TorchSampler(Sampler):
             logits = P.apply_token_masks(
                 logits.float() if logits.dtype != torch.float32 else logits.clone(), token_masks
             )
+        if self.per_row and n > 1:  # token masks applied above: each row is now sampled as if alone
+            return _stack_rows([self.sample(logits[i : i + 1], rows[i : i + 1]) for i in range(n)], top_n)
         if self.greedy_kernel is not None and not (
             need_bias or need_rep or need_freq or need_mark or any_sample or top_n
         ):
@@ -182,3 +190,23 @@ class TorchSampler(Sampler):
         # Gumbel-max in log space: argmax(logits - log E), E ~ Exp(1); -inf (truncated) never wins.
         scores = x - P.exponential_noise(seeds, steps, vocab).log()
         return torch.where(sample_mask, scores.argmax(dim=1), greedy_ids)
+
+
+def _stack_rows(outputs: list[SamplerOutput], top_n: int) -> SamplerOutput:
+    """One-row outputs as one output; top tokens padded to the batch's widest `top_n` (each row's own
+    `top_n_tokens` are read, the padding never)."""
+    out = SamplerOutput(
+        token_ids=torch.cat([o.token_ids for o in outputs]), logprobs=torch.cat([o.logprobs for o in outputs])
+    )
+    if top_n > 0:
+        ids, logprobs = [], []
+        for o in outputs:
+            width = 0 if o.top_token_ids is None else o.top_token_ids.shape[1]
+            row_ids = o.token_ids.new_zeros(1, top_n)
+            row_lp = o.logprobs.new_full((1, top_n), float("-inf"))
+            if width:
+                row_ids[:, :width], row_lp[:, :width] = o.top_token_ids, o.top_logprobs
+            ids.append(row_ids)
+            logprobs.append(row_lp)
+        out.top_token_ids, out.top_logprobs = torch.cat(ids), torch.cat(logprobs)
+    return out
