@@ -232,6 +232,7 @@ async def info(request: Request) -> dict:
         "docker_label": None,
         "backend": engine.backend_name,
         "prefix_caching": cfg.prefix_caching,
+        "deterministic": getattr(cfg, "deterministic", False),
         "speculate": cfg.speculate,
         "speculation": getattr(engine, "speculation", None),
         "kernels": getattr(engine, "kernels", None) or {},

@@ -147,6 +147,11 @@ class Info(BaseModel):
     prefix_caching: bool = Field(
         default=False, description="whether the KV blocks of prompts already seen are reused"
     )
+    deterministic: bool = Field(
+        default=False,
+        description="batch-invariant kernels (--deterministic): a request's tokens do not depend on what "
+        "runs beside it",
+    )
     speculate: int = Field(default=0, description="draft tokens verified per decode step (0: no speculation)")
     speculation: str | None = Field(
         default=None,

@@ -22,6 +22,11 @@ On a small random-weight Llama (`model.write_tiny_llama`), loaded through `LLMEn
   loads a `peft` adapter into a running engine (`LLMEngine.lora.load`): its requests (two short prompts),
   batched with one of the base model, give transformers + peft's greedy tokens (float32 engines), and once it is unloaded the base
   model's tokens come back; one that does not has the load refused by name;
+* `test_deterministic_mode_is_batch_invariant_or_refused`: an engine asked for `deterministic` either is
+  refused at start with a `ConfigError` naming `--deterministic`, or runs a runner whose `capabilities()`
+  say `batch_invariant`, and then a greedy and a seeded sampled request give the same tokens alone, beside
+  1 and 7 other requests of other lengths (prefills chunked differently), continued from the prefix cache,
+  and after a preemption;
 * `test_runner_constraints_are_honoured`: every batch the engine hands the runner, in all the tests above,
   fits what the runner's `constraints()` declare (batch size, tokens per step, mixed batches, chunked
   prefill, prefill buckets, block size).
@@ -349,6 +354,49 @@ class RunnerConformance:
         [result] = engine.generate([list(PROMPTS[2])], self._params())
         assert result.token_ids == reference[2]
         self._assert_all_blocks_free(engine)
+
+    def test_deterministic_mode_is_batch_invariant_or_refused(self, tiny_llama, batches_checked):
+        from tgi.core.config import ConfigError
+        from tgi.core.sampling_params import SamplingParams
+
+        backend = self.make_backend()  # its own: the mode stays with the backend it was asked of
+        settings = dict(deterministic=True, max_num_seqs=16, prefix_caching=False)
+        try:
+            engine = self.make_engine(backend, tiny_llama, batches_checked, **settings)
+        except ConfigError as e:
+            assert "--deterministic" in str(e), f"the refusal does not name the flag: {e}"
+            return
+        assert engine.runner.capabilities().batch_invariant
+        target = list(PROMPTS[0])  # 45 tokens: chunked differently beside others
+        greedy = self._params()
+        seeded = SamplingParams(
+            max_new_tokens=MAX_NEW_TOKENS, ignore_eos=True, do_sample=True, seed=1234, temperature=0.8,
+            top_k=20, top_p=0.9,
+        )  # fmt: skip
+        others = [list(PROMPTS[1]), list(PROMPTS[2]), list(PROMPTS[0][:30]), [9, 8, 7]] * 2
+        alone = [engine.generate([target], p)[0].token_ids for p in (greedy, seeded)]
+
+        def targets_beside(engine, crowd: list[list[int]]) -> list[list[int]]:
+            results = engine.generate([*crowd, target, target], [greedy] * len(crowd) + [greedy, seeded])
+            return [r.token_ids for r in results[-2:]]
+
+        for n in (1, 7):
+            assert targets_beside(engine, others[:n]) == alone, f"beside {n} other requests"
+        cached = self.make_engine(
+            backend, tiny_llama, batches_checked, **{**settings, "prefix_caching": True}
+        )
+        if cached.config.prefix_caching:
+            cached.generate([target], greedy)  # its full blocks stay cached
+            hits = [cached.generate([target], p)[0] for p in (greedy, seeded)]
+            assert all(r.final.num_cached_tokens > 0 for r in hits)
+            assert [r.token_ids for r in hits] == alone, "continued from the prefix cache"
+        small = self.make_engine(
+            backend, tiny_llama, batches_checked, **settings, max_total_tokens=64, max_batch_total_tokens=64
+        )
+        assert targets_beside(small, others[:4]) == alone, "with preemptions"
+        if small.scheduler.num_preemptions == 0:
+            pytest.skip("nothing was preempted: the check of tokens after a preemption did not happen")
+        self._assert_all_blocks_free(small)
 
     def test_runner_constraints_are_honoured(self, engine_backend, tiny_llama, batches_checked):
         """Checks the batches of the tests above (run them with this one), and of a busy run of its own."""
