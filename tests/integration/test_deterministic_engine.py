@@ -1,9 +1,11 @@
 """`--deterministic` on the real default model (SmolLM2-135M-Instruct, GGUF) through `LLMEngine`: one greedy
 and one seeded sampled request give the same token ids alone, beside 1, 7 and 31 other requests of mixed
-lengths (their prefills chunked by a 64-token step budget, decode batches of every size), continued from
+lengths (their prefills chunked by a 128-token step budget, decode batches of every size), continued from
 the prefix cache, and after preemptions (a small KV cache), on every kernel path this CPU has: bfloat16 on
 AMX and on AVX512-BF16 (block linear and decode attention forced to each), float32 on the float32 block
-kernel and on dense weights (one row at a time). In the default mode the same runs give other tokens."""
+kernel and on dense weights (one row at a time). With the default kernels (the block linear's implementation
+picked by row count, oneDNN's dense products above 64 rows, SDPA prefill) the bfloat16 target's tokens
+change beside other requests and when continued from the cache."""
 
 from __future__ import annotations
 
@@ -21,12 +23,19 @@ pytestmark = [
     pytest.mark.skipif(not native.compiler_found(), reason="no C++ compiler to build the native kernels"),
 ]
 
-LIMITS = dict(max_batch_total_tokens=4096, max_total_tokens=512, max_batch_prefill_tokens=64, max_num_seqs=40)
-GREEDY = SamplingParams(max_new_tokens=8)
-SEEDED = SamplingParams(max_new_tokens=8, do_sample=True, seed=20261125, temperature=0.9, top_k=40, top_p=0.9)
+LIMITS = dict(
+    max_batch_total_tokens=4096, max_total_tokens=512, max_batch_prefill_tokens=128, max_num_seqs=40
+)
+# 16 tokens of this prompt are enough to tell the block kernels apart: with the bfloat16 block linear left to
+# pick its implementation by row count (AVX512-BF16 for 1-2 rows, AMX above), the target's tokens change
+# beside 1, 7 and 31 others and after preemption
+GREEDY = SamplingParams(max_new_tokens=16)
+SEEDED = SamplingParams(
+    max_new_tokens=16, do_sample=True, seed=20261125, temperature=0.9, top_k=40, top_p=0.9
+)
 TARGET = (
-    "Once upon a time, in a small village at the edge of a great forest, there lived an old clockmaker "
-    "who had spent his whole life building clocks. One morning,"
+    "Here is a short lesson about art for children who are learning to paint for the first time. The three "
+    "primary colors are"
 )
 OTHER_TEXTS = [
     "The capital of France is",
@@ -132,7 +141,13 @@ def test_the_same_tokens_continued_from_the_prefix_cache(engine, alone):
 
 def test_the_same_tokens_after_preemption(engine, alone):
     target = engine.tokenizer.encode(TARGET)
-    small = make(engine, prefix_caching=False, max_batch_total_tokens=128, max_total_tokens=128)
+    small = make(
+        engine,
+        prefix_caching=False,
+        max_batch_total_tokens=96,
+        max_total_tokens=96,
+        max_batch_prefill_tokens=96,
+    )
     assert targets_beside(small, target, 12) == alone
     assert small.stats().num_preemptions > 0
     assert small.stats().num_free_blocks == small.stats().num_total_blocks
