@@ -301,7 +301,8 @@ class CpuNativeAttention(CpuAttention):
         counts = torch.tensor([qsl[i + 1] - qsl[i] for i in range(len(qsl) - 1)], dtype=torch.int64)
         tables = meta.prefill_block_tables.repeat_interleave(counts.to(meta.prefill_block_tables.device), 0)
         lens = torch.cat(
-            [
+            [torch.empty(0, dtype=torch.int32)]
+            + [
                 torch.arange(start + 1, start + 1 + int(n), dtype=torch.int32)
                 for start, n in zip(meta.prefill_start_pos, counts.tolist(), strict=True)
             ]
