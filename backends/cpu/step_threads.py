@@ -21,11 +21,14 @@ Torch-free: the backend applies the count (`torch.set_num_threads`).
 
 from __future__ import annotations
 
+import logging
 import os
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+log = logging.getLogger("tgi.backends.cpu")
 
 #: `TGI_CPU_STEP_THREADS`: auto (measure), all (every thread for every step), fewer (one fewer thread for
 #: steps of at most `TGI_CPU_SMALL_STEP_TOKENS` tokens, the fixed rule of earlier versions)
@@ -123,3 +126,7 @@ class StepThreadChooser:
         if all(len(state.cycles.get(t, ())) >= self.samples for t in (self.fewer, self.all)):
             fewer, every = (statistics.median(state.cycles[t]) for t in (self.fewer, self.all))
             state.chosen = self.fewer if fewer < every * (1 - self.margin) else self.all
+            log.info(
+                "steps of up to %d tokens: %d threads (median cycle per token %.2f ms on %d, %.2f ms on %d)",
+                group, state.chosen, fewer * 1e3, self.fewer, every * 1e3, self.all,
+            )  # fmt: skip
