@@ -282,17 +282,23 @@ def iter_gguf_arrays(
     reader = open_reader(path)
     arch = _field(reader, "general.architecture")
     permuted = arch == "llama"  # llama.cpp permutes Q/K for llama (and Mistral-as-llama); not for qwen2
+    for tensor, name, spec in _selected_tensors(reader, select):
+        w = _dequantized_array(tensor, name, config, permuted)
+        if spec is not None:
+            w = w[spec]
+        yield name, w
+
+
+def _selected_tensors(reader, select: WeightSelector | None) -> Iterator[tuple[object, str, object]]:
+    """(tensor, Hugging Face name, slice of it to keep or None for all) for each tensor of the file that has
+    a Hugging Face name and that `select` does not skip."""
     for tensor in reader.tensors:
         name = hf_tensor_name(tensor.name)
         if name is None:
             continue
         spec = selection(select, name)
-        if spec is SKIP:
-            continue
-        w = _dequantized_array(tensor, name, config, permuted)
-        if spec is not None:
-            w = w[spec]
-        yield name, w
+        if spec is not SKIP:
+            yield tensor, name, spec
 
 
 def iter_gguf_weights(
@@ -318,13 +324,7 @@ def iter_gguf_weights(
         return
     reader = open_reader(path)
     permuted = _field(reader, "general.architecture") == "llama"
-    for tensor in reader.tensors:
-        name = hf_tensor_name(tensor.name)
-        if name is None:
-            continue
-        spec = selection(select, name)
-        if spec is SKIP:
-            continue
+    for tensor, name, spec in _selected_tensors(reader, select):
         w = None
         if len(tensor.shape) == 2:
             rows, cols = int(tensor.shape[1]), int(tensor.shape[0])
