@@ -247,20 +247,33 @@ class CpuNativeAttention(CpuAttention):
         meta: AttentionMetadata,
         layer: AttentionLayerSpec,
     ) -> torch.Tensor:
+        return self._paged_decode(
+            q, kv_cache, layer_idx, meta.decode_block_tables, meta.decode_seq_lens, layer
+        )
+
+    def _paged_decode(
+        self,
+        q: torch.Tensor,
+        kv_cache: KVCache,
+        layer_idx: int,
+        block_tables: torch.Tensor,
+        seq_lens: torch.Tensor,
+        layer: AttentionLayerSpec,
+    ) -> torch.Tensor:
+        """The native decode kernel for the rows of `q` [T, H, Dh] over `block_tables`/`seq_lens`, in q's dtype."""
         key_cache, value_cache = kv_cache.layer(layer_idx)
-        dtype = q.dtype
         out = self._native.paged_decode(
             q.to(key_cache.dtype),
             key_cache,
             value_cache,
-            meta.decode_block_tables,
-            meta.decode_seq_lens,
+            block_tables,
+            seq_lens,
             layer.scale,
             layer.sliding_window,
             layer.softcap,
             impl=self.decode_impl,
         )
-        return out.to(dtype)
+        return out.to(q.dtype)
 
     def prefill(
         self,
@@ -275,20 +288,8 @@ class CpuNativeAttention(CpuAttention):
         if not self.batch_invariant:
             return super().prefill(q, k, v, kv_cache, layer_idx, meta, layer)
         # the chunk's keys/values are in the cache already (the model writes them before attention)
-        key_cache, value_cache = kv_cache.layer(layer_idx)
         tables, lens = self._queries_as_decodes(meta)
-        out = self._native.paged_decode(
-            q.to(key_cache.dtype),
-            key_cache,
-            value_cache,
-            tables,
-            lens,
-            layer.scale,
-            layer.sliding_window,
-            layer.softcap,
-            impl=self.decode_impl,
-        )
-        return out.to(q.dtype)
+        return self._paged_decode(q, kv_cache, layer_idx, tables, lens, layer)
 
     def _queries_as_decodes(self, meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
         """Every prefill query as a decode row: (block tables [Tp, max_blocks] int32, its sequence's row
