@@ -32,6 +32,24 @@ inline uint16_t load_u16(const uint8_t* p) {
   return v;
 }
 
+// the fields of a Q4_0 / Q4_1 / Q5_0 / Q5_1 block after its scale d (Q8_0 has none): the min m (Q4_1, Q5_1;
+// else 0), the packed nibbles, and the fifth bits (Q5_0, Q5_1; else 0)
+struct Block32 {
+  bool has_min;
+  float m;
+  const uint8_t* qs;
+  uint32_t qh;
+};
+
+inline Block32 block32_fields(const uint8_t* blk, int64_t t) {
+  Block32 b{has_min(t), 0.0f, nullptr, 0};
+  if (b.has_min) b.m = half_to_float(load_u16(blk + 2));
+  const uint8_t* after_scales = blk + (b.has_min ? 4 : 2);
+  if (is_q5(t)) std::memcpy(&b.qh, after_scales, 4);
+  b.qs = after_scales + (is_q5(t) ? 4 : 0);
+  return b;
+}
+
 // one 32-weight block (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) -> out[32]
 void block32(const uint8_t* blk, int64_t t, float* out) {
   const float d = half_to_float(load_u16(blk));
@@ -39,11 +57,11 @@ void block32(const uint8_t* blk, int64_t t, float* out) {
     for (int i = 0; i < 32; ++i) out[i] = mul(d, static_cast<int8_t>(blk[2 + i]));
     return;
   }
-  const bool min = has_min(t);
-  const float m = min ? half_to_float(load_u16(blk + 2)) : 0.0f;
-  const uint8_t* qs = blk + (min ? 4 : 2) + (is_q5(t) ? 4 : 0);
-  uint32_t qh = 0;
-  if (is_q5(t)) std::memcpy(&qh, blk + (min ? 4 : 2), 4);
+  const Block32 b = block32_fields(blk, t);
+  const bool min = b.has_min;
+  const float m = b.m;
+  const uint8_t* qs = b.qs;
+  const uint32_t qh = b.qh;
   const int offset = q_offset(t);
   for (int i = 0; i < 32; ++i) {
     int q = i < 16 ? (qs[i] & 0x0F) : (qs[i - 16] >> 4);
@@ -134,11 +152,11 @@ TGI_DEQ_AVX512 void block32_avx512(const uint8_t* blk, int64_t t, void* dst, int
     }
     return;
   }
-  const bool min = has_min(t);
-  const float m = min ? half_to_float(load_u16(blk + 2)) : 0.0f;
-  const uint8_t* qs = blk + (min ? 4 : 2) + (is_q5(t) ? 4 : 0);
-  uint32_t qh = 0;
-  if (is_q5(t)) std::memcpy(&qh, blk + (min ? 4 : 2), 4);
+  const Block32 b = block32_fields(blk, t);
+  const bool min = b.has_min;
+  const float m = b.m;
+  const uint8_t* qs = b.qs;
+  const uint32_t qh = b.qh;
   const __m512i nibbles = bytes16(qs), low = _mm512_set1_epi32(0x0F), offset = _mm512_set1_epi32(q_offset(t));
   for (int c = 0; c < 2; ++c) {  // weights 0-15: the low nibbles, 16-31: the high ones
     __m512i q = c == 0 ? _mm512_and_si512(nibbles, low) : _mm512_srli_epi32(nibbles, 4);
