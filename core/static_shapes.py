@@ -19,7 +19,7 @@ of them, for every such backend:
   scheduler only builds steps that fit a bucket (the row layout also declares its prefill row buckets and
   the padded-area bound `B x L`, which the scheduler keeps each prefill step within); `warmup_shapes()` lists every shape such a step can take
   (each is compiled at warm-up: a step never compiles while serving); `shape_for(batch)` is the one a batch
-  takes, and it is always one of `warmup_shapes()` (tests/unit/test_static_shapes.py drives the scheduler
+  takes, and it is always one of `warmup_shapes()` (tests/unit/core/test_static_shapes.py drives the scheduler
   to check it).
 * **Padding** (`FlatShapes.pad`, `RowShapes.pad`): numpy arrays of the padded step. Padding never reaches
   an output: padded tokens write their keys/values to `pad_slot` (a slot the runner drops or reserves,

@@ -1,7 +1,7 @@
 """GGUF weights dequantized natively at load: one pass per tensor from the file's bytes to the model's dtype
 (`tgi.backends.cpu.native.block_dequantize`), in place of `gguf`'s numpy dequantization, which loops over
 groups of 16 rows in Python and makes float32 temporaries (a 1B-class Q4_K_M file: ~15 s of its load here).
-The values are `gguf`'s bit for bit (tests/unit/test_cpu_gguf_dequant.py)."""
+The values are `gguf`'s bit for bit (tests/unit/backends/cpu/test_cpu_gguf_dequant.py)."""
 
 from __future__ import annotations
 

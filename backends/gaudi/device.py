@@ -1,7 +1,7 @@
 """`HpuDevice`: everything the gaudi backend asks of Intel Gaudi's software stack, in one object (the seam).
 
 The backend, its attention, KV cache and runner reach `habana_frameworks` only through an `HpuDevice`, so
-that on a machine without Gaudi the same code runs with a fake of it (tests/unit/test_gaudi_runner.py: a
+that on a machine without Gaudi the same code runs with a fake of it (tests/unit/backends/gaudi/test_gaudi_runner.py: a
 recording fake that computes on the CPU). `HabanaDevice` is the real one; it imports `habana_frameworks`
 lazily, when the backend is created, never at plugin registration.
 

@@ -1,7 +1,7 @@
 """`NeuronDevice`: everything the neuron backend asks of AWS Neuron's stack, in one object (the seam).
 
 The runner compiles (or loads) a model through a `NeuronDevice` and runs it through the `NeuronModel` it
-returns, so that without Neuron hardware the same runner runs with a fake (tests/fake_neuron.py: a
+returns, so that without Neuron hardware the same runner runs with a fake (tests/fakes/fake_neuron.py: a
 recording fake that computes with transformers on the CPU). `OptimumNeuronDevice` is the real one, over
 `optimum.neuron.NeuronModelForCausalLM` (imported when the backend is created).
 

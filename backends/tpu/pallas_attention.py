@@ -2,7 +2,7 @@
 flat step layout, one program per query token, over its sequence's blocks with an online softmax.
 
 It runs on JAX's CPU devices in Pallas' interpret mode (`interpret=True`), where tests compare it with
-`reference_attention` (tests/unit/test_tpu_kernels.py: within 2e-5 absolute in float32). It has never been
+`reference_attention` (tests/unit/backends/tpu/test_tpu_kernels.py: within 2e-5 absolute in float32). It has never been
 compiled for or run on a TPU (no TPU here): it reads whole blocks by plain ref indexing, which Mosaic may
 refuse for a cache that does not fit in VMEM (a TPU version would DMA each block from HBM); the runner
 uses it on a TPU only when asked (`TGI_JAX_ATTENTION=pallas`) and says so.

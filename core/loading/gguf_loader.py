@@ -5,7 +5,7 @@ Read with `tgi.core.loading.gguf_file.GGUFFile` (the header parsed from the memo
 of it) and `gguf.quants.dequantize`. llama.cpp tensor names are mapped to
 Hugging Face parameter names, and the rotary row permutation that llama.cpp's converter applies to the Q/K
 projections of llama-architecture models is undone, so the weights equal what
-`AutoModelForCausalLM.from_pretrained(folder, gguf_file=...)` loads (checked in tests/unit/test_loading.py).
+`AutoModelForCausalLM.from_pretrained(folder, gguf_file=...)` loads (checked in tests/unit/core/loading/test_loading.py).
 
 Supported architectures: llama (including Mistral models converted as llama) and qwen2.
 """

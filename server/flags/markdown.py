@@ -1,6 +1,6 @@
 """The README's compatibility table of TGI's launcher flags, made from the flag table: `python -m
 tgi.server.flags --markdown` prints it, `--update README.md` writes it between the README's markers, and
-tests/unit/test_flag_table.py fails when the README differs from it."""
+tests/unit/server/flags/test_flag_table.py fails when the README differs from it."""
 
 from __future__ import annotations
 

@@ -81,7 +81,7 @@ class Flag:
     at_least: float | None = None  # smaller values are refused by name at start
     # a value refused at start: `check(value)` is the reason, or None when it is fine
     check: Callable[[object], str | None] | None = None
-    # a value the tests give it, and the flags that value needs beside it (tests/unit/test_flag_table.py)
+    # a value the tests give it, and the flags that value needs beside it (tests/unit/server/flags/test_flag_table.py)
     example: str | None = None
     example_needs: tuple[str, ...] = ()
 

@@ -28,7 +28,7 @@ if torch.cuda.is_available():
     )
 if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
     raise RuntimeError(
-        "triton was imported before TRITON_INTERPRET=1 was set (tests/conformance/conftest.py sets it): "
+        "triton was imported before TRITON_INTERPRET=1 was set (tests/conftest.py sets it): "
         "run with TRITON_INTERPRET=1 in the environment"
     )
 os.environ["TRITON_INTERPRET"] = "1"

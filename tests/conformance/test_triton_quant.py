@@ -1,6 +1,6 @@
 """The Triton quantized GEMMs (CUDA/ROCm: `kernels.quant_int` for GPTQ and AWQ, `kernels.quant_w8` for FP8 and int8), run on
 CPU tensors by triton's interpreter (`TRITON_INTERPRET=1`, set by tests/conftest.py before triton is
-imported): weights quantized and packed by the plain-torch references of tests/quant_formats.py, the kernel's
+imported): weights quantized and packed by the plain-torch references of tests/helpers/quant_formats.py, the kernel's
 x @ W.T against x @ dequantized(W).T in float32. Tolerance: relative to the largest |reference| value,
 1e-5 for float32 x, 1e-2 for float16, 2e-2 for bfloat16 (the dequantized tile is rounded to x's dtype).
 Skipped where a GPU is visible (the kernels then run natively)."""

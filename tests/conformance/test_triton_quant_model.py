@@ -1,6 +1,6 @@
 """Quantized checkpoints served by `CudaBackend` on CPU tensors, its Triton kernels (the quantized GEMMs
 included) run by triton's interpreter: a tiny Llama whose linears are quantized and packed by the plain-torch
-references (tests/quant_checkpoints.py) as GPTQ (4-bit act-order asymmetric v1, 8-bit per-channel v2), AWQ
+references (tests/helpers/quant_checkpoints.py) as GPTQ (4-bit act-order asymmetric v1, 8-bit per-channel v2), AWQ
 and compressed-tensors FP8 (per-channel) checkpoints store them gives the greedy tokens of the dense checkpoint of its dequantized weights, served the same way,
 and the logprobs of every prompt and generated token (and the top 5 alternatives) within 1e-4 (float32); so
 does a dense checkpoint quantized at load (--quantize eetq, fp8) against its dequantized weights. Formats

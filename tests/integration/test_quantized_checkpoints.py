@@ -1,6 +1,6 @@
 """Quantized weights through the seam (issue 16), on the tiny Llama: pre-quantized GPTQ / AWQ /
 compressed-tensors FP8 checkpoints made in the test with the plain-torch reference packers
-(`tests/quant_formats.py`), and load-time `--quantize eetq` / `fp8`.
+(`tests/helpers/quant_formats.py`), and load-time `--quantize eetq` / `fp8`.
 
 For each: our logits over a prompt equal those of a dense checkpoint holding the dequantized weights
 (float32 activations: within 2e-3 of max |logit|, the rounding of the kernels' float32 accumulation order

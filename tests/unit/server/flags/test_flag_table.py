@@ -23,7 +23,7 @@ from tgi.server.flags.spec import Engine, Server
 from tgi.server.launcher import add_launch_arguments, engine_config, server_settings
 from tgi.server.settings import ServerSettings
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[4] / "README.md"
 ALL_VARIABLES = sorted({v for f in FLAGS for v in f.env})
 SERVED = [f for f in FLAGS if f.refusal is None]
 WITH_EXAMPLE = [f for f in FLAGS if f.example is not None]

@@ -1,5 +1,5 @@
 """The neuron backend on this CPU-only machine, through its seam: `NeuronBackend` with a recording fake
-`NeuronDevice` (tests/fake_neuron.py) whose compiled model computes with transformers on the CPU and checks
+`NeuronDevice` (tests/fakes/fake_neuron.py) whose compiled model computes with transformers on the CPU and checks
 every call against its static batch and sequence length.
 
 Checked through a real engine: the runner-level conformance suite (greedy tokens equal transformers',

@@ -1,5 +1,5 @@
 """The gaudi backend on this CPU-only machine, through its seam: `GaudiBackend` with a recording fake
-`HpuDevice` (tests/fake_hpu.py), the CPU doing the arithmetic.
+`HpuDevice` (tests/fakes/fake_hpu.py), the CPU doing the arithmetic.
 
 Checked: the conformance suite (attention against float64, KV write, sampler; through a real engine,
 greedy tokens equal transformers', preemption, cancellation, grammar masks, and every batch within the

@@ -1,5 +1,5 @@
 """Core's Llama-family models against transformers' own implementations, on small random-weight models
-(the schedule: see tests/model_parity.py).
+(the schedule: see tests/helpers/model_parity.py).
 
 Tolerance: float32, max abs difference on logits <= 1e-4 (logits have magnitude ~1-10 with these weights).
 """

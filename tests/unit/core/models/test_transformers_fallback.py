@@ -1,7 +1,7 @@
 """The transformers fallback (architectures with no native model): transformers' own GPT-2, OPT, GPT-NeoX,
 GPT-BigCode and Gemma 3 modules, their attention routed to the CPU backend's paged attention through
 transformers' attention interface, give transformers' logits within 1e-4 (float32) over a ragged paged
-batch with chunked prefill (tests/model_parity.py); what it cannot run is refused with the reason."""
+batch with chunked prefill (tests/helpers/model_parity.py); what it cannot run is refused with the reason."""
 
 from __future__ import annotations
 

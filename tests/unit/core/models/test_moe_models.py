@@ -1,5 +1,5 @@
 """Mixture-of-experts models (Mixtral, Qwen2-MoE, Qwen3-MoE) against transformers on small random-weight
-models (tests/model_parity.py; float32, max abs logit difference <= 1e-4), and the grouped expert products
+models (tests/helpers/model_parity.py; float32, max abs logit difference <= 1e-4), and the grouped expert products
 against the per-token loop."""
 
 from __future__ import annotations

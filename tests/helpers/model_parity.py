@@ -1,5 +1,5 @@
 """Core's models against transformers' own implementations, on small random-weight models (a helper of
-tests/unit/test_models_vs_transformers.py, test_native_models.py and test_moe_models.py).
+tests/unit/core/models/test_models_vs_transformers.py, test_native_models.py and test_moe_models.py).
 
 The same weights go into both: transformers' model is saved with `save_pretrained` and ours loads the
 safetensors as written there (the names and layout real checkpoints have). Our model runs the paged CPU

@@ -1,6 +1,6 @@
 """Native models beyond the Llama family (Qwen3, Gemma, Gemma 2, Phi-3, StarCoder2, Falcon) against
 transformers on small random-weight models: prefill, chunked-prefill and decode logits over a ragged paged
-batch (tests/model_parity.py). Float32, max abs logit difference <= 1e-4."""
+batch (tests/helpers/model_parity.py). Float32, max abs logit difference <= 1e-4."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Quantized checkpoints of the conformance suite's tiny Llama, made in the test with the plain-torch
-reference quantizers and packers of `tests/quant_formats.py` (independent of tgi's kernels and unpackers),
+reference quantizers and packers of `tests/helpers/quant_formats.py` (independent of tgi's kernels and unpackers),
 each beside a dense float32 checkpoint of its dequantized weights (the reference its logits must equal).
 """
 

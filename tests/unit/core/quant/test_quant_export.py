@@ -1,5 +1,5 @@
 """The benchmark's GPTQ writer (`tgi.core.testing.export`) packs as the plain-torch reference packer of
-tests/quant_formats.py does (4 and 8 bits, weights and zero points), and the CPU's float8 kernel widens
+tests/helpers/quant_formats.py does (4 and 8 bits, weights and zero points), and the CPU's float8 kernel widens
 every float8 code, zeros and subnormals included, to the value the format defines."""
 
 from __future__ import annotations
