@@ -14,13 +14,13 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from tgi.core.batch import StepOutput
 from tgi.core.block_manager import BlockManager
 from tgi.core.config import ConfigError, EngineConfig
 from tgi.core.guided.compiler import CompiledGrammar, GrammarCompiler
 from tgi.core.guided.decoding import GuidedDecoding
 from tgi.core.guided.grammar import Grammar, GrammarError
 from tgi.core.interfaces import Backend, ModelInfo, ModelRunner, UnsupportedError
+from tgi.core.interfaces.batch import StepOutput
 from tgi.core.lora_serving import ServedAdapters
 from tgi.core.output import RequestOutput
 from tgi.core.request import FinishReason, GenerationResult, StepError, TokenEvent, ValidationError

@@ -30,9 +30,9 @@ import bisect
 import time
 from collections import deque
 
-from tgi.core.batch import ScheduledBatch, ScheduledSequence, StepOutput
 from tgi.core.block_manager import NO_PREFIX, BlockManager, CachedPrefix
 from tgi.core.config import ConfigError, EngineConfig
+from tgi.core.interfaces.batch import ScheduledBatch, ScheduledSequence, StepOutput
 from tgi.core.interfaces.types import RunnerConstraints
 from tgi.core.request import FinishReason
 from tgi.core.sequence import MAX_SPEC_BACKOFF, Sequence, SequenceStatus

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tgi.core.batch import ScheduledBatch, ScheduledSequence
+from tgi.core.interfaces.batch import ScheduledBatch, ScheduledSequence
 from tgi.core.interfaces.types import RunnerConstraints
 
 

@@ -24,9 +24,9 @@ import numpy as np
 import torch
 
 from tgi.backends.gaudi.attention import ROWS_KEY, Rows
-from tgi.core.batch import ScheduledBatch, StepOutput
 from tgi.core.config import ConfigError
 from tgi.core.interfaces import ModelInfo, RunnerCapabilities, RunnerConstraints, UnsupportedError
+from tgi.core.interfaces.batch import ScheduledBatch, StepOutput
 from tgi.core.models.context import AttentionContext
 from tgi.core.static_shapes import Buckets, RowBatch, RowShape, RowShapes
 from tgi.core.torch.attention import AttentionMetadata

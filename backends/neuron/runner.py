@@ -21,7 +21,6 @@ import torch
 
 from tgi.backends.neuron.device import AUTO_CAST_TYPES, CompileSpec, NeuronDevice, NeuronModel
 from tgi.backends.neuron.slots import SlotTable
-from tgi.core.batch import ScheduledBatch, StepOutput
 from tgi.core.config import ConfigError
 from tgi.core.interfaces import (
     KVCacheSpec,
@@ -32,6 +31,7 @@ from tgi.core.interfaces import (
     RunnerConstraints,
     UnsupportedError,
 )
+from tgi.core.interfaces.batch import ScheduledBatch, StepOutput
 from tgi.core.loading import load_config
 from tgi.core.models.registry import kv_cache_spec
 from tgi.core.sampling.sampler import TorchSampler

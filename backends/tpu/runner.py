@@ -29,7 +29,6 @@ from tgi.backends.tpu import sampler as smp
 from tgi.backends.tpu.collective import AXIS, MeshCollective
 from tgi.backends.tpu.model import decoder, logits
 from tgi.backends.tpu.weights import ModelDims, load_stacked
-from tgi.core.batch import ScheduledBatch, StepOutput
 from tgi.core.interfaces import (
     KVCacheSpec,
     MemoryInfo,
@@ -39,6 +38,7 @@ from tgi.core.interfaces import (
     RunnerConstraints,
     UnsupportedError,
 )
+from tgi.core.interfaces.batch import ScheduledBatch, StepOutput
 from tgi.core.static_shapes import FlatShapes, ShapeError
 
 if TYPE_CHECKING:

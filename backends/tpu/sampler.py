@@ -26,8 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tgi.core.batch import ScheduledSequence, TokenMasks
 from tgi.core.interfaces import sampling as spec
+from tgi.core.interfaces.batch import ScheduledSequence, TokenMasks
 
 #: the alternatives computed per row (OpenAI's top_logprobs allows 20; TGI's default limit is 5)
 TOP_N = 20

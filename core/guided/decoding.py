@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from tgi.core.batch import ScheduledSequence, TokenMasks
 from tgi.core.guided.compiler import CompiledGrammar
+from tgi.core.interfaces.batch import ScheduledSequence, TokenMasks
 
 
 class GrammarStateError(RuntimeError):

@@ -2,10 +2,13 @@
 
 Nothing here imports torch or jax: a backend of any framework implements `Backend` and its `ModelRunner`
 with these types. What a torch backend provides beyond it (attention kernels, KV storage, a sampler on
-torch tensors) is in `tgi.core.torch`; what sampling means is specified in `tgi.core.interfaces.sampling`.
+torch tensors) is in `tgi.core.torch`; what sampling means is specified in `tgi.core.interfaces.sampling`;
+what the scheduler hands a runner each step and what comes back (`ScheduledBatch`, `StepOutput`, ...) is in
+`tgi.core.interfaces.batch`.
 
-Bump `INTERFACE_VERSION` on any incompatible change to these classes or to `tgi.core.torch`'s; the plugin
-host refuses a backend built for another version, with a message naming both.
+`INTERFACE_VERSION` versions this whole folder (every module under `tgi.core.interfaces`, their import paths
+included) and `tgi.core.torch`: bump it on any incompatible change to either; the plugin host refuses a
+backend built for another version, with a message naming both.
 """
 
 from tgi.core.interfaces.backend import Backend
@@ -30,7 +33,9 @@ from tgi.core.interfaces.types import (
     UnsupportedError,
 )
 
-INTERFACE_VERSION = 2  # 2: the contract without torch (tgi.core.torch), create_runner(..., world_size)
+# 2: the contract without torch (tgi.core.torch), create_runner(..., world_size)
+# 3: the batch and step types moved into the contract: `tgi.core.interfaces.batch` (was `tgi.core.batch`)
+INTERFACE_VERSION = 3
 
 __all__ = [
     "DTYPES",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from tgi.core.batch import ScheduledBatch, StepOutput
+from tgi.core.interfaces.batch import ScheduledBatch, StepOutput
 from tgi.core.interfaces.quantization import QuantizationInfo
 from tgi.core.interfaces.types import KVCacheSpec, MemoryInfo, RunnerCapabilities, RunnerConstraints
 

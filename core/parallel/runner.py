@@ -24,7 +24,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tgi.core.batch import ScheduledBatch, StepOutput
 from tgi.core.interfaces import (
     KVCacheSpec,
     MemoryInfo,
@@ -33,6 +32,7 @@ from tgi.core.interfaces import (
     RunnerCapabilities,
     RunnerConstraints,
 )
+from tgi.core.interfaces.batch import ScheduledBatch, StepOutput
 from tgi.core.parallel.rendezvous import Rendezvous, open_rendezvous
 from tgi.core.parallel.worker import describe_exception, run_command, worker_main
 from tgi.core.request import EngineError

@@ -184,7 +184,7 @@ def _byte_bias(device: torch.device) -> torch.Tensor:
 
 
 def apply_token_masks(logits: torch.Tensor, masks) -> torch.Tensor:
-    """Set the tokens a grammar forbids to -inf, in the rows `masks.rows` (`tgi.core.batch.TokenMasks`:
+    """Set the tokens a grammar forbids to -inf, in the rows `masks.rows` (`tgi.core.interfaces.batch.TokenMasks`:
     bit `t % 32` of word `t // 32` allows token t). Tokens past the mask's vocabulary are forbidden. In place.
     """
     if sys.byteorder != "little":

@@ -12,7 +12,7 @@ from tgi.core.sampling.logit_bias import LogitBiasTable
 from tgi.core.torch.sampler import Sampler, SamplerOutput
 
 if TYPE_CHECKING:
-    from tgi.core.batch import ScheduledSequence, TokenMasks
+    from tgi.core.interfaces.batch import ScheduledSequence, TokenMasks
 
 
 class TorchSampler(Sampler):

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence as Seq
 
-from tgi.core.batch import ScheduledBatch, ScheduledSequence
 from tgi.core.block_manager import BlockManager
 from tgi.core.interfaces import ModelRunner
+from tgi.core.interfaces.batch import ScheduledBatch, ScheduledSequence
 from tgi.core.sampling_params import SamplingParams
 from tgi.core.sequence import Sequence
 from tgi.core.speculative.proposer import Proposer

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from tgi.core.interfaces.sampling import uniform_noise, watermark_uniform
 
 if TYPE_CHECKING:
-    from tgi.core.batch import ScheduledSequence, TokenMasks
+    from tgi.core.interfaces.batch import ScheduledSequence, TokenMasks
 
 __all__ = ["ReferenceDraw", "allowed_tokens", "reference_sample", "uniform_noise"]
 

@@ -52,8 +52,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from tgi.core.batch import ScheduledBatch
 from tgi.core.interfaces import Backend, RunnerConstraints
+from tgi.core.interfaces.batch import ScheduledBatch
 from tgi.core.testing.model import PROMPTS, backend_registry, write_tiny_llama
 
 #: the reference's length: every request generates this many tokens (EOS ignored)
@@ -236,8 +236,8 @@ class RunnerConformance:
         self._assert_all_blocks_free(engine)
 
     def test_grammar_masks_are_honoured(self, engine_backend, tiny_llama, batches_checked):
-        from tgi.core.batch import ScheduledSequence
         from tgi.core.guided import Grammar
+        from tgi.core.interfaces.batch import ScheduledSequence
         from tgi.core.request import ValidationError
         from tgi.core.sampling_params import SamplingParams
         from tgi.core.testing.sampling_cases import pack_token_masks

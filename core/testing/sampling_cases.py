@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from tgi.core.batch import ScheduledSequence, TokenMasks
+from tgi.core.interfaces.batch import ScheduledSequence, TokenMasks
 from tgi.core.sampling_params import SamplingParams
 from tgi.core.watermark import Watermark
 

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from tgi.core.batch import ScheduledBatch, ScheduledSequence, StepOutput
 from tgi.core.dtypes import to_torch_dtype
 from tgi.core.interfaces import Collective, KVCacheSpec, ModelInfo, ModelRunner, RunnerCapabilities
+from tgi.core.interfaces.batch import ScheduledBatch, ScheduledSequence, StepOutput
 from tgi.core.loading import iter_weights, load_config
 from tgi.core.loading.block_weights import iter_block_weights
 from tgi.core.models.context import AttentionContext, build_attention_metadata, build_positions

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-    from tgi.core.batch import ScheduledSequence, TokenMasks
+    from tgi.core.interfaces.batch import ScheduledSequence, TokenMasks
 
 
 @dataclass
@@ -31,7 +31,7 @@ class Sampler(ABC):
     framework; `tgi.core.testing.reference_sampler` computes it plainly and the conformance suites compare.
 
     Guided decoding: a sampler that sets `supports_token_masks` applies `token_masks` (the grammar masks of
-    some rows, `tgi.core.batch.TokenMasks`) before anything else: a row's forbidden tokens are never chosen
+    some rows, `tgi.core.interfaces.batch.TokenMasks`) before anything else: a row's forbidden tokens are never chosen
     and its logprobs are those of the masked logits. One that does not is never given masks: the engine
     refuses grammar requests on its backend, by name.
     """

@@ -19,9 +19,9 @@ import torch
 from quant_checkpoints import write_dequantized_int8, write_quantized
 
 from tgi.backends.cpu.backend import CpuBackend
-from tgi.core.batch import ScheduledSequence
 from tgi.core.config import EngineConfig
 from tgi.core.interfaces import SingleProcessCollective
+from tgi.core.interfaces.batch import ScheduledSequence
 from tgi.core.loading import resolve_model
 from tgi.core.models.context import AttentionContext, build_attention_metadata, build_positions
 from tgi.core.sampling_params import SamplingParams

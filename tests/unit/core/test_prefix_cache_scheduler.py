@@ -13,8 +13,8 @@ import random
 
 import pytest
 
-from tgi.core.batch import ScheduledBatch, StepOutput
 from tgi.core.block_manager import BlockManager
+from tgi.core.interfaces.batch import ScheduledBatch, StepOutput
 from tgi.core.interfaces.types import RunnerConstraints
 from tgi.core.request import FinishReason
 from tgi.core.sampling_params import SamplingParams

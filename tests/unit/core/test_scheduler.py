@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from tgi.core.batch import ScheduledBatch, StepOutput
 from tgi.core.block_manager import BlockManager
 from tgi.core.config import ConfigError
+from tgi.core.interfaces.batch import ScheduledBatch, StepOutput
 from tgi.core.interfaces.types import RunnerConstraints
 from tgi.core.request import FinishReason
 from tgi.core.sampling_params import SamplingParams

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from test_scheduler import FakePagedModel, drive, random_workload
 
-from tgi.core.batch import ScheduledBatch, ScheduledSequence, StepOutput
+from tgi.core.interfaces.batch import ScheduledBatch, ScheduledSequence, StepOutput
 from tgi.core.sampling_params import SamplingParams
 from tgi.core.static_shapes import Buckets, FlatShapes, RowShapes, ShapeError, StepShape, unpad
 

@@ -18,8 +18,8 @@ from tgi.backends.cpu.backend import CpuBackend
 from tgi.backends.cpu.cpuinfo import cpu_info
 from tgi.backends.cpu.kv_cache import CpuKVCache
 from tgi.backends.cpu.linear import RowAtATimeLinear, invariant_block_impl
-from tgi.core.batch import ScheduledSequence
 from tgi.core.interfaces import AttentionLayerSpec, UnsupportedError
+from tgi.core.interfaces.batch import ScheduledSequence
 from tgi.core.interfaces.types import KVCacheSpec
 from tgi.core.models.context import SeqChunk, build_attention_metadata
 from tgi.core.sampling.sampler import TorchSampler

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from tgi.core.batch import ScheduledSequence
+from tgi.core.interfaces.batch import ScheduledSequence
 from tgi.core.sampling import processors as P
 from tgi.core.sampling.sampler import TorchSampler
 from tgi.core.sampling_params import SamplingParams

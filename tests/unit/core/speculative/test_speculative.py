@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from tgi.core.batch import ScheduledBatch, StepOutput
 from tgi.core.block_manager import BlockManager
+from tgi.core.interfaces.batch import ScheduledBatch, StepOutput
 from tgi.core.models.context import build_attention_metadata
 from tgi.core.sampling_params import SamplingParams
 from tgi.core.scheduler import Scheduler, accepted_drafts
@@ -141,7 +141,7 @@ def test_masks_follow_sampled_positions_past_guessing_rows():
 
     import numpy as np
 
-    from tgi.core.batch import TokenMasks
+    from tgi.core.interfaces.batch import TokenMasks
 
     masks = TokenMasks(rows=(1, 3), bitmask=np.zeros((2, 1), dtype=np.int32), vocab_size=32)
     plain = [SimpleNamespace(num_draft_tokens=0)] * 4

@@ -1,4 +1,5 @@
-"""What the scheduler hands a model runner each step, and what comes back (no torch here).
+"""What the scheduler hands a model runner each step, and what comes back: part of the backend contract
+(versioned by `INTERFACE_VERSION`; no torch here).
 
 The scheduler sees integers only: token ids, positions, block ids. A runner turns a `ScheduledBatch` into
 device tensors, runs the model and the sampler, and returns a `StepOutput`.
