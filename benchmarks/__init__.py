@@ -3,7 +3,8 @@
 `python benchmarks/engine_bench.py`). Not part of the server: `tgi`'s `benchmark` command loads it on use.
 
 Modules: `prompts` (seeded prompt sets), `stats` (percentiles), `client` (one streamed request, OpenAI or
-TGI API), `serving` (sweeps, reports, CLI), `peers` (start llama.cpp / our server / the `transformers`
+TGI API), `serving` (sweeps), `serving_cli` (its command line), `load_patterns` (closed loop, Poisson),
+`progress`, `report` (JSON and tables), `peers` (start llama.cpp / our server / the `transformers`
 baseline), `engine_bench` (prefill and decode step timings straight on `LLMEngine`), `plot` (PNG), `cli`
 (the `tgi benchmark` command). `cuda_bench.py` and `tp_memory.py` are scripts of their own.
 """

@@ -1,4 +1,4 @@
-"""`tgi benchmark serving ...` (load generator, `tgi.benchmarks.serving`), `tgi benchmark engine ...`
+"""`tgi benchmark serving ...` (load generator, `tgi.benchmarks.serving_cli`), `tgi benchmark engine ...`
 (engine micro-benchmark, `tgi.benchmarks.engine_bench`), `tgi benchmark multiturn ...` (multi-turn chat
 with prefix caching on and off, `tgi.benchmarks.multiturn`) and `tgi benchmark guided` (guided decoding's cost,
 `tgi.benchmarks.guided_bench`). Importing this module imports neither torch nor httpx."""
@@ -11,14 +11,14 @@ import argparse
 def add_benchmark_command(subparsers) -> None:
     """Register `benchmark` and its subcommands on the `tgi` command's subparsers; each subcommand's module
     gives its flags (`add_arguments`), its runner (`run`) and its description (its docstring)."""
-    from tgi.benchmarks import engine_bench, guided_bench, multiturn, serving
+    from tgi.benchmarks import engine_bench, guided_bench, multiturn, serving_cli
 
     p = subparsers.add_parser(
         "benchmark", help="serving load generator, engine micro-benchmark, multi-turn chat, guided decoding"
     )
     sub = p.add_subparsers(dest="benchmark", required=True)
     for name, module, summary in (
-        ("serving", serving, "closed-loop or Poisson load against OpenAI-compatible / TGI servers on this machine"),
+        ("serving", serving_cli, "closed-loop or Poisson load against OpenAI-compatible / TGI servers on this machine"),
         ("engine", engine_bench, "prefill and decode step latency and throughput straight on the engine (no HTTP)"),
         ("multiturn", multiturn, "multi-turn chat sharing a system prompt, our server with prefix caching on and off"),
         ("guided", guided_bench, "guided decoding's cost: grammar compile times, decode steps with and without a JSON schema"),
