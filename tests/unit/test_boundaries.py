@@ -6,8 +6,10 @@ keeps them, and that each of them fails on a tree that imports what it forbids.
 
 from __future__ import annotations
 
+import ast
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -86,10 +88,24 @@ def _fake_tree(tmp_path: pathlib.Path, importer: str, imported: str) -> pathlib.
     return src
 
 
+#: the contracts that keep a docstring's "no torch here": every module each one names breaks it by importing
+#: torch (and, where the contract forbids it, numpy)
+TORCH_FREE = {cid: c for cid, c in CONTRACTS.items() if "torch" in c.get("forbidden_modules", [])}
+TORCH_FREE_CASES = [
+    (module, imported, cid)
+    for cid, contract in TORCH_FREE.items()
+    if cid != "interfaces-framework-free"  # its cases are listed below
+    for module in contract["source_modules"]
+    for imported in ("torch", "numpy")
+    if imported in contract["forbidden_modules"]
+]
+
+
 @requires_import_linter
 @pytest.mark.parametrize(
     ("importer", "imported", "contract"),
     [
+        *TORCH_FREE_CASES,
         ("tgi.core.engine", "tgi.backends.cpu", "core-no-backend"),
         ("tgi.core.engine", "tgi.server", "core-no-server"),
         ("tgi.backends.rocm.backend", "tgi.backends.cuda", "backend-no-backend"),
@@ -109,34 +125,82 @@ def test_a_forbidden_import_breaks_its_contract(tmp_path, importer, imported, co
     assert f"Contracts: {len(CONTRACTS) - 1} kept, 1 broken." in out.stdout
 
 
-@pytest.mark.parametrize(
-    "module",
-    [
-        "tgi.core.interfaces",
-        "tgi.core.interfaces.sampling",
-        "tgi.core.testing.reference_sampler",
-        "tgi.core.testing.sampling_cases",
-        "tgi.core.validation",
-    ],
-)
+#: modules checked by importing them: what importing each one must not load. Those that claim only that
+#: importing them loads no torch (their functions import it) can be checked only so.
+FREE_AT_IMPORT = {
+    "tgi.core.interfaces": ("torch", "jax"),
+    "tgi.core.interfaces.sampling": ("torch", "jax"),
+    "tgi.core.testing.reference_sampler": ("torch", "jax"),
+    "tgi.core.testing.sampling_cases": ("torch", "jax"),
+    "tgi.core.validation": ("torch", "jax"),
+    "tgi.core.parallel": ("torch", "jax"),
+    "tgi.core.lora": ("torch", "jax"),
+    "tgi.core.loading.resolve": ("torch", "jax", "transformers", "huggingface_hub"),
+}
+
+
+@pytest.mark.parametrize("module", sorted(FREE_AT_IMPORT))
 def test_the_framework_free_parts_import_no_framework(module):
-    code = (
-        f"import sys, {module}; assert 'torch' not in sys.modules and 'jax' not in sys.modules, sys.modules"
-    )
+    code = f"import sys, {module}; loaded = [m for m in {FREE_AT_IMPORT[module]!r} if m in sys.modules]; assert not loaded, loaded"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
 
 
-def test_loading_has_no_import_cycles():
-    """The format loaders import shared helpers (`selection`), never the dispatcher (`resolve`) that imports
-    them; block weights are built outside the GGUF loader."""
-    grimp = pytest.importorskip("grimp", reason="grimp comes with import-linter (the dev extra)")
-    graph = grimp.build_graph("tgi.core", cache_dir=None)
-    modules = sorted(m for m in graph.modules if m.startswith("tgi.core.loading"))
-    cycles = [
-        (a, b)
-        for a in modules
-        for b in modules
-        if a < b and graph.chain_exists(a, b) and graph.chain_exists(b, a)
-    ]
-    assert not cycles, cycles
+#: how a module's docstring says it is free of torch
+TORCH_FREE_CLAIM = re.compile(
+    r"no torch|torch-free|without torch|imports? no framework|no framework here|does not import torch",
+    re.IGNORECASE,
+)
+#: a claim about the module's own imports only (what it imports may load a framework): checked on its source
+OWN_IMPORTS_CLAIM = re.compile(r"imports no framework itself", re.IGNORECASE)
+FRAMEWORKS = ("torch", "jax")
+
+
+def _claims() -> dict[str, tuple[pathlib.Path, str]]:
+    """Every module under core/ (but tgi.core.torch) whose docstring claims it is free of torch: its file
+    and its docstring on one line."""
+    claims = {}
+    for path in sorted((ROOT / "core").rglob("*.py")):
+        relative = path.relative_to(ROOT).with_suffix("")
+        if relative.parts[:2] == ("core", "torch"):
+            continue
+        docstring = " ".join((ast.get_docstring(ast.parse(path.read_text())) or "").split())
+        if TORCH_FREE_CLAIM.search(docstring):
+            parts = relative.parts[:-1] if relative.name == "__init__" else relative.parts
+            claims[".".join(("tgi", *parts))] = (path, docstring)
+    return claims
+
+
+def _kept_by_a_contract(module: str) -> bool:
+    return any(
+        module == source or module.startswith(source + ".")
+        for contract in TORCH_FREE.values()
+        for source in contract["source_modules"]
+    )
+
+
+def _imports_a_framework(path: pathlib.Path) -> list[str]:
+    """The frameworks the module's own import statements name (at any depth, in functions too)."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+    return [name for name in names if name.split(".")[0] in FRAMEWORKS]
+
+
+def test_every_torch_free_claim_is_checked():
+    """A docstring that says "no torch here" names a module that a torch-forbidding contract (or, for a
+    claim about importing only, the import check above) keeps; one that claims only its own imports names no
+    framework in them."""
+    claims = _claims()
+    assert "tgi.core.scheduler" in claims and "tgi.core.parallel" in claims  # the scan reads the claims
+    unchecked, broken = [], []
+    for module, (path, docstring) in claims.items():
+        if OWN_IMPORTS_CLAIM.search(docstring):
+            broken += [f"{module} imports {name}" for name in _imports_a_framework(path)]
+        elif not _kept_by_a_contract(module) and module not in FREE_AT_IMPORT:
+            unchecked.append(module)
+    assert not unchecked, f"claim to be free of torch with no contract in pyproject.toml: {unchecked}"
+    assert not broken, broken
