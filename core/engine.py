@@ -21,7 +21,7 @@ from tgi.core.guided.decoding import GuidedDecoding
 from tgi.core.guided.grammar import Grammar, GrammarError
 from tgi.core.interfaces import Backend, ModelInfo, ModelRunner, UnsupportedError
 from tgi.core.interfaces.batch import StepOutput
-from tgi.core.lora_serving import ServedAdapters
+from tgi.core.lora.served_adapters import ServedAdapters
 from tgi.core.output import RequestOutput
 from tgi.core.request import FinishReason, GenerationResult, StepError, TokenEvent, ValidationError
 from tgi.core.sampling_params import SamplingParams

@@ -180,8 +180,8 @@ def drain_deadline_message(timeout_s: float) -> str:
 def _collect(gone: weakref.ref, holders: int) -> None:
     """Collect the swapped-out engine (`gone`). A server freezes its start-up objects (`gc.freeze`,
     `tgi.server.launcher.freeze_loaded_objects`), out of the collector's reach: should a reference cycle
-    of the old model be among them (none should: `tgi.core.lora_serving`), one full collection with them
-    included frees it. Then, as at start, the objects alive now (the new model's) are frozen."""
+    of the old model be among them (none should: `tgi.core.lora.served_adapters`), one full collection with
+    them included frees it. Then, as at start, the objects alive now (the new model's) are frozen."""
     gc.collect()
     frozen = gc.get_freeze_count() > 0
     if not frozen:

@@ -1,19 +1,37 @@
 """Multi-LoRA: PEFT adapters served beside one base model, chosen per request, mixed in one batch.
 
-`load_lora(model, adapters, ops)` reads each `(id, folder)` of `--lora-adapters` (`adapter.read_adapter`),
-checks it against the model, and wraps the adapted linears (`manager.LoRAModel`); the batched products go
-through `ops` (`ops.LoRAOps`, core's torch reference unless the backend brings a kernel).
+- `adapter`: reading a PEFT adapter folder and checking it against the model (`read_adapter`);
+- `manager`: `load_lora(model, adapters, ops)` reads each `(id, folder)` of `--lora-adapters` and wraps the
+  adapted linears (`LoRAModel`), `check_lora` checks one without attaching it;
+- `ops`: the batched low-rank products (`LoRAOps`; `TorchLoRAOps`, core's torch reference, unless the backend
+  brings a kernel);
+- `served_adapters`: which adapters an engine serves, changed at run time (`ServedAdapters`), with no torch.
+
+Importing the package imports no framework (the engine imports `served_adapters`); the names below load
+their module on first use.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import importlib
+from typing import TYPE_CHECKING
 
-from torch import nn
+if TYPE_CHECKING:
+    from tgi.core.lora.adapter import AdapterError, LoRAAdapter, read_adapter
+    from tgi.core.lora.manager import LoRAModel, check_lora, load_lora
+    from tgi.core.lora.ops import LoRAOps, LoRAWeights, TorchLoRAOps
 
-from tgi.core.lora.adapter import AdapterError, LoRAAdapter, read_adapter
-from tgi.core.lora.manager import LoRAModel
-from tgi.core.lora.ops import LoRAOps, LoRAWeights, TorchLoRAOps
+_MODULE_OF = {
+    "AdapterError": "adapter",
+    "LoRAAdapter": "adapter",
+    "read_adapter": "adapter",
+    "LoRAModel": "manager",
+    "check_lora": "manager",
+    "load_lora": "manager",
+    "LoRAOps": "ops",
+    "LoRAWeights": "ops",
+    "TorchLoRAOps": "ops",
+}
 
 __all__ = [
     "AdapterError",
@@ -28,28 +46,8 @@ __all__ = [
 ]
 
 
-def _check_model(model: nn.Module) -> None:
-    if not hasattr(model, "checkpoint_target"):
-        arch = getattr(model, "implementation_note", None) or type(model).__name__
-        raise AdapterError(f"LoRA adapters need one of core's native models; this one runs on {arch}")
-
-
-def check_lora(model: nn.Module, name: str, path: str, max_rank: int | None = None) -> None:
-    """Read adapter `name` at `path` and check that it fits `model` (and `max_rank`), attaching nothing
-    (`AdapterError`)."""
-    _check_model(model)
-    read_adapter(name, path, model, max_rank)
-
-
-def load_lora(
-    model: nn.Module,
-    adapters: Sequence[tuple[str, str]],
-    ops: LoRAOps | None = None,
-    max_rank: int | None = None,
-) -> LoRAModel:
-    """Read every `(id, path)` adapter for `model` and attach them; `AdapterError` names the first that does
-    not fit (or whose rank exceeds `max_rank`). The model must be one of core's native models (its linears
-    take a `linear_kernel`)."""
-    _check_model(model)
-    loaded = [read_adapter(name, path, model, max_rank) for name, path in adapters]
-    return LoRAModel(model, loaded, ops or TorchLoRAOps())
+def __getattr__(name: str):
+    # lazy: the torch-free engine imports tgi.core.lora.served_adapters, which runs this package first
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_MODULE_OF[name]}"), name)

@@ -1,5 +1,6 @@
 """The adapters of a loaded model: their weights stacked per linear, the linears' kernels wrapped so that
-every product adds its tokens' adapter deltas, and the per-step map of tokens to adapters.
+every product adds its tokens' adapter deltas, and the per-step map of tokens to adapters; `load_lora`
+reads the adapters of `--lora-adapters` and attaches them, `check_lora` checks one without attaching it.
 
 Contract: `LoRAModel(model, adapters, ops)` wraps the `linear_kernel` of each linear that some adapter
 adapts (after the backend's `prepare_model`: the delta is added on top of whatever the base product is,
@@ -17,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tgi.core.lora.adapter import LoRAAdapter
-from tgi.core.lora.ops import LoRAOps, LoRAWeights
+from tgi.core.lora.adapter import AdapterError, LoRAAdapter, read_adapter
+from tgi.core.lora.ops import LoRAOps, LoRAWeights, TorchLoRAOps
 from tgi.core.quant.kernels import weight_device
 
 
@@ -118,3 +119,30 @@ class LoRAModel:
     def end_step(self) -> None:
         """Drop the step's plan: products outside a step (warm-up, heads) run without adapters."""
         self.state.plan = None
+
+
+def _check_model(model: nn.Module) -> None:
+    if not hasattr(model, "checkpoint_target"):
+        arch = getattr(model, "implementation_note", None) or type(model).__name__
+        raise AdapterError(f"LoRA adapters need one of core's native models; this one runs on {arch}")
+
+
+def check_lora(model: nn.Module, name: str, path: str, max_rank: int | None = None) -> None:
+    """Read adapter `name` at `path` and check that it fits `model` (and `max_rank`), attaching nothing
+    (`AdapterError`)."""
+    _check_model(model)
+    read_adapter(name, path, model, max_rank)
+
+
+def load_lora(
+    model: nn.Module,
+    adapters: Sequence[tuple[str, str]],
+    ops: LoRAOps | None = None,
+    max_rank: int | None = None,
+) -> LoRAModel:
+    """Read every `(id, path)` adapter for `model` and attach them; `AdapterError` names the first that does
+    not fit (or whose rank exceeds `max_rank`). The model must be one of core's native models (its linears
+    take a `linear_kernel`)."""
+    _check_model(model)
+    loaded = [read_adapter(name, path, model, max_rank) for name, path in adapters]
+    return LoRAModel(model, loaded, ops or TorchLoRAOps())

@@ -15,7 +15,7 @@ import pytest
 from tgi.core.config import ConfigError, EngineConfig
 from tgi.core.engine import LLMEngine
 from tgi.core.lora import AdapterError
-from tgi.core.lora_serving import AdapterInUseError, LoRALimitError
+from tgi.core.lora.served_adapters import AdapterInUseError, LoRALimitError
 from tgi.core.request import ValidationError
 from tgi.core.sampling_params import SamplingParams
 from tgi.core.testing.lora import peft_greedy, write_random_lora
