@@ -1,6 +1,8 @@
 """Quantized weights, first-class: typed weights (`weights`), the seam through which a linear layer gets a
-backend's kernel for its format (`kernels`), which quantization a model loads with (`config`), reading packed
-tensors from a checkpoint (`checkpoint`) and quantizing dense weights while loading (`load_time`).
+backend's kernel for its format (`kernels`), which quantization a model loads with (`config`: the
+checkpoint's `quantization_config` or `--quantize`), a quantized checkpoint's packed tensors read as stored
+(`packed_checkpoint`), dense linears quantized as they load for `--quantize` (`quantize_dense`), and the
+steps of one model load that use them (`quantized_loading`).
 
 The framework-free half of the contract (format names, `QuantizationSpec`, `Backend.weight_formats`) is in
 `tgi.core.interfaces.quantization`; a torch backend makes kernels in `TorchBackend.quantized_linear`.

@@ -14,7 +14,7 @@ from tgi.core.loading import iter_weights, load_config
 from tgi.core.loading.block_weights import iter_block_weights
 from tgi.core.models.context import AttentionContext, build_attention_metadata, build_positions
 from tgi.core.models.registry import attention_layer_specs, kv_cache_spec, model_class_for
-from tgi.core.quant.loading import QuantizedLoading
+from tgi.core.quant.quantized_loading import QuantizedLoading
 from tgi.core.tokenization import config_eos_token_ids
 
 if TYPE_CHECKING:

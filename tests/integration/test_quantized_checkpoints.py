@@ -157,7 +157,7 @@ def test_bitsandbytes_at_load_equals_its_dequantized_weights(dense, dense_tokens
     share = agreement(runner, dense_tokens)
     print(f"{quantize}: {share:.1%} of greedy steps agree")
     reference = load_runner(dense)
-    from tgi.core.quant.load_time import quantizer_for
+    from tgi.core.quant.quantize_dense import quantizer_for
 
     fmt = {"bitsandbytes": "bnb-int8", "bitsandbytes-nf4": "bnb-nf4", "bitsandbytes-fp4": "bnb-fp4"}[quantize]
     quantize_one = quantizer_for(fmt)

@@ -108,7 +108,7 @@ def test_quantized_weights_are_not_sharded_over_ranks():
     """Tensor parallelism over packed tensors is refused at load, with the reason."""
     from tgi.backends.cpu.backend import CpuBackend
     from tgi.core.loading.source import ModelSource
-    from tgi.core.quant.loading import QuantizedLoading
+    from tgi.core.quant.quantized_loading import QuantizedLoading
 
     source = ModelSource("m", "safetensors", "/nonexistent", "/nonexistent")
     loading = QuantizedLoading(CpuBackend(), cfg(), "eetq", source, "bfloat16")

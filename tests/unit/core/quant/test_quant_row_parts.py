@@ -9,7 +9,7 @@ import torch
 from tgi.backends.cpu.backend import CpuBackend
 from tgi.core.interfaces import UnsupportedError
 from tgi.core.quant.kernels import RowPartsKernel, backend_kernel
-from tgi.core.quant.load_time import quantize_fp8, quantize_int8
+from tgi.core.quant.quantize_dense import quantize_fp8, quantize_int8
 from tgi.core.quant.weights import Int8Weight, RowParts
 
 

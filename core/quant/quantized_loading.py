@@ -1,4 +1,8 @@
-"""The runner's side of quantization: one `QuantizedLoading` per model load (see `TorchModelRunner.load`)."""
+"""The quantization steps of one model load, in the order the runner takes them (`TorchModelRunner.load`):
+which quantization (`config`), refusals before any weight is read, a quantized checkpoint's packed tensors
+diverted from the dense loader (`packed_checkpoint`) or the dense linears quantized (`quantize_dense`),
+then the backend's kernels. The model loader itself (files, config, tensor streams) is `tgi.core.loading`.
+"""
 
 from __future__ import annotations
 
@@ -51,7 +55,7 @@ class QuantizedLoading:
         """The dense tensors for `load_weights`; a quantized checkpoint's packed ones are kept aside."""
         if self.spec is None or self.spec.source != "checkpoint":
             return weights
-        from tgi.core.quant.checkpoint import split_quantized
+        from tgi.core.quant.packed_checkpoint import split_quantized
 
         return split_quantized(model, weights, self.spec, self._store)
 
@@ -61,7 +65,7 @@ class QuantizedLoading:
             return
         device = next(model.parameters()).device
         if self.spec.source == "checkpoint":
-            from tgi.core.quant.checkpoint import build_weights
+            from tgi.core.quant.packed_checkpoint import build_weights
 
             count = model.attach_quantized_weights(
                 build_weights(self._store, self.spec, device), required=True
@@ -70,7 +74,7 @@ class QuantizedLoading:
             if not count:
                 raise ValueError(f"{self.spec.describe()}: the checkpoint holds no quantized linear weights")
             return
-        from tgi.core.quant.load_time import quantize_linears
+        from tgi.core.quant.quantize_dense import quantize_linears
 
         quantize_linears(model, self.spec.weight_format, self.spec.exclude)
 
