@@ -80,7 +80,7 @@ class CpuBackend(TorchBackend):
 
     def describe_kernels(self, dtype: str) -> dict[str, str]:
         from tgi.backends.cpu import native
-        from tgi.backends.cpu.kernels import kernel_plan
+        from tgi.backends.cpu.kernel_plan import kernel_plan
         from tgi.backends.cpu.linear import block_rows
 
         built = native.available()

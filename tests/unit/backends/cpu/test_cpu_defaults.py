@@ -56,7 +56,7 @@ AVX2 = {"avx2", "fma", "bmi1", "bmi2", "f16c", "movbe"}
     ],
 )  # fmt: skip
 def test_the_kernel_plan_follows_the_cpu(flags, impls, rows, expected, monkeypatch):
-    from tgi.backends.cpu.kernels import kernel_plan
+    from tgi.backends.cpu.kernel_plan import kernel_plan
 
     for name in ("TGI_CPU_FUSED", "TGI_CPU_BLOCK_KERNELS", "TGI_CPU_BLOCK_IMPL", "TGI_CPU_DECODE_IMPL"):
         monkeypatch.delenv(name, raising=False)
