@@ -1,6 +1,8 @@
 """Attention for the CUDA and ROCm backends, chosen by name (`--attention`, env `TGI_ATTENTION`).
 
-* `triton` (default): the Triton kernels of `kernels/` (prefill, split-K decode, KV write).
+* `triton` (default): the Triton kernels of `kernels/` (prefill, split-K decode, KV write). Batch-invariant
+  (`--deterministic`): decode in one split, prefill as one decode row per query token
+  (`kernels/invariant_prefill.py`).
 * `flash-attn`, `flashinfer`: recognised names. Choosing one whose package does not import is an error
   naming the package; choosing one that imports is an error too, because these paths are not implemented
   yet (there was no GPU to test them on). Never a silent switch to another implementation.
@@ -33,14 +35,25 @@ class TritonAttention(AttentionBackend):
     :param min_tokens_per_split: decode splits a context into pieces of at least this many keys
     :param max_splits: at most this many decode splits
     :param target_programs: stop adding splits once batch * kv_heads * splits reaches this (the GPU is full)
+    :param batch_invariant: `--deterministic`: a query's sum over its keys runs in one order, whatever the
+        batch, the chunking or the cache: decode in one split (the split count otherwise follows the batch
+        size and the longest context), prefill as one decode row per query token
+        (`kernels.invariant_prefill`), so that a position prefilled and the same position decoded agree
     """
 
     name = "triton"
 
-    def __init__(self, min_tokens_per_split: int = 256, max_splits: int = 16, target_programs: int = 256):
+    def __init__(
+        self,
+        min_tokens_per_split: int = 256,
+        max_splits: int = 16,
+        target_programs: int = 256,
+        batch_invariant: bool = False,
+    ):
         self.min_tokens_per_split = min_tokens_per_split
         self.max_splits = max_splits
         self.target_programs = target_programs
+        self.batch_invariant = batch_invariant
 
     def caps(self) -> AttentionCaps:
         return AttentionCaps(
@@ -63,7 +76,9 @@ class TritonAttention(AttentionBackend):
         self, num_seqs: int, num_kv_heads: int, max_seq_len: int, window: int | None
     ) -> int:
         """How many programs share one sequence's context: enough to fill the GPU when the batch is small,
-        none when each split would get fewer than `min_tokens_per_split` keys."""
+        none when each split would get fewer than `min_tokens_per_split` keys. Always 1 when batch-invariant."""
+        if self.batch_invariant:
+            return 1
         span = max_seq_len if window is None else min(max_seq_len, window)
         by_length = max(1, span // self.min_tokens_per_split)
         by_occupancy = max(1, self.target_programs // max(1, num_seqs * num_kv_heads))
@@ -82,6 +97,13 @@ class TritonAttention(AttentionBackend):
         from tgi.backends.triton_common.kernels import paged_prefill_attention
 
         key_cache, value_cache = kv_cache.layer(layer_idx)
+        if self.batch_invariant:
+            from tgi.backends.triton_common.kernels.invariant_prefill import prefill_as_decode_rows
+
+            return prefill_as_decode_rows(
+                q, key_cache, value_cache, meta.prefill_block_tables, meta.query_start_loc,
+                meta.prefill_seq_lens, layer.scale, layer.sliding_window, layer.softcap,
+            )  # fmt: skip
         return paged_prefill_attention(
             q, key_cache, value_cache,
             meta.prefill_block_tables, meta.query_start_loc, meta.prefill_seq_lens, meta.max_query_len,
@@ -102,6 +124,8 @@ class TritonAttention(AttentionBackend):
         splits = meta.extra.get(NUM_SPLITS_KEY) or self.num_decode_splits(
             q.shape[0], key_cache.shape[2], meta.max_decode_seq_len, layer.sliding_window
         )
+        if self.batch_invariant and splits != 1:  # graphs take theirs from num_decode_splits: 1
+            raise ValueError(f"batch-invariant decode runs in one split, the step asks for {splits}")
         return paged_decode_attention(
             q, key_cache, value_cache, meta.decode_block_tables, meta.decode_seq_lens, layer.scale,
             num_splits=splits, sliding_window=layer.sliding_window, softcap=layer.softcap,
@@ -110,7 +134,7 @@ class TritonAttention(AttentionBackend):
 
 def create_attention(name: str | None = None, **kwargs) -> AttentionBackend:
     """The attention implementation called `name` (default `triton`); raises `UnsupportedError` naming
-    what is missing, never substituting another implementation."""
+    what is missing, never substituting another implementation. `kwargs` go to `TritonAttention`."""
     name = (name or DEFAULT_ATTENTION).strip().lower()
     if name not in ATTENTION_IMPLS:
         raise UnsupportedError(f"unknown attention '{name}' (known: {', '.join(ATTENTION_IMPLS)})")

@@ -114,12 +114,47 @@ class TritonBackend(TorchBackend):
     def create_attention(self, name: str) -> AttentionBackend:
         from tgi.backends.triton_common.attention import create_attention
 
+        if self.batch_invariant:
+            return create_attention(name, batch_invariant=True)
         return create_attention(name)  # raises naming what is missing
+
+    def use_batch_invariant_kernels(self, dtype: str) -> None:
+        """`--deterministic`, in bfloat16, float16 and float32: dense linears and the LM head through one
+        fixed-tile Triton GEMM with no split of K, RMSNorm one program per row, quantized GEMMs in one split
+        along K, decode attention in one split and prefill attention as one decode row per query token
+        (a position prefilled or decoded sums its keys in the same order), the sampler row by row (see
+        `invariance.py`). LoRA's Triton kernels already run one program per token. Refused: attention
+        implementations other than `triton`, and (when the model loads) layers none of these kernels cover
+        (mixture-of-experts, norms other than RMSNorm). Verified in Triton's interpreter only: no GPU has
+        run this mode yet."""
+        from tgi.core.interfaces import UnsupportedError
+
+        self.check_dtype(dtype)
+        if self.attention_name != "triton":
+            raise UnsupportedError(
+                f"the {self.name} backend's batch-invariant attention is its Triton kernels' "
+                f"(attention '{self.attention_name}' is not): use --attention triton"
+            )
+        self.batch_invariant = True
+        self._attention = None  # made again, in its batch-invariant mode
+
+    def sampler(self):
+        from tgi.core.sampling.sampler import TorchSampler
+
+        return TorchSampler(per_row=self.batch_invariant)  # --deterministic: each row sampled alone
 
     def prepare_model(self, model: torch.nn.Module) -> None:
         """Mixture-of-experts layers with SiLU experts compute through the fused Triton kernel
-        (`kernels.fused_moe`); everything else keeps the model's own products."""
+        (`kernels.fused_moe`); everything else keeps the model's own products. `--deterministic`: the
+        batch-invariant kernels instead (`invariance.attach_invariant_kernels`, which refuses what they do
+        not cover)."""
         from tgi.core.models.moe import GroupedExperts
+
+        if self.batch_invariant:
+            from tgi.backends.triton_common.invariance import attach_invariant_kernels
+
+            attach_invariant_kernels(model)
+            return
 
         for module in model.modules():
             if isinstance(module, GroupedExperts) and module.hidden_act in ("silu", "swish"):
@@ -142,10 +177,11 @@ class TritonBackend(TorchBackend):
         return weight_formats(dtype)
 
     def quantized_linear(self, weight: QuantizedWeight, dtype: str) -> QuantizedLinearKernel:
-        """A Triton GEMM over the packed weight (`quant.TritonQuantizedLinear`), for every row count."""
+        """A Triton GEMM over the packed weight (`quant.TritonQuantizedLinear`), for every row count; in one
+        split along K with `--deterministic` (the split otherwise follows the row count)."""
         from tgi.backends.triton_common.quant import quantized_linear
 
-        return quantized_linear(weight, dtype)
+        return quantized_linear(weight, dtype, split=1 if self.batch_invariant else None)
 
     def create_kv_cache(self, spec: KVCacheSpec, num_blocks: int) -> KVCache:
         from tgi.backends.triton_common.kv_cache import TritonKVCache

@@ -42,9 +42,9 @@ def weight_formats(dtype: str) -> dict[str, str]:
 class TritonQuantizedLinear(QuantizedLinearKernel):
     """x @ W.T + bias with W one `QuantizedWeight` of a format in `WEIGHT_FORMATS` (see `quantized_linear`)."""
 
-    def __init__(self, weight: QuantizedWeight) -> None:
-        self.name = WEIGHT_FORMATS[weight.format]
-        self._product, held, self._repacked = _product_for(weight)
+    def __init__(self, weight: QuantizedWeight, split: int | None = None) -> None:
+        self.name = WEIGHT_FORMATS[weight.format] + (f", {split} split along K" if split else "")
+        self._product, held, self._repacked = _product_for(weight, split)
         #: bytes of the tensors this kernel computes with (the packed weight, scales, zero points, ...)
         self.nbytes = sum(t.numel() * t.element_size() for t in held)
 
@@ -57,16 +57,17 @@ class TritonQuantizedLinear(QuantizedLinearKernel):
         return self._repacked
 
 
-def quantized_linear(weight: QuantizedWeight, dtype: str) -> TritonQuantizedLinear:
+def quantized_linear(weight: QuantizedWeight, dtype: str, split: int | None = None) -> TritonQuantizedLinear:
     """`TorchBackend.quantized_linear` of the Triton backends; raises `UnsupportedError` for another format
-    or activation dtype."""
+    or activation dtype. `split`: programs along K for every call (1: a row's sum never depends on the row
+    count, `--deterministic`); None: `kernels.quant_int.split_k`'s choice by shape."""
     if weight.format not in WEIGHT_FORMATS or dtype not in ACTIVATION_DTYPES:
         supported = ", ".join(WEIGHT_FORMATS)
         raise UnsupportedError(
             f"the Triton quantized kernels compute {supported} with {', '.join(ACTIVATION_DTYPES)} "
             f"activations, not {weight.format} with {dtype}"
         )
-    return TritonQuantizedLinear(weight)
+    return TritonQuantizedLinear(weight, split)
 
 
 def _trivial_groups(g_idx: torch.Tensor | None, group_size: int) -> bool:
@@ -95,8 +96,9 @@ def sort_act_order(weight: GPTQWeight) -> tuple[torch.Tensor, torch.Tensor] | No
     return perm, words
 
 
-def _product_for(weight: QuantizedWeight):
-    """(x -> x @ W.T, the tensors it reads, whether the stored weight was repacked)."""
+def _product_for(weight: QuantizedWeight, split: int | None = None):
+    """(x -> x @ W.T, the tensors it reads, whether the stored weight was repacked); `split` as
+    `quantized_linear` takes it."""
     from tgi.backends.triton_common.kernels.quant_int import awq_gemm, gptq_gemm
     from tgi.backends.triton_common.kernels.quant_w8 import fp8_gemm, int8_gemm
 
@@ -117,7 +119,15 @@ def _product_for(weight: QuantizedWeight):
             if perm is not None:
                 x = x.index_select(-1, perm)
             return gptq_gemm(
-                x, qweight, qzeros, scales, g_idx, bits=bits, group_size=group_size, zero_offset=offset
+                x,
+                qweight,
+                qzeros,
+                scales,
+                g_idx,
+                bits=bits,
+                group_size=group_size,
+                zero_offset=offset,
+                split=split,
             )
 
         held = [t for t in (qweight, qzeros, scales, g_idx, perm) if t is not None]
@@ -125,8 +135,12 @@ def _product_for(weight: QuantizedWeight):
     if fmt == "awq-int4":
         w = weight
         held = [w.qweight, w.qzeros, w.scales]
-        return (lambda x: awq_gemm(x, w.qweight, w.qzeros, w.scales, group_size=w.group_size)), held, False
+        return (
+            (lambda x: awq_gemm(x, w.qweight, w.qzeros, w.scales, group_size=w.group_size, split=split)),
+            held,
+            False,
+        )
     held = [weight.weight, weight.scale]
     if fmt == "fp8":
-        return (lambda x: fp8_gemm(x, weight.weight, weight.scale)), held, False
-    return (lambda x: int8_gemm(x, weight.weight, weight.scale)), held, False
+        return (lambda x: fp8_gemm(x, weight.weight, weight.scale, split=split)), held, False
+    return (lambda x: int8_gemm(x, weight.weight, weight.scale, split=split)), held, False
