@@ -1,6 +1,7 @@
-"""The sampler conformance checks for samplers of any framework (JAX, a vendor's): the same framework-free
-cases (`tgi.core.testing.sampling_cases`) and the same reference (`reference_sampler.reference_sample`)
-that torch backends' samplers meet through `tgi.core.torch.testing.TorchBackendConformance`.
+"""The sampler conformance checks, one suite for samplers of every framework: the framework-free cases
+(`tgi.core.testing.sampling_cases`: greedy, seeded with every processor and penalty, grammar masks, the
+watermark) against the plainly written reference (`reference_sampler.reference_sample`). Torch backends'
+samplers run it inside `tgi.core.torch.testing.TorchBackendConformance` (`TorchSamplerConformance` there).
 
 Use (a test module of the backend's package)::
 
@@ -34,7 +35,9 @@ class SamplerConformance:
         """The sampler's token and logprob for every row of `case` (its logits, rows and token masks)."""
         raise NotImplementedError
 
-    def _check(self, name: str) -> None:
+    def check_sampler(self, name: str) -> None:
+        """Assert that `sample` gives the reference's tokens, and its logprobs within `LOGPROB_TOLERANCE`, on
+        the case `name` of `SAMPLER_CASES` (skipped for a mask case when the sampler applies no masks)."""
         case = SAMPLER_CASES[name]()
         if case.token_masks is not None and not self.supports_token_masks:
             pytest.skip("this sampler does not apply grammar masks (guided decoding is refused)")
@@ -46,13 +49,13 @@ class SamplerConformance:
         )
 
     def test_greedy_matches_reference(self) -> None:
-        self._check("greedy")
+        self.check_sampler("greedy")
 
     def test_seeded_matches_reference(self) -> None:
-        self._check("seeded")
+        self.check_sampler("seeded")
 
     def test_grammar_masks_match_reference(self) -> None:
-        self._check("masked")
+        self.check_sampler("masked")
 
     def test_watermark_matches_reference(self) -> None:
-        self._check("watermarked")
+        self.check_sampler("watermarked")

@@ -52,6 +52,12 @@ def test_a_sampler_without_repetition_penalty_fails(suite, backend, monkeypatch)
         suite.test_sampler_greedy_matches_reference(backend)
 
 
+def test_a_sampler_without_the_watermark_fails(suite, backend, monkeypatch):
+    monkeypatch.setattr(P, "apply_watermark", lambda logits, prev_tokens, gamma, delta: logits)
+    with pytest.raises(AssertionError):
+        suite.test_sampler_watermark_matches_reference(backend)
+
+
 def test_a_model_with_wrong_rotary_frequencies_fails(suite, backend, monkeypatch, tmp_path_factory):
     path = tmp_path_factory.getbasetemp() / "tgi-conformance-tiny-llama"  # the suite's own checkpoint
     if not (path / "config.json").exists():

@@ -11,9 +11,11 @@ Checks, against core's references:
 * quantized linears (`test_quantized_linear`): for every weight format the backend names in
   `weight_formats(dtype)`, its kernel computes x @ W.T + bias with W the format's own `dequantize()`
   (`tgi.core.torch.testing.quant`), for 1 and 33 rows, in every dtype tested;
-* the sampler (`test_sampler_*`): greedy and seeded sampling, with every processor and penalty, give the
-  tokens (and logprobs) of `reference_sampler.reference_sample`, a sampler written plainly, one row and one
-  token at a time in float64, on the framework-free cases of `tgi.core.testing.sampling_cases`;
+* the sampler (`test_sampler_*`): the one sampler suite of every framework
+  (`tgi.core.testing.sampler_conformance`): greedy and seeded sampling, with every processor and penalty,
+  grammar masks and the watermark give the tokens (and logprobs) of `reference_sampler.reference_sample`, a
+  sampler written plainly, one row and one token at a time in float64, on the framework-free cases of
+  `tgi.core.testing.sampling_cases`;
 * through a real engine, the runner-level checks every backend passes (`RunnerConformance`): greedy tokens
   equal `transformers`' on a small random-weight Llama, preemption, cancellation, runner constraints.
 
@@ -39,6 +41,8 @@ import torch
 
 from tgi.core.interfaces import KVCacheSpec
 from tgi.core.testing.runner_conformance import RunnerConformance
+from tgi.core.testing.sampler_conformance import SamplerConformance
+from tgi.core.testing.sampling_cases import SamplerCase
 from tgi.core.torch.backend import TorchBackend
 from tgi.core.torch.testing.quant import QUANT_CASES, QUANT_TOLERANCE, quantized_linear_error
 from tgi.core.torch.testing.reference import (
@@ -169,33 +173,31 @@ class TorchBackendConformance(RunnerConformance):
             print(f"{backend.name} quantized linear {case} {dtype} rows {rows}: max relative error {err:.2e}")
             assert err <= QUANT_TOLERANCE[dtype], f"{case} {dtype} rows {rows}: relative error {err:.3g}"
 
-    # -- sampler ----------------------------------------------------------------------------------------
-    def _check_sampler(self, backend: TorchBackend, case_name: str) -> None:
-        """Assert that the backend's sampler picks the reference's tokens, with its logprobs, on one of the
-        framework-free cases (`tgi.core.testing.sampling_cases`)."""
-        from tgi.core.testing.reference_sampler import reference_sample
-        from tgi.core.testing.sampling_cases import LOGPROB_TOLERANCE, SAMPLER_CASES
-
-        case = SAMPLER_CASES[case_name]()
-        logits = torch.tensor(case.logits, dtype=torch.float32)
-        sampler = backend.sampler()
-        if case.token_masks is not None and not sampler.supports_token_masks:
-            pytest.skip(f"{type(sampler).__name__} does not apply grammar masks (guided decoding is refused)")
-        ours = sampler.sample(logits.to(backend.torch_device()), case.rows, case.token_masks)
-        ref = reference_sample(case.logits, case.rows, case.token_masks)
-        assert ours.token_ids.cpu().tolist() == ref.token_ids
-        torch.testing.assert_close(
-            ours.logprobs.cpu().double(),
-            torch.tensor(ref.logprobs, dtype=torch.float64),
-            atol=LOGPROB_TOLERANCE,
-            rtol=LOGPROB_TOLERANCE,
-        )
-
+    # -- sampler: the one sampler suite, on this backend's sampler ----------------------------------------
     def test_sampler_greedy_matches_reference(self, backend: TorchBackend) -> None:
-        self._check_sampler(backend, "greedy")
+        TorchSamplerConformance(backend).test_greedy_matches_reference()
 
     def test_sampler_seeded_matches_reference(self, backend: TorchBackend) -> None:
-        self._check_sampler(backend, "seeded")
+        TorchSamplerConformance(backend).test_seeded_matches_reference()
 
     def test_sampler_grammar_masks_match_reference(self, backend: TorchBackend) -> None:
-        self._check_sampler(backend, "masked")
+        TorchSamplerConformance(backend).test_grammar_masks_match_reference()
+
+    def test_sampler_watermark_matches_reference(self, backend: TorchBackend) -> None:
+        TorchSamplerConformance(backend).test_watermark_matches_reference()
+
+
+class TorchSamplerConformance(SamplerConformance):
+    """The framework-free sampler suite (`tgi.core.testing.sampler_conformance`) on a torch backend's
+    sampler: the case's logits as a float32 tensor on the backend's device, its tokens and logprobs back
+    as lists."""
+
+    def __init__(self, backend: TorchBackend) -> None:
+        self.backend = backend
+        self.sampler = backend.sampler()
+        self.supports_token_masks = self.sampler.supports_token_masks
+
+    def sample(self, case: SamplerCase) -> tuple[list[int], list[float]]:
+        logits = torch.tensor(case.logits, dtype=torch.float32).to(self.backend.torch_device())
+        out = self.sampler.sample(logits, case.rows, case.token_masks)
+        return out.token_ids.cpu().tolist(), out.logprobs.cpu().double().tolist()
