@@ -9,7 +9,6 @@ _TO_TORCH = {
     "bfloat16": torch.bfloat16,
     "float16": torch.float16,
 }
-_FROM_TORCH = {v: k for k, v in _TO_TORCH.items()}
 
 
 def to_torch_dtype(name: str | torch.dtype) -> torch.dtype:
@@ -20,14 +19,3 @@ def to_torch_dtype(name: str | torch.dtype) -> torch.dtype:
         return _TO_TORCH[name]
     except KeyError:
         raise ValueError(f"unknown dtype {name!r} (known: {', '.join(_TO_TORCH)})") from None
-
-
-def from_torch_dtype(dtype: torch.dtype | str) -> str:
-    """`torch.bfloat16` -> `"bfloat16"` (a known name passes through)."""
-    if isinstance(dtype, str):
-        to_torch_dtype(dtype)
-        return dtype
-    try:
-        return _FROM_TORCH[dtype]
-    except KeyError:
-        raise ValueError(f"unsupported torch dtype {dtype} (known: {', '.join(_TO_TORCH)})") from None

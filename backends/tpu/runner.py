@@ -259,10 +259,6 @@ class JaxModelRunner(ModelRunner):
             len(self._decoders), len(self._heads), len(self._prompt_lp), 2 * len(self._samplers),
         )  # fmt: skip
 
-    @property
-    def num_executables(self) -> int:
-        return len(self._decoders) + len(self._heads) + len(self._prompt_lp) + 2 * len(self._samplers)
-
     # -- one step ---------------------------------------------------------------------------------------
     def execute(self, batch: ScheduledBatch) -> StepOutput:
         if self.shapes is None:
