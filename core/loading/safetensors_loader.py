@@ -1,8 +1,8 @@
 """Hugging Face checkpoints: config.json + *.safetensors (single file or sharded with an index).
 
 Tensors are memory-mapped with `safetensors.safe_open(framework="pt")` and yielded in the file's dtype
-(bf16 stays bf16, fp16 stays fp16): the caller casts them where it places them. The same tensors as numpy
-arrays: `safetensors_arrays.py`.
+(bf16 stays bf16, fp16 stays fp16): the caller casts them where it places them. The shards and the tensors
+read from each: `safetensors_shards.py`; the same tensors as numpy arrays: `safetensors_arrays.py`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from safetensors import safe_open
 from transformers import AutoConfig, PretrainedConfig
 
 from tgi.core.config import ConfigError
-from tgi.core.loading.safetensors_arrays import safetensors_files
-from tgi.core.loading.selection import SKIP, WeightSelector, selection
+from tgi.core.loading.safetensors_shards import iter_shards
+from tgi.core.loading.selection import WeightSelector
 
 
 def safetensors_config(folder: str, trust_remote_code: bool = False) -> PretrainedConfig:
@@ -88,12 +88,11 @@ _DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF
 
 def _first_tensor_dtype(folder: str) -> torch.dtype:
     """The dtype of the first floating-point tensor (for configs that do not say)."""
-    for path in safetensors_files(folder):
-        with safe_open(str(path), framework="pt") as f:
-            for name in f.keys():  # noqa: SIM118 - safe_open is not a mapping
-                dtype = _DTYPES.get(f.get_slice(name).get_dtype())
-                if dtype is not None:
-                    return dtype
+    for shard in iter_shards(folder):
+        for name, _ in shard.tensors:
+            dtype = _DTYPES.get(shard.header[name]["dtype"])
+            if dtype is not None:
+                return dtype
     return torch.float32
 
 
@@ -104,17 +103,7 @@ def iter_safetensors_weights(
 
     With `select`, skipped tensors are never read and sliced ones are read only in part (`get_slice`).
     """
-    seen: set[str] = set()
-    for path in safetensors_files(folder):
-        with safe_open(str(path), framework="pt", device="cpu") as f:
-            for name in f.keys():  # noqa: SIM118 - safe_open is not a mapping
-                if name in seen:
-                    raise ValueError(f"{folder}: tensor {name!r} appears in more than one shard")
-                seen.add(name)
-                spec = selection(select, name)
-                if spec is SKIP:
-                    continue
-                if spec is None:
-                    yield name, f.get_tensor(name)
-                else:
-                    yield name, f.get_slice(name)[spec].contiguous()
+    for shard in iter_shards(folder, select):
+        with safe_open(str(shard.path), framework="pt", device="cpu") as f:
+            for name, spec in shard.tensors:
+                yield name, f.get_tensor(name) if spec is None else f.get_slice(name)[spec].contiguous()
