@@ -131,7 +131,7 @@ LAYERS = {  # heads, kv heads, head dim, window, soft-cap
     "softcap-d24": (6, 2, 24, None, 4.0),
 }
 BLOCK = 4
-LENGTHS = {"a": 40, "b": 23, "c": 9}
+LENGTHS = {"a": 40, "b": 23, "c": 9, "long": 150}
 
 
 def _setup(case: str, dtype: str):
@@ -188,6 +188,20 @@ def test_attention_is_the_same_however_the_query_is_batched(case, dtype):
     mixed = run([("b", 0, 23, True), ("c", 8, 1, False), ("a", 39, 1, False)])
     assert torch.equal(mixed[2], alone[39:]), "decoded in a step with a prefill and another decode"
     assert torch.equal(mixed[1], run([("c", 0, 9, True)])[0][8:]), "decoded = the last prefilled position"
+
+
+@pytest.mark.parametrize("batch_invariant", [False, True])
+def test_decode_splits_follow_the_batch_unless_batch_invariant(batch_invariant):
+    """By default the split count of a long context follows the batch size (here 4 splits alone, 1 beside
+    three others), and the merged result changes in its last bits; in batch-invariant mode it does not."""
+    layer, cache, tables, queries = _setup("gqa", "float32")
+    attention = TritonAttention(
+        min_tokens_per_split=16, max_splits=4, target_programs=8, batch_invariant=batch_invariant
+    )
+    run = lambda chunks: _run(attention, cache, layer, tables, queries, chunks)  # noqa: E731
+    [alone] = run([("long", 149, 1, False)])
+    beside = run([("a", 39, 1, False), ("b", 22, 1, False), ("c", 8, 1, False), ("long", 149, 1, False)])
+    assert torch.equal(beside[3], alone) == batch_invariant
 
 
 def test_split_decode_is_refused_in_batch_invariant_mode():
