@@ -1,0 +1,52 @@
+"""`--deterministic` with speculative decoding (`--speculate 3`, n-gram guesses) on the CPU backend, through
+`LLMEngine` on a tiny random Llama: a verification step scores each sequence's guesses as decode rows (one
+query per fed token, its own context length), so the batch-invariant kernels make a guessed position's
+logits the bits a plain decode step gives it. A greedy and a seeded sampled request give the same token ids
+alone, beside 3 other requests that speculate too, and with speculation off."""
+
+from __future__ import annotations
+
+import pytest
+
+from tgi.backends.cpu import native
+from tgi.core.config import EngineConfig
+from tgi.core.engine import LLMEngine
+from tgi.core.sampling_params import SamplingParams
+from tgi.core.testing.model import write_tiny_llama
+
+pytestmark = pytest.mark.skipif(
+    not native.compiler_found(), reason="no C++ compiler to build the native kernels"
+)
+
+NEW_TOKENS = 12
+GREEDY = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True)
+SEEDED = SamplingParams(
+    max_new_tokens=NEW_TOKENS, ignore_eos=True, do_sample=True, seed=7, temperature=0.7, top_k=20
+)
+# repeated runs, so that the n-gram proposer has something to guess
+TARGET = [11, 12, 13, 14, 15] * 5 + [11, 12, 13]
+OTHERS = [[40, 41, 42, 40, 41, 42, 40, 41], [5, 17, 99, 4, 250, 8, 31] * 3, [9, 8, 7]]
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory):
+    return write_tiny_llama(tmp_path_factory.mktemp("spec") / "llama")
+
+
+def _engine(path, speculate: int) -> LLMEngine:
+    config = EngineConfig(
+        model_id=str(path), backend="cpu", dtype="bfloat16", deterministic=True, speculate=speculate,
+        max_total_tokens=128, max_batch_total_tokens=1024, max_batch_prefill_tokens=16, max_num_seqs=8,
+    )  # fmt: skip
+    return LLMEngine.from_config(config)
+
+
+def test_speculation_keeps_the_tokens_batch_invariant(tiny_llama):
+    plain = _engine(tiny_llama, 0)
+    want = [plain.generate([TARGET], p)[0].token_ids for p in (GREEDY, SEEDED)]
+    engine = _engine(tiny_llama, 3)
+    alone = [engine.generate([TARGET], p)[0].token_ids for p in (GREEDY, SEEDED)]
+    assert engine.scheduler.num_draft_tokens > 0, "nothing was guessed: no verification step ran"
+    assert alone == want, "with speculation, alone"
+    results = engine.generate([*OTHERS, TARGET, TARGET], [GREEDY] * len(OTHERS) + [GREEDY, SEEDED])
+    assert [r.token_ids for r in results[-2:]] == want, "with speculation, beside 3 other requests"
