@@ -16,10 +16,11 @@ from dataclasses import dataclass
 
 from tgi.core.block_manager import BlockManager
 from tgi.core.config import ConfigError, EngineConfig
+from tgi.core.engine_startup import choose_proposer, start_engine
 from tgi.core.guided.compiler import CompiledGrammar, GrammarCompiler
 from tgi.core.guided.decoding import GuidedDecoding
 from tgi.core.guided.grammar import Grammar, GrammarError
-from tgi.core.interfaces import Backend, ModelInfo, ModelRunner, UnsupportedError
+from tgi.core.interfaces import Backend, ModelInfo, ModelRunner
 from tgi.core.interfaces.batch import StepOutput
 from tgi.core.lora.served_adapters import ServedAdapters
 from tgi.core.output import RequestOutput
@@ -27,14 +28,11 @@ from tgi.core.request import FinishReason, GenerationResult, StepError, TokenEve
 from tgi.core.sampling_params import SamplingParams
 from tgi.core.scheduler import Scheduler
 from tgi.core.sequence import Sequence
-from tgi.core.speculative import MedusaProposer, NgramProposer, Proposer
+from tgi.core.speculative import Proposer
 from tgi.core.tokenization import eos_token_ids
 from tgi.core.validation import RequestLimits, validate_request
 
 log = logging.getLogger(__name__)
-
-#: default step token budget cap: a longer prompt is chunked over steps so running decodes keep going
-DEFAULT_MAX_BATCH_PREFILL_TOKENS = 2048
 
 
 @dataclass(frozen=True)
@@ -57,79 +55,6 @@ class EngineStats:
     # speculative decoding: guesses verified and accepted, since start
     num_draft_tokens: int = 0
     num_accepted_draft_tokens: int = 0
-
-
-def derive_limits(
-    config: EngineConfig, info: ModelInfo, runner: ModelRunner, backend: Backend
-) -> EngineConfig:
-    """Fill in the limits the user left unset, from the model and the device's free memory, as TGI does,
-    and check that they agree with each other. Returns a new config with no `None` limit left."""
-    context = info.max_position_embeddings
-    max_total = config.max_total_tokens or context
-    if max_total > context:
-        raise ConfigError(
-            f"--max-total-tokens ({max_total}) exceeds the model's context length ({context} positions)"
-        )
-    max_input = config.max_input_tokens or max_total - 1
-    prefill = config.max_batch_prefill_tokens or min(max_input + 50, DEFAULT_MAX_BATCH_PREFILL_TOKENS)
-    spec = runner.kv_cache_spec()
-    bs = config.block_size
-    if config.max_batch_total_tokens is not None:
-        num_blocks = -(-config.max_batch_total_tokens // bs)
-    else:
-        # the runner's view where it has one (several devices: the least free), else the backend's
-        memory = runner.memory_info() or backend.memory_info()
-        # --cuda-memory-fraction: what is used already counts against the share of the total allowed
-        allowed = memory.free - memory.total * (1.0 - config.memory_fraction)
-        free = max(allowed, 0) * config.kv_cache_memory_fraction
-        # never more than every running sequence at full length could use
-        num_blocks = int(min(free // spec.bytes_per_block, config.max_num_seqs * -(-max_total // bs)))
-    if num_blocks * bs < max_total:
-        raise ConfigError(
-            f"the KV cache holds {num_blocks * bs} tokens ({num_blocks} blocks of {bs}), less than "
-            f"--max-total-tokens ({max_total}): lower --max-total-tokens or free memory"
-        )
-    return dataclasses.replace(
-        config,
-        dtype=info.dtype,
-        max_total_tokens=max_total,
-        max_input_tokens=max_input,
-        max_batch_prefill_tokens=prefill,
-        max_batch_total_tokens=num_blocks * bs,
-    )
-
-
-def load_draft_model(
-    backend: Backend, config: EngineConfig, info: ModelInfo, say: Callable[[str], None]
-) -> Proposer:
-    """`--speculative-model`: the draft model on the same backend (one process), with a KV cache of as many
-    tokens as the target's; refused when it cannot guess the target's tokens (another vocabulary)."""
-    from tgi.core.loading import resolve_model
-    from tgi.core.speculative import DraftModelProposer
-
-    if not config.speculate:
-        raise ConfigError("--speculative-model needs --speculate N (the guesses per step)")
-    source = resolve_model(config.speculative_model, trust_remote_code=config.trust_remote_code)
-    # the target's LoRA adapters do not fit the draft: it guesses with its base weights (verification keeps
-    # the output the adapter's)
-    draft_config = dataclasses.replace(
-        config, model_id=config.speculative_model, revision=None, num_shard=1, speculative_model=None,
-        lora_adapters=(),
-    )  # fmt: skip
-    runner = backend.create_runner(source, draft_config, 1)
-    draft = runner.load()
-    if draft.vocab_size != info.vocab_size:
-        runner.shutdown()
-        raise ConfigError(
-            f"--speculative-model {config.speculative_model}: its vocabulary ({draft.vocab_size} tokens) is "
-            f"not the model's ({info.vocab_size}): guesses must be the model's tokens"
-        )
-    num_blocks = config.max_batch_total_tokens // config.block_size
-    runner.initialize_cache(num_blocks)
-    say(
-        f"draft model: {draft.architecture}, {draft.num_parameters / 1e6:.0f}M parameters, {num_blocks} KV blocks"
-    )
-    return DraftModelProposer(runner, num_blocks, config.block_size)
 
 
 def _compiled_for(params: SamplingParams) -> CompiledGrammar | None:
@@ -201,123 +126,20 @@ class LLMEngine:
         self.num_batch_tokens = 0
         self.num_prefill_tokens = 0
         self.guided = GuidedDecoding(info.vocab_size)
-        self.proposer = self._proposer(config, runner, constraints) if proposer is None else proposer
+        self.proposer = choose_proposer(config, runner, constraints) if proposer is None else proposer
         # compiles nothing until a grammar comes (llguidance is imported then)
         self._grammars = GrammarCompiler(tokenizer, info.vocab_size, self.eos_token_ids)
         # the LoRA adapters requests may name, loaded and unloaded at run time, and their prefix-cache keys
         self.lora = ServedAdapters(self, info.lora_adapters)
 
-    @staticmethod
-    def _proposer(config: EngineConfig, runner: ModelRunner, constraints) -> Proposer | None:
-        """The proposer `--speculate` asks for, or `ConfigError` naming what the runner lacks."""
-        if not config.speculate:
-            return None
-        missing = [
-            what
-            for what, ok in (
-                ("verification of several tokens per sequence", runner.capabilities().draft_verification),
-                ("chunked prefill", constraints.chunked_prefill),
-                ("mixed batches", constraints.mixed_batches),
-            )
-            if not ok
-        ]
-        if missing:
-            raise ConfigError(
-                f"--speculate {config.speculate}: this backend's runner lacks {', '.join(missing)}"
-            )
-        if config.speculative_model:
-            raise ConfigError("--speculative-model: the draft model is loaded by LLMEngine.from_config")
-        if runner.capabilities().medusa_heads:
-            return MedusaProposer()
-        return NgramProposer()
-
     @classmethod
     def from_config(
         cls, config: EngineConfig, registry=None, progress: Callable[[str], None] | None = None
     ) -> LLMEngine:
-        """Select the backend, resolve and load the model, size the KV cache, warm up."""
-        from tgi.core.loading import resolve_model
-        from tgi.core.plugins import BackendRegistry
-        from tgi.core.tokenization import load_tokenizer
-
-        say = progress or (lambda msg: log.info(msg))
-        spec = (registry or BackendRegistry()).select(config.backend)
-        backend = spec.create()
-        backend.spec = spec  # how a backend that runs ranks in other processes builds them
-        if config.attention:
-            backend.select_attention(config.attention)
-        dtype = config.dtype or backend.default_dtype()
-        backend.check_dtype(dtype)
-        why = "" if config.dtype else backend.default_dtype_reason()
-        fraction = config.kv_cache_memory_fraction or backend.kv_cache_memory_fraction
-        config = dataclasses.replace(config, dtype=dtype, kv_cache_memory_fraction=fraction)
-        attention = backend.attention().name if hasattr(backend, "attention") else "the backend's own"
-        dtype_note = f"dtype {dtype} (the default: {why})" if why else f"dtype {dtype}"
-        if config.deterministic:  # before the runner picks its kernels
-            try:
-                backend.use_batch_invariant_kernels(dtype)
-            except UnsupportedError as e:
-                raise ConfigError(f"--deterministic: {e}") from e
-            attention = backend.attention().name if hasattr(backend, "attention") else attention
-        say(f"backend: {spec.name} ({backend.devices()[0].name}), {dtype_note}, attention {attention}")
-        if config.deterministic:
-            say(
-                "deterministic mode on: batch-invariant kernels, a request's tokens do not depend on what "
-                "runs beside it (--deterministic)"
-            )
-        if config.cuda_graphs and not backend.captures_graphs:
-            raise ConfigError(
-                f"--cuda-graphs: the {spec.name} backend does not capture graphs (give 0, or omit it)"
-            )
-        source = resolve_model(config.model_id, config.revision, config.trust_remote_code)
-        if config.rope_scaling is not None:  # every rank loads its config from the source
-            source = dataclasses.replace(source, rope_scaling=config.rope_scaling)
-        say(f"model: {source.model_id} ({source.format}: {source.path})")
-        t0 = time.perf_counter()
-        tokenizer = load_tokenizer(source)
-        # --num-shard: the backend decides how its devices share the model (torch backends: one process per
-        # rank, tensor-parallel layers)
-        runner = backend.create_runner(source, config, config.num_shard)
-        try:
-            info = runner.load()
-            wanted = tuple(name for name, _ in config.lora_adapters)
-            if info.lora_adapters != wanted:
-                raise ConfigError(
-                    f"--lora-adapters: the {spec.name} backend's runner does not serve LoRA adapters"
-                )
-            if config.quantize and info.quantization is None:
-                raise ConfigError(
-                    f"--quantize {config.quantize}: the {spec.name} backend's runner loaded no quantized weights"
-                )
-            if info.quantization is not None:
-                q = info.quantization
-                say(f"quantization: {q.description}: {q.num_linears} linears on {q.kernel}")
-            say(
-                f"weights loaded: {info.architecture}, {info.num_parameters / 1e6:.0f}M parameters in {time.perf_counter() - t0:.1f}s"
-            )
-            config = derive_limits(config, info, runner, backend)
-            runner.initialize_cache(config.max_batch_total_tokens // config.block_size)
-            say(
-                f"KV cache: {config.max_batch_total_tokens} tokens; max input {config.max_input_tokens}, "
-                f"max total {config.max_total_tokens}, step budget {config.max_batch_prefill_tokens} tokens"
-            )
-            t0 = time.perf_counter()
-            runner.warmup(config.max_batch_prefill_tokens, config.max_num_seqs)
-            say(f"warm-up done in {time.perf_counter() - t0:.1f}s")
-            kernels = backend.describe_kernels(dtype)
-            if kernels:
-                say("kernels: " + "; ".join(f"{name} {impl}" for name, impl in kernels.items()))
-        except BaseException:
-            runner.shutdown()  # tensor parallel: stops the worker processes
-            raise
-        proposer = None
-        if config.speculative_model:
-            try:
-                proposer = load_draft_model(backend, config, info, say)
-            except BaseException:
-                runner.shutdown()
-                raise
-        return cls(backend, runner, tokenizer, config, info, proposer)
+        """Select the backend, resolve and load the model, size the KV cache, warm up
+        (`tgi.core.engine_startup.start_engine`)."""
+        parts = start_engine(config, registry, progress)
+        return cls(parts.backend, parts.runner, parts.tokenizer, parts.config, parts.info, parts.proposer)
 
     # -- requests ---------------------------------------------------------------------------------------
     def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> SamplingParams:
@@ -466,14 +288,10 @@ class LLMEngine:
         for request_id, logprobs in output.prompt_logprobs.items():
             if request_id in self._outputs:
                 self._outputs[request_id].prompt_logprobs.extend(logprobs)
-        first_row: dict[str, int] = {}
-        for i, rid in enumerate(output.request_ids):
-            first_row.setdefault(rid, i)  # a verified sequence has one row per position, consecutive
         events = []
         for seq in self.scheduler.update(batch, output):
             out = self._outputs[seq.request_id]
-            start = first_row[seq.request_id]
-            for i in range(start, start + seq.num_new_tokens):
+            for i in seq.new_token_rows:
                 tops = None
                 if output.top_token_ids is not None and seq.params.top_n_tokens:
                     n = seq.params.top_n_tokens
@@ -491,10 +309,10 @@ class LLMEngine:
                     break
                 self.guided.advance(seq.request_id, output.token_ids[i])
             else:
-                if output.guesses is not None and isinstance(self.proposer, MedusaProposer):
-                    # the heads' guesses at the last token drawn, for the next step
-                    guesses = output.guesses[start + seq.num_new_tokens - 1]
-                    self.proposer.remember(seq.request_id, seq.num_tokens, guesses)
+                if output.guesses is not None and self.proposer is not None:
+                    # the runner's guesses at the tokens after the last one drawn, for the next step
+                    guesses = output.guesses[seq.new_token_rows[-1]]
+                    self.proposer.observe_runner_guesses(seq.request_id, seq.num_tokens, guesses)
         return events
 
     def _propose(self) -> None:

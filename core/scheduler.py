@@ -59,6 +59,27 @@ def accepted_drafts(drafts: list[int], drawn: list[int]) -> int:
     return accepted
 
 
+def rows_by_request(output: StepOutput) -> dict[str, range]:
+    """The rows of `output` each request's tokens are in (one per sampled position, consecutive);
+    `SchedulerError` when a request's rows are not consecutive."""
+    if len(output.request_ids) != len(output.token_ids):
+        raise SchedulerError(
+            f"the runner returned {len(output.token_ids)} tokens for {len(output.request_ids)} rows"
+        )
+    rows: dict[str, range] = {}
+    for i, request_id in enumerate(output.request_ids):
+        first = rows.get(request_id)
+        if first is None:
+            rows[request_id] = range(i, i + 1)
+        elif first.stop == i:
+            rows[request_id] = range(first.start, i + 1)
+        else:
+            raise SchedulerError(
+                f"{request_id}: the runner returned its sampled rows apart ({first.stop - 1}, {i})"
+            )
+    return rows
+
+
 class Scheduler:
     """Decides, each step, which tokens of which sequences run (see the module docstring).
 
@@ -214,9 +235,7 @@ class Scheduler:
         """Apply a step's results: advance each scheduled sequence by its chunk, append sampled tokens.
         Returns the sequences that got a new token, in batch order. Sequences finished or aborted since
         `schedule` are skipped."""
-        sampled: dict[str, list[int]] = {}
-        for request_id, token_id in zip(output.request_ids, output.token_ids, strict=True):
-            sampled.setdefault(request_id, []).append(token_id)
+        rows = rows_by_request(output)
         new_tokens: list[Sequence] = []
         for s in batch.sequences:
             seq = self._seqs.get(s.request_id)
@@ -225,7 +244,8 @@ class Scheduler:
             if seq.num_computed_tokens != s.start_pos:
                 raise SchedulerError(f"{s.request_id}: update out of order (call it once per batch)")
             seq.draft_token_ids = []
-            drawn = sampled.get(s.request_id, []) if s.sample else []
+            mine = rows.get(s.request_id, range(0)) if s.sample else range(0)
+            drawn = output.token_ids[mine.start : mine.stop]
             if s.sample and len(drawn) != s.num_draft_tokens + 1:
                 raise SchedulerError(
                     f"{s.request_id}: the runner returned {len(drawn)} tokens for "
@@ -244,7 +264,7 @@ class Scheduler:
             if s.sample:  # first: the accepted guesses' positions are computed tokens now
                 for token_id in drawn[: accepted + 1]:
                     seq.append_token(token_id)
-                seq.num_new_tokens = accepted + 1
+                seq.new_token_rows = range(mine.start, mine.start + accepted + 1)
                 new_tokens.append(seq)
             self.block_manager.cache_computed(seq)
             if s.want_prompt_logprobs:

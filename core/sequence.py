@@ -66,15 +66,20 @@ class Sequence:
         self.num_registered_blocks = 0  # leading block_table blocks already offered to the prefix cache
         self.num_cached_prompt_tokens = 0  # prompt tokens read from the cache when first scheduled
         # Speculative decoding: guesses of the next tokens, set before a step and fed (verified) with the last
-        # token when the sequence decodes; `num_new_tokens`: tokens the last `update` appended (1, or more
-        # when guesses were accepted)
+        # token when the sequence decodes; `new_token_rows`: the rows of the last step's `StepOutput` that
+        # hold the tokens its `update` appended (1, or more when guesses were accepted)
         self.draft_token_ids: list[int] = []
-        self.num_new_tokens = 0
+        self.new_token_rows = range(0)
         self.num_accepted_drafts = 0  # over the request's life
         # after guesses that all failed, the next `spec_wait` decodes go unguessed; `spec_backoff` doubles
         # with each such failure (up to MAX_SPEC_BACKOFF) and is reset by an accepted guess
         self.spec_backoff = 0
         self.spec_wait = 0
+
+    @property
+    def num_new_tokens(self) -> int:
+        """Tokens the last `Scheduler.update` appended."""
+        return len(self.new_token_rows)
 
     # ---- tokens -------------------------------------------------------------------------------------
     @property
@@ -116,10 +121,6 @@ class Sequence:
         """Only the last sampled token is left to feed: the next step is a plain decode of one token.
         (The last token of a recomputation counts as a decode too: same work, same result.)"""
         return self.num_uncomputed_tokens == 1 and self.num_computed_tokens >= self.num_prompt_tokens
-
-    @property
-    def is_finished(self) -> bool:
-        return self.status is SequenceStatus.FINISHED
 
     def append_token(self, token_id: int) -> None:
         self.token_ids.append(token_id)

@@ -107,6 +107,12 @@ class Backend(ABC):
         cannot be used. Backends without a choice refuse every name."""
         raise UnsupportedError(f"backend '{self.name}' offers no choice of attention implementation")
 
+    def attention_in_use(self) -> str:
+        """The name of the attention implementation this backend computes with now (after `select_attention`
+        and `use_batch_invariant_kernels`), for the start-up line. Default: "the backend's own", for a
+        backend that offers no choice."""
+        return "the backend's own"
+
     def use_batch_invariant_kernels(self, dtype: str) -> None:
         """Switch to kernels whose result for each row (a sequence's token) is computed in a fixed order that
         does not depend on the other rows of the step, their number, the row's place among them, how a

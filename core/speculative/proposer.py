@@ -27,6 +27,12 @@ class Proposer(ABC):
     def drop(self, request_id: str) -> None:  # noqa: B027 - optional
         """Forget a finished or cancelled request's state."""
 
+    def observe_runner_guesses(self, request_id: str, num_tokens: int, guesses: list[int]) -> None:  # noqa: B027
+        """The runner's own guesses at the tokens after a sequence's last drawn token, from the step that drew
+        it (`StepOutput.guesses`: only a runner with speculative heads makes them); the sequence is
+        `num_tokens` long now. Called after every such step for every sequence that goes on. Default:
+        ignored (a proposer that guesses from the tokens alone)."""
+
 
 class NgramProposer(Proposer):
     """Prompt lookup (TGI's `--speculate N` on a model without speculative heads): find the latest earlier
@@ -70,14 +76,14 @@ class NgramProposer(Proposer):
 
 class MedusaProposer(Proposer):
     """The guesses the heads made at each sequence's last drawn token (the runner computes them in the
-    step that drew it, `StepOutput.guesses`); the engine hands them over with `remember`."""
+    step that drew it, `StepOutput.guesses`); the engine hands them over with `observe_runner_guesses`."""
 
     name = "medusa"
 
     def __init__(self) -> None:
         self._guesses: dict[str, tuple[int, list[int]]] = {}  # request id -> (tokens known, guesses)
 
-    def remember(self, request_id: str, num_tokens: int, guesses: list[int]) -> None:
+    def observe_runner_guesses(self, request_id: str, num_tokens: int, guesses: list[int]) -> None:
         self._guesses[request_id] = (num_tokens, guesses)
 
     def propose(self, request_id: str, token_ids: Sequence[int], k: int) -> list[int]:

@@ -63,6 +63,9 @@ class TorchBackend(Backend):
             self._attention = self.create_attention(self.attention_name)
         return self._attention
 
+    def attention_in_use(self) -> str:
+        return self.attention().name
+
     def select_attention(self, name: str) -> None:
         """Use the attention implementation `name` from now on; raise `UnsupportedError` with the reason
         when it is unknown or cannot run here (never substitute another)."""

@@ -22,7 +22,8 @@ import pytest
 import torch
 
 from tgi.core.config import EngineConfig
-from tgi.core.engine import LLMEngine, derive_limits
+from tgi.core.engine import LLMEngine
+from tgi.core.engine_startup import derive_limits
 from tgi.core.tokenization import apply_chat_template
 
 #: kept small: the warm-up runs one prefill of `max_batch_prefill_tokens` and one decode of `max_num_seqs`

@@ -15,7 +15,8 @@ from cpu_features import MISSING_CPU_FEATURE
 from tgi.backends.cpu import native
 from tgi.backends.cpu.cpuinfo import cpu_info
 from tgi.core.config import EngineConfig
-from tgi.core.engine import LLMEngine, derive_limits
+from tgi.core.engine import LLMEngine
+from tgi.core.engine_startup import derive_limits
 from tgi.core.sampling_params import SamplingParams
 
 pytestmark = [

@@ -10,7 +10,8 @@ import dataclasses
 import pytest
 
 from tgi.core.config import EngineConfig
-from tgi.core.engine import LLMEngine, derive_limits
+from tgi.core.engine import LLMEngine
+from tgi.core.engine_startup import derive_limits
 from tgi.core.request import FinishReason
 from tgi.core.sampling_params import SamplingParams
 
@@ -107,12 +108,13 @@ def test_no_guesses_under_a_grammar(spec_engine, tokenizer):
 def test_draft_model_guesses_keep_the_tokens(engine, spec_engine, prompts, tokenizer):
     """`--speculative-model`: the default model guessing for itself (the same tokenizer; a model's greedy
     guesses of its own greedy tokens are all accepted), batched over the step's sequences."""
-    from tgi.core.engine import load_draft_model
+    from tgi.core.engine_startup import load_draft_runner, start_draft
     from tgi.core.loading import default_model_path
 
     plain_engine = spec_engine(0)
     config = dataclasses.replace(plain_engine.config, speculate=3, speculative_model=default_model_path())
-    proposer = load_draft_model(engine.backend, config, engine.model_info, lambda msg: None)
+    draft = load_draft_runner(engine.backend, config, engine.model_info, lambda msg: None)
+    proposer = start_draft(draft, config)
     texts = [prompts["code"], prompts["story"], tokenizer.encode(REPEAT)]
     params = [
         SamplingParams(max_new_tokens=24),

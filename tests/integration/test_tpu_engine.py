@@ -26,7 +26,8 @@ from tpu_shards import PROMPTS as SHARD_PROMPTS
 
 from tgi.backends.tpu.backend import TpuBackend
 from tgi.core.config import EngineConfig
-from tgi.core.engine import LLMEngine, derive_limits
+from tgi.core.engine import LLMEngine
+from tgi.core.engine_startup import derive_limits
 from tgi.core.sampling_params import SamplingParams
 from tgi.core.testing.model import backend_registry
 

@@ -245,7 +245,7 @@ def test_rope_scaling_replaces_the_checkpoints_own(tmp_path):
 
 
 def test_memory_fraction_counts_what_is_used_against_the_total():
-    from tgi.core.engine import derive_limits
+    from tgi.core.engine_startup import derive_limits
     from tgi.core.interfaces import MemoryInfo
 
     gib = 2**30

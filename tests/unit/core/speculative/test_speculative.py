@@ -97,10 +97,10 @@ def test_a_runner_must_return_a_token_per_position():
 
 def test_a_draft_model_needs_guesses_to_make():
     from tgi.core.config import ConfigError, EngineConfig
-    from tgi.core.engine import load_draft_model
+    from tgi.core.engine_startup import load_draft_runner
 
     with pytest.raises(ConfigError, match="needs --speculate"):
-        load_draft_model(None, EngineConfig(speculative_model="some/draft"), None, print)
+        load_draft_runner(None, EngineConfig(speculative_model="some/draft"), None, print)
 
 
 def test_failing_guesses_back_off():

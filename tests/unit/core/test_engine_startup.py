@@ -1,4 +1,5 @@
-"""Limits the engine derives when the user leaves them unset (TGI's rules, and the KV budget from memory)."""
+"""Engine start-up: the limits derived when the user leaves them unset (TGI's rules, and the KV budget from
+memory, shared by the target's and the draft model's caches)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import pytest
 
 from tgi.backends.cpu.backend import CpuBackend
 from tgi.core.config import ConfigError, EngineConfig
-from tgi.core.engine import DEFAULT_MAX_BATCH_PREFILL_TOKENS, derive_limits
+from tgi.core.engine import LLMEngine
+from tgi.core.engine_startup import DEFAULT_MAX_BATCH_PREFILL_TOKENS, derive_limits
 from tgi.core.interfaces import KVCacheSpec, MemoryInfo, ModelInfo
+from tgi.core.sampling_params import SamplingParams
+from tgi.core.testing.model import write_tiny_llama
 from tgi.core.torch import TorchBackend
 
 INFO = ModelInfo("LlamaForCausalLM", 49152, 8192, (2,), "bfloat16", 135_000_000)
@@ -65,3 +69,34 @@ def test_max_total_beyond_the_context_is_refused():
         derive_limits(
             EngineConfig(max_total_tokens=9000, max_batch_total_tokens=16384), INFO, Runner(), Memory(0)
         )
+
+
+def test_a_draft_model_shares_the_budget_by_the_sum_of_bytes_per_block():
+    free = 8 * 2**30
+    config = EngineConfig(kv_cache_memory_fraction=0.25)
+    derived = derive_limits(config, INFO, Runner(), Memory(free), draft=Runner())
+    assert derived.max_batch_total_tokens == int(free * 0.25 // (2 * SPEC.bytes_per_block)) * 16
+
+
+def test_the_target_and_draft_caches_together_stay_within_the_budget(tmp_path, monkeypatch):
+    """`--speculative-model` on the CPU with a free-memory figure of 8 MiB: the two KV caches made at
+    start-up (one token count for both) hold no more than the budget's share of it."""
+    model = write_tiny_llama(tmp_path / "tiny")
+    free = 8 * 2**20
+    monkeypatch.setattr(CpuBackend, "memory_info", lambda self: MemoryInfo(total=free, free=free))
+    config = EngineConfig(
+        model_id=str(model), backend="cpu", dtype="float32", kv_cache_memory_fraction=0.5, speculate=2,
+        speculative_model=str(model), max_batch_prefill_tokens=32, max_num_seqs=4096,
+    )  # fmt: skip
+    engine = LLMEngine.from_config(config)
+    try:
+        target = engine.block_manager.num_blocks * engine.runner.kv_cache_spec().bytes_per_block
+        draft = engine.proposer.blocks.num_blocks * engine.proposer.runner.kv_cache_spec().bytes_per_block
+        assert engine.proposer.blocks.num_blocks == engine.block_manager.num_blocks
+        budget = free * 0.5
+        assert target + draft <= budget
+        assert target + draft > budget - 2 * engine.runner.kv_cache_spec().bytes_per_block  # all of it
+        [result] = engine.generate([[5, 17, 99, 4, 250, 8, 31]], SamplingParams(max_new_tokens=4))
+        assert len(result.token_ids) == 4
+    finally:
+        engine.close()
