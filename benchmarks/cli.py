@@ -1,7 +1,8 @@
 """`tgi benchmark serving ...` (load generator, `tgi.benchmarks.serving_cli`), `tgi benchmark engine ...`
 (engine micro-benchmark, `tgi.benchmarks.engine_bench`), `tgi benchmark multiturn ...` (multi-turn chat
-with prefix caching on and off, `tgi.benchmarks.multiturn`) and `tgi benchmark guided` (guided decoding's cost,
-`tgi.benchmarks.guided_bench`). Importing this module imports neither torch nor httpx."""
+with prefix caching on and off, `tgi.benchmarks.multiturn`), `tgi benchmark guided` (guided decoding's cost,
+`tgi.benchmarks.guided_bench`) and `tgi benchmark perplexity` (perplexity per weight format,
+`tgi.benchmarks.perplexity_cli`). Importing this module imports neither torch nor httpx."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import argparse
 def add_benchmark_command(subparsers) -> None:
     """Register `benchmark` and its subcommands on the `tgi` command's subparsers; each subcommand's module
     gives its flags (`add_arguments`), its runner (`run`) and its description (its docstring)."""
-    from tgi.benchmarks import engine_bench, guided_bench, multiturn, serving_cli
+    from tgi.benchmarks import engine_bench, guided_bench, multiturn, perplexity_cli, serving_cli
 
     p = subparsers.add_parser(
         "benchmark", help="serving load generator, engine micro-benchmark, multi-turn chat, guided decoding"
@@ -22,6 +23,7 @@ def add_benchmark_command(subparsers) -> None:
         ("engine", engine_bench, "prefill and decode step latency and throughput straight on the engine (no HTTP)"),
         ("multiturn", multiturn, "multi-turn chat sharing a system prompt, our server with prefix caching on and off"),
         ("guided", guided_bench, "guided decoding's cost: grammar compile times, decode steps with and without a JSON schema"),
+        ("perplexity", perplexity_cli, "perplexity of a fixed text per weight format: ours against llama-perplexity, --quantize against float32"),
     ):  # fmt: skip
         command = sub.add_parser(
             name,
