@@ -23,6 +23,35 @@ namespace {
 using tgi_common::exp_nonpos;
 using namespace tgi_attention;  // load_f, store_f, the AVX-512 load16 and value pass, decode_all_amx
 
+// Soft-capping (when `softcap` > 0), then the softmax of each of the G query heads' n scores, in place and
+// left unnormalised: `scores` gets the exponentials, the returned array 1 / each head's sum (the caller divides
+// it out at the end). The array is `small` for up to 64 heads, else `large`.
+inline const float* softmax_unnormalised(float* __restrict scores, int64_t g_heads, int64_t n, float softcap,
+                                         float (&small)[64], std::vector<float>& large) {
+  if (softcap > 0.0f)
+    for (int64_t i = 0; i < g_heads * n; ++i) scores[i] = softcap * std::tanh(scores[i] / softcap);
+  float* inv_p = small;
+  if (g_heads > 64) {
+    large.resize(g_heads);
+    inv_p = large.data();
+  }
+  for (int64_t g = 0; g < g_heads; ++g) {
+    float* sg = scores + g * n;
+    float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+    for (int64_t j = 0; j < n; ++j) m = sg[j] > m ? sg[j] : m;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < n; ++j) {
+      float e = exp_nonpos(sg[j] - m);
+      sg[j] = e;
+      sum += e;
+    }
+    inv_p[g] = 1.0f / sum;
+  }
+  return inv_p;
+}
+
 // One (sequence, kv head) pair: the G query heads sharing the kv head attend to its keys/values, read once.
 template <typename T>
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -59,30 +88,10 @@ void decode_one(const T* __restrict q,        // [G, Dh] at this sequence's firs
       }
     }
   }
-  if (softcap > 0.0f)
-    for (int64_t i = 0; i < g_heads * n; ++i) scores[i] = softcap * std::tanh(scores[i] / softcap);
   // softmax per query head (probabilities left unnormalised; divided out at the end)
-  float inv[64];
-  float* inv_p = g_heads <= 64 ? inv : nullptr;
-  std::vector<float> inv_heap;
-  if (inv_p == nullptr) {
-    inv_heap.resize(g_heads);
-    inv_p = inv_heap.data();
-  }
-  for (int64_t g = 0; g < g_heads; ++g) {
-    float* sg = scores + g * n;
-    float m = -INFINITY;
-#pragma omp simd reduction(max : m)
-    for (int64_t j = 0; j < n; ++j) m = sg[j] > m ? sg[j] : m;
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < n; ++j) {
-      float e = exp_nonpos(sg[j] - m);
-      sg[j] = e;
-      sum += e;
-    }
-    inv_p[g] = 1.0f / sum;
-  }
+  float inv_small[64];
+  std::vector<float> inv_large;
+  const float* inv_p = softmax_unnormalised(scores, g_heads, n, softcap, inv_small, inv_large);
   // pass 2: weighted sum of values
   for (int64_t i = 0; i < g_heads * dh; ++i) acc[i] = 0.0f;
   for (int64_t b = start / bs, t = start; t < seq_len; ++b) {
@@ -135,29 +144,9 @@ __attribute__((target("avx512f"))) void decode_one_avx512(
       }
     }
   }
-  if (softcap > 0.0f)
-    for (int64_t i = 0; i < g_heads * n; ++i) scores[i] = softcap * std::tanh(scores[i] / softcap);
-  float inv[64];
-  std::vector<float> inv_heap;
-  float* inv_p = inv;
-  if (g_heads > 64) {
-    inv_heap.resize(g_heads);
-    inv_p = inv_heap.data();
-  }
-  for (int64_t g = 0; g < g_heads; ++g) {
-    float* sg = scores + g * n;
-    float m = -INFINITY;
-#pragma omp simd reduction(max : m)
-    for (int64_t j = 0; j < n; ++j) m = sg[j] > m ? sg[j] : m;
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < n; ++j) {
-      float e = exp_nonpos(sg[j] - m);
-      sg[j] = e;
-      sum += e;
-    }
-    inv_p[g] = 1.0f / sum;
-  }
+  float inv_small[64];
+  std::vector<float> inv_large;
+  const float* inv_p = softmax_unnormalised(scores, g_heads, n, softcap, inv_small, inv_large);
   pass2_all<T, C>(vc, table, seq_len, start, bs, row, kh, g_heads, n, scores, inv_p, acc);
   for (int64_t i = 0; i < g_heads * C * 16; ++i) store_f(out, i, acc[i]);
 }
