@@ -13,9 +13,8 @@ and a sequence that wants prompt logprobs takes no cached block past the prompt 
 been given logprobs for. After each step, the blocks it completed are entered in the cache. Preemption
 and cancellation free blocks as before: cached ones stay findable until their blocks are reused.
 
-Padded prefill (`RunnerConstraints.max_padded_prefill_tokens`, e.g. Gaudi's `[B, L]` rows): a prefill chunk
-is cut, or waits, so that the step's padded rows x padded longest chunk stays within it; a step's first
-prefill always gets a chunk (the longest that fits alone), so no prompt starves.
+How long each chunk is (the budget left, the runner's buckets and padded prefill area, prompt logprobs
+owed) and where an admitted sequence starts in the prefix cache: `tgi.core.chunk_policy`.
 
 Rank: higher `params.priority` first, then arrival order (FIFO within a priority).
 
@@ -30,7 +29,8 @@ import bisect
 import time
 from collections import deque
 
-from tgi.core.block_manager import NO_PREFIX, BlockManager, CachedPrefix
+from tgi.core.block_manager import BlockManager
+from tgi.core.chunk_policy import ChunkPolicy
 from tgi.core.config import ConfigError, EngineConfig
 from tgi.core.interfaces.batch import ScheduledBatch, ScheduledSequence, StepOutput
 from tgi.core.interfaces.types import RunnerConstraints
@@ -104,17 +104,7 @@ class Scheduler:
         self.constraints = c
         self.max_num_seqs = min(max_num_seqs, c.max_batch_size or max_num_seqs)
         self.max_batch_tokens = min(max_batch_tokens, c.max_batch_tokens or max_batch_tokens)
-        # A prefill chunk may not exceed the largest bucket (the runner pads up to a bucket), nor, for a
-        # runner that bounds the padded prefill area, the longest chunk that fits alone.
-        self.max_chunk_tokens = min(max_batch_tokens, max(c.prefill_buckets or (max_batch_tokens,)))
-        if c.max_padded_prefill_tokens is not None:
-            if not (alone := c.prefill_room(0, 0)):
-                raise ConfigError(
-                    f"the smallest padded prefill step exceeds max_padded_prefill_tokens "
-                    f"{c.max_padded_prefill_tokens} (prefill batch buckets {c.prefill_batch_buckets}, "
-                    f"prefill buckets {c.prefill_buckets})"
-                )
-            self.max_chunk_tokens = min(self.max_chunk_tokens, alone)
+        self.chunks = ChunkPolicy(block_manager, max_batch_tokens, c)
         self.waiting: list[Sequence] = []  # sorted by _rank
         self.running: list[Sequence] = []
         self._seqs: dict[str, Sequence] = {}  # every unfinished sequence, by request id
@@ -177,10 +167,10 @@ class Scheduler:
                 f"{seq.request_id}: prompt + max_new_tokens needs {peak} KV blocks, the cache has "
                 f"{self.block_manager.num_blocks}"
             )
-        if not self.constraints.chunked_prefill and seq.num_prompt_tokens > self.max_chunk_tokens:
+        if not self.constraints.chunked_prefill and seq.num_prompt_tokens > self.chunks.max_chunk_tokens:
             raise ValueError(
                 f"{seq.request_id}: a {seq.num_prompt_tokens}-token prompt exceeds the largest prefill "
-                f"({self.max_chunk_tokens} tokens) and this runner cannot chunk prefills"
+                f"({self.chunks.max_chunk_tokens} tokens) and this runner cannot chunk prefills"
             )
         seq.arrival_index = self._arrivals
         self._arrivals += 1
@@ -276,25 +266,6 @@ class Scheduler:
         # Ranking by original arrival puts a preempted sequence ahead of every later arrival of its priority.
         bisect.insort(self.waiting, seq, key=_rank)
 
-    def _chunk_len(self, seq: Sequence, budget: int, start: int | None = None) -> int:
-        """Tokens of `seq` to feed this step within `budget`, from position `start` (default: its
-        computed tokens); 0 when it must wait for a step with room."""
-        start = seq.num_computed_tokens if start is None else start
-        remaining = seq.num_tokens - start
-        n = min(remaining, budget, self.max_chunk_tokens)
-        # A recomputation that reaches prompt positions whose logprobs were already returned stops at the
-        # first position not yet reported, so the chunk after it asks for exactly the rest.
-        upto = seq.prompt_logprobs_upto
-        if seq.want_prompt_logprobs and start < upto < seq.num_prompt_tokens:
-            n = min(n, upto - start)
-        if n < remaining and not self.constraints.chunked_prefill:
-            return 0
-        return n
-
-    def _recomputable(self, seq: Sequence) -> bool:
-        # Without chunked prefill a recomputation must fit in one prefill.
-        return self.constraints.chunked_prefill or seq.num_tokens <= self.max_chunk_tokens
-
     def _plan(
         self, allow_decode: bool, allow_prefill: bool
     ) -> tuple[list[tuple[Sequence, int]], list[tuple[Sequence, int]]]:
@@ -311,7 +282,9 @@ class Scheduler:
             is_decode = seq.is_decode
             if not (allow_decode if is_decode else allow_prefill):
                 continue
-            n = self._chunk_len(seq, budget if is_decode else self._prefill_budget(budget, prefills))
+            n = self.chunks.chunk_len(
+                seq, budget if is_decode else self.chunks.prefill_budget(budget, prefills)
+            )
             if n == 0:
                 continue
             if is_decode and seq.draft_token_ids:
@@ -320,7 +293,7 @@ class Scheduler:
                 # per running sequence stays free
                 spare = max(0, bm.num_free_blocks - len(self.running))
                 room = (len(seq.block_table) + spare) * bm.block_size - seq.num_computed_tokens
-                n = max(1, min(1 + len(seq.draft_token_ids), budget, self.max_chunk_tokens, room))
+                n = max(1, min(1 + len(seq.draft_token_ids), budget, self.chunks.max_chunk_tokens, room))
                 del seq.draft_token_ids[n - 1 :]
             while not bm.can_allocate(seq, n):
                 fits = bm.free_token_capacity(seq)
@@ -330,7 +303,7 @@ class Scheduler:
                 victim = self._pick_victim(seq, scheduled)
                 # When `seq` itself ranks lowest it waits instead, provided someone else still runs.
                 lowest = victim is None or _rank(victim) < _rank(seq)
-                if lowest and self._recomputable(seq) and (victim is not None or prefills or decodes):
+                if lowest and self.chunks.recomputable(seq) and (victim is not None or prefills or decodes):
                     victim = seq
                 if victim is None:
                     raise SchedulerError(
@@ -353,8 +326,10 @@ class Scheduler:
         if allow_prefill and not preempted:
             while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
                 seq = self.waiting[0]
-                prefix = self._cached_prefix(seq)
-                n = self._chunk_len(seq, self._prefill_budget(budget, prefills), start=prefix.num_tokens)
+                prefix = self.chunks.cached_prefix(seq)
+                n = self.chunks.chunk_len(
+                    seq, self.chunks.prefill_budget(budget, prefills), prefix.num_tokens
+                )
                 if n == 0 or not bm.can_allocate(seq, n, prefix):
                     break  # head-of-line: keep priority and FIFO order strict
                 bm.allocate(seq, n, prefix)
@@ -370,29 +345,12 @@ class Scheduler:
                 budget -= n
         return prefills, decodes
 
-    def _prefill_budget(self, budget: int, prefills: list[tuple[Sequence, int]]) -> int:
-        """Tokens one more prefill chunk may have this step: `budget`, capped by the padded prefill area's
-        room (`RunnerConstraints.prefill_room`) where the runner bounds it (0: the chunk waits)."""
-        room = self.constraints.prefill_room(len(prefills), max((n for _, n in prefills), default=0))
-        return budget if room is None else min(budget, room)
-
-    def _cached_prefix(self, seq: Sequence) -> CachedPrefix:
-        """The cached blocks `seq` may start from. Prompt positions whose logprobs are still owed are
-        computed, not read from the cache (their logits are needed). None for a runner that cannot start a
-        prefill mid-prompt (no chunked prefill)."""
-        if not self.block_manager.prefix_caching or not self.constraints.chunked_prefill:
-            return NO_PREFIX
-        limit = seq.num_tokens - 1
-        if seq.want_prompt_logprobs and seq.prompt_logprobs_upto < seq.num_prompt_tokens:
-            limit = min(limit, seq.prompt_logprobs_upto)
-        return self.block_manager.match_prefix(seq, limit)
-
     def _pick_victim(self, seq: Sequence, scheduled: set[str]) -> Sequence | None:
         """The lowest-ranked other running sequence, not scheduled this step, that can be recomputed."""
         candidates = [
             s
             for s in self.running
-            if s is not seq and s.request_id not in scheduled and self._recomputable(s)
+            if s is not seq and s.request_id not in scheduled and self.chunks.recomputable(s)
         ]
         return max(candidates, key=_rank) if candidates else None
 

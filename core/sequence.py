@@ -57,7 +57,7 @@ class Sequence:
         self.first_scheduled_time: float | None = None
         self.num_preemptions = 0
         # Prompt positions [0, prompt_logprobs_upto) were fed in chunks that returned prompt logprobs; a
-        # recomputation must not ask for them again (see Scheduler._chunk_len).
+        # recomputation must not ask for them again (see ChunkPolicy.chunk_len).
         self.prompt_logprobs_upto = 0
         # Prefix caching (see BlockManager). `cache_key`: anything besides the tokens that changes this
         # request's keys/values (a LoRA adapter id, a tenant salt); blocks are shared only between equal keys.

@@ -1,0 +1,75 @@
+"""How many tokens of a sequence one step feeds, and from where (no torch here): the scheduler's chunking.
+
+A chunk is capped by the step's token budget left and by the longest prefill chunk the runner takes (its
+largest prefill bucket: it pads up to a bucket). Padded prefill (`RunnerConstraints.max_padded_prefill_tokens`,
+e.g. Gaudi's `[B, L]` rows): a prefill chunk is cut, or waits, so that the step's padded rows x padded
+longest chunk stays within it; the longest chunk that fits alone is the cap, so a step's first prefill
+always gets one. A runner without chunked prefill takes the rest of a sequence whole or waits, and a
+recomputation (after preemption) that does not fit one prefill is never chosen. A recomputation that
+reaches prompt positions whose logprobs were already returned stops at the first one not yet reported.
+
+Prefix caching: a sequence admitted from the waiting queue starts after the longest chain of cached blocks
+that starts its tokens (`cached_prefix`), less the prompt positions whose logprobs are still owed.
+"""
+
+from __future__ import annotations
+
+from tgi.core.block_manager import NO_PREFIX, BlockManager, CachedPrefix
+from tgi.core.config import ConfigError
+from tgi.core.interfaces.types import RunnerConstraints
+from tgi.core.sequence import Sequence
+
+
+class ChunkPolicy:
+    """The chunking rules of one scheduler (module docstring): `max_chunk_tokens` is the longest chunk a
+    step may feed one sequence; `ConfigError` when the runner's padded prefill bound holds no step."""
+
+    def __init__(
+        self, block_manager: BlockManager, max_batch_tokens: int, constraints: RunnerConstraints
+    ) -> None:
+        c = self.constraints = constraints
+        self.block_manager = block_manager
+        self.max_chunk_tokens = min(max_batch_tokens, max(c.prefill_buckets or (max_batch_tokens,)))
+        if c.max_padded_prefill_tokens is not None:
+            if not (alone := c.prefill_room(0, 0)):
+                raise ConfigError(
+                    f"the smallest padded prefill step exceeds max_padded_prefill_tokens "
+                    f"{c.max_padded_prefill_tokens} (prefill batch buckets {c.prefill_batch_buckets}, "
+                    f"prefill buckets {c.prefill_buckets})"
+                )
+            self.max_chunk_tokens = min(self.max_chunk_tokens, alone)
+
+    def chunk_len(self, seq: Sequence, budget: int, start: int | None = None) -> int:
+        """Tokens of `seq` to feed this step within `budget`, from position `start` (default: its
+        computed tokens); 0 when it must wait for a step with room."""
+        start = seq.num_computed_tokens if start is None else start
+        remaining = seq.num_tokens - start
+        n = min(remaining, budget, self.max_chunk_tokens)
+        upto = seq.prompt_logprobs_upto
+        if seq.want_prompt_logprobs and start < upto < seq.num_prompt_tokens:
+            n = min(n, upto - start)
+        if n < remaining and not self.constraints.chunked_prefill:
+            return 0
+        return n
+
+    def recomputable(self, seq: Sequence) -> bool:
+        """Whether `seq` may be preempted: without chunked prefill its recomputation must fit one prefill."""
+        return self.constraints.chunked_prefill or seq.num_tokens <= self.max_chunk_tokens
+
+    def prefill_budget(self, budget: int, prefills: list[tuple[Sequence, int]]) -> int:
+        """Tokens one more prefill chunk may have this step, after `prefills` (sequence, chunk length):
+        `budget`, capped by the padded prefill area's room (`RunnerConstraints.prefill_room`) where the
+        runner bounds it (0: the chunk waits)."""
+        room = self.constraints.prefill_room(len(prefills), max((n for _, n in prefills), default=0))
+        return budget if room is None else min(budget, room)
+
+    def cached_prefix(self, seq: Sequence) -> CachedPrefix:
+        """The cached blocks `seq` may start from. Prompt positions whose logprobs are still owed are
+        computed, not read from the cache (their logits are needed). `NO_PREFIX` for a runner that cannot
+        start a prefill mid-prompt (no chunked prefill)."""
+        if not self.block_manager.prefix_caching or not self.constraints.chunked_prefill:
+            return NO_PREFIX
+        limit = seq.num_tokens - 1
+        if seq.want_prompt_logprobs and seq.prompt_logprobs_upto < seq.num_prompt_tokens:
+            limit = min(limit, seq.prompt_logprobs_upto)
+        return self.block_manager.match_prefix(seq, limit)
