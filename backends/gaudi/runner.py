@@ -1,6 +1,6 @@
 """The Gaudi runner: core's torch models in static row-shaped steps, an HPU graph per decode bucket.
 
-Each step is padded to a bucket of `tgi.core.static_shapes.RowShapes` (TGI Gaudi's layout and bucket
+Each step is padded to a bucket of `tgi.core.static_shapes.rows.RowShapes` (TGI Gaudi's layout and bucket
 rules): a prefill step is `[B, L]` (B prefill rows, chunks padded to L tokens), a decode step `[B, 1]`,
 both with block tables padded to a width bucket W. The scheduler is told these limits through
 `constraints()` (no mixed steps, chunk lengths up to the largest L, at most the largest B sequences, a
@@ -28,7 +28,8 @@ from tgi.core.config import ConfigError
 from tgi.core.interfaces import ModelInfo, RunnerCapabilities, RunnerConstraints, UnsupportedError
 from tgi.core.interfaces.batch import ScheduledBatch, StepOutput
 from tgi.core.models.context import AttentionContext
-from tgi.core.static_shapes import Buckets, RowBatch, RowShape, RowShapes
+from tgi.core.static_shapes.buckets import Buckets
+from tgi.core.static_shapes.rows import RowBatch, RowShape, RowShapes
 from tgi.core.torch.attention import AttentionMetadata
 from tgi.core.torch.runner import TorchModelRunner
 

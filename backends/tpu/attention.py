@@ -1,4 +1,4 @@
-"""Attention over the paged KV cache for the flat step layout (`tgi.core.static_shapes.FlatBatch`), in JAX.
+"""Attention over the paged KV cache for the flat step layout (`tgi.core.static_shapes.flat.FlatBatch`), in JAX.
 
 Every query token attends to its own sequence's keys at positions up to its own (causal), read through its
 sequence's block table: one formulation for prefill chunks (over cached pages and the chunk itself) and

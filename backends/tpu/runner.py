@@ -39,7 +39,8 @@ from tgi.core.interfaces import (
     UnsupportedError,
 )
 from tgi.core.interfaces.batch import ScheduledBatch, StepOutput
-from tgi.core.static_shapes import FlatShapes, ShapeError
+from tgi.core.static_shapes.buckets import ShapeError
+from tgi.core.static_shapes.flat import FlatShapes
 
 if TYPE_CHECKING:
     from tgi.backends.tpu.backend import TpuBackend
