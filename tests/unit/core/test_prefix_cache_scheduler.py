@@ -2,7 +2,7 @@
 samples, prompt logprobs are never skipped, preemption and cancellation keep the cache consistent, and
 outputs equal those with the cache off (no torch).
 
-The fake model stores each fed token in the KV slot its block table names and predicts the next token from
+The fake paged model (tests/fakes/fake_paged_model.py, given the block manager) predicts the next token from
 every earlier token read back through the block table, so a cached block with the wrong contents changes
 the outputs. It also refuses to write a slot of a block that is shared or cached.
 """
@@ -12,50 +12,16 @@ from __future__ import annotations
 import random
 
 import pytest
+from fake_paged_model import FakePagedModel
 
 from tgi.core.block_manager import BlockManager
-from tgi.core.interfaces.batch import ScheduledBatch, StepOutput
 from tgi.core.interfaces.types import RunnerConstraints
 from tgi.core.request import FinishReason
 from tgi.core.sampling_params import SamplingParams
 from tgi.core.scheduler import Scheduler
 from tgi.core.sequence import Sequence
 
-VOCAB = 1000
 BS = 4
-
-
-class ContentModel:
-    def __init__(self, bm: BlockManager) -> None:
-        self.bm = bm
-        self.slots: list[int | None] = [None] * (bm.num_blocks * bm.block_size)
-        self.prompt_logprob_positions: dict[str, list[int]] = {}
-
-    def _slot(self, table, pos: int) -> int:
-        return table[pos // BS] * BS + pos % BS
-
-    def execute(self, batch: ScheduledBatch) -> StepOutput:
-        out = StepOutput([], [], [])
-        for s in batch.sequences:
-            for i, tok in enumerate(s.token_ids):
-                block = s.block_table[(s.start_pos + i) // BS]
-                assert self.bm.ref_count(block) == 1 and not self.bm.is_cached(block), "shared write"
-                self.slots[self._slot(s.block_table, s.start_pos + i)] = tok
-            if s.want_prompt_logprobs:
-                end = min(s.start_pos + s.num_tokens, s.num_prompt_tokens - 1)
-                positions = list(range(s.start_pos + 1, end + 1))
-                self.prompt_logprob_positions.setdefault(s.request_id, []).extend(positions)
-                out.prompt_logprobs[s.request_id] = [-1.0] * len(positions)
-            if s.sample:
-                h = 0
-                for pos in range(s.start_pos + s.num_tokens):
-                    tok = self.slots[self._slot(s.block_table, pos)]
-                    assert tok == s.all_token_ids[pos], f"{s.request_id}: wrong KV at position {pos}"
-                    h = (h * 31 + tok + 1) % 1_000_003
-                out.request_ids.append(s.request_id)
-                out.token_ids.append(h % VOCAB)
-                out.logprobs.append(-0.5)
-        return out
 
 
 def drive(requests, caching: bool, num_blocks: int = 64, max_batch_tokens: int = 32, aborts=(), seqs=None):
@@ -63,7 +29,7 @@ def drive(requests, caching: bool, num_blocks: int = 64, max_batch_tokens: int =
     model, fed prompt tokens per request)."""
     bm = BlockManager(num_blocks, BS, prefix_caching=caching)
     sched = Scheduler(bm, 8, max_batch_tokens, RunnerConstraints())
-    model = ContentModel(bm)
+    model = FakePagedModel(bm.num_blocks, BS, bm)
     outputs: dict[str, list[int]] = {}
     fed: dict[str, int] = {}
     pending = sorted(requests, key=lambda r: r[0])
@@ -147,7 +113,7 @@ def test_the_budget_counts_only_uncached_tokens() -> None:
 def test_a_runner_without_chunked_prefill_reads_no_cached_prefix() -> None:
     bm = BlockManager(32, BS, prefix_caching=True)
     sched = Scheduler(bm, 4, 64, RunnerConstraints(chunked_prefill=False))
-    model = ContentModel(bm)
+    model = FakePagedModel(bm.num_blocks, BS, bm)
     for step, rid in enumerate(("a", "b")):
         sched.add(Sequence(rid, [*SYSTEM, step], greedy(1)))
         batch = sched.schedule()
@@ -207,7 +173,7 @@ def test_random_shared_prefix_workloads_match_the_cache_off(seed: int) -> None:
 def test_refcounts_when_a_sharing_sequence_is_preempted_readmitted_and_cancelled() -> None:
     bm = BlockManager(14, BS, prefix_caching=True)
     sched = Scheduler(bm, 4, 64, RunnerConstraints())
-    model = ContentModel(bm)
+    model = FakePagedModel(bm.num_blocks, BS, bm)
 
     def step() -> None:
         batch = sched.schedule()

@@ -1,8 +1,8 @@
 """Scheduler: continuous batching, chunked prefill, preemption, cancellation, constraints (no torch).
 
-A fake paged "model" writes each fed token into the KV slots its block table names and predicts the next
-token from what it reads back through the block table. So a wrong block table, a block shared by two live
-sequences, or a bad recomputation changes the outputs, and comparing runs catches it.
+The model is the fake paged one of tests/fakes/fake_paged_model.py: it predicts each token from what it reads
+back through the block table, so a wrong block table, a block shared by two live sequences, or a bad
+recomputation changes the outputs, and comparing runs catches it.
 """
 
 from __future__ import annotations
@@ -13,51 +13,16 @@ import sys
 from dataclasses import dataclass, field
 
 import pytest
+from fake_paged_model import VOCAB, FakePagedModel
 
 from tgi.core.block_manager import BlockManager
 from tgi.core.config import ConfigError
-from tgi.core.interfaces.batch import ScheduledBatch, StepOutput
+from tgi.core.interfaces.batch import ScheduledBatch
 from tgi.core.interfaces.types import RunnerConstraints
 from tgi.core.request import FinishReason
 from tgi.core.sampling_params import SamplingParams
 from tgi.core.scheduler import Scheduler, SchedulerError
 from tgi.core.sequence import Sequence, SequenceStatus
-
-VOCAB = 1000
-
-
-class FakePagedModel:
-    """Next token = hash of every earlier token, read back from the paged cache."""
-
-    def __init__(self, num_blocks: int, block_size: int) -> None:
-        self.block_size = block_size
-        self.slots: list[tuple[str, int, int] | None] = [None] * (num_blocks * block_size)
-        self.prompt_logprob_positions: dict[str, list[int]] = {}
-
-    def _slot(self, table, pos: int) -> int:
-        return table[pos // self.block_size] * self.block_size + pos % self.block_size
-
-    def execute(self, batch: ScheduledBatch) -> StepOutput:
-        out = StepOutput([], [], [])
-        for s in batch.sequences:
-            assert len(s.block_table) * self.block_size >= s.start_pos + s.num_tokens
-            for i, tok in enumerate(s.token_ids):
-                self.slots[self._slot(s.block_table, s.start_pos + i)] = (s.request_id, s.start_pos + i, tok)
-            if s.want_prompt_logprobs:
-                end = min(s.start_pos + s.num_tokens, s.num_prompt_tokens - 1)
-                positions = list(range(s.start_pos + 1, end + 1))
-                self.prompt_logprob_positions.setdefault(s.request_id, []).extend(positions)
-                out.prompt_logprobs[s.request_id] = [-1.0] * len(positions)
-            if s.sample:
-                h = 0
-                for pos in range(s.start_pos + s.num_tokens):
-                    rid, p, tok = self.slots[self._slot(s.block_table, pos)]
-                    assert (rid, p) == (s.request_id, pos), "KV slot overwritten by another sequence"
-                    h = (h * 31 + tok + 1) % 1_000_003
-                out.request_ids.append(s.request_id)
-                out.token_ids.append(h % VOCAB)
-                out.logprobs.append(-0.5)
-        return out
 
 
 @dataclass

@@ -13,7 +13,8 @@ import sys
 
 import numpy as np
 import pytest
-from test_scheduler import FakePagedModel, drive, random_workload
+from fake_paged_model import FakePagedModel
+from test_scheduler import drive, random_workload
 
 from tgi.core.interfaces.batch import ScheduledBatch, ScheduledSequence, StepOutput
 from tgi.core.sampling_params import SamplingParams
