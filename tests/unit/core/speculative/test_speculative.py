@@ -148,3 +148,30 @@ def test_masks_follow_sampled_positions_past_guessing_rows():
     assert masks.at_positions(plain) is masks
     guessing = [SimpleNamespace(num_draft_tokens=k) for k in (2, 0, 3, 0)]  # rows 0-2, 3, 4-7, 8
     assert masks.at_positions(guessing).rows == (3, 8)
+
+
+def _two_decoding(drafts_of_a: list[int]) -> tuple[Scheduler, ScheduledBatch, Sequence, Sequence]:
+    scheduler = Scheduler(BlockManager(32, 4), 4, 64)
+    a = Sequence("a", [1, 2, 3], SamplingParams(max_new_tokens=20), seed=1)
+    b = Sequence("b", [4, 5], SamplingParams(max_new_tokens=20), seed=2)
+    scheduler.add(a)
+    scheduler.add(b)
+    scheduler.update(scheduler.schedule(), StepOutput(["a", "b"], [6, 7], [0.0] * 2))
+    a.draft_token_ids = list(drafts_of_a)
+    return scheduler, scheduler.schedule(), a, b
+
+
+def test_update_tells_each_sequence_the_output_rows_of_its_new_tokens():
+    scheduler, batch, a, b = _two_decoding([8, 9, 10])
+    assert [(s.request_id, s.num_tokens) for s in batch.sequences] == [("a", 4), ("b", 1)]
+    scheduler.update(batch, StepOutput(["a"] * 4 + ["b"], [8, 9, 4, 1, 11], [0.0] * 5))
+    assert a.new_token_rows == range(0, 3) and a.num_new_tokens == 3  # two guesses kept, one more drawn
+    assert b.new_token_rows == range(4, 5) and b.token_ids[-1] == 11
+
+
+def test_rows_of_one_request_apart_are_refused():
+    from tgi.core.scheduler import SchedulerError
+
+    scheduler, batch, _, _ = _two_decoding([8])
+    with pytest.raises(SchedulerError, match="rows apart"):
+        scheduler.update(batch, StepOutput(["a", "b", "a"], [8, 11, 1], [0.0] * 3))
