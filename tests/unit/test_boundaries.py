@@ -135,6 +135,8 @@ FREE_AT_IMPORT = {
     "tgi.core.validation": ("torch", "jax"),
     "tgi.core.parallel": ("torch", "jax"),
     "tgi.core.lora": ("torch", "jax"),
+    "tgi.core.engine": ("torch", "jax"),  # its start-up module imports torch where it loads a model
+    "tgi.core.async_engine": ("torch", "jax"),
     "tgi.core.loading.resolve": ("torch", "jax", "transformers", "huggingface_hub"),
 }
 
