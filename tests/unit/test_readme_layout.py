@@ -6,13 +6,15 @@ from __future__ import annotations
 import pathlib
 import re
 
+import tomllib
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-#: the folders that install as `tgi` packages (pyproject.toml's package-dir)
+#: the folders that install as `tgi` packages: pyproject.toml's package-dir, folder -> import path
 PACKAGE_ROOTS = {
-    "core": "tgi.core",
-    "backends": "tgi.backends",
-    "server": "tgi.server",
-    "benchmarks": "tgi.benchmarks",
+    folder: package
+    for package, folder in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-dir"
+    ].items()
 }
 
 
