@@ -2,7 +2,7 @@
 loading and serving at the size users serve on CPUs without a model hub.
 
 Shapes are Llama-3.2-1B's (hidden 2048, intermediate 8192, 16 layers, 32 heads, 8 KV heads, head_dim 64,
-tied embeddings, rope_theta 500000); the vocabulary and tokenizer are the default model's (49,152 tokens,
+tied embeddings, rope_theta 500000; `--size 8b`: Llama-3.1-8B's); the vocabulary and tokenizer are the default model's (49,152 tokens,
 copied from its GGUF's `tokenizer.*` metadata): ~1.07B parameters. Speed does not depend on the values,
 so they are drawn with a fixed seed (Gaussian, std 0.02; norms ones). K-quants come from tgi's reference
 quantizer (`tgi.core.testing.kquants`), the other block types from `gguf`'s.
@@ -36,19 +36,24 @@ class ModelShape:
     vocab: int = 49152
     rope_theta: float = 500000.0
     context: int = 8192
+    tied: bool = True  # the output head is the token embeddings (no output.weight)
 
 
 #: Llama-3.2-1B's shapes with the default model's vocabulary
 LLAMA_1B = ModelShape()
-#: shapes named on the command line (`--size`)
-SIZES = {"1b": LLAMA_1B}
+#: Llama-3.1-8B's shapes (untied head; without its llama3 RoPE scaling) with the default model's vocabulary
+LLAMA_8B = ModelShape(hidden=4096, intermediate=14336, layers=32, head_dim=128, tied=False)
+#: shapes named on the command line (`--size`, `--model-shape`)
+SIZES = {"1b": LLAMA_1B, "8b": LLAMA_8B}
 
 
 def tensor_shapes(shape: ModelShape) -> dict[str, tuple[int, ...]]:
-    """GGUF tensor name -> Hugging Face-order shape ([rows, cols] for matrices), tied embeddings (no
-    output.weight)."""
+    """GGUF tensor name -> Hugging Face-order shape ([rows, cols] for matrices); output.weight only where
+    the shape's head is not tied to the embeddings."""
     h, kv = shape.hidden, shape.kv_heads * shape.head_dim
     out = {"token_embd.weight": (shape.vocab, h), "output_norm.weight": (h,)}
+    if not shape.tied:
+        out["output.weight"] = (shape.vocab, h)
     for i in range(shape.layers):
         out |= {
             f"blk.{i}.attn_norm.weight": (h,),
@@ -62,6 +67,18 @@ def tensor_shapes(shape: ModelShape) -> dict[str, tuple[int, ...]]:
             f"blk.{i}.ffn_norm.weight": (h,),
         }
     return out
+
+
+def random_tensors(shape: ModelShape, seed: int = 0):
+    """(GGUF name, float32 array in Hugging Face order) for every tensor of `tensor_shapes`, one at a time:
+    matrices Gaussian with std 0.02 drawn in that order from one seeded generator, norms ones. Both
+    writers (this module's GGUF, `hf_random_model`'s safetensors) take the values from here."""
+    rng = np.random.default_rng(seed)
+    for name, dims in tensor_shapes(shape).items():
+        if len(dims) == 1:
+            yield name, np.ones(dims, dtype=np.float32)
+        else:
+            yield name, rng.standard_normal(dims, dtype=np.float32) * np.float32(0.02)
 
 
 def _tensor_type(name: str, cols: int, layers: int, kind: str) -> str:
@@ -118,13 +135,11 @@ def write_gguf(path: str, kind: str, shape: ModelShape = LLAMA_1B, seed: int = 0
     writer.add_rope_dimension_count(shape.head_dim)
     writer.add_rope_freq_base(shape.rope_theta)
     writer.add_layer_norm_rms_eps(1e-5)
-    rng = np.random.default_rng(seed)
-    for name, dims in tensor_shapes(shape).items():
-        if len(dims) == 1:
-            writer.add_tensor(name, np.ones(dims, dtype=np.float32))
+    for name, weight in random_tensors(shape, seed):
+        if weight.ndim == 1:
+            writer.add_tensor(name, weight)
             continue
-        weight = rng.standard_normal(dims, dtype=np.float32) * np.float32(0.02)
-        data, raw = _encode(weight, _tensor_type(name, dims[1], shape.layers, kind))
+        data, raw = _encode(weight, _tensor_type(name, weight.shape[1], shape.layers, kind))
         writer.add_tensor(name, data, raw_dtype=raw)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

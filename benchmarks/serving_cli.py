@@ -1,6 +1,8 @@
 """`tgi benchmark serving`: closed-loop concurrency sweeps or Poisson arrival rates against one or more
 servers on this machine, given (`--server NAME=URL`) or started for the run (`--start ours|llama.cpp|
-transformers`), reported as a table, JSON and a PNG plot (the sweep itself is `serving.py`'s).
+transformers`), reported as a table, JSON and a PNG plot (the sweep itself is `serving.py`'s). With
+`--model-shape 1b|8b` the started peers serve a random-weight Llama of real size, made for the run (or taken
+from the cache) by llama.cpp's own tools where they are found (`bench_model.py`).
 
 Per level: output tokens/s = completion tokens of all requests ÷ the level's wall time (first request sent to
 last response ended); total tokens/s adds the prompt tokens the servers report; TTFT at the first streamed
@@ -14,7 +16,9 @@ import asyncio
 import json
 import sys
 
+from tgi.benchmarks.bench_model import FORMATS, add_model_arguments, prepare
 from tgi.benchmarks.client import APIS
+from tgi.benchmarks.llama_cpp_tools import find_tools
 from tgi.benchmarks.prompts import PROMPT_SETS
 from tgi.benchmarks.report import format_markdown, format_table
 from tgi.benchmarks.serving import Options, Target, parse_levels, parse_server, run_benchmark
@@ -79,6 +83,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     peers.add_argument("--startup-timeout", type=float, default=600.0, help="seconds to wait for health")
     peers.add_argument("--log-dir", default=None, help="where started servers log (default: a temp dir)")
+    made = p.add_argument_group(
+        "a model made for the run (`tgi benchmark make-model`), for the started peers"
+    )
+    add_model_arguments(made, for_serving=True)
+    made.add_argument(
+        "--model-format",
+        choices=FORMATS,
+        default="Q4_K_M",
+        help="with --model-shape: the file both servers load (safetensors: ours the bfloat16 folder, "
+        "llama.cpp the bf16 GGUF; default Q4_K_M)",
+    )
 
 
 def options_from_args(args: argparse.Namespace) -> Options:
@@ -119,14 +134,20 @@ def run(args: argparse.Namespace) -> int:
     if not targets and not args.start:
         print("error: give at least one --server NAME=URL or --start PEER", file=sys.stderr)
         return 2
+    if args.model_shape and (args.model_id or not args.start):
+        why = "give one of --model-shape and --model-id" if args.model_id else "it is for --start peers"
+        print(f"error: --model-shape: {why}", file=sys.stderr)
+        return 2
     started: list[peers.ManagedServer] = []
     try:
+        made = _made_model(args)
+        ours_model = made.ours if made else args.model_id
         for which in args.start:
-            gguf = args.model_id or peers.default_gguf()
+            gguf = made.gguf if made else args.model_id or peers.default_gguf()
             if which == "ours":
                 print("starting ours (tgi launch)...", file=sys.stderr, flush=True)
                 s = peers.start_ours(
-                    args.model_id,
+                    ours_model,
                     shlex.split(args.ours_args),
                     log_dir=args.log_dir,
                     timeout=args.startup_timeout,
@@ -158,12 +179,16 @@ def run(args: argparse.Namespace) -> int:
             print("error: no server to benchmark", file=sys.stderr)
             return 2
         report = asyncio.run(run_benchmark(targets, options))
+        if made:
+            report["model"] = made.describe()
     except (RuntimeError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     finally:
         for s in started:
             s.stop()
+    if made:
+        print(f"model: {made.shape} {made.format}, made by {made.made_by}")
     print(format_table(report))
     if args.markdown or len(targets) > 1:
         print()
@@ -178,6 +203,18 @@ def run(args: argparse.Namespace) -> int:
         plot_report(report, args.plot_path)
         print(f"plot: {args.plot_path}", file=sys.stderr)
     return 1 if any(r["num_errors"] for r in report["results"]) else 0
+
+
+def _made_model(args: argparse.Namespace):
+    """The `bench_model.BenchModel` that --model-shape asks for (made now unless cached), or None."""
+    from tgi.benchmarks import peers
+
+    if not args.model_shape:
+        return None
+    server = peers.find_llama_server(args.llama_server)
+    tools = find_tools(args.llama_cpp_dir, server)
+    note = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
+    return prepare(args.model_format, tools, args.model_cache_dir, args.model_shape, log=note)
 
 
 def main(argv: list[str] | None = None) -> int:

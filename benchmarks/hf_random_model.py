@@ -1,0 +1,88 @@
+"""The benchmark's random-weight Llama (`make_model`'s shapes and values) as a Hugging Face folder: config.json,
+the default model's tokenizer (transformers' reading of its GGUF), and bfloat16 safetensors, one file per
+layer (plus one for the embeddings, final norm and untied head) with `model.safetensors.index.json`, so that
+no more than one layer is ever in memory (an 8B-class model is 16 GB in bfloat16).
+
+The folder is what llama.cpp's `convert_hf_to_gguf.py` reads, and what our server loads as dense weights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from tgi.benchmarks.make_model import ModelShape, random_tensors
+
+_LAYER_NAMES = {
+    "attn_norm": "input_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+    "ffn_norm": "post_attention_layernorm",
+}
+_GLOBAL_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+
+
+def hf_name(gguf_name: str) -> tuple[str, str]:
+    """GGUF tensor name -> (Hugging Face name, the shard it goes to)."""
+    if gguf_name in _GLOBAL_NAMES:
+        return _GLOBAL_NAMES[gguf_name], "model-global.safetensors"
+    _, layer, part, _ = gguf_name.split(".")
+    return f"model.layers.{layer}.{_LAYER_NAMES[part]}.weight", f"model-layer-{int(layer):03d}.safetensors"
+
+
+def write_hf_folder(folder: str | Path, shape: ModelShape, seed: int = 0) -> Path:
+    """Write the model to `folder` (through `<folder>.partial`, renamed when complete); returns `folder`."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoTokenizer, LlamaConfig
+
+    from tgi.core.loading.resolve import default_model_path
+
+    folder = Path(folder)
+    partial = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    gguf = default_model_path()
+    tokenizer = AutoTokenizer.from_pretrained(os.path.dirname(gguf), gguf_file=os.path.basename(gguf))
+    if len(tokenizer) != shape.vocab:
+        raise ValueError(
+            f"the default tokenizer has {len(tokenizer)} tokens, the shape asks for {shape.vocab}"
+        )
+    tokenizer.save_pretrained(partial)
+    LlamaConfig(
+        hidden_size=shape.hidden, intermediate_size=shape.intermediate, num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads, head_dim=shape.head_dim,
+        tie_word_embeddings=shape.tied, rope_theta=shape.rope_theta, vocab_size=shape.vocab,
+        max_position_embeddings=shape.context, rms_norm_eps=1e-5, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id, dtype="bfloat16", architectures=["LlamaForCausalLM"],
+    ).save_pretrained(partial)  # fmt: skip
+    weight_map: dict[str, str] = {}
+    shard: dict[str, torch.Tensor] = {}
+    shard_file = None
+    total = 0
+    for gguf_name, values in random_tensors(shape, seed):
+        name, file = hf_name(gguf_name)
+        if file != shard_file and shard:
+            save_file(shard, str(partial / shard_file), metadata={"format": "pt"})
+            shard = {}
+        shard_file = file
+        shard[name] = torch.from_numpy(values).to(torch.bfloat16)
+        weight_map[name] = file
+        total += values.size * 2
+    save_file(shard, str(partial / shard_file), metadata={"format": "pt"})
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (partial / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(partial, folder)
+    return folder
