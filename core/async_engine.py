@@ -1,6 +1,7 @@
 """The engine behind the server: `LLMEngine` stepping on its own thread, one async stream per request.
 
-The event loop never runs model code: it validates, queues a command, and awaits events. The engine thread
+The event loop never runs model code: it queues a command with a validated request (`validate`, off the
+loop when it compiles a grammar) and awaits events. The engine thread
 drains commands (`AddRequest`, `AbortRequest`, `LoadAdapter`, `UnloadAdapter`) at the start of every step,
 so a cancellation frees its blocks within one step and a LoRA adapter is loaded or unloaded between steps.
 """
@@ -16,10 +17,16 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from tgi.core.config import EngineConfig
-from tgi.core.engine import EngineStats, LLMEngine, require_compiled_grammar
-from tgi.core.guided import Grammar
-from tgi.core.guided.compiler import CompiledGrammar
-from tgi.core.request import EngineError, FinishReason, GenerationResult, StepError, TokenEvent
+from tgi.core.engine import EngineStats, LLMEngine
+from tgi.core.interfaces import ModelInfo
+from tgi.core.request import (
+    EngineError,
+    EngineRequest,
+    FinishReason,
+    GenerationResult,
+    StepError,
+    TokenEvent,
+)
 from tgi.core.sampling_params import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -27,11 +34,10 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class AddRequest:
-    """Queue a request the event loop has validated (`LLMEngine.validate`)."""
+    """Queue a request as `LLMEngine.validate` made it (the engine thread does not check it again)."""
 
     request_id: str
-    prompt_token_ids: list[int]
-    params: SamplingParams  # validated, defaults resolved
+    request: EngineRequest
 
 
 @dataclass(frozen=True)
@@ -99,7 +105,8 @@ class AsyncEngine:
         return self.engine.tokenizer
 
     @property
-    def model_info(self):
+    def model_info(self) -> ModelInfo:
+        """The loaded model's (its `lora_adapters` follow the adapters loaded and unloaded at run time)."""
         return self.engine.model_info
 
     @property
@@ -158,27 +165,33 @@ class AsyncEngine:
         self.engine.close()
 
     # -- requests ---------------------------------------------------------------------------------------
-    def compile_grammar(self, grammar: Grammar) -> CompiledGrammar:
-        """`LLMEngine.compile_grammar` (thread-safe: the server calls it from a worker thread, and the
-        request carries the result in `SamplingParams.compiled_grammar`)."""
-        return self.engine.compile_grammar(grammar)
+    def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> EngineRequest:
+        """`LLMEngine.validate`: the request's one validation, its grammar compiled (`ValidationError`,
+        `CompilerBusyError`). Thread-safe; with a grammar it may take seconds, so the server calls it off
+        the event loop."""
+        return self.engine.validate(prompt_token_ids, params)
 
     def stream(
         self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
     ) -> AsyncIterator[TokenEvent]:
-        """Validate (raises `ValidationError` at once: the request's one validation), queue, and return the
-        request's event stream. A request with a grammar carries it compiled (`compile_grammar`, off the
-        event loop; `ValueError` if not): nothing here or on the engine thread compiles."""
+        """`validate` (on the caller's thread, `ValidationError` at once), then `stream_validated`: the one
+        call for in-process callers."""
+        return self.stream_validated(self.validate(prompt_token_ids, params), request_id)
+
+    def stream_validated(
+        self, request: EngineRequest, request_id: str | None = None
+    ) -> AsyncIterator[TokenEvent]:
+        """Queue a validated request and return its event stream (`EngineError` at once when the engine is
+        not serving); closing the stream early cancels the request. Nothing here or on the engine thread
+        validates or compiles."""
         if self._refusal is not None:
             raise EngineError(self._refusal)
         if not self.healthy:
             raise EngineError(f"the engine is not running: {self.error}")
-        params = self.engine.validate(prompt_token_ids, params)
-        require_compiled_grammar(params)
         request_id = request_id or uuid.uuid4().hex
         events: asyncio.Queue = asyncio.Queue()
         self._streams[request_id] = events
-        self._commands.put(AddRequest(request_id, list(prompt_token_ids), params))
+        self._commands.put(AddRequest(request_id, request))
         self._wakeup.set()
         return self._iterate(request_id, events)
 
@@ -297,9 +310,7 @@ class AsyncEngine:
                 return
             if isinstance(command, AddRequest):
                 try:
-                    self.engine.add_validated_request(
-                        command.prompt_token_ids, command.params, command.request_id
-                    )
+                    self.engine.add_validated_request(command.request, command.request_id)
                 except Exception as exc:
                     self._loop.call_soon_threadsafe(self._deliver_error, command.request_id, exc)
             elif isinstance(command, LoadAdapter):

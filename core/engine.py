@@ -24,13 +24,20 @@ from tgi.core.interfaces import Backend, ModelInfo, ModelRunner
 from tgi.core.interfaces.batch import StepOutput
 from tgi.core.lora.served_adapters import ServedAdapters
 from tgi.core.output import RequestOutput
-from tgi.core.request import FinishReason, GenerationResult, StepError, TokenEvent, ValidationError
+from tgi.core.request import (
+    EngineRequest,
+    FinishReason,
+    GenerationResult,
+    StepError,
+    TokenEvent,
+    UnusableGrammarError,
+)
 from tgi.core.sampling_params import SamplingParams
 from tgi.core.scheduler import Scheduler
 from tgi.core.sequence import Sequence
 from tgi.core.speculative import Proposer
 from tgi.core.tokenization import eos_token_ids
-from tgi.core.validation import RequestLimits, validate_request
+from tgi.core.validation import RequestLimits, check_runner_features, check_token_masks, validate_request
 
 log = logging.getLogger(__name__)
 
@@ -55,26 +62,6 @@ class EngineStats:
     # speculative decoding: guesses verified and accepted, since start
     num_draft_tokens: int = 0
     num_accepted_draft_tokens: int = 0
-
-
-def _compiled_for(params: SamplingParams) -> CompiledGrammar | None:
-    """The compiled grammar `params` carries, if it is the one of `params.grammar`."""
-    compiled = params.compiled_grammar
-    return compiled if compiled is not None and compiled.grammar == params.grammar else None
-
-
-def require_compiled_grammar(params: SamplingParams) -> CompiledGrammar | None:
-    """The compiled grammar a request with a grammar must carry (None without a grammar); `ValueError` (a
-    caller's bug, not the client's) when it does not: the engine thread never compiles."""
-    if params.grammar is None:
-        return None
-    compiled = _compiled_for(params)
-    if compiled is None:
-        raise ValueError(
-            "a request with a grammar must carry it compiled (LLMEngine.with_compiled_grammar, off the "
-            "engine thread and the event loop)"
-        )
-    return compiled
 
 
 class LLMEngine:
@@ -142,83 +129,66 @@ class LLMEngine:
         return cls(parts.backend, parts.runner, parts.tokenizer, parts.config, parts.info, parts.proposer)
 
     # -- requests ---------------------------------------------------------------------------------------
-    def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> SamplingParams:
-        """`params` with its defaults resolved, or `ValidationError` (TGI's 422) for a request that does not
-        fit the limits or asks for what this backend cannot do: the request's one validation
-        (`tgi.core.validation`). It never compiles a grammar: `with_compiled_grammar` does, off the engine
-        thread (the server's validation step; `add_request` for the in-process API)."""
+    def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> EngineRequest:
+        """The request's one validation: what the engine queues (`add_validated_request`), with `params`'
+        defaults resolved and its grammar compiled (`compile_grammar`), or `ValidationError` (TGI's 422)
+        for a request that does not fit the limits or asks for what this backend cannot do
+        (`tgi.core.validation` holds every check), or `CompilerBusyError`. Thread-safe; with a grammar it
+        may take seconds: never call it on the engine thread (the server calls it off its event loop)."""
+        check_runner_features(params, self.runner.capabilities(), self._backend_name())
         params = validate_request(prompt_token_ids, params, self.limits)
-        if params.prompt_logprobs and not self.runner.capabilities().prompt_logprobs:
-            raise ValidationError(
-                f"the {self._backend_name()} backend cannot return prompt logprobs: `decoder_input_details` "
-                "is not supported"
-            )
-        if params.grammar is not None:
-            self._check_token_masks()
-        return params
+        grammar = None if params.grammar is None else self.compile_grammar(params.grammar)
+        return EngineRequest(tuple(prompt_token_ids), params, grammar)
 
     def _backend_name(self) -> str:
         return getattr(getattr(self.backend, "spec", None), "name", type(self.backend).__name__)
 
-    def _check_token_masks(self) -> None:
-        if not self.runner.capabilities().token_masks:
-            raise ValidationError(
-                f"the {self._backend_name()} backend cannot apply grammar masks: `grammar` (guided decoding) "
-                "is not supported"
-            )
-
     def compile_grammar(self, grammar: Grammar) -> CompiledGrammar:
-        """The grammar compiled against this model's tokenizer (cached by grammar), or `ValidationError`
-        saying why it cannot constrain this model's output, or `CompilerBusyError` when it cannot be
-        compiled now. Thread-safe; it may take seconds: never call it on an event loop or the engine thread.
-        The only caller of the grammar compiler."""
-        self._check_token_masks()
+        """The grammar compiled against this model's tokenizer (cached by grammar), or
+        `UnusableGrammarError` saying why it cannot constrain this model's output, or `CompilerBusyError`
+        when it cannot be compiled now. Thread-safe; it may take seconds: never call it on an event loop or
+        the engine thread. The only caller of the grammar compiler (`validate` calls it)."""
+        check_token_masks(self.runner.capabilities(), self._backend_name())
         try:
             return self._grammars.compile(grammar)
         except GrammarError as exc:
-            raise ValidationError(str(exc)) from None
-
-    def with_compiled_grammar(self, params: SamplingParams) -> SamplingParams:
-        """`params` carrying its grammar compiled (`compile_grammar`, unless it carries it already): what
-        a request with a grammar must be queued with."""
-        if params.grammar is None or _compiled_for(params) is not None:
-            return params
-        return dataclasses.replace(params, compiled_grammar=self.compile_grammar(params.grammar))
+            raise UnusableGrammarError(str(exc)) from None
 
     def add_request(
         self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
     ) -> str:
-        """Validate, compile its grammar (on the caller's thread: the in-process API) and queue a request;
-        returns its id."""
-        params = self.with_compiled_grammar(self.validate(prompt_token_ids, params))
-        return self.add_validated_request(prompt_token_ids, params, request_id)
+        """Validate (compiling its grammar on the caller's thread: the in-process API) and queue a request;
+        returns its id. `validate` then `add_validated_request`."""
+        return self.add_validated_request(self.validate(prompt_token_ids, params), request_id)
 
-    def add_validated_request(
-        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
-    ) -> str:
-        """Queue a request whose `params` came from `validate` (checked, defaults resolved) and carry its
-        grammar compiled (`with_compiled_grammar`): the engine thread of `AsyncEngine` adds what its caller
-        validated, without checking it again, and never compiles."""
-        compiled = require_compiled_grammar(params)
+    def add_validated_request(self, request: EngineRequest, request_id: str | None = None) -> str:
+        """Queue a request as `validate` made it, without checking it again; never compiles (the engine
+        thread of `AsyncEngine` adds what the event loop's caller validated). Returns its id."""
+        params = request.params
         request_id = request_id or uuid.uuid4().hex
         seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
         # a LoRA adapter changes the keys/values: its blocks are cached apart from the base model's (and from
         # those of an earlier adapter of the same id)
         cache_key = b"" if params.adapter_id is None else self.lora.cache_key(params.adapter_id)
-        seq = Sequence(request_id, list(prompt_token_ids), params, seed, cache_key=cache_key)
-        if compiled is not None:
-            self.guided.start(request_id, compiled)
+        seq = Sequence(request_id, list(request.prompt_token_ids), params, seed, cache_key=cache_key)
+        if request.grammar is not None:
+            self.guided.start(request_id, request.grammar)
         self._outputs[request_id] = RequestOutput(seq, self.tokenizer, self.eos_token_ids)
         self.scheduler.add(seq)
         return request_id
 
     def abort(self, request_id: str) -> bool:
         """Cancel a request; its KV blocks are free when this returns."""
+        self._release(request_id)
+        return self.scheduler.abort(request_id)
+
+    def _release(self, request_id: str) -> None:
+        """Forget a request that ends (finished or aborted): its output pipeline, grammar state and guesses;
+        the scheduler frees its blocks."""
         self._outputs.pop(request_id, None)
         self.guided.drop(request_id)
         if self.proposer is not None:
             self.proposer.drop(request_id)
-        return self.scheduler.abort(request_id)
 
     def abort_all(self) -> list[str]:
         """Cancel every request in flight (after a failed step); returns their ids."""
@@ -302,10 +272,7 @@ class LLMEngine:
                 events.append(event)
                 if event.finish_reason is not None:  # tokens accepted past a stop are dropped
                     self.scheduler.finish(seq.request_id, event.finish_reason)
-                    del self._outputs[seq.request_id]
-                    self.guided.drop(seq.request_id)
-                    if self.proposer is not None:
-                        self.proposer.drop(seq.request_id)
+                    self._release(seq.request_id)
                     break
                 self.guided.advance(seq.request_id, output.token_ids[i])
             else:

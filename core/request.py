@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
+
+from tgi.core.sampling_params import SamplingParams
+
+if TYPE_CHECKING:  # the compiler imports llguidance lazily; a request only holds its result
+    from tgi.core.guided.compiler import CompiledGrammar
 
 
 class FinishReason(str, Enum):
@@ -61,7 +67,7 @@ class TokenEvent:
 
 @dataclass
 class GenerationResult:
-    """A whole request's output (what `Engine.generate` returns)."""
+    """A whole request's output (what `LLMEngine.generate` and `AsyncEngine.generate` return)."""
 
     request_id: str
     generated_text: str
@@ -82,6 +88,26 @@ class GenerationResult:
             self.generated_text = event.generated_text or ""
 
 
+@dataclass(frozen=True)
+class EngineRequest:
+    """A request the engine queues as it is: the one thing that crosses from the server (or any caller) into
+    the engine. Only validation makes one (`LLMEngine.validate`: the limits and features of
+    `tgi.core.validation`, defaults resolved, the grammar compiled), so the engine's add path
+    (`LLMEngine.add_validated_request`, `AsyncEngine.stream_validated`) never validates or compiles."""
+
+    prompt_token_ids: tuple[int, ...]
+    params: SamplingParams  # checked, `max_new_tokens` resolved
+    grammar: CompiledGrammar | None = None  # `params.grammar` compiled for the engine's tokenizer
+
+    def __post_init__(self) -> None:
+        compiled = self.grammar.grammar if self.grammar is not None else None
+        if compiled != self.params.grammar:  # a caller's bug, not the client's
+            raise ValueError(
+                "a request with a grammar must carry it compiled, and only that one (LLMEngine.validate "
+                "compiles it, off the engine thread and the event loop)"
+            )
+
+
 class EngineError(RuntimeError):
     """The engine failed while running a request; the message is safe to show a client."""
 
@@ -97,3 +123,8 @@ class StepError(EngineError):
 
 class ValidationError(ValueError):
     """A request the engine refuses before it is queued (TGI answers 422)."""
+
+
+class UnusableGrammarError(ValidationError):
+    """The request's grammar cannot constrain this model's output (it does not compile, or the backend
+    applies no grammar masks): the server's 422 names the request field that gave the grammar."""

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 from tgi.core.guided.grammar import Grammar
 
 if TYPE_CHECKING:  # tgi.core.watermark reads the sampling spec, whose package imports this module
-    from tgi.core.guided.compiler import CompiledGrammar
     from tgi.core.watermark import Watermark
 
 #: the most tokens one request's `logit_bias` may name (OpenAI's own cap): the sampler adds them to the
@@ -24,9 +23,9 @@ MAX_STOP_TOKEN_IDS = 300
 @dataclass(frozen=True)
 class SamplingParams:
     """How to pick each next token and when to stop. Defaults mean greedy decoding, as TGI's
-    `do_sample=false`. The engine resolves `max_new_tokens=None` and validates the whole request once
-    (`tgi.core.validation.validate_request`, which calls `validate()`); the server answers its error with a
-    422."""
+    `do_sample=false`. `LLMEngine.validate` resolves `max_new_tokens=None` and validates the whole request
+    once (`tgi.core.validation`, which calls `validate()`) into the `EngineRequest` that carries the grammar
+    compiled; the server answers its error with a 422."""
 
     do_sample: bool = False
     temperature: float = 1.0  # > 0; with do_sample=False it is ignored (greedy)
@@ -51,9 +50,6 @@ class SamplingParams:
     logit_bias: tuple[tuple[int, float], ...] = ()
     priority: int = 0  # higher runs first; equal priorities are FIFO
     grammar: Grammar | None = None  # the output must match it (JSON schema, regex, Lark): guided decoding
-    # `grammar` compiled for the engine's tokenizer (`LLMEngine.compile_grammar`), attached off the engine
-    # thread by whoever validated the request (the server's validation step): the engine never compiles
-    compiled_grammar: CompiledGrammar | None = field(default=None, compare=False, repr=False)
     watermark: Watermark | None = None  # green-list watermark on the logits (TGI's `watermark`)
     adapter_id: str | None = None  # the LoRA adapter to run with (`--lora-adapters` id); None: the base model
     extra: dict = field(default_factory=dict, compare=False, hash=False)
@@ -116,8 +112,5 @@ class SamplingParams:
         return frozenset(self.stop_token_ids)
 
     def __getstate__(self) -> dict:
-        """Pickled (to tensor-parallel workers, which never sample) without the compiled grammar's parser
-        state, which stays in the process that samples, nor what is cached from the fields."""
-        state = {k: v for k, v in self.__dict__.items() if k != "stop_token_set"}
-        state["compiled_grammar"] = None
-        return state
+        """Pickled (to tensor-parallel workers, which never sample) without what is cached from the fields."""
+        return {k: v for k, v in self.__dict__.items() if k != "stop_token_set"}

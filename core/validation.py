@@ -1,10 +1,17 @@
-"""A request's one validation: defaults resolved, every limit checked, TGI's messages (no torch here).
+"""A request's one validation against the engine: defaults resolved, every limit and feature checked, TGI's
+messages (no torch here).
 
-The server parses a request into token ids and `SamplingParams` and checks only what belongs to its API
-(a field's name or bound there, `best_of`, `truncate`, the number of stop sequences); the engine calls
-`validate_request` once, before the request is queued, and the server answers its `ValidationError` with a
-422. Every message a client can get for the limits and the sampling ranges is written here (or, for the
-ranges, in `SamplingParams.validate`).
+Who checks what, once each:
+- the server (`tgi.server.fields`, `tgi.server.validation`, `tgi.server.guided`): the HTTP shape, i.e. field
+  types, fields no API defines or this server does not serve, what an API words or bounds its own way
+  (TGI's `top_p` < 1, `best_of`, `truncate`, OpenAI's `n`), its own settings (`--max-stop-sequences`...),
+  and the grammar fields turned into a `Grammar`;
+- this module: everything that needs the tokenized prompt, the engine's limits or its runner's features
+  (`validate_request`, `check_runner_features`), so every message a client can get for them is written
+  here (or, for the sampling ranges, in `SamplingParams.validate`);
+- `LLMEngine.validate` calls both functions and compiles the grammar, once per request, into the
+  `EngineRequest` the engine queues without checking it again. The server answers `ValidationError` with a
+  422 (naming the grammar's field for `UnusableGrammarError`).
 """
 
 from __future__ import annotations
@@ -12,9 +19,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from tgi.core.request import ValidationError
+from tgi.core.request import UnusableGrammarError, ValidationError
 from tgi.core.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from tgi.core.interfaces import RunnerCapabilities
 
 #: the 422 for a request with no input (the server also sends it for an empty text before tokenizing it)
 EMPTY_INPUTS = "`inputs` cannot be empty"
@@ -74,3 +85,23 @@ def validate_request(
         loaded = ", ".join(limits.lora_adapters) or "none"
         raise ValidationError(f"adapter `{params.adapter_id}` is not loaded (loaded adapters: {loaded})")
     return params
+
+
+def check_runner_features(params: SamplingParams, features: RunnerCapabilities, backend: str) -> None:
+    """`ValidationError` naming the field when the request needs what the `backend`'s runner cannot do:
+    prompt logprobs, or grammar masks (`UnusableGrammarError`). Checked before `validate_request`: what the
+    backend lacks is said whatever the prompt's length."""
+    if params.prompt_logprobs and not features.prompt_logprobs:
+        raise ValidationError(
+            f"the {backend} backend cannot return prompt logprobs: `decoder_input_details` is not supported"
+        )
+    if params.grammar is not None:
+        check_token_masks(features, backend)
+
+
+def check_token_masks(features: RunnerCapabilities, backend: str) -> None:
+    """`UnusableGrammarError` when the `backend`'s runner applies no grammar masks."""
+    if not features.token_masks:
+        raise UnusableGrammarError(
+            f"the {backend} backend cannot apply grammar masks: `grammar` (guided decoding) is not supported"
+        )

@@ -185,7 +185,7 @@ def serve(engine, settings: ServerSettings, sock: socket.socket) -> int:
         access_log=False,
     )
     server = uvicorn.Server(config)
-    if hasattr(engine, "on_death"):
+    if engine.on_death is None:  # (`ServingEngine.on_death`) unless the caller set its own
         # a dead engine ends the process (exit 1, the cause logged below) rather than a server whose
         # /health answers 503 forever; uvicorn polls `should_exit` from its own loop
         engine.on_death = lambda _exc: setattr(server, "should_exit", True)

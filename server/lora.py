@@ -11,10 +11,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tgi.core.config import ConfigError
 from tgi.server.errors import ApiError, validation_error
+
+if TYPE_CHECKING:
+    from tgi.server.service import InferenceService
 
 #: the name OpenAI clients of this server may always send for the base model
 BASE_ALIAS = "tgi"
@@ -42,16 +45,16 @@ def parse_lora_adapters(value: str | None) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-def served_adapters(service: Any) -> tuple[str, ...]:
+def served_adapters(service: InferenceService) -> tuple[str, ...]:
     """Ids of the adapters the engine serving this request loaded."""
-    return tuple(getattr(service.engine.model_info, "lora_adapters", ()) or ())
+    return service.engine.model_info.lora_adapters
 
 
 def _loaded(adapters: tuple[str, ...]) -> str:
     return ", ".join(f"`{a}`" for a in adapters) or "none"
 
 
-def tgi_adapter(service: Any, adapter_id: str | None) -> str | None:
+def tgi_adapter(service: InferenceService, adapter_id: str | None) -> str | None:
     """The adapter `parameters.adapter_id` names (None: the base model), or a 422."""
     if adapter_id is None or adapter_id == service.model_name:
         return None
@@ -64,12 +67,12 @@ def tgi_adapter(service: Any, adapter_id: str | None) -> str | None:
     return adapter_id
 
 
-def openai_adapter(service: Any, model: str | None) -> str | None:
+def openai_adapter(service: InferenceService, model: str | None) -> str | None:
     """The adapter OpenAI's `model` names (None: the base model), or a 404 `model_not_found`."""
     adapters = served_adapters(service)
     if model in adapters:
         return model
-    runtime = getattr(service.settings, "allow_runtime_lora_updating", False)
+    runtime = service.settings.allow_runtime_lora_updating
     if model is None or model in (service.model_name, BASE_ALIAS) or not (adapters or runtime):
         return None
     raise ApiError(
@@ -82,7 +85,7 @@ def openai_adapter(service: Any, model: str | None) -> str | None:
     )
 
 
-def model_list(service: Any) -> list[dict]:
+def model_list(service: InferenceService) -> list[dict]:
     """`/v1/models`' entries: the base model, then each adapter (with the base model as its `parent`)."""
     base = service.model_name
     entries = [{"id": base, "object": "model", "created": 0, "owned_by": "tgi"}]

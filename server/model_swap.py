@@ -96,7 +96,7 @@ class ModelSwapper:
             new = await asyncio.to_thread(AsyncEngine.from_config, config)
         except Exception as exc:
             raise logged_refusal(422, "cannot load the model", exc, "validation") from None
-        new.on_death = getattr(old, "on_death", None)
+        new.on_death = old.on_death
         await new.start()
         previous = self.service.switch_engine(new)
         load_s = time.perf_counter() - started

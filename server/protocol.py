@@ -1,16 +1,18 @@
-"""The engine surface the HTTP server depends on (implemented by `tgi.core.async_engine.AsyncEngine`).
+"""The engine surface the HTTP server depends on, whole (implemented by `tgi.core.async_engine.AsyncEngine`).
 
-The server imports nothing else from the engine, so that it can be tested against a small fake.
+The server reads nothing else of an engine, and reads these members directly (never with `getattr`), so
+that it can be tested against a small fake (`tests/fakes/fake_engine.py`); a test checks that both the
+fake and `AsyncEngine` have every member.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol, runtime_checkable
 
 from tgi.core.config import EngineConfig
-from tgi.core.guided import Grammar
-from tgi.core.request import TokenEvent
+from tgi.core.interfaces import ModelInfo
+from tgi.core.request import EngineRequest, TokenEvent
 from tgi.core.sampling_params import SamplingParams
 
 
@@ -30,30 +32,37 @@ class EngineStatsLike(Protocol):
     num_accepted_draft_tokens: int  # of which accepted
 
 
+@runtime_checkable
 class ServingEngine(Protocol):
-    """What the server needs: limits, tokenizer, a token stream per request, stats, lifecycle."""
+    """What the server needs: what it shows (`/info`, `/health`, `/v1/models`), one validation and one token
+    stream per request, stats, LoRA adapters at run time, lifecycle."""
 
     config: EngineConfig  # every limit derived (not None) once loaded
-    tokenizer: Any  # a transformers PreTrainedTokenizerFast (with `chat_template` for chat models)
-    model_info: Any  # tgi.core.interfaces.runner.ModelInfo
+    tokenizer: Any  # a transformers PreTrainedTokenizerFast (`chat_template`: None for a model without one)
+    model_info: ModelInfo  # dtype, quantization, the LoRA adapters served now
     model_id: str
     backend_name: str
+    speculation: str | None  # who guesses the `--speculate` tokens ("ngram", ...), None without speculation
+    kernels: dict[str, str]  # which implementation each of the backend's kernels runs with
+    healthy: bool  # False once the engine has died (`/health` answers 503)
+    error: BaseException | None  # why it died
+    on_death: Callable[[BaseException], None] | None  # called once when it dies (the launcher stops)
 
     async def start(self) -> None:
         """Start the engine loop (called once inside the running event loop)."""
 
-    def stream(
-        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
-    ) -> AsyncIterator[TokenEvent]:
-        """Validate the request once (defaults resolved; `ValidationError`, which the server answers with a
-        422, before anything is queued), queue it and yield its tokens; closing the iterator cancels it."""
+    def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> EngineRequest:
+        """The request's one validation (`tgi.core.validation`: defaults resolved, limits and features
+        checked) and its grammar compiled: `ValidationError` (a 422; `UnusableGrammarError` for the
+        grammar) or `tgi.core.guided.CompilerBusyError` (a 503). Thread-safe; with a grammar it may take
+        seconds: the server calls it off the event loop."""
         ...
 
-    def compile_grammar(self, grammar: Grammar) -> Any:
-        """Compile a request's grammar for this model (cached), or raise `ValidationError` saying why it
-        cannot be used (`tgi.core.guided.CompilerBusyError` when it cannot be compiled now). Thread-safe:
-        called from a worker thread, never on the event loop; `stream` gets the result in
-        `SamplingParams.compiled_grammar`."""
+    def stream_validated(
+        self, request: EngineRequest, request_id: str | None = None
+    ) -> AsyncIterator[TokenEvent]:
+        """Queue a validated request and yield its tokens (`EngineError` when the engine does not serve);
+        closing the iterator cancels it. Never validates or compiles again."""
         ...
 
     def stats(self) -> EngineStatsLike: ...

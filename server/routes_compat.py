@@ -63,7 +63,7 @@ async def chat_tokenize(req: ChatCompletionRequest, request: Request) -> Respons
     with service.admit(metered=False):  # a slot, but not a generation request in the metrics
         check_fields(req)
         tools = plan_tools(req.tools, req.tool_choice)
-        template = getattr(service.tokenizer, "chat_template", None)
+        template = service.engine.tokenizer.chat_template
         messages, kwargs = render_inputs(
             [m.template_dict() for m in req.messages], tools, template, req.tool_prompt
         )

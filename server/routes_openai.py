@@ -18,21 +18,18 @@ from tgi.server.guided import one_grammar, refuse_if_disabled, response_format_g
 from tgi.server.lora import model_list, openai_adapter
 from tgi.server.schemas_openai import ChatCompletionRequest, CompletionRequest
 from tgi.server.schemas_tgi import ErrorResponse
-from tgi.server.service import InferenceService
+from tgi.server.service import Generation, InferenceService, SequenceInput
 from tgi.server.tools import CallStream, ToolPlan, message_for, plan_tools, render_inputs
 from tgi.server.validation import check_prompt_logprobs, openai_sampling_params
 
 router = APIRouter(tags=["OpenAI"])
 
 
-@dataclass
-class Job:
-    """One choice to generate: its index in `choices`, its prompt and its parameters."""
+@dataclass(frozen=True, kw_only=True)
+class Prompt(SequenceInput):
+    """One prompt of the request with its `n` choices, and how to show them. The choices of prompt p are
+    `choices[p * n : (p + 1) * n]`: a choice's index is its engine sequence's (`Generation.requests`)."""
 
-    index: int
-    prompt: int  # which prompt (completions may send several)
-    ids: list[int]
-    params: SamplingParams
     tools: ToolPlan | None = None  # chat with `tools`: how to read the output back
     echo: str | None = None  # completions with `echo`: the prompt's text, shown before the output
 
@@ -41,49 +38,40 @@ def _service(request: Request) -> InferenceService:
     return request.app.state.service
 
 
-def _choices(
-    base: SamplingParams, n: int, first_index: int, prompt: int, ids: list[int], tools: ToolPlan | None = None
-) -> list[Job]:
-    jobs = []
-    for j in range(n):
-        params = base if base.seed is None or j == 0 else replace(base, seed=(base.seed + j) % 2**64)
-        jobs.append(Job(first_index + j, prompt, ids, params, tools))
-    return jobs
-
-
-async def _with_grammar(
+def _with_grammar(
     service: InferenceService, req, base: SamplingParams, tools: ToolPlan | None = None
-) -> SamplingParams:
-    """`base` constrained by the one grammar the request asks for (compiled now, off the event loop)."""
+) -> tuple[SamplingParams, str | None]:
+    """`base` constrained by the one grammar the request asks for, and the field that asks for it (the
+    engine's validation compiles it)."""
     asked = one_grammar(
         ("response_format", response_format_grammar(req.response_format)),
         ("tools", tools.grammar if tools is not None else None),
         vllm_guided_grammar(req),
     )
     if asked is None:
-        return base
+        return base, None
     field, grammar = asked
     refuse_if_disabled(grammar, service.settings.disable_grammar_support, field)
-    return await service.with_grammar(base, grammar, field)
+    return replace(base, grammar=grammar), field
 
 
-async def _chat_jobs(service: InferenceService, req: ChatCompletionRequest) -> list[Job]:
+async def _chat_prompts(service: InferenceService, req: ChatCompletionRequest) -> list[Prompt]:
     top_n = req.top_logprobs or 0
     if top_n and not req.logprobs:
         raise validation_error("`top_logprobs` requires `logprobs` to be true")
     base = openai_sampling_params(req, service.settings, top_n=top_n, logprobs=req.logprobs)
     base = replace(base, adapter_id=openai_adapter(service, req.model))
     tools = plan_tools(req.tools, req.tool_choice)
-    base = await _with_grammar(service, req, base, tools)
-    template = getattr(service.tokenizer, "chat_template", None)
+    base, field = _with_grammar(service, req, base, tools)
+    template = service.engine.tokenizer.chat_template
     messages, template_kwargs = render_inputs(
         [m.template_dict() for m in req.messages], tools, template, req.tool_prompt
     )
     ids = await service.render_chat(messages, **template_kwargs)
-    return _choices(base, req.n, 0, 0, ids, tools)
+    return [Prompt(ids, base, field, req.n, tools=tools)]
 
 
-async def _completion_jobs(service: InferenceService, req: CompletionRequest) -> list[Job]:
+async def _completion_prompts(service: InferenceService, req: CompletionRequest) -> list[Prompt]:
     if req.suffix:
         raise validation_error("`suffix` is not supported", "suffix")
     top_n = req.logprobs or 0
@@ -94,73 +82,76 @@ async def _completion_jobs(service: InferenceService, req: CompletionRequest) ->
             raise validation_error("`echo` with `logprobs` is not supported when streaming", "echo")
         check_prompt_logprobs("echo", service.settings)
         base = replace(base, prompt_logprobs=True)
-    base = await _with_grammar(service, req, base)
+    base, field = _with_grammar(service, req, base)
     prompts = req.prompts()
     if not prompts:
         raise validation_error("`prompt` cannot be empty")
-    jobs: list[Job] = []
-    for p, prompt in enumerate(prompts):
+    out: list[Prompt] = []
+    for prompt in prompts:
         ids = prompt if isinstance(prompt, list) else await service.encode(prompt)
         echo = None
         if req.echo:
             echo = await service.decode(ids) if isinstance(prompt, list) else prompt
-        for job in _choices(base, req.n, p * req.n, p, ids):
-            jobs.append(replace(job, echo=echo))
-    return jobs
+        out.append(Prompt(ids, base, field, req.n, echo=echo))
+    return out
 
 
-def _usage(jobs: list[Job], generated: dict[int, int], cached: dict[int, int]) -> dict:
+def _usage(generation: Generation[Prompt], generated: dict[int, int], cached: dict[int, int]) -> dict:
     """Usage over the choices: `generated` and `cached` (prompt tokens read from the prefix cache) by choice
     index. A prompt counts once; its cached tokens are the fewest any of its choices read."""
-    prompt_tokens = sum(len(ids) for ids in {j.prompt: j.ids for j in jobs}.values())
+    prompt_tokens = sum(len(p.prompt_token_ids) for p in generation.inputs)
     cached_per_prompt: dict[int, int] = {}
-    for j in jobs:
-        least = cached_per_prompt.get(j.prompt, cached.get(j.index, 0))
-        cached_per_prompt[j.prompt] = min(least, cached.get(j.index, 0))
+    for index, p in enumerate(generation.owners):
+        least = cached_per_prompt.get(p, cached.get(index, 0))
+        cached_per_prompt[p] = min(least, cached.get(index, 0))
     return fmt.usage(prompt_tokens, sum(generated.values()), sum(cached_per_prompt.values()))
 
 
-def _chat_choice(job: Job, events: list[TokenEvent], logprobs: bool) -> dict:
+def _chat_choice(index: int, prompt: Prompt, events: list[TokenEvent], logprobs: bool) -> dict:
     final = events[-1]
-    message, called = message_for(final.generated_text or "", job.tools)
+    message, called = message_for(final.generated_text or "", prompt.tools)
     return {
-        "index": job.index,
+        "index": index,
         "message": message,
         "logprobs": {"content": [fmt.chat_logprob(e) for e in events]} if logprobs else None,
         "finish_reason": fmt.finish_reason(final.finish_reason, called),
     }
 
 
-def _completion_choice(job: Job, events: list[TokenEvent], logprobs: bool) -> dict:
+def _completion_choice(index: int, prompt: Prompt, events: list[TokenEvent], logprobs: bool) -> dict:
     final = events[-1]
-    echo = job.echo or ""
+    echo = prompt.echo or ""
     out = None
     if logprobs:
         out = fmt.completion_logprobs(events, start_offset=len(echo))
-        if job.echo is not None:
+        if prompt.echo is not None:
             out = fmt.with_prompt_logprobs(final.prompt_tokens or (), out)
     return {
-        "index": job.index,
+        "index": index,
         "text": echo + (final.generated_text or ""),
         "logprobs": out,
         "finish_reason": fmt.finish_reason(final.finish_reason),
     }
 
 
-def _chat_chunker(jobs: list[Job]):
+def _chat_chunker(generation: Generation[Prompt]):
     """The chunks of each chat event: one per delta (a tool call's header and its arguments go in separate
     chunks, as OpenAI sends them); nothing for a token that adds nothing yet (a call's held-back brace)."""
-    calls = {j.index: CallStream(j.tools) for j in jobs if j.tools is not None and j.tools.may_call}
+    calls = {}
+    for index in range(len(generation.requests)):
+        tools = generation.input_of(index).tools
+        if tools is not None and tools.may_call:
+            calls[index] = CallStream(tools)
 
-    def chunks(job: Job, event: TokenEvent, logprobs: bool) -> list[dict]:
-        stream = calls.get(job.index)
+    def chunks(index: int, prompt: Prompt, event: TokenEvent, logprobs: bool) -> list[dict]:
+        stream = calls.get(index)
         last = event.finish_reason is not None
         if stream is None:
             deltas = [{"role": "assistant", "content": fmt.visible_text(event)}]
         else:
             deltas = stream.feed(fmt.visible_text(event), last) or ([{}] if last or logprobs else [])
             deltas = [{"role": "assistant", **d} for d in deltas]
-        out = [{"index": job.index, "delta": d, "logprobs": None, "finish_reason": None} for d in deltas]
+        out = [{"index": index, "delta": d, "logprobs": None, "finish_reason": None} for d in deltas]
         if out and logprobs:
             out[-1]["logprobs"] = {"content": [fmt.chat_logprob(event)]}
         if out:
@@ -172,13 +163,13 @@ def _chat_chunker(jobs: list[Job]):
     return chunks
 
 
-def _completion_chunk(job: Job, event: TokenEvent, logprobs: bool) -> list[dict]:
+def _completion_chunk(index: int, prompt: Prompt, event: TokenEvent, logprobs: bool) -> list[dict]:
     # `echo`: the prompt goes first, in a chunk of its own (streamed echo takes no `logprobs`)
-    echo = [] if event.index or job.echo is None else [_echo_chunk(job)]
+    echo = [] if event.index or prompt.echo is None else [_echo_chunk(index, prompt)]
     return [
         *echo,
         {
-            "index": job.index,
+            "index": index,
             "text": fmt.visible_text(event),
             "logprobs": fmt.completion_logprobs([event]) if logprobs else None,
             "finish_reason": fmt.finish_reason(event.finish_reason),
@@ -186,8 +177,8 @@ def _completion_chunk(job: Job, event: TokenEvent, logprobs: bool) -> list[dict]
     ]
 
 
-def _echo_chunk(job: Job) -> dict:
-    return {"index": job.index, "text": job.echo, "logprobs": None, "finish_reason": None}
+def _echo_chunk(index: int, prompt: Prompt) -> dict:
+    return {"index": index, "text": prompt.echo, "logprobs": None, "finish_reason": None}
 
 
 def _fan_out(req, chat: bool) -> tuple[int, str, str]:
@@ -206,49 +197,42 @@ async def _respond(request: Request, req, chat: bool) -> Response:
         "chatcmpl" if chat else "cmpl", "chat.completion" if chat else "text_completion", service.model_name
     )
     tracker = service.admit(*_fan_out(req, chat))
-    try:
-        check_fields(req)
-        jobs = await (_chat_jobs(service, req) if chat else _completion_jobs(service, req))
-        env.model = jobs[0].params.adapter_id or env.model  # a LoRA adapter answers under its own id
-        if not req.stream:
-            with tracker:
-                runs = sse.gather_or_cancel([service.collect(j.ids, j.params) for j in jobs])
-                results = await sse.cancel_on_disconnect(request, runs)
-            build = _chat_choice if chat else _completion_choice
-            choices = [build(j, events, logprobs) for j, events in zip(jobs, results, strict=True)]
-            generated = {j.index: len(events) for j, events in zip(jobs, results, strict=True)}
-            cached = {j.index: events[-1].num_cached_tokens for j, events in zip(jobs, results, strict=True)}
-            return JSONResponse(env.body(choices, _usage(jobs, generated, cached)))
-        merged = sse.merge([service.stream(j.ids, j.params) for j in jobs])
-        # queued until the first token: a client that leaves meanwhile cancels every choice
-        first, merged = await sse.cancel_on_disconnect(request, sse.peek(merged))
-    except BaseException as exc:
-        tracker.finish(exc)
-        raise
+    generation = await service.generate(request, tracker, _prompts(service, req, chat), stream=req.stream)
+    env.model = generation.inputs[0].params.adapter_id or env.model  # a LoRA adapter answers under its id
+    if not req.stream:
+        results = generation.results
+        build = _chat_choice if chat else _completion_choice
+        choices = [build(i, generation.input_of(i), events, logprobs) for i, events in enumerate(results)]
+        generated = {i: len(events) for i, events in enumerate(results)}
+        cached = {i: events[-1].num_cached_tokens for i, events in enumerate(results)}
+        return JSONResponse(env.body(choices, _usage(generation, generated, cached)))
     env.object = "chat.completion.chunk" if chat else "text_completion"
-    chunk = _chat_chunker(jobs) if chat else _completion_chunk
-    chunks = _chunks(env, jobs, first, merged, chunk, logprobs, req.include_usage)
+    chunk = _chat_chunker(generation) if chat else _completion_chunk
+    chunks = _chunks(env, generation, chunk, logprobs, req.include_usage)
     # after the headers, an error is the last event (OpenAI's shape)
-    body = sse.with_error_tail(chunks, merged, tracker, request.url.path)
-    return sse.EventStreamResponse(body, service.settings.stream_write_timeout_s)
+    return sse.EventStreamResponse(
+        generation.body(chunks, request.url.path), service.settings.stream_write_timeout_s
+    )
+
+
+async def _prompts(service: InferenceService, req, chat: bool) -> list[Prompt]:
+    check_fields(req)
+    return await (_chat_prompts(service, req) if chat else _completion_prompts(service, req))
 
 
 async def _chunks(
-    env, jobs: list[Job], first, merged: AsyncIterator, chunk, logprobs: bool, include_usage: bool
+    env, generation: Generation[Prompt], chunk, logprobs: bool, include_usage: bool
 ) -> AsyncIterator[bytes]:
-    generated = {j.index: 0 for j in jobs}
+    generated = dict.fromkeys(range(len(generation.requests)), 0)
     cached: dict[int, int] = {}
-    item = first
-    while item is not None:
-        i, event = item
-        generated[jobs[i].index] = event.index + 1
+    async for i, event in generation.events():
+        generated[i] = event.index + 1
         if event.finish_reason is not None:
-            cached[jobs[i].index] = event.num_cached_tokens
-        for choice in chunk(jobs[i], event, logprobs):
+            cached[i] = event.num_cached_tokens
+        for choice in chunk(i, generation.input_of(i), event, logprobs):
             yield sse.event(env.body([choice]))
-        item = await anext(merged, None)
     if include_usage:
-        yield sse.event(env.body([], _usage(jobs, generated, cached)))
+        yield sse.event(env.body([], _usage(generation, generated, cached)))
     yield sse.DONE
 
 

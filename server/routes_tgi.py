@@ -5,12 +5,13 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from tgi.core.interfaces import QuantizationInfo
 from tgi.core.request import TokenEvent
-from tgi.core.sampling_params import SamplingParams
 from tgi.core.validation import EMPTY_INPUTS
 from tgi.server import sse
 from tgi.server.errors import validation_error
@@ -27,7 +28,7 @@ from tgi.server.schemas_tgi import (
     SimpleToken,
     StreamResponse,
 )
-from tgi.server.service import InferenceService
+from tgi.server.service import InferenceService, SequenceInput
 from tgi.server.validation import check_truncate, tgi_sampling_params
 
 router = APIRouter(tags=["Text Generation Inference"])
@@ -56,25 +57,25 @@ def top_tokens_json(event: TokenEvent) -> list[dict]:
     ]
 
 
-async def prepare(
-    service: InferenceService, req: GenerateRequest, stream: bool
-) -> tuple[list[int], SamplingParams]:
-    """Parse and tokenise (off the loop); the engine validates the rest when the request is queued."""
+async def prepare(service: InferenceService, req: GenerateRequest, stream: bool) -> list[SequenceInput]:
+    """The request checked for its HTTP shape and tokenised (off the loop), `best_of` sequences of it (the
+    engine validates it when `InferenceService.generate` hands it over)."""
     check_fields(req)
     if not req.inputs:  # before tokenizing: a tokenizer that adds BOS would make it one token
         raise validation_error(EMPTY_INPUTS)
     params = tgi_sampling_params(req.parameters, service.settings, stream)
     params = replace(params, adapter_id=tgi_adapter(service, req.parameters.adapter_id))
-    truncate = check_truncate(req.parameters.truncate, service.config)
+    truncate = check_truncate(req.parameters.truncate, service.engine.config)
+    field = None
     if req.parameters.grammar is not None:
-        grammar = tgi_grammar(req.parameters.grammar, "parameters.grammar")
-        refuse_if_disabled(grammar, service.settings.disable_grammar_support, "parameters.grammar")
-        # compiled off the event loop; the request carries it compiled to the engine
-        params = await service.with_grammar(params, grammar, "parameters.grammar")
+        field = "parameters.grammar"
+        grammar = tgi_grammar(req.parameters.grammar, field)
+        refuse_if_disabled(grammar, service.settings.disable_grammar_support, field)
+        params = replace(params, grammar=grammar)  # compiled once, by the engine's validation
     ids = await service.encode(req.inputs)
     if truncate is not None:
         ids = ids[-truncate:]
-    return ids, params
+    return [SequenceInput(ids, params, field, n=req.parameters.best_of or 1)]
 
 
 def _sequence(events: list[TokenEvent], req: GenerateRequest) -> dict:
@@ -95,30 +96,30 @@ def _sequence(events: list[TokenEvent], req: GenerateRequest) -> dict:
 async def generate_json(
     service: InferenceService, req: GenerateRequest, request: Request
 ) -> tuple[dict, dict[str, str]]:
-    with service.admit(_sequences(service, req), "`best_of`", "best_of") as tracker:
-        ids, params = await prepare(service, req, stream=False)
-        best_of = req.parameters.best_of or 1
-        runs = [service.collect(ids, params) for _ in range(best_of)]
-        results = await sse.cancel_on_disconnect(request, sse.gather_or_cancel(runs))
-        sequences = [_sequence(events, req) for events in results]
-        logprob_sums = [sum(e.logprob or 0.0 for e in events) for events in results]
-        best = max(range(best_of), key=logprob_sums.__getitem__)
-        chosen = sequences[best]
-        body: dict = {"generated_text": chosen.pop("generated_text")}
-        if req.parameters.details:
-            if best_of > 1:
-                chosen["best_of_sequences"] = [s for i, s in enumerate(sequences) if i != best]
-            body["details"] = chosen
-        final = results[best][-1]
-        headers = {
-            "x-compute-type": service.engine.backend_name,
-            "x-total-time": str(int((time.perf_counter() - tracker.started) * 1000)),
-            "x-queue-time": str(int(final.queue_time * 1000)),
-            "x-inference-time": str(int(final.inference_time * 1000)),
-            "x-time-per-token": str(int(final.inference_time * 1000 / max(len(results[best]), 1))),
-            "x-prompt-tokens": str(len(ids)),
-            "x-generated-tokens": str(len(results[best])),
-        }
+    tracker = service.admit(_sequences(service, req), "`best_of`", "best_of")
+    best_of = req.parameters.best_of or 1
+    inputs = prepare(service, req, stream=False)
+    generation = await service.generate(request, tracker, inputs, stream=False)
+    results = generation.results
+    sequences = [_sequence(events, req) for events in results]
+    logprob_sums = [sum(e.logprob or 0.0 for e in events) for events in results]
+    best = max(range(best_of), key=logprob_sums.__getitem__)
+    chosen = sequences[best]
+    body: dict = {"generated_text": chosen.pop("generated_text")}
+    if req.parameters.details:
+        if best_of > 1:
+            chosen["best_of_sequences"] = [s for i, s in enumerate(sequences) if i != best]
+        body["details"] = chosen
+    final = results[best][-1]
+    headers = {
+        "x-compute-type": service.engine.backend_name,
+        "x-total-time": str(int((time.perf_counter() - tracker.started) * 1000)),
+        "x-queue-time": str(int(final.queue_time * 1000)),
+        "x-inference-time": str(int(final.inference_time * 1000)),
+        "x-time-per-token": str(int(final.inference_time * 1000 / max(len(results[best]), 1))),
+        "x-prompt-tokens": str(len(generation.requests[best].prompt_token_ids)),
+        "x-generated-tokens": str(len(results[best])),
+    }
     return body, headers
 
 
@@ -129,17 +130,12 @@ def _sequences(service: InferenceService, req: GenerateRequest) -> int:
 
 async def generate_sse(service: InferenceService, req: GenerateRequest, request: Request) -> Response:
     tracker = service.admit()
-    try:
-        ids, params = await prepare(service, req, stream=True)
-        # queued behind other requests until its first token: a client that leaves meanwhile cancels it
-        first, stream = await sse.cancel_on_disconnect(request, sse.peek(service.stream(ids, params)))
-    except BaseException as exc:
-        tracker.finish(exc)
-        raise
+    inputs = prepare(service, req, stream=True)
+    generation = await service.generate(request, tracker, inputs, stream=True)
+    input_length = len(generation.requests[0].prompt_token_ids)
 
     async def chunks() -> AsyncIterator[bytes]:
-        event = first
-        while event is not None:
+        async for _, event in generation.events():
             out: dict = {
                 "index": event.index + 1,
                 "token": token_json(event),
@@ -155,13 +151,12 @@ async def generate_sse(service: InferenceService, req: GenerateRequest, request:
                         "finish_reason": event.finish_reason.value,
                         "generated_tokens": event.index + 1,
                         "seed": event.seed,
-                        "input_length": len(ids),
+                        "input_length": input_length,
                     }
             yield sse.event(out)
-            event = await anext(stream, None)
 
     # after the headers, TGI sends an error as the last event
-    body = sse.with_error_tail(chunks(), stream, tracker, request.url.path)
+    body = generation.body(chunks(), request.url.path)
     return sse.EventStreamResponse(body, service.settings.stream_write_timeout_s)
 
 
@@ -207,12 +202,12 @@ async def info(request: Request) -> dict:
     from tgi.server import __version__
 
     service = _service(request)
-    engine, cfg, settings = service.engine, service.config, service.settings
-    model_info = getattr(engine, "model_info", None)
+    engine, settings = service.engine, service.settings
+    cfg = engine.config
     return {
         "model_id": service.model_name,
         "model_sha": None,
-        "model_dtype": getattr(model_info, "dtype", None) or str(cfg.dtype),
+        "model_dtype": engine.model_info.dtype,
         "model_device_type": engine.backend_name,
         "model_pipeline_tag": "text-generation",
         "max_concurrent_requests": settings.max_concurrent_requests,
@@ -232,26 +227,32 @@ async def info(request: Request) -> dict:
         "docker_label": None,
         "backend": engine.backend_name,
         "prefix_caching": cfg.prefix_caching,
-        "deterministic": getattr(cfg, "deterministic", False),
+        "deterministic": cfg.deterministic,
         "speculate": cfg.speculate,
-        "speculation": getattr(engine, "speculation", None),
-        "kernels": getattr(engine, "kernels", None) or {},
-        **_quantization(getattr(model_info, "quantization", None)),
+        "speculation": engine.speculation,
+        "kernels": engine.kernels,
+        **_quantization(engine.model_info.quantization),
     }
 
 
-def _quantization(q) -> dict:
+def _quantization(q: QuantizationInfo | None) -> dict[str, Any]:
     """/info's `quantize` and `quantization` from `ModelInfo.quantization`."""
     if q is None:
         return {"quantize": None, "quantization": None}
-    details = {k: getattr(q, k) for k in ("weight_format", "source", "num_linears", "kernel", "description")}
+    details = {
+        "weight_format": q.weight_format,
+        "source": q.source,
+        "num_linears": q.num_linears,
+        "kernel": q.kernel,
+        "description": q.description,
+    }
     return {"quantize": q.method, "quantization": details}
 
 
 @router.get("/health", responses={503: {"model": ErrorResponse}})
 async def health(request: Request) -> Response:
     """Everything is working fine (no auth needed); 503 once the engine has died."""
-    if not getattr(_service(request).engine, "healthy", True):
+    if not _service(request).engine.healthy:
         return JSONResponse({"error": "unhealthy", "error_type": "healthcheck"}, status_code=503)
     return Response(status_code=200)
 

@@ -1,4 +1,5 @@
-"""What every route shares: admission (429), tokenisation off the event loop, engine streams with metrics."""
+"""What every route shares: admission (429), tokenisation off the event loop, and the one path of a
+generation request to the engine and back (`InferenceService.generate`), with its metrics and traces."""
 
 from __future__ import annotations
 
@@ -7,22 +8,79 @@ import json
 import time
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar, copy_context
-from dataclasses import replace
-from typing import Any, TypeVar
+from dataclasses import dataclass, replace
+from typing import Any, Generic, TypeVar
 
-from tgi.core.guided import CompilerBusyError, Grammar
-from tgi.core.request import EngineError, FinishReason, TokenEvent, ValidationError
+from starlette.requests import Request
+
+from tgi.core.guided import CompilerBusyError
+from tgi.core.request import (
+    EngineError,
+    EngineRequest,
+    FinishReason,
+    TokenEvent,
+    UnusableGrammarError,
+    ValidationError,
+)
 from tgi.core.sampling_params import SamplingParams
 from tgi.core.validation import too_many_input_tokens
+from tgi.server import sse
 from tgi.server.errors import ApiError, internal_error, overloaded, validation_error
 from tgi.server.metrics import ServerMetrics
 from tgi.server.protocol import ServingEngine
 from tgi.server.settings import ServerSettings
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class SequenceInput:
+    """A prompt a route asks the engine to sample from, as its API gave it (checked for its HTTP shape, not
+    yet validated against the engine), and how many sequences to sample from it."""
+
+    prompt_token_ids: list[int]
+    params: SamplingParams  # the API's parameters; `grammar` set where asked (compiled by validation)
+    grammar_field: str | None = None  # the request field that gave `params.grammar` (its 422 names it)
+    n: int = 1  # sequences sampled from it (TGI's `best_of`, OpenAI's `n`); with a seed, the j-th uses
+    # seed + j (mod 2^64), as OpenAI's choices do
+
+
+I = TypeVar("I", bound=SequenceInput)  # noqa: E741 - a route's own kind of input (OpenAI's `Prompt`)
+
+
+@dataclass
+class Generation(Generic[I]):
+    """A generation request on its way back (`InferenceService.generate`): its inputs as the route gave
+    them, the engine sequences validation made of them (input i's `n` sequences together, in order), and
+    either every sequence's events (not streamed) or the event stream."""
+
+    inputs: list[I]
+    requests: list[EngineRequest]  # one per sequence: prompt tokens and parameters with defaults resolved
+    owners: list[int]  # one per sequence: the index of its input
+    results: list[list[TokenEvent]]  # not streamed: each sequence's events, in order
+    _first: tuple[int, TokenEvent] | None = None  # streamed: the first event, already come
+    _merged: AsyncIterator[tuple[int, TokenEvent]] | None = None  # streamed: the events after it
+    _tracker: RequestTracker | None = None  # streamed: finished when the body ends
+
+    def input_of(self, sequence: int) -> I:
+        return self.inputs[self.owners[sequence]]
+
+    async def events(self) -> AsyncIterator[tuple[int, TokenEvent]]:
+        """Streamed: every event as it comes, tagged with its sequence's index."""
+        item = self._first
+        while item is not None:
+            yield item
+            item = await anext(self._merged, None)
+
+    def body(self, chunks: AsyncIterator[bytes], path: str) -> AsyncIterator[bytes]:
+        """Streamed: the response body, the route's `chunks` then, if an error comes once the headers are
+        sent, that error as the last event in the shape of the API at `path`; however it ends, the engine's
+        streams are closed and the request's tracker finishes once (`sse.with_error_tail`)."""
+        return sse.with_error_tail(chunks, self._merged, self._tracker, path)
+
 
 # The engine a request was admitted on: it tokenizes and generates there even when the served model is
 # swapped meanwhile (`InferenceService.switch_engine`). Set by `admit()` in the request's own task.
@@ -96,14 +154,6 @@ class InferenceService:
     def model_name(self) -> str:
         return self.settings.model_id or self.engine.model_id
 
-    @property
-    def config(self):
-        return self.engine.config
-
-    @property
-    def tokenizer(self):
-        return self.engine.tokenizer
-
     def admit(
         self,
         sequences: int = 1,
@@ -144,10 +194,10 @@ class InferenceService:
         return await self._tokenizing(lambda: self._encode(text, add_special_tokens))
 
     def _encode(self, text: str, add_special_tokens: bool) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))
+        return list(self.engine.tokenizer.encode(text, add_special_tokens=add_special_tokens))
 
     async def decode(self, token_ids: list[int]) -> str:
-        return await self._tokenizing(lambda: self.tokenizer.decode(token_ids))
+        return await self._tokenizing(lambda: self.engine.tokenizer.decode(token_ids))
 
     async def token_spans_json(
         self,
@@ -159,7 +209,7 @@ class InferenceService:
         covers), passed through `shape` and serialised to JSON, all on the validation workers: however long
         the text, the event loop only awaits. More tokens than `--max-input-tokens` is a 422 naming the
         limit (TGI's message for an input too long to generate from)."""
-        tokenizer, limit = self.tokenizer, self.config.max_input_tokens
+        tokenizer, limit = self.engine.tokenizer, self.engine.config.max_input_tokens
 
         def run() -> bytes:
             enc = tokenizer(text, return_offsets_mapping=True, add_special_tokens=add_special_tokens)
@@ -175,10 +225,10 @@ class InferenceService:
         return await self._tokenizing(run)
 
     def _template(self, messages: list[dict], template_kwargs: dict[str, Any]) -> str:
-        if not getattr(self.tokenizer, "chat_template", None):
+        if not self.engine.tokenizer.chat_template:
             raise ApiError(422, "This model has no chat template", "template_error")
         try:
-            return self.tokenizer.apply_chat_template(
+            return self.engine.tokenizer.apply_chat_template(
                 messages, tokenize=False, add_generation_prompt=True, **template_kwargs
             )
         except Exception as exc:  # jinja errors (raise_exception in templates) are the client's
@@ -194,26 +244,59 @@ class InferenceService:
             lambda: self._encode(self._template(messages, template_kwargs), add_special_tokens=False)
         )
 
-    async def with_grammar(
-        self, params: SamplingParams, grammar: Grammar, field: str | None = None
-    ) -> SamplingParams:
-        """`params` constrained by `grammar`, compiled (or found cached) for the request's engine in a worker
-        thread: an expensive grammar never stalls the event loop, and the request carries it compiled, so
-        that the engine thread never compiles. A grammar that cannot be used is a 422 naming `field`; one
-        that cannot be compiled now (the compile queue is full), a 503 that says so."""
+    async def generate(
+        self, http: Request, tracker: RequestTracker, inputs: Awaitable[list[I]], stream: bool
+    ) -> Generation[I]:
+        """The one path of a generation request, for every API, streamed or not: awaits the route's
+        `inputs` (its parsing and tokenizing), validates each once into the engine's request (`validate`:
+        its grammar compiled there, off the event loop), starts the `n` engine streams of each, then
+        collects every event (`stream=False`; `tracker` finishes here) or waits for the first one
+        (`stream=True`, so that an error before any token keeps its HTTP status; `Generation.body` finishes
+        `tracker`). A client that leaves meanwhile cancels them all. Every error is an `ApiError`, and
+        finishes `tracker` with it."""
         try:
-            compiled = await asyncio.to_thread(self.engine.compile_grammar, grammar)
-        except ValidationError as exc:
-            raise validation_error(str(exc), field) from None
-        except CompilerBusyError as exc:
-            raise ApiError(503, f"Grammar compilation is busy: {exc}", "overloaded") from None
-        return replace(params, grammar=grammar, compiled_grammar=compiled)
+            given = await inputs
+            requests, owners = [], []
+            for i, (x, request) in enumerate(zip(given, await self._validated(given), strict=True)):
+                requests += _sampled(request, x.n)
+                owners += [i] * x.n
+            merged = sse.merge(
+                [self._events(r, given[i].params) for r, i in zip(requests, owners, strict=True)]
+            )
+            if not stream:
+                results = await sse.cancel_on_disconnect(http, _collected(merged, len(requests)))
+                tracker.finish()
+                return Generation(given, requests, owners, results)
+            first, merged = await sse.cancel_on_disconnect(http, sse.peek(merged))
+        except BaseException as exc:
+            tracker.finish(exc)
+            raise
+        return Generation(given, requests, owners, [], first, merged, tracker)
 
-    async def stream(self, token_ids: list[int], params: SamplingParams) -> AsyncIterator[TokenEvent]:
-        """The engine's stream with its errors as `ApiError`; closing this closes (cancels) the engine's."""
-        traced = self.tracing.sequence(token_ids, params) if self.tracing is not None else None
+    async def _validated(self, inputs: list[SequenceInput]) -> list[EngineRequest]:
+        """Each input validated by the request's engine. With a grammar this runs on a worker thread
+        (compiling may take seconds; not on the `--validation-workers`, which stay free for tokenizing);
+        without one its checks are cheap and run here. A grammar that cannot be used is a 422 naming its
+        field; one that cannot be compiled now (the compile queue is full), a 503 that says so."""
+        engine = self.engine
+
+        def validate_all() -> list[EngineRequest]:
+            return [_validate(engine, x) for x in inputs]
+
+        if any(x.params.grammar is not None for x in inputs):
+            return await asyncio.to_thread(validate_all)
+        return validate_all()
+
+    async def _events(self, request: EngineRequest, params: SamplingParams) -> AsyncIterator[TokenEvent]:
+        """The engine's stream of one validated request with its errors as `ApiError`, counted in the metrics
+        and traced (with the client's `params`); closing this closes (cancels) the engine's."""
+        traced = (
+            self.tracing.sequence(list(request.prompt_token_ids), params)
+            if self.tracing is not None
+            else None
+        )
         try:
-            events = self.engine.stream(token_ids, params, request_id=uuid.uuid4().hex)
+            events = self.engine.stream_validated(request, request_id=uuid.uuid4().hex)
         except Exception as exc:
             raise _api_error(exc) from exc
         try:
@@ -234,16 +317,38 @@ class InferenceService:
         finally:
             if traced is not None:
                 traced.end()  # a sequence that failed or was cancelled (no-op after its last event)
-            aclose = getattr(events, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            await events.aclose()
 
-    async def collect(self, token_ids: list[int], params: SamplingParams) -> list[TokenEvent]:
-        stream = self.stream(token_ids, params)
-        try:
-            return [event async for event in stream]
-        finally:
-            await stream.aclose()
+
+def _validate(engine: ServingEngine, given: SequenceInput) -> EngineRequest:
+    try:
+        return engine.validate(given.prompt_token_ids, given.params)
+    except UnusableGrammarError as exc:
+        raise validation_error(str(exc), given.grammar_field) from None
+    except ValidationError as exc:
+        raise validation_error(str(exc)) from None
+    except CompilerBusyError as exc:
+        raise ApiError(503, f"Grammar compilation is busy: {exc}", "overloaded") from None
+
+
+def _sampled(request: EngineRequest, n: int) -> list[EngineRequest]:
+    """`n` sequences of a validated request; with a seed, the j-th samples with seed + j (mod 2^64: a seed
+    in range stays in range, so nothing is left to validate)."""
+    seed = request.params.seed
+    if seed is None:
+        return [request] * n
+    return [replace(request, params=replace(request.params, seed=(seed + j) % 2**64)) for j in range(n)]
+
+
+async def _collected(merged: AsyncIterator[tuple[int, TokenEvent]], n: int) -> list[list[TokenEvent]]:
+    """Every event of `n` merged streams, by stream; the first failure closes them all."""
+    results: list[list[TokenEvent]] = [[] for _ in range(n)]
+    try:
+        async for i, event in merged:
+            results[i].append(event)
+    finally:
+        await merged.aclose()
+    return results
 
 
 def _api_error(exc: Exception) -> ApiError:

@@ -2,21 +2,33 @@
 without a model (a test helper, not part of the package: `pythonpath = ["tests"]` in pyproject.toml).
 
 Character-level: each character is a token (its code point). It "generates" the characters of `REPLY`
-in order, then EOS; honours `max_new_tokens`, `ignore_eos`, stop sequences, `top_n_tokens`, seeds. It
-validates a request as the real engine does (`tgi.core.validation`), before recording it.
+in order, then EOS; honours `max_new_tokens`, `ignore_eos`, `top_n_tokens`, seeds, and stop sequences
+with core's own stop matching (`tgi.core.stopping`). It validates a request as the real engine does
+(`tgi.core.validation`, as a backend without grammar masks), and records what reaches its add path.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import dataclasses
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from tgi.core.config import EngineConfig
-from tgi.core.request import EngineError, FinishReason, PromptToken, TokenEvent, TopToken, ValidationError
+from tgi.core.interfaces import ModelInfo, RunnerCapabilities
+from tgi.core.request import (
+    EngineError,
+    EngineRequest,
+    FinishReason,
+    PromptToken,
+    TokenEvent,
+    TopToken,
+    ValidationError,
+)
 from tgi.core.sampling_params import SamplingParams
-from tgi.core.validation import RequestLimits, validate_request
+from tgi.core.stopping import StopChecker
+from tgi.core.validation import RequestLimits, check_runner_features, validate_request
 
 REPLY = "Hello world!"
 EOS_ID = 0
@@ -61,15 +73,26 @@ class FakeEngine:
     model_id: str = "fake/model"
     backend_name: str = "fake"
     tokenizer: CharTokenizer = field(default_factory=CharTokenizer)
-    model_info: SimpleNamespace = field(
-        default_factory=lambda: SimpleNamespace(dtype="float32", vocab_size=0x110000, architecture="Fake")
+    model_info: ModelInfo = field(
+        default_factory=lambda: ModelInfo(
+            architecture="Fake",
+            vocab_size=0x110000,
+            max_position_embeddings=128,
+            eos_token_ids=(EOS_ID,),
+            dtype="float32",
+            num_parameters=0,
+        )
     )
+    speculation: str | None = None
+    kernels: dict[str, str] = field(default_factory=dict)
     requests: list = field(default_factory=list)
     cancelled: list = field(default_factory=list)
     running: int = 0
     started: bool = False
     closed: bool = False  # `close()` was called (its model released)
     healthy: bool = True
+    error: BaseException | None = None
+    on_death: Callable[[BaseException], None] | None = None
     refuse: str | None = None  # raise ValidationError(refuse) from stream(), as the real engine may
     # the k-th stream asked for says cached_tokens[k] prompt tokens came from the prefix cache (0 past it)
     cached_tokens: tuple[int, ...] = ()
@@ -82,6 +105,19 @@ class FakeEngine:
 
     def close(self) -> None:
         self.closed = True
+
+    async def load_lora_adapter(self, name: str, path: str) -> None:
+        """Serve `name` from now on (no weights: the fake generates the same either way)."""
+        if name in self.model_info.lora_adapters:
+            raise ValueError(f"a LoRA adapter named `{name}` is loaded already")
+        adapters = (*self.model_info.lora_adapters, name)
+        self.model_info = dataclasses.replace(self.model_info, lora_adapters=adapters)
+
+    async def unload_lora_adapter(self, name: str) -> None:
+        if name not in self.model_info.lora_adapters:
+            raise KeyError(name)
+        adapters = tuple(a for a in self.model_info.lora_adapters if a != name)
+        self.model_info = dataclasses.replace(self.model_info, lora_adapters=adapters)
 
     def stats(self) -> SimpleNamespace:
         used = self.running
@@ -99,31 +135,33 @@ class FakeEngine:
             block_size=16,
         )
 
-    def compile_grammar(self, grammar) -> None:
-        # as a backend without grammar masks answers (the real engine's words)
-        raise ValidationError(
-            "the fake backend cannot apply grammar masks: `grammar` (guided decoding) is not supported"
-        )
-
-    def stream(
-        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
-    ) -> AsyncIterator[TokenEvent]:
+    def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> EngineRequest:
         if self.refuse:
             raise ValidationError(self.refuse)
-        config = self.config
-        limits = RequestLimits(config.max_input_tokens, config.max_total_tokens, self.model_info.vocab_size)
+        config, info = self.config, self.model_info
+        limits = RequestLimits(
+            config.max_input_tokens, config.max_total_tokens, info.vocab_size, info.lora_adapters
+        )
+        # a backend without grammar masks (the real engine's words), checked first as the engine does
+        check_runner_features(params, RunnerCapabilities(token_masks=False), "fake")
         params = validate_request(prompt_token_ids, params, limits)
-        self.requests.append((list(prompt_token_ids), params))
+        return EngineRequest(tuple(prompt_token_ids), params)
+
+    def stream_validated(
+        self, request: EngineRequest, request_id: str | None = None
+    ) -> AsyncIterator[TokenEvent]:
+        prompt, params = list(request.prompt_token_ids), request.params
+        self.requests.append((prompt, params))
         k = len(self.requests) - 1
         cached = self.cached_tokens[k] if k < len(self.cached_tokens) else 0
-        return self._run(request_id or "r", list(prompt_token_ids), params, k == self.fail_stream, cached)
+        return self._run(request_id or "r", prompt, params, k == self.fail_stream, cached)
 
     async def _run(
         self, rid: str, prompt: list[int], params: SamplingParams, fails: bool, cached: int = 0
     ) -> AsyncIterator[TokenEvent]:
         self.running += 1
         finished = False
-        text = ""
+        stops = StopChecker(params.stop, params.include_stop_str_in_output)
         try:
             if fails:
                 await asyncio.sleep(0)
@@ -141,18 +179,15 @@ class FakeEngine:
                 if params.ignore_eos and eos:
                     pos, eos = 0, False
                 char = "" if eos else REPLY[pos]
-                text += char
+                check = stops.add(char)
                 reason = None
                 if eos:
                     reason = FinishReason.EOS
-                elif any(s in text for s in params.stop):
+                elif check.stopped:
                     reason = FinishReason.STOP
-                    for s in params.stop:
-                        if s in text:
-                            end = text.index(s) + (len(s) if params.include_stop_str_in_output else 0)
-                            text = text[:end]
                 elif i + 1 == params.max_new_tokens:
                     reason = FinishReason.LENGTH
+                text = check.text + (stops.flush() if reason is not None and not check.stopped else "")
                 tops = tuple(
                     TopToken(ord("a") + k, chr(ord("a") + k), -1.0 - k, False)
                     for k in range(params.top_n_tokens)
@@ -163,12 +198,12 @@ class FakeEngine:
                     index=i,
                     token_id=EOS_ID if eos else ord(char),
                     token_text="</s>" if eos else char,
-                    text=char,
+                    text=text,
                     logprob=-0.5 if params.logprobs else None,
                     special=eos,
                     top_tokens=tops,
                     finish_reason=reason,
-                    generated_text=text if final else None,
+                    generated_text=stops.text if final else None,
                     num_prompt_tokens=len(prompt),
                     num_cached_tokens=cached if final else 0,
                     prompt_tokens=tuple(

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from tgi.core.async_engine import AsyncEngine
 from tgi.core.guided import CompilerBusyError, Grammar, GrammarError
 from tgi.core.guided.compiler import GrammarCompiler
-from tgi.core.request import FinishReason, ValidationError
+from tgi.core.request import EngineRequest, FinishReason, ValidationError
 from tgi.core.sampling_params import SamplingParams
 from tgi.core.testing.guided_cases import JSON_SCHEMAS, REGEXES, schema_prompt
 from tgi.core.tokenization import apply_chat_template
@@ -193,7 +193,7 @@ def test_the_engine_never_compiles_a_grammar_even_once_it_left_the_cache(make_en
     assert len(engine._grammars._cache) == 0
     # a caller that queues a grammar it did not compile is refused before anything runs
     with pytest.raises(ValueError, match="must carry it compiled"):
-        engine.add_validated_request([1, 2, 3], SamplingParams(grammar=Grammar.regex("a+")))
+        engine.add_validated_request(EngineRequest((1, 2, 3), SamplingParams(grammar=Grammar.regex("a+"))))
 
 
 def test_a_full_compile_queue_is_a_503_with_the_reason(make_engine):

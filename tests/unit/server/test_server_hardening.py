@@ -223,7 +223,7 @@ def test_vllm_stop_fields_are_honoured(engine):
 
 # -- 500s and siblings ------------------------------------------------------------------------------------
 class _Exploding(FakeEngine):
-    def stream(self, prompt_token_ids, params, request_id=None):
+    def stream_validated(self, request, request_id=None):
         raise RuntimeError("secret: /home/model/weights.bin is corrupt")
 
 
