@@ -10,7 +10,8 @@ from tgi.core import engine as engine_module
 from tgi.core.async_engine import AsyncEngine
 from tgi.core.config import EngineConfig
 from tgi.core.engine import LLMEngine
-from tgi.core.request import ValidationError
+from tgi.core.guided import Grammar
+from tgi.core.request import EngineRequest, ValidationError
 from tgi.core.sampling_params import SamplingParams
 from tgi.core.testing.model import write_tiny_llama
 from tgi.core.validation import EMPTY_INPUTS, RequestLimits, validate_request
@@ -98,3 +99,39 @@ def test_llm_engine_add_request_validates(tiny_engine):
     request_id = tiny_engine.add_request([5, 6], dataclasses.replace(SamplingParams(), max_new_tokens=None))
     assert tiny_engine.scheduler.has_unfinished()
     tiny_engine.abort(request_id)
+
+
+def test_the_grammar_compiler_is_called_from_one_place():
+    """`LLMEngine.compile_grammar` alone calls the compiler, and `LLMEngine.validate` alone calls it, in the
+    engine and in the server: a request's grammar is compiled by its one validation, nowhere else."""
+    import re
+    from pathlib import Path
+
+    import tgi.core
+    import tgi.server
+
+    calls = re.compile(r"(\.compile_grammar|_grammars\.compile)\(")
+    found = [
+        f"{path.name}: {line.strip()}"
+        for package in (tgi.core, tgi.server)
+        for path in sorted(Path(package.__file__).parent.rglob("*.py"))
+        for line in path.read_text().splitlines()
+        if calls.search(line)
+    ]
+    assert found == [
+        "engine.py: grammar = None if params.grammar is None else self.compile_grammar(params.grammar)",
+        "engine.py: return self._grammars.compile(grammar)",
+    ]
+
+
+def test_validate_makes_the_request_the_engine_adds(tiny_engine):
+    request = tiny_engine.validate([5, 6], SamplingParams(max_new_tokens=None))
+    assert isinstance(request, EngineRequest) and request.grammar is None
+    assert request.prompt_token_ids == (5, 6) and request.params.max_new_tokens == 64 - 2
+    request_id = tiny_engine.add_validated_request(request)
+    assert tiny_engine.scheduler.has_unfinished()
+    tiny_engine.abort(request_id)
+    assert not tiny_engine.has_unfinished()
+    # a grammar that is not the one carried compiled cannot reach the engine
+    with pytest.raises(ValueError, match="must carry it compiled"):
+        EngineRequest((5, 6), SamplingParams(grammar=Grammar.regex("a+")))

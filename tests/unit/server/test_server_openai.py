@@ -172,3 +172,13 @@ def test_completions_stream(client):
 
 def test_models(client):
     assert client.get("/v1/models").json()["data"][0]["id"] == "fake/model"
+
+
+def test_a_streamed_choice_never_shows_part_of_a_stop_sequence(client):
+    """As the real engine streams (core's stop matching): text that may start a stop sequence is held back,
+    and a matched one is trimmed, so the chunks add up to the whole choice's text."""
+    body = {"prompt": "Hi", "max_tokens": 20, "stop": ["wor"], "stream": True}
+    texts = [c["choices"][0]["text"] for c in chunks(client.post("/v1/completions", json=body).text)]
+    assert "".join(texts) == "Hello " and "w" not in texts and texts[-1] == ""
+    whole = client.post("/v1/completions", json={**body, "stream": False}).json()["choices"][0]["text"]
+    assert whole == "Hello "
