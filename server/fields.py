@@ -6,6 +6,9 @@ does not serve (an image content part, TGI's `adapter_id`...) is refused by name
 logged in one bounded warning line. A known field sent with the value that asks for
 the API's default behaviour (`null`, `best_of: 1`, `modalities: ["text"]`...) is what
 the server does anyway, and passes.
+
+This is the first of a request's checks, on its HTTP shape only (see `tgi.core.validation` for who checks
+what after it).
 """
 
 from __future__ import annotations

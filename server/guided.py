@@ -1,7 +1,9 @@
 """Grammars from the APIs' request fields: TGI's `grammar`, OpenAI's `response_format`, vLLM's `guided_*`.
 
 Each function turns a field's value into a `tgi.core.guided.Grammar` or raises the 422 that names the field
-(OpenAI's shape on /v1). Compiling happens later, off the event loop (`InferenceService.with_grammar`).
+(OpenAI's shape on /v1). Whether the grammar can constrain this model's output is the engine's to say: it is
+compiled once, by the request's one validation (`LLMEngine.validate`, off the event loop), whose refusal
+names the same field.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 What is checked here: what only the server knows (its settings: `best_of`, stop sequences, top tokens), and
 what an API words its own way (TGI's exclusive `top_p` bound, OpenAI's `max_tokens`, `n`). Everything else
-(sampling ranges, lengths, token ids) the engine checks once, with defaults resolved, when the request is
-queued (`tgi.core.validation`); the server answers its `ValidationError` with the same 422.
+(sampling ranges, lengths, token ids, what the backend can do, the grammar) the engine checks once, with
+defaults resolved, when `InferenceService.generate` hands the request over (`LLMEngine.validate`, with every
+check in `tgi.core.validation`); the server answers its `ValidationError` with the same 422.
 """
 
 from __future__ import annotations
