@@ -202,7 +202,7 @@ DECODE_IMPLS = {"auto": 0, "vector": 1, "amx": 2}
 #: K-quants' super-blocks of 256 (their weights need K a multiple of 256). AMX: Q4_0, Q4_1, Q8_0 (README)
 BLOCK_TYPES = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2, "Q5_0": 6, "Q5_1": 7, "Q4_K": 3, "Q5_K": 4, "Q6_K": 5}
 #: implementations of `block_linear`
-BLOCK_IMPLS = {"auto": 0, "reference": 1, "avx512-bf16": 2, "amx": 3}
+BLOCK_IMPLS = {"auto": 0, "reference": 1, "avx512-bf16": 2, "amx": 3, "avx512-vnni": 4}
 
 
 def block_pack(raw: torch.Tensor, qtype: str, n: int, k: int) -> torch.Tensor:
@@ -240,7 +240,8 @@ def dequantize_impls() -> list[str]:
 
 
 def block_impls() -> list[str]:
-    """The `block_linear` implementations this CPU (and OS) offers: "reference", "avx512-bf16", "amx"."""
+    """The `block_linear` implementations this CPU (and OS) offers: "reference", "avx512-bf16", "amx",
+    "avx512-vnni" (the K-quants on int8 inputs; with AVX512-VNNI, VBMI and BF16)."""
     return list(load().block_impls())
 
 
@@ -258,8 +259,11 @@ def block_linear(
     x [M, k] bfloat16 -> [M, n] bfloat16. Products of x with the exact weight values (not rounded to
     bfloat16) accumulate in float32, then round once. `impl`: "auto" (the fastest this CPU has), "amx"
     (weights dequantized to bfloat16 tiles, as the dense weights are, multiplied on AMX), "avx512-bf16",
-    or "reference" (scalar; what a CPU without AVX512-BF16 takes). Raises for one this CPU lacks, and
-    "amx" for Q5_0, Q5_1 and the K-quants ("auto" computes them on AVX512-BF16 on every CPU with AMX).
+    "avx512-vnni" (K-quants only: x quantized to int8 per row and 256 columns, llama.cpp's q8_K, integer
+    products; each output off the exact-input product by at most half an input step per column, summed
+    over |w|), or "reference" (scalar; what a CPU without AVX512-BF16 takes). Raises for one this CPU
+    lacks, "amx" for Q5_0, Q5_1 and the K-quants, "avx512-vnni" for any other type. "auto" computes the
+    K-quants on "avx512-vnni" where the CPU has it, else on "avx512-bf16" (also on CPUs with AMX).
     float32 x -> float32 out ("auto" or "reference": AVX2 or plain loops; the K-quants' float32 path is one
     loop nest compiled for AVX-512, AVX2 and plain x86-64, both names take it).
     """

@@ -141,8 +141,9 @@ torch::Tensor block_linear(torch::Tensor x, torch::Tensor packed, int64_t qtype,
   }
   uint16_t* op = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
   const uint8_t* wp = packed.data_ptr<uint8_t>();
-  // impl: 0 the fastest this CPU has, 1 scalar reference, 2 AVX512-BF16, 3 AMX
-  TORCH_CHECK(impl >= 0 && impl <= 3, "unknown implementation ", impl);
+  // impl: 0 the fastest this CPU has, 1 scalar reference, 2 AVX512-BF16, 3 AMX, 4 AVX512-VNNI (K-quants,
+  // int8 inputs)
+  TORCH_CHECK(impl >= 0 && impl <= 4, "unknown implementation ", impl);
 #if defined(__x86_64__)
   TORCH_CHECK(impl != 2 || has_avx512_bf16(), "this CPU has no AVX512-BF16");
   TORCH_CHECK(impl != 3 || amx_ready(), "AMX is not available here");
@@ -168,6 +169,25 @@ torch::Tensor block_linear(torch::Tensor x, torch::Tensor packed, int64_t qtype,
         const int64_t width = (end - begin) * R, col0 = begin * R;
         store_rows_bf16(y.get(), width, bp ? bp + col0 : nullptr, mt, std::min(width, n - col0),
                         op + m0 * n + col0, n);
+      }
+    });
+    return out;
+  }
+  TORCH_CHECK(impl != 4 || has_avx512_vnni(), "this CPU has no AVX512-VNNI with VBMI and BF16 (the int8 path)");
+  TORCH_CHECK(impl != 4 || is_kquant(qtype), "the int8 (AVX512-VNNI) block kernel computes Q4_K, Q5_K and Q6_K");
+  // auto: the K-quants on int8 inputs, as llama.cpp computes them, where the CPU has VNNI (a decode step of
+  // the 1B-class Q4_K_M model reads its weights 2-5x faster per core than on the bfloat16 path)
+  if (is_kquant(qtype) && (impl == 4 || (impl == 0 && has_avx512_vnni()))) {
+    const int64_t ns = k / QKK;
+    std::vector<int8_t> xq(M * k);
+    std::vector<float> dx(M * ns);
+    std::vector<int32_t> bsum(M * ns * (QKK / 16));
+    quantize_rows_q8k(xp, M, k, xq.data(), dx.data(), bsum.data());
+    at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+      std::vector<float> y(M * R);
+      for (int64_t g = begin; g < end; ++g) {
+        group_vnni_k(xq.data(), dx.data(), bsum.data(), M, k, wp, qtype, g, y.data());
+        store_rows_bf16(y.data(), R, bp ? bp + g * R : nullptr, M, std::min<int64_t>(R, n - g * R), op + g * R, n);
       }
     });
     return out;
@@ -212,6 +232,7 @@ std::vector<std::string> block_impls() {
 #if defined(__x86_64__)
   if (has_avx512_bf16()) out.push_back("avx512-bf16");
   if (amx_ready()) out.push_back("amx");
+  if (has_avx512_vnni()) out.push_back("avx512-vnni");
 #endif
   return out;
 }

@@ -83,10 +83,27 @@ void group_ref_k(const uint16_t* x, int64_t M, int64_t K, const float* sx, const
 void group_f32_k(const float* x, int64_t M, int64_t K, const float* sx, const uint8_t* packed, int64_t qtype,
                  int64_t g, float* y /* [M, R] */);
 
+// int8 inputs (block_linear_kquant_avx512_vnni.cpp): x [M, K] bfloat16 quantized per row and 256 columns
+// (llama.cpp's q8_K): q [M, K] (each 8 columns in the order 0, 1, 4, 5, 2, 3, 6, 7), dx [M, K / 256] the
+// scales, bsum [M, K / 16] the sums of q per 16 columns (in the columns' own order)
+void quantize_rows_q8k(const uint16_t* x, int64_t M, int64_t K, int8_t* q, float* dx, int32_t* bsum);
+
 #if defined(__x86_64__)
 // AVX-512 BF16 path (block_linear_kquant_avx512_bf16.cpp)
 TGI_BF16_TARGET void group_avx512_k(const uint16_t* x, int64_t M, int64_t K, const float* sx,
                                     const uint8_t* packed, int64_t qtype, int64_t g, float* y);
+
+// AVX512-VNNI int8 path (block_linear_kquant_avx512_vnni.cpp); the op stores its float32 sums with
+// store_rows_bf16, so it is offered where the CPU has AVX512-BF16 too
+#define TGI_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,f16c,fma")))
+
+inline bool has_avx512_vnni() {
+  static const bool ok = has_avx512_bf16() && __builtin_cpu_supports("avx512vnni") &&
+                         __builtin_cpu_supports("avx512vbmi");
+  return ok;
+}
+TGI_VNNI_TARGET void group_vnni_k(const int8_t* xq, const float* dx, const int32_t* bsum, int64_t M, int64_t K,
+                                  const uint8_t* packed, int64_t qtype, int64_t g, float* y);
 #endif
 
 }  // namespace tgi_blocks

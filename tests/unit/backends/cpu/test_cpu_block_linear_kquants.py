@@ -111,7 +111,8 @@ def test_float32_k_quant_block_linear_equals_the_dequantized_product(qtype, rows
 @pytest.mark.parametrize("qtype", QTYPES)
 def test_amx_refuses_k_quants_and_auto_computes_them(qtype):
     """No AMX path for these (backends/cpu/README.md): asking for it fails with the reason, and
-    "auto" on an AMX CPU (which has AVX512-BF16) computes them on the AVX512-BF16 path, for any rows."""
+    "auto" on an AMX CPU (which has AVX512-BF16) computes them on the AVX512-BF16 path, for any rows, or
+    the K-quants on the int8 path where the CPU has AVX512-VNNI (test_cpu_block_linear_kquant_int8.py)."""
     require("amx")
     block = k_blocks(qtype, 40, 512, seed=3)
     packed = native.block_pack(block.data, qtype, 40, 512)
@@ -119,7 +120,9 @@ def test_amx_refuses_k_quants_and_auto_computes_them(qtype):
     with pytest.raises(RuntimeError, match="computes Q4_0, Q4_1 and Q8_0, not Q5_0, Q5_1 or K-quants"):
         native.block_linear(x, packed, qtype, 40, 512, impl="amx")
     auto = native.block_linear(x, packed, qtype, 40, 512, impl="auto")
-    assert torch.equal(auto, native.block_linear(x, packed, qtype, 40, 512, impl="avx512-bf16"))
+    int8 = qtype in K_QUANTS and "avx512-vnni" in native.block_impls()
+    path = "avx512-vnni" if int8 else "avx512-bf16"
+    assert torch.equal(auto, native.block_linear(x, packed, qtype, 40, 512, impl=path))
 
 
 def test_k_quant_packing_sizes_and_refusals():
