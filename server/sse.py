@@ -128,8 +128,11 @@ async def peek(stream: AsyncIterator[T]) -> tuple[T | None, AsyncIterator[T]]:
 async def merge(streams: list[AsyncIterator[T]]) -> AsyncIterator[tuple[int, T]]:
     """Items of several streams as they come, tagged with the stream's index; closing it closes them all."""
     if len(streams) == 1:
-        async for item in streams[0]:
-            yield 0, item
+        try:
+            async for item in streams[0]:
+                yield 0, item
+        finally:  # closed early (client gone): close the stream now, not when it is collected
+            await streams[0].aclose()
         return
     queue: asyncio.Queue = asyncio.Queue()
     finished = object()
