@@ -5,29 +5,14 @@ drawn."""
 
 from __future__ import annotations
 
-import glob
 import os
-import shutil
 from pathlib import Path
 
 import pytest
+from llama_cpp_build import NO_TOOLS, TINY, llama_cpp_tools
 
 from tgi.benchmarks.bench_model import LLAMA_CPP, TGI_WRITER, cache_folder, prepare
-from tgi.benchmarks.llama_cpp_tools import LlamaCppTools, find_tools
 from tgi.benchmarks.make_model import LLAMA_1B, ModelShape, random_tensors
-
-TINY = ModelShape(hidden=256, intermediate=512, layers=2, heads=4, kv_heads=2, head_dim=64, context=256)
-NO_TOOLS = LlamaCppTools(None, None, None)
-
-
-def _llama_cpp_tools() -> LlamaCppTools:
-    """llama.cpp's tools: $TGI_LLAMA_CPP_DIR, else beside llama-server on PATH, else PEERS.md's build."""
-    if os.environ.get("TGI_LLAMA_CPP_DIR"):
-        return find_tools(os.environ["TGI_LLAMA_CPP_DIR"])
-    if shutil.which("llama-server"):
-        return find_tools(None, shutil.which("llama-server"))
-    builds = sorted(glob.glob(str(Path.home() / "peers" / "llama_cpp_python-*" / "vendor" / "llama.cpp")))
-    return find_tools(builds[-1]) if builds else NO_TOOLS
 
 
 def _types(path: str) -> dict[str, str]:
@@ -72,7 +57,7 @@ def test_safetensors_folder_holds_the_drawn_values(tmp_path):
 
 
 def test_llama_cpp_tools_convert_and_quantize(tmp_path):
-    tools = _llama_cpp_tools()
+    tools = llama_cpp_tools()
     if tools.missing("convert", "quantize"):
         pytest.skip(f"llama.cpp's {', '.join(tools.missing('convert', 'quantize'))} not found "
                     "(set TGI_LLAMA_CPP_DIR to a llama.cpp build)")  # fmt: skip
