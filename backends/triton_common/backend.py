@@ -38,7 +38,8 @@ class TritonBackend(TorchBackend):
     """One GPU per rank (`torch.cuda`: CUDA or ROCm's HIP build; `torch.xpu`: Intel), Triton attention,
     the backend's collectives (nccl, xccl).
 
-    :param device_index: the GPU of this rank (default: the current device)
+    :param device_index: the GPU of this process (default: the current device); under tensor parallelism
+        each rank takes its own with `bind_rank(local_rank)` before anything is made on it
     :param attention: attention implementation name (default: `$TGI_ATTENTION`, else `triton`)
     :param cuda_graphs: capture decode steps as CUDA graphs (default: `$TGI_CUDA_GRAPHS`, else off)
 
@@ -79,6 +80,23 @@ class TritonBackend(TorchBackend):
     def devices(self) -> list[DeviceInfo]:
         props = self.device_module.get_device_properties(self.device)
         return [DeviceInfo(self.device.index or 0, props.name, props.total_memory)]
+
+    def bind_rank(self, local_rank: int) -> None:
+        """Rank `local_rank` of this host computes on GPU `local_rank` (numbered among the visible ones):
+        it becomes this backend's device and the process's current device, which Triton launches, NCCL's
+        `device_id` and graph captures use. Raises `ConfigError` when fewer GPUs are visible."""
+        from tgi.core.config import ConfigError
+
+        dm = self.device_module
+        count = dm.device_count() if dm.is_available() else 0
+        if not 0 <= local_rank < count:
+            raise ConfigError(
+                f"tensor-parallel rank {local_rank} needs {self.device_type}:{local_rank}, but this process "
+                f"sees {count} {self.device_type} device(s): use --num-shard {max(count, 1)} or fewer, or make "
+                f"more devices visible"
+            )
+        dm.set_device(local_rank)
+        self.device = torch.device(self.device_type, local_rank)
 
     def reserve_activation_memory(self, nbytes: int) -> None:
         """Called by the runner with the measured peak of a forward step beyond the weights."""

@@ -73,6 +73,16 @@ class Backend(ABC):
         that the memory is free for the next model and shows as free in `memory_info()`. Default: nothing."""
         return
 
+    def bind_rank(self, local_rank: int) -> None:
+        """Take the device of rank `local_rank` among this host's ranks of a tensor-parallel group. Called
+        in each rank's process (rank 0's too) right after `spec.create()`, before the group's collective,
+        the runner or any tensor is made; never called without tensor parallelism. A backend with one
+        device per rank makes device `local_rank` (of those visible to the process) its own and the
+        process's current one, so that the ranks do not all land on the first device; it raises
+        `ConfigError` naming how many devices it sees when there is no such device. Default: nothing
+        (ranks that share the host's memory)."""
+        return
+
     @abstractmethod
     def create_runner(self, source: ModelSource, config: EngineConfig, world_size: int = 1) -> ModelRunner:
         """A runner for `source` over `world_size` devices (`--num-shard`), not yet loaded.

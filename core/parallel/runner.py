@@ -181,6 +181,7 @@ class TensorParallelRunner(ModelRunner):
 
     def _spawn(self, say: Callable[[str], None]) -> None:
         n = self.world_size
+        self.backend.bind_rank(0)  # before its collective and runner; each worker binds its own rank
         # a private file store on this host unless TGI's --master-addr / --master-port ask for tcp
         rendezvous = open_rendezvous(self.config.master_addr, self.config.master_port)
         init_method = rendezvous.init_method

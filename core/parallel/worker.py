@@ -105,6 +105,7 @@ def worker_main(
     collective = runner = None
     try:
         backend = spec.create()
+        backend.bind_rank(rank)  # every rank runs on rank 0's host: its local rank is its rank
         if config.attention:  # the same kernels as rank 0
             backend.select_attention(config.attention)
         collective = backend.create_collective(rank, world_size, init_method)
