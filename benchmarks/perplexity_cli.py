@@ -140,7 +140,11 @@ def quantize_rows(args, ids, bos) -> list[dict]:
     rows = [{"format": "float32 (reference)", "file": dense32, "ours": ref, "ratio": 1.0}]
     for name in names:
         model_id, quant = variant_model(name, None, args.work_dir)
-        row = {"format": name if quant is None else f"--quantize {quant}", "file": model_id}
+        label = {
+            "gptq": "gptq checkpoint (4-bit, group 64, round-to-nearest)",
+            "bfloat16": "bfloat16 (dense)",
+        }
+        row = {"format": f"--quantize {quant}" if quant else label.get(name, name), "file": model_id}
         row["ours"], ppl = _ours(model_id, ids, args.n_ctx, bos, None, quant)
         row["ratio"] = ppl / ref_ppl
         rows.append(row)
