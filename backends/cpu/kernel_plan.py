@@ -53,10 +53,13 @@ def kernel_plan(
         plan["gguf block linear"] = "off (no fast path on this CPU)"
     elif impl != "auto":
         plan["gguf block linear"] = f"{impl} up to {max_block_rows} rows (TGI_CPU_BLOCK_IMPL)"
-    elif "amx" in block_impls:
-        plan["gguf block linear"] = f"avx512-bf16 for 1-2 rows, amx up to {max_block_rows} rows"
     else:
-        plan["gguf block linear"] = f"{block_impls[-1]} up to {max_block_rows} rows"
+        int8 = "; K-quants on int8 inputs (avx512-vnni)" if "avx512-vnni" in block_impls else ""
+        if "amx" in block_impls:
+            plan["gguf block linear"] = f"avx512-bf16 for 1-2 rows, amx up to {max_block_rows} rows{int8}"
+        else:
+            bf16 = [i for i in block_impls if i != "avx512-vnni"][-1]
+            plan["gguf block linear"] = f"{bf16} up to {max_block_rows} rows{int8}"
     if attention == "cpu-native":
         decode = os.environ.get("TGI_CPU_DECODE_IMPL", "auto")
         if decode != "auto":

@@ -42,6 +42,12 @@ AVX2 = {"avx2", "fma", "bmi1", "bmi2", "f16c", "movbe"}
             "decode attention": "cpu-native, scores on AMX (head sizes 32-128), else AVX-512",
             "fused norm/rotary/silu": "native AVX-512",
         }),
+        (AMX | {"avx512_vnni", "avx512vbmi"}, ["reference", "avx512-bf16", "amx", "avx512-vnni"], 64, {
+            "gguf block linear": "avx512-bf16 for 1-2 rows, amx up to 64 rows; K-quants on int8 inputs (avx512-vnni)",
+        }),
+        (EPYC | {"avx512_vnni", "avx512vbmi"}, ["reference", "avx512-bf16", "avx512-vnni"], 64, {
+            "gguf block linear": "avx512-bf16 up to 64 rows; K-quants on int8 inputs (avx512-vnni)",
+        }),
         (EPYC, ["reference", "avx512-bf16"], 64, {
             "dense linear": "oneDNN bfloat16 (AVX512-BF16)",
             "gguf block linear": "avx512-bf16 up to 64 rows",
