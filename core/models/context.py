@@ -121,7 +121,10 @@ def token_seq_lens(meta: AttentionMetadata, num_tokens: int) -> torch.Tensor:
     (0 for padding tokens past the prefill and decode tokens)."""
     device = meta.slot_mapping.device
     q_lens = (meta.query_start_loc[1:] - meta.query_start_loc[:-1]).to(torch.int64)
-    prefill = torch.repeat_interleave(meta.prefill_seq_lens.to(torch.int64), q_lens)
+    # output_size: the length known on the host, so the device is never asked for sum(q_lens) (a sync)
+    prefill = torch.repeat_interleave(
+        meta.prefill_seq_lens.to(torch.int64), q_lens, output_size=meta.num_prefill_tokens
+    )
     out = torch.zeros(num_tokens, dtype=torch.int64, device=device)
     n = meta.num_prefill_tokens
     out[:n] = prefill

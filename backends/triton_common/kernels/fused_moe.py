@@ -29,7 +29,10 @@ def align_pairs(ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[torc
     num_pairs = flat.numel()
     device = ids.device
     order = torch.argsort(flat, stable=True)
-    counts = torch.bincount(flat, minlength=num_experts)
+    # not bincount: on CUDA it reads the ids' min and max back to the host (a sync graphs cannot capture)
+    counts = torch.zeros(num_experts, dtype=torch.int64, device=device).index_add_(
+        0, flat, torch.ones_like(flat)
+    )
     padded = (counts + block_m - 1) // block_m * block_m
     ends = torch.cumsum(padded, 0)
     starts = ends - padded  # each expert's first row in the padded order
