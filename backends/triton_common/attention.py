@@ -33,7 +33,8 @@ class TritonAttention(AttentionBackend):
     bfloat16 and float16, KV block sizes 1-256, sliding window, soft-cap, chunked prefill.
 
     :param min_tokens_per_split: decode splits a context into pieces of at least this many keys
-    :param max_splits: at most this many decode splits
+    :param max_splits: at most this many decode splits (a power of two: split counts are, so that a few
+        kernel variants serve every step and warm-up compiles them all, see `decode_split_choices`)
     :param target_programs: stop adding splits once batch * kv_heads * splits reaches this (the GPU is full)
     :param batch_invariant: `--deterministic`: a query's sum over its keys runs in one order, whatever the
         batch, the chunking or the cache: decode in one split (the split count otherwise follows the batch
@@ -50,6 +51,8 @@ class TritonAttention(AttentionBackend):
         target_programs: int = 256,
         batch_invariant: bool = False,
     ):
+        if max_splits < 1 or max_splits & (max_splits - 1):
+            raise ValueError(f"max_splits must be a power of two, got {max_splits}")
         self.min_tokens_per_split = min_tokens_per_split
         self.max_splits = max_splits
         self.target_programs = target_programs
@@ -76,13 +79,22 @@ class TritonAttention(AttentionBackend):
         self, num_seqs: int, num_kv_heads: int, max_seq_len: int, window: int | None
     ) -> int:
         """How many programs share one sequence's context: enough to fill the GPU when the batch is small,
-        none when each split would get fewer than `min_tokens_per_split` keys. Always 1 when batch-invariant."""
+        none when each split would get fewer than `min_tokens_per_split` keys; rounded down to a power of
+        two, so that it is one of `decode_split_choices()` (each is a kernel variant: a new count would
+        compile while serving). Always 1 when batch-invariant."""
         if self.batch_invariant:
             return 1
         span = max_seq_len if window is None else min(max_seq_len, window)
         by_length = max(1, span // self.min_tokens_per_split)
         by_occupancy = max(1, self.target_programs // max(1, num_seqs * num_kv_heads))
-        return int(min(self.max_splits, by_length, by_occupancy))
+        splits = int(min(self.max_splits, by_length, by_occupancy))
+        return 1 << (splits.bit_length() - 1)
+
+    def decode_split_choices(self) -> tuple[int, ...]:
+        """Every split count `num_decode_splits` may return: the decode kernel variants warm-up compiles."""
+        if self.batch_invariant:
+            return (1,)
+        return tuple(1 << i for i in range(self.max_splits.bit_length()))
 
     def prefill(
         self,

@@ -24,7 +24,9 @@ class TritonModelRunner(TorchModelRunner):
       build run once on a temporary KV cache, and the peak beyond the weights is handed to the backend
       (`reserve_activation_memory`), so that the engine sizes the KV cache from what is really left — what
       TGI's warm-up does to compute `max_batch_total_tokens`.
-    * `warmup()` then captures CUDA graphs for decode steps when `cuda_graphs` is on (see `graphs.py`).
+    * `warmup()` compiles every kernel variant a step may pick (`compile_decode_variants`: one per decode
+      split count), so that no variant compiles while serving, then captures CUDA graphs for decode steps
+      when `cuda_graphs` is on (see `graphs.py`).
     """
 
     def __init__(
@@ -82,8 +84,42 @@ class TritonModelRunner(TorchModelRunner):
         self.graphed = None
         super().shutdown()
 
+    def compile_decode_variants(self) -> tuple[int, ...]:
+        """One decode forward of one sequence for each split count the attention may pick
+        (`TritonAttention.decode_split_choices`), on every layer: Triton compiles a kernel variant per split
+        count (and layer kind: window, soft-cap) at its first launch, which would otherwise stall a serving
+        step. Nothing is written to the cache (slot -1). Returns the split counts run."""
+        import torch
+
+        from tgi.backends.triton_common.attention import NUM_SPLITS_KEY
+        from tgi.core.models.context import AttentionContext
+        from tgi.core.torch.attention import AttentionMetadata
+
+        choices = getattr(self.attention, "decode_split_choices", None)
+        if choices is None:  # an attention without split variants
+            return ()
+        device = self.device
+        i32 = lambda values: torch.tensor(values, dtype=torch.int32, device=device)  # noqa: E731
+        length = self.config.block_size  # one full block: every split count has keys to walk
+        splits_run = choices()
+        with torch.inference_mode():
+            for splits in splits_run:
+                meta = AttentionMetadata(
+                    slot_mapping=torch.full((1,), -1, dtype=torch.int64, device=device),
+                    num_prefill_tokens=0, num_decode_tokens=1, query_start_loc=i32([0]),
+                    prefill_seq_lens=i32([]), prefill_block_tables=i32([]).view(0, 0), max_query_len=0,
+                    max_prefill_seq_len=0, decode_seq_lens=i32([length]), decode_block_tables=i32([[0]]),
+                    max_decode_seq_len=length, decode_seq_lens_host=[length],
+                    extra={NUM_SPLITS_KEY: splits},
+                )  # fmt: skip
+                ids = torch.zeros(1, dtype=torch.int64, device=device)
+                positions = torch.full((1,), length - 1, dtype=torch.int64, device=device)
+                self.model(ids, positions, AttentionContext(self.attention, self.kv_cache, meta))
+        return splits_run
+
     def warmup(self, max_batch_tokens: int, max_num_seqs: int) -> None:
         super().warmup(max_batch_tokens, max_num_seqs)
+        self.compile_decode_variants()
         if self.cuda_graphs and self.lora is not None:
             # a captured graph would replay the adapters of its capture: LoRA steps run eagerly
             log.warning("CUDA graphs are off: LoRA adapters are loaded (--lora-adapters)")

@@ -24,6 +24,38 @@ def upcast_dot(dtype: torch.dtype) -> bool:
     return dtype == torch.float32 or (dtype == torch.bfloat16 and interpreting())
 
 
+#: shared memory one program may hold on an H100 (227 KB of the SM's 228 KB): the budget where no GPU is
+#: asked (the interpreter, ahead-of-time compiles for sm_90)
+SHARED_MEMORY_BYTES = 227 * 1024
+XPU_SHARED_MEMORY_BYTES = 64 * 1024
+_SHARED_MEMORY: dict[int, int] = {}
+
+
+def shared_memory_budget(device: torch.device) -> int:
+    """Shared memory (LDS on AMD) one program may hold on `device`, as its driver says (64 KB on an MI300,
+    227 KB on an H100); 64 KB on an Intel GPU (the shared local memory of the smallest Xe core, not asked:
+    unverified); `SHARED_MEMORY_BYTES` for the interpreter's CPU tensors."""
+    if device.type == "xpu":
+        return XPU_SHARED_MEMORY_BYTES
+    if device.type != "cuda" or interpreting():
+        return SHARED_MEMORY_BYTES
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _SHARED_MEMORY:
+        props = triton.runtime.driver.active.utils.get_device_properties(index)
+        _SHARED_MEMORY[index] = int(props["max_shared_mem"])
+    return _SHARED_MEMORY[index]
+
+
+def tile_launch_options(stage_bytes: int, budget: int = SHARED_MEMORY_BYTES) -> dict[str, int]:
+    """`num_warps` and `num_stages` for a kernel whose loop loads `stage_bytes` of tiles per iteration
+    (the keys and values of one BLOCK_N tile): as many pipeline stages (at most Triton's default of 3) as fit
+    in half of `budget`, the other half left to the dot operands' layout conversions, and at least 1; 8
+    warps once a stage reaches 64 KB, so that the tiles the warps hold in registers do not spill. Checked
+    for sm_90 by compiling every variant ahead of time (tests/conformance/test_triton_aot_sm90.py)."""
+    stages = max(1, min(3, (budget // 2) // max(1, stage_bytes)))
+    return {"num_warps": 8 if stage_bytes >= 64 * 1024 else 4, "num_stages": stages}
+
+
 def block_d(head_dim: int) -> int:
     """Head dimension padded to a power of two of at least 16 (the smallest `tl.dot` operand)."""
     return max(16, triton.next_power_of_2(head_dim))

@@ -15,10 +15,22 @@ import torch
 import triton
 import triton.language as tl
 
-from tgi.backends.triton_common.kernels.common import block_d, pv_dot, qk_dot, softcap_fn, upcast_dot
+from tgi.backends.triton_common.kernels.common import (
+    block_d,
+    pv_dot,
+    qk_dot,
+    shared_memory_budget,
+    softcap_fn,
+    tile_launch_options,
+    upcast_dot,
+)
+
+#: keys per tile of the split kernel's loop
+BLOCK_N = 64
 
 
-@triton.jit
+# the block table's width changes from step to step: not a specialisation (a new variant) of its own
+@triton.jit(do_not_specialize=["stride_bt"])
 def _decode_split_kernel(
     Q,  # [B, H, D]
     K_cache,  # [num_blocks, PAGE, Hkv, D]
@@ -152,6 +164,41 @@ def _decode_reduce_kernel(
     )
 
 
+def decode_constexprs(
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    page: int,
+    dtype: torch.dtype,
+    num_splits: int,
+    sliding_window: int | None,
+    softcap: float | None,
+    block_n: int = BLOCK_N,
+) -> dict:
+    """The split kernel's compile-time arguments for one launch: one variant of the kernel per distinct
+    result (what warm-up compiles, and what an ahead-of-time compile for a GPU target builds)."""
+    g = num_heads // num_kv_heads
+    return dict(
+        G=g, HEAD_DIM=head_dim, BLOCK_D=block_d(head_dim), BLOCK_H=max(16, triton.next_power_of_2(g)),
+        BLOCK_N=block_n, PAGE=page, NUM_SPLITS=num_splits,
+        USE_WINDOW=sliding_window is not None, USE_SOFTCAP=softcap is not None, UPCAST=upcast_dot(dtype),
+    )  # fmt: skip
+
+
+def decode_launch_options(head_dim: int, dtype: torch.dtype, budget: int, block_n: int = BLOCK_N) -> dict:
+    """`num_warps`, `num_stages` of the split kernel: from the bytes of one key tile and one value tile."""
+    size = 4 if upcast_dot(dtype) else dtype.itemsize  # upcast tiles are converted to float32
+    return tile_launch_options(2 * block_n * block_d(head_dim) * size, budget)
+
+
+def reduce_constexprs(num_heads: int, head_dim: int, num_splits: int) -> dict:
+    """The reduce kernel's compile-time arguments (launched for `num_splits` > 1 only)."""
+    return dict(
+        NUM_HEADS=num_heads, HEAD_DIM=head_dim, BLOCK_D=block_d(head_dim),
+        NUM_SPLITS=num_splits, BLOCK_S=triton.next_power_of_2(num_splits),
+    )  # fmt: skip
+
+
 def paged_decode_attention(
     q: torch.Tensor,  # [B, H, D]
     key_cache: torch.Tensor,  # [num_blocks, block_size, Hkv, D]
@@ -162,7 +209,7 @@ def paged_decode_attention(
     num_splits: int = 1,
     sliding_window: int | None = None,
     softcap: float | None = None,
-    block_n: int = 64,
+    block_n: int = BLOCK_N,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:  # [B, H, D]
     """Attention of one query token per sequence over its paged context. `num_splits` > 1 splits each
@@ -170,7 +217,6 @@ def paged_decode_attention(
     batches, where one program per head would leave most of the GPU idle)."""
     bsz, h, d = q.shape
     _, page, hkv, _ = key_cache.shape
-    g = h // hkv
     if out is None:
         out = torch.empty_like(q)
     if bsz == 0:
@@ -189,15 +235,11 @@ def paged_decode_attention(
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
         value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
         block_tables.stride(0), out.stride(0), out.stride(1),
-        G=g, HEAD_DIM=d, BLOCK_D=block_d(d), BLOCK_H=max(16, triton.next_power_of_2(g)),
-        BLOCK_N=block_n, PAGE=page, NUM_SPLITS=num_splits,
-        USE_WINDOW=sliding_window is not None, USE_SOFTCAP=softcap is not None,
-        UPCAST=upcast_dot(q.dtype),
+        **decode_constexprs(h, hkv, d, page, q.dtype, num_splits, sliding_window, softcap, block_n),
+        **decode_launch_options(d, q.dtype, shared_memory_budget(q.device), block_n),
     )  # fmt: skip
     if num_splits > 1:
         _decode_reduce_kernel[(bsz, h)](
-            out, partial, lse, out.stride(0), out.stride(1),
-            NUM_HEADS=h, HEAD_DIM=d, BLOCK_D=block_d(d),
-            NUM_SPLITS=num_splits, BLOCK_S=triton.next_power_of_2(num_splits),
-        )  # fmt: skip
+            out, partial, lse, out.stride(0), out.stride(1), **reduce_constexprs(h, d, num_splits)
+        )
     return out

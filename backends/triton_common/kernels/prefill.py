@@ -15,10 +15,23 @@ import torch
 import triton
 import triton.language as tl
 
-from tgi.backends.triton_common.kernels.common import block_d, pv_dot, qk_dot, softcap_fn, upcast_dot
+from tgi.backends.triton_common.kernels.common import (
+    block_d,
+    pv_dot,
+    qk_dot,
+    shared_memory_budget,
+    softcap_fn,
+    tile_launch_options,
+    upcast_dot,
+)
+
+#: (query token, head) rows per tile, and keys per tile of the loop
+BLOCK_ROWS = 64
+BLOCK_N = 64
 
 
-@triton.jit
+# the block table's width changes from step to step: not a specialisation (a new variant) of its own
+@triton.jit(do_not_specialize=["stride_bt"])
 def _prefill_kernel(
     Q,  # [T, H, D]
     K_cache,  # [num_blocks, PAGE, Hkv, D]
@@ -125,6 +138,35 @@ def _prefill_kernel(
     )
 
 
+def prefill_constexprs(
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    page: int,
+    dtype: torch.dtype,
+    sliding_window: int | None,
+    softcap: float | None,
+    block_rows: int = BLOCK_ROWS,
+    block_n: int = BLOCK_N,
+) -> dict:
+    """The prefill kernel's compile-time arguments: one variant per layer kind of a model, whatever the
+    step (what warm-up compiles, and what an ahead-of-time compile for a GPU target builds)."""
+    g = num_heads // num_kv_heads
+    block_g = triton.next_power_of_2(g)
+    block_m = max(1, block_rows // block_g, 16 // block_g)  # at least 16 rows for tl.dot
+    return dict(
+        G=g, HEAD_DIM=head_dim, BLOCK_D=block_d(head_dim), BLOCK_M=block_m, BLOCK_G=block_g,
+        BLOCK_N=block_n, PAGE=page, USE_WINDOW=sliding_window is not None,
+        USE_SOFTCAP=softcap is not None, UPCAST=upcast_dot(dtype),
+    )  # fmt: skip
+
+
+def prefill_launch_options(head_dim: int, dtype: torch.dtype, budget: int, block_n: int = BLOCK_N) -> dict:
+    """`num_warps`, `num_stages` of the prefill kernel: from the bytes of one key tile and one value tile."""
+    size = 4 if upcast_dot(dtype) else dtype.itemsize  # upcast tiles are converted to float32
+    return tile_launch_options(2 * block_n * block_d(head_dim) * size, budget)
+
+
 def paged_prefill_attention(
     q: torch.Tensor,  # [T, H, D]
     key_cache: torch.Tensor,  # [num_blocks, block_size, Hkv, D]
@@ -136,14 +178,13 @@ def paged_prefill_attention(
     scale: float,
     sliding_window: int | None = None,
     softcap: float | None = None,
-    block_rows: int = 64,
-    block_n: int = 64,
+    block_rows: int = BLOCK_ROWS,
+    block_n: int = BLOCK_N,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:  # [T, H, D]
     """Causal attention of every prefill chunk over its cached context and itself (both in the cache)."""
     t, h, d = q.shape
     _, page, hkv, _ = key_cache.shape
-    g = h // hkv
     if out is None:
         out = torch.empty_like(q)
     num_seqs = query_start_loc.shape[0] - 1
@@ -151,9 +192,8 @@ def paged_prefill_attention(
         return out
     if q.stride(-1) != 1:
         q = q.contiguous()
-    block_g = triton.next_power_of_2(g)
-    block_m = max(1, block_rows // block_g, 16 // block_g)  # at least 16 rows for tl.dot
-    grid = (num_seqs, triton.cdiv(max_query_len, block_m), hkv)
+    constexprs = prefill_constexprs(h, hkv, d, page, q.dtype, sliding_window, softcap, block_rows, block_n)
+    grid = (num_seqs, triton.cdiv(max_query_len, constexprs["BLOCK_M"]), hkv)
     _prefill_kernel[grid](
         q, key_cache, value_cache, out, block_tables, query_start_loc, seq_lens,
         scale, softcap or 0.0, sliding_window or 0,
@@ -161,8 +201,6 @@ def paged_prefill_attention(
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
         value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
         out.stride(0), out.stride(1), block_tables.stride(0),
-        G=g, HEAD_DIM=d, BLOCK_D=block_d(d), BLOCK_M=block_m, BLOCK_G=block_g, BLOCK_N=block_n,
-        PAGE=page, USE_WINDOW=sliding_window is not None, USE_SOFTCAP=softcap is not None,
-        UPCAST=upcast_dot(q.dtype),
+        **constexprs, **prefill_launch_options(d, q.dtype, shared_memory_budget(q.device), block_n),
     )  # fmt: skip
     return out

@@ -16,7 +16,8 @@ import triton.language as tl
 from tgi.backends.triton_common.kernels.common import interpreting
 
 
-@triton.jit
+# the token count changes from step to step: not a specialisation (a new variant) of its own
+@triton.jit(do_not_specialize=["num_tokens"])
 def _reshape_and_cache_kernel(
     Key,  # [T, Hkv, D]
     Value,  # [T, Hkv, D]
