@@ -153,7 +153,7 @@ def test_three_shards_give_the_same_tokens(tmp_path):
     )
     llama = save_random_model(tmp_path / "llama", "llama", vocab_size=252, **dims)  # vocabulary split 3 ways
     qwen2 = save_random_model(tmp_path / "qwen2", "qwen2", vocab_size=250, tie_word_embeddings=True, **dims)
-    script = Path(__file__).parents[1] / "tpu_shards.py"
+    script = Path(__file__).parents[1] / "helpers" / "tpu_shards.py"
     out = subprocess.run(
         [sys.executable, str(script), str(CACHE), str(llama), str(qwen2)],
         capture_output=True, text=True, timeout=300, check=True,
