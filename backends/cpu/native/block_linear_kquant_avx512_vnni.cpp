@@ -92,6 +92,9 @@ TGI_VNNI_TARGET void group_tile_vnni(const int8_t* xq, const float* dx, const in
         for (int a = 0; a < NA; ++a) acc[m][a] = _mm512_setzero_si512();
       const int8_t* xs = xq + s * QKK + 32 * j;
       for (int p = 0; p < 4; ++p) {
+        // 4 KiB ahead of the stream of groups (a thread reads its groups in order): one core, [1, 2048] x
+        // [2048, 16384] Q4_K from memory, 2.28 -> 1.75 ms (Q6_K 3.5 -> 2.6 ms); 8 KiB gains no more
+        _mm_prefetch(reinterpret_cast<const char*>(o + 256 * j + 64 * p + 4096), _MM_HINT_T0);
         const __m512i v = _mm512_loadu_si512(o + 256 * j + 64 * p);
         __m512i lo = _mm512_and_si512(v, low4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
         if (T == kQ5_K) {
