@@ -1,41 +1,35 @@
 """The Triton fused mixture-of-experts kernel (CUDA/ROCm), run on CPU tensors by triton's interpreter
-(`TRITON_INTERPRET=1`, set by tests/conftest.py before triton is imported): equal to core's grouped expert
+(`TRITON_INTERPRET=1`, set by tests/conftest.py before triton is imported) where no GPU is visible: equal to core's grouped expert
 products, and a tiny Mixtral served end to end by the CUDA backend on CPU tensors (every kernel Triton)
-gives transformers' greedy tokens. Skipped where a GPU is visible (the kernels then run natively)."""
+gives transformers' greedy tokens. Where a GPU is visible, the same tests run the compiled kernels on it
+(`triton_device`)."""
 
 from __future__ import annotations
-
-import os
 
 import pytest
 import torch
 import torch.nn.functional as F
+from triton_device import DEVICE, KERNEL_TYPE, kernel_test_backend, skip_unless_triton_runs
 
-if torch.cuda.is_available():
-    pytest.skip("a GPU is visible: the kernels are not interpreted", allow_module_level=True)
-if os.environ.get("TRITON_INTERPRET") != "1":
-    pytest.skip("TRITON_INTERPRET=1 was not set before triton was imported", allow_module_level=True)
-pytest.importorskip("triton", reason="triton is not installed (pip install triton; CI installs it)")
+skip_unless_triton_runs()
 
-from interpreted_cuda import InterpretedCudaBackend
-
-from tgi.backends.triton_common.kernels.fused_moe import align_pairs, fused_moe
-from tgi.core.models.moe import GroupedExperts, grouped_moe, route
+from tgi.backends.triton_common.kernels.fused_moe import align_pairs, fused_moe  # noqa: E402
+from tgi.core.models.moe import GroupedExperts, grouped_moe, route  # noqa: E402
 
 # max abs error against grouped_moe in float64 on the same (dtype-rounded) inputs, relative to the largest
 # output: about two roundings to the dtype (the intermediate product and the output)
 TOL = {torch.float32: 1e-6, torch.bfloat16: 1e-2, torch.float16: 1e-3}
 
 
-def test_kernel_is_interpreted():
+def test_kernel_runs_where_expected():
     from tgi.backends.triton_common.kernels import fused_moe as module
 
-    assert type(module._gate_up_kernel).__name__ == "InterpretedFunction"
+    assert type(module._gate_up_kernel).__name__ == KERNEL_TYPE
 
 
 def test_align_pairs_groups_and_pads_per_expert():
     ids = torch.tensor([[2, 0], [2, 1], [0, 2]])  # pairs 0..5; expert 0: 1, 4; expert 1: 3; 2: 0, 2, 5
-    pairs, tiles = align_pairs(ids, num_experts=4, block_m=4)
+    pairs, tiles = align_pairs(ids.to(DEVICE), num_experts=4, block_m=4)
     # room for the most padding 6 pairs of 4 experts can need: ceil((6 + 4 * 3) / 4) = 5 tiles; expert 3
     # has no pair and no tile of its own, the spare tiles are padding only (6 = T * k)
     assert tiles.tolist() == [0, 1, 2, 3, 3]
@@ -54,7 +48,7 @@ def test_fused_moe_equals_grouped_experts(dtype, tokens):
     logits[:, 3] = -1e4  # an expert no token chose
     weights, ids = route(logits, k, renormalize=True)
     expected = grouped_moe(x.double(), w13.double(), w2.double(), weights.double(), ids, F.silu)
-    out = fused_moe(x, w13, w2, weights, ids)
+    out = fused_moe(*(t.to(DEVICE) for t in (x, w13, w2, weights, ids))).cpu()
     assert out.dtype == dtype and out.shape == (tokens, h)
     err = ((out.double() - expected).abs().max() / expected.abs().max()).item()
     print(f"fused MoE T={tokens} {dtype}: max abs error {err:.2e} of the largest output")
@@ -76,7 +70,7 @@ def test_mixtral_through_the_cuda_backend_equals_transformers(tmp_path):
     attached = []
 
     def create():
-        backend = InterpretedCudaBackend()
+        backend = kernel_test_backend()()
         prepare = backend.prepare_model
 
         def prepare_and_check(model):

@@ -1,33 +1,26 @@
-"""The Triton LoRA kernels (CUDA/ROCm), run on CPU tensors by triton's interpreter (`TRITON_INTERPRET=1`, set
-by tests/conftest.py before triton is imported): a batch mixing adapters, tokens without one and padding rows
-gets the deltas of core's torch reference (`TorchLoRAOps`). Skipped where a GPU is visible (the kernels then
-run natively)."""
+"""The Triton LoRA kernels (CUDA/ROCm): a batch mixing adapters, tokens without one and padding rows gets
+the deltas of core's torch reference (`TorchLoRAOps`). On the GPU where one is visible (the kernels
+compiled), else on CPU tensors in triton's interpreter (`TRITON_INTERPRET=1`, set by tests/conftest.py
+before triton is imported); see `triton_device`."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
+from triton_device import DEVICE, KERNEL_TYPE, kernel_test_backend, skip_unless_triton_runs
 
-if torch.cuda.is_available():
-    pytest.skip("a GPU is visible: the kernels are not interpreted", allow_module_level=True)
-if os.environ.get("TRITON_INTERPRET") != "1":
-    pytest.skip("TRITON_INTERPRET=1 was not set before triton was imported", allow_module_level=True)
-pytest.importorskip("triton", reason="triton is not installed (pip install triton; CI installs it)")
+skip_unless_triton_runs()
 
-from interpreted_cuda import InterpretedCudaBackend
-
-from tgi.backends.triton_common.kernels.lora import TritonLoRAOps
-from tgi.core.lora.ops import LoRAWeights, TorchLoRAOps
+from tgi.backends.triton_common.kernels.lora import TritonLoRAOps  # noqa: E402
+from tgi.core.lora.ops import LoRAWeights, TorchLoRAOps  # noqa: E402
 
 TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
 
 
-def test_kernel_is_interpreted():
+def test_kernel_runs_where_expected():
     from tgi.backends.triton_common.kernels import lora
 
-    assert type(lora._shrink_kernel).__name__ == "InterpretedFunction"
+    assert type(lora._shrink_kernel).__name__ == KERNEL_TYPE
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -46,11 +39,13 @@ def test_mixed_slots_equal_the_torch_reference(dtype, k, n, rank):
     ref = TorchLoRAOps()
     want = ref.apply(base.clone(), x, weights, ref.plan([*token_slots, -1, -1], torch.device("cpu")))
     ops = TritonLoRAOps()
-    got = ops.apply(base.clone(), x, weights, ops.plan(token_slots, torch.device("cpu")))
+    on_device = LoRAWeights(weights.a.to(DEVICE), weights.b.to(DEVICE), weights.present)
+    plan = ops.plan(token_slots, DEVICE)
+    got = ops.apply(base.clone().to(DEVICE), x.to(DEVICE), on_device, plan).cpu()
     scale = want.float().abs().max().item()
     assert (got.float() - want.float()).abs().max().item() <= TOL[dtype] * scale
     assert torch.equal(got[[1, 5, 9, 10]], base[[1, 5, 9, 10]])  # no adapter, padding: untouched
-    assert ops.plan([-1, -1], torch.device("cpu")) is None
+    assert ops.plan([-1, -1], DEVICE) is None
 
 
 def test_mixed_adapters_through_the_cuda_backend_equal_peft(tmp_path):
@@ -68,7 +63,7 @@ def test_mixed_adapters_through_the_cuda_backend_equal_peft(tmp_path):
     backends = []
 
     def create():
-        backends.append(InterpretedCudaBackend())
+        backends.append(kernel_test_backend()())
         return backends[-1]
 
     config = EngineConfig(

@@ -4,29 +4,24 @@ references (tests/helpers/quant_checkpoints.py) as GPTQ (4-bit act-order asymmet
 and compressed-tensors FP8 (per-channel) checkpoints store them gives the greedy tokens of the dense checkpoint of its dequantized weights, served the same way,
 and the logprobs of every prompt and generated token (and the top 5 alternatives) within 1e-4 (float32); so
 does a dense checkpoint quantized at load (--quantize eetq, fp8) against its dequantized weights. Formats
-the backend has no kernel for are refused at start-up by name."""
+the backend has no kernel for are refused at start-up by name. Where a GPU is visible the same tests serve
+on it, the kernels compiled (`triton_device`)."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
+from triton_device import kernel_test_backend, skip_unless_triton_runs
 
-if torch.cuda.is_available():
-    pytest.skip("a GPU is visible: the kernels are not interpreted", allow_module_level=True)
-if os.environ.get("TRITON_INTERPRET") != "1":
-    pytest.skip("TRITON_INTERPRET=1 was not set before triton was imported", allow_module_level=True)
-pytest.importorskip("triton", reason="triton is not installed (pip install triton; CI installs it)")
+skip_unless_triton_runs()
 
-from interpreted_cuda import InterpretedCudaBackend
-from quant_checkpoints import write_quantized
+from quant_checkpoints import write_quantized  # noqa: E402
 
-from tgi.core.config import EngineConfig
-from tgi.core.engine import LLMEngine
-from tgi.core.interfaces.types import UnsupportedError
-from tgi.core.sampling_params import SamplingParams
-from tgi.core.testing.model import PROMPTS, backend_registry, write_tiny_llama
+from tgi.core.config import EngineConfig  # noqa: E402
+from tgi.core.engine import LLMEngine  # noqa: E402
+from tgi.core.interfaces.types import UnsupportedError  # noqa: E402
+from tgi.core.sampling_params import SamplingParams  # noqa: E402
+from tgi.core.testing.model import PROMPTS, backend_registry, write_tiny_llama  # noqa: E402
 
 ATOL = 1e-4  # logprobs, float32: the quantized GEMM and F.linear on the same weights sum in other orders
 NEW_TOKENS = 6
@@ -42,9 +37,7 @@ def _engine(path, quantize: str | None = None) -> LLMEngine:
         model_id=str(path), backend="cuda-interpreted", max_total_tokens=64, max_batch_total_tokens=512,
         max_num_seqs=8, quantize=quantize,
     )  # fmt: skip
-    return LLMEngine.from_config(
-        config, registry=backend_registry("cuda-interpreted", InterpretedCudaBackend)
-    )
+    return LLMEngine.from_config(config, registry=backend_registry("cuda-interpreted", kernel_test_backend()))
 
 
 def _generate(engine: LLMEngine) -> list[tuple[list[int], list[float], list[list[float]], list[float]]]:
@@ -130,7 +123,7 @@ def test_rocm_states_the_same_formats():
     from tgi.backends.rocm.backend import RocmBackend
 
     for dtype in ("bfloat16", "float16", "float32"):
-        assert RocmBackend().weight_formats(dtype) == InterpretedCudaBackend().weight_formats(dtype)
+        assert RocmBackend().weight_formats(dtype) == kernel_test_backend()().weight_formats(dtype)
         assert set(RocmBackend().weight_formats(dtype)) == {
             "gptq-int4",
             "gptq-int8",
