@@ -46,14 +46,29 @@ def shared_memory_budget(device: torch.device) -> int:
     return _SHARED_MEMORY[index]
 
 
-def tile_launch_options(stage_bytes: int, budget: int = SHARED_MEMORY_BYTES) -> dict[str, int]:
-    """`num_warps` and `num_stages` for a kernel whose loop loads `stage_bytes` of tiles per iteration
-    (the keys and values of one BLOCK_N tile): as many pipeline stages (at most Triton's default of 3) as fit
-    in half of `budget`, the other half left to the dot operands' layout conversions, and at least 1; 8
-    warps once a stage reaches 64 KB, so that the tiles the warps hold in registers do not spill. Checked
-    for sm_90 by compiling every variant ahead of time (tests/conformance/test_triton_aot_sm90.py)."""
-    stages = max(1, min(3, (budget // 2) // max(1, stage_bytes)))
-    return {"num_warps": 8 if stage_bytes >= 64 * 1024 else 4, "num_stages": stages}
+#: (row + key) tile elements, counted twice in float32, from which a program runs on 8 warps: the tiles'
+#: gathered addresses and values live in registers, and 4 warps spill them (ptxas -v, sm_90)
+EIGHT_WARPS_ELEMENTS = 8192
+
+
+def block_n_for(head_dim: int) -> int:
+    """Keys per tile: 64, fewer for heads over 128 so that a key tile stays within 8192 elements."""
+    return max(16, min(64, 8192 // block_d(head_dim)))
+
+
+def tile_launch_options(
+    rows: int, block_n: int, head_dim: int, element_bytes: int, budget: int = SHARED_MEMORY_BYTES
+) -> dict[str, int]:
+    """`num_warps` and `num_stages` of an attention kernel whose program holds `rows` query rows and walks
+    its keys in tiles of `block_n` (keys and values of `element_bytes`): as many pipeline stages (at most
+    Triton's default of 3) as one key and one value tile fit in half of `budget` (the other half for the dot
+    operands' layout conversions), at least 1; 8 warps from `EIGHT_WARPS_ELEMENTS`. Checked for sm_90 by
+    compiling every variant ahead of time (`tgi.backends.triton_common.aot`)."""
+    width = block_d(head_dim)
+    stage_bytes = 2 * block_n * width * element_bytes
+    stages = max(1, min(3, (budget // 2) // stage_bytes))
+    elements = (rows + block_n) * width * (2 if element_bytes >= 4 else 1)
+    return {"num_warps": 8 if elements >= EIGHT_WARPS_ELEMENTS else 4, "num_stages": stages}
 
 
 def block_d(head_dim: int) -> int:

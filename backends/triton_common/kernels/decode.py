@@ -17,6 +17,7 @@ import triton.language as tl
 
 from tgi.backends.triton_common.kernels.common import (
     block_d,
+    block_n_for,
     pv_dot,
     qk_dot,
     shared_memory_budget,
@@ -24,9 +25,6 @@ from tgi.backends.triton_common.kernels.common import (
     tile_launch_options,
     upcast_dot,
 )
-
-#: keys per tile of the split kernel's loop
-BLOCK_N = 64
 
 
 # the block table's width changes from step to step: not a specialisation (a new variant) of its own
@@ -173,22 +171,24 @@ def decode_constexprs(
     num_splits: int,
     sliding_window: int | None,
     softcap: float | None,
-    block_n: int = BLOCK_N,
+    block_n: int | None = None,
 ) -> dict:
     """The split kernel's compile-time arguments for one launch: one variant of the kernel per distinct
-    result (what warm-up compiles, and what an ahead-of-time compile for a GPU target builds)."""
+    result (what warm-up compiles, and what an ahead-of-time compile for a GPU target builds). `block_n`:
+    keys per tile (default `block_n_for(head_dim)`)."""
     g = num_heads // num_kv_heads
     return dict(
         G=g, HEAD_DIM=head_dim, BLOCK_D=block_d(head_dim), BLOCK_H=max(16, triton.next_power_of_2(g)),
-        BLOCK_N=block_n, PAGE=page, NUM_SPLITS=num_splits,
+        BLOCK_N=block_n or block_n_for(head_dim), PAGE=page, NUM_SPLITS=num_splits,
         USE_WINDOW=sliding_window is not None, USE_SOFTCAP=softcap is not None, UPCAST=upcast_dot(dtype),
     )  # fmt: skip
 
 
-def decode_launch_options(head_dim: int, dtype: torch.dtype, budget: int, block_n: int = BLOCK_N) -> dict:
-    """`num_warps`, `num_stages` of the split kernel: from the bytes of one key tile and one value tile."""
-    size = 4 if upcast_dot(dtype) else dtype.itemsize  # upcast tiles are converted to float32
-    return tile_launch_options(2 * block_n * block_d(head_dim) * size, budget)
+def decode_launch_options(constexprs: dict, dtype: torch.dtype, budget: int) -> dict:
+    """`num_warps`, `num_stages` of the split kernel launched with `constexprs` (`tile_launch_options`)."""
+    size = 4 if constexprs["UPCAST"] else dtype.itemsize  # upcast tiles are converted to float32
+    c = constexprs
+    return tile_launch_options(c["BLOCK_H"], c["BLOCK_N"], c["HEAD_DIM"], size, budget)
 
 
 def reduce_constexprs(num_heads: int, head_dim: int, num_splits: int) -> dict:
@@ -209,7 +209,7 @@ def paged_decode_attention(
     num_splits: int = 1,
     sliding_window: int | None = None,
     softcap: float | None = None,
-    block_n: int = BLOCK_N,
+    block_n: int | None = None,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:  # [B, H, D]
     """Attention of one query token per sequence over its paged context. `num_splits` > 1 splits each
@@ -228,6 +228,7 @@ def paged_decode_attention(
         lse = torch.empty(bsz, h, num_splits, dtype=torch.float32, device=q.device)
     else:
         partial = lse = out  # unused
+    constexprs = decode_constexprs(h, hkv, d, page, q.dtype, num_splits, sliding_window, softcap, block_n)
     _decode_split_kernel[(bsz, hkv, num_splits)](
         q, key_cache, value_cache, block_tables, seq_lens, out, partial, lse,
         scale, softcap or 0.0, sliding_window or 0,
@@ -235,8 +236,7 @@ def paged_decode_attention(
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
         value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
         block_tables.stride(0), out.stride(0), out.stride(1),
-        **decode_constexprs(h, hkv, d, page, q.dtype, num_splits, sliding_window, softcap, block_n),
-        **decode_launch_options(d, q.dtype, shared_memory_budget(q.device), block_n),
+        **constexprs, **decode_launch_options(constexprs, q.dtype, shared_memory_budget(q.device)),
     )  # fmt: skip
     if num_splits > 1:
         _decode_reduce_kernel[(bsz, h)](

@@ -27,7 +27,7 @@ def prefill_as_decode_rows(
     scale: float,
     sliding_window: int | None = None,
     softcap: float | None = None,
-    block_n: int = 64,
+    block_n: int | None = None,
 ) -> torch.Tensor:  # [T, H, D]
     """Causal attention of every prefill chunk over its cached context and itself (both already in the
     cache), each query token computed as the one-split decode row of its position."""

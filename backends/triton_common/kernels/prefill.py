@@ -17,6 +17,7 @@ import triton.language as tl
 
 from tgi.backends.triton_common.kernels.common import (
     block_d,
+    block_n_for,
     pv_dot,
     qk_dot,
     shared_memory_budget,
@@ -25,9 +26,15 @@ from tgi.backends.triton_common.kernels.common import (
     upcast_dot,
 )
 
-#: (query token, head) rows per tile, and keys per tile of the loop
+#: (query token, head) rows per tile, at most: fewer for wide heads (`prefill_block_rows`)
 BLOCK_ROWS = 64
-BLOCK_N = 64
+
+
+def prefill_block_rows(head_dim: int, dtype: torch.dtype) -> int:
+    """Rows per tile: 64, fewer where a row's query and accumulator are wide (heads over 128; over 64 when
+    the dot runs in float32), which 8 warps otherwise spill (ptxas -v, sm_90)."""
+    elements = 4096 if upcast_dot(dtype) else 8192
+    return max(16, min(BLOCK_ROWS, elements // block_d(head_dim)))
 
 
 # the block table's width changes from step to step: not a specialisation (a new variant) of its own
@@ -146,25 +153,29 @@ def prefill_constexprs(
     dtype: torch.dtype,
     sliding_window: int | None,
     softcap: float | None,
-    block_rows: int = BLOCK_ROWS,
-    block_n: int = BLOCK_N,
+    block_rows: int | None = None,
+    block_n: int | None = None,
 ) -> dict:
     """The prefill kernel's compile-time arguments: one variant per layer kind of a model, whatever the
-    step (what warm-up compiles, and what an ahead-of-time compile for a GPU target builds)."""
+    step (what warm-up compiles, and what an ahead-of-time compile for a GPU target builds). `block_n`:
+    keys per tile (default `block_n_for(head_dim)`); `block_rows`: rows per tile (default
+    `prefill_block_rows`)."""
     g = num_heads // num_kv_heads
+    block_rows = block_rows or prefill_block_rows(head_dim, dtype)
     block_g = triton.next_power_of_2(g)
     block_m = max(1, block_rows // block_g, 16 // block_g)  # at least 16 rows for tl.dot
     return dict(
         G=g, HEAD_DIM=head_dim, BLOCK_D=block_d(head_dim), BLOCK_M=block_m, BLOCK_G=block_g,
-        BLOCK_N=block_n, PAGE=page, USE_WINDOW=sliding_window is not None,
+        BLOCK_N=block_n or block_n_for(head_dim), PAGE=page, USE_WINDOW=sliding_window is not None,
         USE_SOFTCAP=softcap is not None, UPCAST=upcast_dot(dtype),
     )  # fmt: skip
 
 
-def prefill_launch_options(head_dim: int, dtype: torch.dtype, budget: int, block_n: int = BLOCK_N) -> dict:
-    """`num_warps`, `num_stages` of the prefill kernel: from the bytes of one key tile and one value tile."""
-    size = 4 if upcast_dot(dtype) else dtype.itemsize  # upcast tiles are converted to float32
-    return tile_launch_options(2 * block_n * block_d(head_dim) * size, budget)
+def prefill_launch_options(constexprs: dict, dtype: torch.dtype, budget: int) -> dict:
+    """`num_warps`, `num_stages` of the prefill kernel launched with `constexprs` (`tile_launch_options`)."""
+    size = 4 if constexprs["UPCAST"] else dtype.itemsize  # upcast tiles are converted to float32
+    c = constexprs
+    return tile_launch_options(c["BLOCK_M"] * c["BLOCK_G"], c["BLOCK_N"], c["HEAD_DIM"], size, budget)
 
 
 def paged_prefill_attention(
@@ -178,8 +189,8 @@ def paged_prefill_attention(
     scale: float,
     sliding_window: int | None = None,
     softcap: float | None = None,
-    block_rows: int = BLOCK_ROWS,
-    block_n: int = BLOCK_N,
+    block_rows: int | None = None,
+    block_n: int | None = None,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:  # [T, H, D]
     """Causal attention of every prefill chunk over its cached context and itself (both in the cache)."""
@@ -201,6 +212,6 @@ def paged_prefill_attention(
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
         value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
         out.stride(0), out.stride(1), block_tables.stride(0),
-        **constexprs, **prefill_launch_options(d, q.dtype, shared_memory_budget(q.device), block_n),
+        **constexprs, **prefill_launch_options(constexprs, q.dtype, shared_memory_budget(q.device)),
     )  # fmt: skip
     return out
