@@ -196,6 +196,39 @@ def test_the_engine_never_compiles_a_grammar_even_once_it_left_the_cache(make_en
         engine.add_validated_request(EngineRequest((1, 2, 3), SamplingParams(grammar=Grammar.regex("a+"))))
 
 
+def test_a_request_compiles_its_grammar_once_whatever_its_choices(make_engine, monkeypatch):
+    """Two choices of a chat request, streamed or not, share the one compile of its one validation."""
+    engine = make_engine()
+    engine._grammars = _compiler(engine, cache_size=0)  # a second compile would not be a cache hit
+    compile_grammar, compiled = engine._grammars.compile, []
+
+    def recording(grammar):
+        compiled.append(grammar)
+        return compile_grammar(grammar)
+
+    monkeypatch.setattr(engine._grammars, "compile", recording)
+    body = {
+        "messages": [{"role": "user", "content": "Pick a number"}],
+        "max_tokens": 6,
+        "n": 2,
+        "seed": 3,
+        "temperature": 1.0,
+        "response_format": {"type": "regex", "value": "[0-9]{3}"},
+    }
+    with TestClient(create_app(AsyncEngine(engine, model_id="tgi"))) as client:
+        r = client.post("/v1/chat/completions", json=body)
+        assert r.status_code == 200, r.text
+        assert [
+            re.fullmatch("[0-9]{3}", c["message"]["content"]) is not None for c in r.json()["choices"]
+        ] == [
+            True,
+            True,
+        ]
+        r = client.post("/v1/chat/completions", json={**body, "stream": True})
+        assert r.status_code == 200 and r.text.endswith("data: [DONE]\n\n"), r.text
+    assert compiled == [Grammar.regex("[0-9]{3}")] * 2  # once per request
+
+
 def test_a_full_compile_queue_is_a_503_with_the_reason(make_engine):
     engine = make_engine()
     engine._grammars = compiler = _compiler(engine, workers=1, max_pending=1)
