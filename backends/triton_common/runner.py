@@ -50,7 +50,7 @@ class TritonModelRunner(TorchModelRunner):
     def profile_activation_memory(self) -> int:
         """Peak bytes a step allocates beyond the weights (and beyond the temporary cache); reported to the
         backend and returned."""
-        from tgi.core.engine import DEFAULT_MAX_BATCH_PREFILL_TOKENS
+        from tgi.core.engine_startup import DEFAULT_MAX_BATCH_PREFILL_TOKENS
 
         tokens = self.config.max_batch_prefill_tokens or DEFAULT_MAX_BATCH_PREFILL_TOKENS
         num_blocks = max(1, -(-tokens // self.config.block_size))
