@@ -61,6 +61,7 @@ class RequestOutput:
         return dataclasses.replace(
             event,
             generated_text=self.stops.text,
+            stop_sequence=self.stops.stop_sequence,
             num_prompt_tokens=seq.num_prompt_tokens,
             num_cached_tokens=seq.num_cached_prompt_tokens,
             prompt_tokens=self._prompt_tokens() if params.prompt_logprobs else None,

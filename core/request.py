@@ -56,6 +56,7 @@ class TokenEvent:
     # set on the last event only
     generated_text: str | None = None  # the whole output text (with a matched stop sequence only when
     # `include_stop_str_in_output`)
+    stop_sequence: str | None = None  # the stop sequence that ended it (finish_reason STOP)
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0  # prompt tokens whose keys/values came from the prefix cache
     num_skipped_tokens: int = 0  # (final event) tokens accepted from speculation: no step of their own

@@ -204,6 +204,7 @@ class FakeEngine:
                     top_tokens=tops,
                     finish_reason=reason,
                     generated_text=stops.text if final else None,
+                    stop_sequence=stops.stop_sequence if final else None,
                     num_prompt_tokens=len(prompt),
                     num_cached_tokens=cached if final else 0,
                     prompt_tokens=tuple(

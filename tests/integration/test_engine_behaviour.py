@@ -116,6 +116,7 @@ def test_stop_sequences(make_engine, prompts, story_greedy, tokenizer):
         params = SamplingParams(max_new_tokens=24, ignore_eos=True, stop=("never-seen", stop))
         [result] = engine.generate([prompts["story"]], params)
         assert result.finish_reason == FinishReason.STOP, (stop, result)
+        assert result.final.stop_sequence == stop  # which of the request's stops ended it
         assert result.generated_text == text[:index], stop
         assert "".join(e.text for e in result.events) == result.generated_text  # no part of the stop leaks
         assert result.token_ids == tokens[: len(result.token_ids)] and len(result.token_ids) < len(tokens)
