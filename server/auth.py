@@ -8,7 +8,9 @@ through untouched; keys compared in constant time):
 - inference: every other route needs the inference key (`--api-key`) when there is one; the admin key does
   not open them (an operator who wants both holds both keys).
 
-A refusal is a 401 with `www-authenticate: Bearer`, in the route's error shape."""
+A key is presented as `Authorization: Bearer <key>` or, as Anthropic's clients send it, `x-api-key: <key>`
+(either header, on every route class). A refusal is a 401 with `www-authenticate: Bearer`, in the route's
+error shape."""
 
 from __future__ import annotations
 
@@ -40,7 +42,8 @@ def route_class(path: str) -> RouteClass:
 
 
 class BearerAuth:
-    """Checks `Authorization: Bearer <key>` against the key of the route's class (module docstring)."""
+    """Checks `Authorization: Bearer <key>` (or `x-api-key: <key>`) against the key of the route's class
+    (module docstring)."""
 
     def __init__(self, app: ASGIApp, api_key: str | None = None, admin_api_key: str | None = None) -> None:
         self.app = app
@@ -65,7 +68,12 @@ class BearerAuth:
 
 
 def _presented(scope: Scope, expected: bytes) -> bool:
+    """Whether the first `authorization` header (`Bearer <key>`) or the first `x-api-key` header (`<key>`)
+    presents the key of `expected` (`Bearer <key>`)."""
+    presented: dict[bytes, bytes] = {}
     for name, value in scope.get("headers", ()):
-        if name == b"authorization":
-            return hmac.compare_digest(value.strip(), expected)
-    return False
+        if name in (b"authorization", b"x-api-key") and name not in presented:
+            presented[name] = value.strip() if name == b"authorization" else b"Bearer " + value.strip()
+    # both compared, whatever the first gives: the time taken tells nothing of which one matched
+    matches = [hmac.compare_digest(value, expected) for value in presented.values()]
+    return any(matches)
