@@ -16,10 +16,12 @@ from tgi.server.errors import install_error_handlers
 from tgi.server.model_swap import ModelSwapper
 from tgi.server.payload import PayloadLimit
 from tgi.server.protocol import ServingEngine
+from tgi.server.responses_store import ResponsesStore
 from tgi.server.routes_admin import router as admin_router
 from tgi.server.routes_compat import router as compat_router
 from tgi.server.routes_lora import router as lora_router
 from tgi.server.routes_openai import router as openai_router
+from tgi.server.routes_responses import router as responses_router
 from tgi.server.routes_tgi import router as tgi_router
 from tgi.server.service import InferenceService
 from tgi.server.settings import ServerSettings
@@ -63,9 +65,13 @@ def create_app(engine: ServingEngine, settings: ServerSettings | None = None) ->
     )
     app.state.service = service
     app.state.swapper = ModelSwapper(service)
+    app.state.responses_store = ResponsesStore(
+        settings.responses_store_max_entries, settings.responses_store_max_age_s
+    )
     install_error_handlers(app)
     app.include_router(tgi_router)
     app.include_router(openai_router)
+    app.include_router(responses_router)
     app.include_router(compat_router)
     app.include_router(admin_router)
     app.include_router(lora_router)
@@ -78,7 +84,7 @@ def create_app(engine: ServingEngine, settings: ServerSettings | None = None) ->
         app.add_middleware(
             CORSMiddleware,
             allow_origins=list(settings.cors_allow_origin),
-            allow_methods=["GET", "POST"],
+            allow_methods=["GET", "POST", "DELETE"],  # DELETE: /v1/responses/{id}
             allow_headers=["content-type", "authorization"],
         )
     return app

@@ -47,4 +47,8 @@ class ServerSettings:
     # seconds the requests admitted on a swapped-out model may take to finish; past it they end with an
     # error saying so, and the old model is freed (--swap-drain-timeout)
     swap_drain_timeout_s: float = 60.0
+    # OpenAI Responses kept for GET /v1/responses/{id} and `previous_response_id` (`tgi.server.responses_store`):
+    # at most this many (0: none; `store: true` is then refused), each for at most this many seconds
+    responses_store_max_entries: int = 1024
+    responses_store_max_age_s: float = 3600.0
     on_ready: Callable[[], None] | None = None  # run once the app has started (the launcher's "serving" line)

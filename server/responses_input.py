@@ -1,0 +1,119 @@
+"""What a Responses request asks the model: its conversation as chat messages (a stored previous response's
+conversation, then its own `input` items), its tools and `tool_choice` (`tgi.server.tools`), and the one
+grammar its `text.format` or its tools need (`tgi.server.guided`). Each refusal is a 422 naming the field,
+in OpenAI's shape."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tgi.core.guided import Grammar, GrammarError
+from tgi.server.errors import validation_error
+from tgi.server.guided import one_grammar
+from tgi.server.schemas_responses import InputItem, ResponsesRequest
+from tgi.server.tools import ToolPlan, plan_tools
+
+_CHOICES = ("none", "auto", "required")
+
+
+def conversation(items: list[InputItem], history: tuple[dict, ...] = ()) -> list[dict]:
+    """`history` (a stored conversation) followed by `items` as chat messages: a `developer` message is a
+    system message; consecutive `function_call` items join the assistant message before them; a
+    `function_call_output` is a `tool` message answering a call made earlier in the conversation."""
+    out = [dict(m) for m in history]
+    calls = {c["id"] for m in out for c in m.get("tool_calls") or ()}
+    for i, item in enumerate(items):
+        kind = item.kind
+        if kind == "message":
+            role = "system" if item.role == "developer" else item.role
+            out.append({"role": role, "content": item.text()})
+        elif kind == "function_call":
+            call = {
+                "id": item.call_id,
+                "type": "function",
+                "function": {"name": item.name, "arguments": item.arguments},
+            }
+            calls.add(item.call_id)
+            previous = out[-1] if out else None
+            if previous is not None and previous["role"] == "assistant":
+                previous["tool_calls"] = [*(previous.get("tool_calls") or ()), call]
+            else:
+                out.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        else:  # function_call_output (the schema refused every other kind)
+            if item.call_id not in calls:
+                raise validation_error(
+                    f"no function call with call_id {item.call_id!r} comes before this output",
+                    f"input[{i}].call_id",
+                )
+            out.append({"role": "tool", "tool_call_id": item.call_id, "content": item.text()})
+    return out
+
+
+def with_instructions(messages: list[dict], instructions: str | None) -> list[dict]:
+    """The messages the model sees: `instructions` first, as a system message (they are not carried to
+    a continuation, as OpenAI's are not)."""
+    return [{"role": "system", "content": instructions}, *messages] if instructions else messages
+
+
+def chat_tool_choice(value: Any) -> Any:
+    """Responses' `tool_choice` in chat completions' shape (`{"type": "function", "name"}` ->
+    `{"type": "function", "function": {"name"}}`)."""
+    if value is None or value in _CHOICES:
+        return value
+    if isinstance(value, dict) and value.get("type") == "function":
+        if not isinstance(value.get("name"), str):
+            raise validation_error("`tool_choice.name` must name a function", "tool_choice.name")
+        return {"type": "function", "function": {"name": value["name"]}}
+    if isinstance(value, dict) and isinstance(value.get("type"), str):
+        raise validation_error(
+            f"`tool_choice` of type `{value['type']}` is not supported: this server calls function tools "
+            "only",
+            "tool_choice",
+        )
+    raise validation_error(
+        '`tool_choice` must be "none", "auto", "required" or {"type": "function", "name": ...}', "tool_choice"
+    )
+
+
+def tool_plan(req: ResponsesRequest) -> ToolPlan | None:
+    tools = [t.as_chat_tool() for t in req.tools or ()]
+    return plan_tools(tools, chat_tool_choice(req.tool_choice))
+
+
+def text_format(req: ResponsesRequest) -> dict:
+    """`text.format` as the response shows it (`{"type": "text"}` when not given)."""
+    given = req.text.format if req.text is not None else None
+    return given if given is not None else {"type": "text"}
+
+
+def format_grammar(value: dict) -> Grammar | None:
+    """`text.format`: `text` (None), `json_object`, or `json_schema` with its `name` and `schema`."""
+    field = "text.format"
+    kind = value.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return Grammar.json_object()
+    if kind == "json_schema":
+        if not isinstance(value.get("name"), str) or not value["name"]:
+            raise validation_error("`text.format.name` is required with `json_schema`", f"{field}.name")
+        schema = value.get("schema")
+        if not isinstance(schema, dict):
+            raise validation_error(
+                "`text.format.schema` must be a JSON schema (an object)", f"{field}.schema"
+            )
+        try:  # `strict` (no properties but the declared ones) is how every schema is generated here
+            return Grammar.json_schema(schema)
+        except GrammarError as exc:
+            raise validation_error(f"`{field}.schema`: {exc}", f"{field}.schema") from None
+    raise validation_error(
+        f"`text.format.type` must be `text`, `json_object` or `json_schema`, got {kind!r}", f"{field}.type"
+    )
+
+
+def output_grammar(req: ResponsesRequest, plan: ToolPlan | None) -> tuple[str, Grammar] | None:
+    """The one grammar the output must match, and the field that asks for it."""
+    return one_grammar(
+        ("text.format", format_grammar(text_format(req))),
+        ("tools", plan.grammar if plan is not None else None),
+    )

@@ -1,0 +1,208 @@
+"""OpenAI Responses: `POST /v1/responses` (streamed with `stream: true`), `GET` and `DELETE
+/v1/responses/{id}` (the responses kept by `tgi.server.responses_store`)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, replace
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from tgi.core.sampling_params import SamplingParams
+from tgi.server import responses_format as fmt
+from tgi.server import responses_input as conv
+from tgi.server import sse
+from tgi.server.errors import ApiError, unsupported
+from tgi.server.fields import check_fields
+from tgi.server.guided import refuse_if_disabled
+from tgi.server.lora import openai_adapter
+from tgi.server.openai_format import visible_text
+from tgi.server.responses_events import ResponseEvents, frame
+from tgi.server.responses_format import ResponseContext
+from tgi.server.responses_store import ResponsesStore
+from tgi.server.schemas_responses import ResponsesRequest
+from tgi.server.schemas_tgi import ErrorResponse
+from tgi.server.service import Generation, InferenceService, SequenceInput
+from tgi.server.tools import ToolPlan, render_inputs
+
+router = APIRouter(tags=["OpenAI"])
+
+#: GET /v1/responses/{id}'s query parameters and the values that ask for what it does (the stored body)
+_RETRIEVE_NEUTRAL = {
+    "stream": ("false",),
+    "include_obfuscation": ("false",),
+    "include": (),
+    "starting_after": (),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Turn(SequenceInput):
+    """The prompt of one response, with what its answer needs: the tools to read a call back, what the
+    response shows, and the conversation to store (its input without `instructions`)."""
+
+    tools: ToolPlan | None
+    context: ResponseContext
+    conversation: list[dict] = field(default_factory=list)
+
+
+def _store(request: Request) -> ResponsesStore:
+    return request.app.state.responses_store
+
+
+def _not_found(response_id: str) -> ApiError:
+    return ApiError(404, f"Response with id '{response_id}' not found.", "not_found", param="response_id")
+
+
+def _stores(req: ResponsesRequest, store: ResponsesStore) -> bool:
+    """Whether this response is kept: `store` (OpenAI's default: true) where the server keeps any."""
+    if store.enabled:
+        return req.store is not False
+    if req.store:
+        raise unsupported(
+            "store", "is not served: this server keeps no responses (--responses-store-max-entries 0)"
+        )
+    return False
+
+
+def _history(req: ResponsesRequest, store: ResponsesStore) -> tuple[dict, ...]:
+    if req.previous_response_id is None:
+        return ()
+    if not store.enabled:
+        raise unsupported(
+            "previous_response_id",
+            "is not served: this server keeps no responses (--responses-store-max-entries 0)",
+        )
+    previous = store.get(req.previous_response_id)
+    if previous is None:
+        raise ApiError(
+            404,
+            f"Previous response with id '{req.previous_response_id}' not found (never stored, deleted, or past "
+            "the server's --responses-store-max-entries / --responses-store-max-age).",
+            "not_found",
+            param="previous_response_id",
+        )
+    return previous.conversation
+
+
+def _params(req: ResponsesRequest) -> SamplingParams:
+    """OpenAI's sampling: temperature 0 is greedy, else sampling at `temperature` (1 by default)."""
+    greedy = req.temperature is not None and req.temperature == 0
+    return SamplingParams(
+        do_sample=not greedy,
+        temperature=1.0 if greedy or req.temperature is None else req.temperature,
+        top_p=1.0 if req.top_p is None else req.top_p,
+        max_new_tokens=req.max_output_tokens,  # None: what is left of max_total_tokens
+    )
+
+
+async def _turns(service: InferenceService, store: ResponsesStore, req: ResponsesRequest) -> list[Turn]:
+    check_fields(req)
+    context = ResponseContext(
+        model=service.model_name,
+        instructions=req.instructions,
+        max_output_tokens=req.max_output_tokens,
+        metadata=dict(req.metadata or {}),
+        parallel_tool_calls=req.parallel_tool_calls is not False,
+        previous_response_id=req.previous_response_id,
+        store=_stores(req, store),
+        temperature=1.0 if req.temperature is None else req.temperature,
+        top_p=1.0 if req.top_p is None else req.top_p,
+        text_format=conv.text_format(req),
+        tool_choice=req.tool_choice if req.tool_choice is not None else "auto",
+        tools=[t.model_dump(exclude_none=True) for t in req.tools or ()],
+        user=req.user,
+        safety_identifier=req.safety_identifier,
+    )
+    params = replace(_params(req), adapter_id=openai_adapter(service, req.model))
+    context.model = params.adapter_id or context.model  # a LoRA adapter answers under its id
+    messages = conv.conversation(req.items(), _history(req, store))
+    plan = conv.tool_plan(req)
+    grammar_field = None
+    asked = conv.output_grammar(req, plan)
+    if asked is not None:
+        grammar_field, grammar = asked
+        refuse_if_disabled(grammar, service.settings.disable_grammar_support, grammar_field)
+        params = replace(params, grammar=grammar)
+    template = service.engine.tokenizer.chat_template
+    shown, template_kwargs = render_inputs(
+        conv.with_instructions(messages, req.instructions), plan, template, None
+    )
+    ids = await service.render_chat(shown, **template_kwargs)
+    return [Turn(ids, params, grammar_field, tools=plan, context=context, conversation=messages)]
+
+
+def _keep(store: ResponsesStore, turn: Turn, body: dict) -> None:
+    if turn.context.store:
+        store.put(body["id"], body, [*turn.conversation, fmt.conversation_message(body["output"])])
+
+
+def _whole(generation: Generation[Turn], store: ResponsesStore) -> dict:
+    turn, events = generation.inputs[0], generation.results[0]
+    final = events[-1]
+    status = fmt.status_of(final.finish_reason)
+    output = fmt.output_items(final.generated_text or "", turn.tools, status)
+    usage = fmt.usage(len(turn.prompt_token_ids), len(events), final.num_cached_tokens)
+    body = turn.context.body(status, output, usage)
+    _keep(store, turn, body)
+    return body
+
+
+async def _events(generation: Generation[Turn], store: ResponsesStore) -> AsyncIterator[bytes]:
+    turn = generation.inputs[0]
+    events = ResponseEvents(turn.context, turn.tools)
+    for event in events.start():
+        yield frame(event)
+    async for _, token in generation.events():
+        last = token.finish_reason is not None
+        for event in events.feed(visible_text(token), last):
+            yield frame(event)
+        if last:
+            usage = fmt.usage(len(turn.prompt_token_ids), token.index + 1, token.num_cached_tokens)
+            closing, body = events.finish(fmt.status_of(token.finish_reason), usage)
+            _keep(store, turn, body)
+            for event in closing:
+                yield frame(event)
+
+
+_ERRORS = {code: {"model": ErrorResponse} for code in (404, 422, 429, 500)}
+
+
+@router.post("/v1/responses", responses=_ERRORS)
+async def create_response(req: ResponsesRequest, request: Request) -> Response:
+    """OpenAI Responses: `input` and `instructions` through the chat template, function tools, `text.format`,
+    `previous_response_id` from the store; the typed event stream with `stream: true`."""
+    service: InferenceService = request.app.state.service
+    store = _store(request)
+    tracker = service.admit()
+    generation = await service.generate(request, tracker, _turns(service, store, req), stream=req.stream)
+    if not req.stream:
+        return JSONResponse(_whole(generation, store))
+    # after the headers, an error is the last event (OpenAI's error shape)
+    body = generation.body(_events(generation, store), request.url.path)
+    return sse.EventStreamResponse(body, service.settings.stream_write_timeout_s)
+
+
+def _check_retrieve_query(request: Request) -> None:
+    for name, value in request.query_params.multi_items():
+        if name in _RETRIEVE_NEUTRAL and value.lower() not in _RETRIEVE_NEUTRAL[name]:
+            raise unsupported(name, "is not served: a stored response is returned whole, as JSON")
+
+
+@router.get("/v1/responses/{response_id}", responses=_ERRORS)
+async def retrieve_response(response_id: str, request: Request) -> dict:
+    """A stored response, as it was returned."""
+    _check_retrieve_query(request)
+    stored = _store(request).get(response_id)
+    if stored is None:
+        raise _not_found(response_id)
+    return stored.body
+
+
+@router.delete("/v1/responses/{response_id}", responses=_ERRORS)
+async def delete_response(response_id: str, request: Request) -> dict:
+    """Forget a stored response (a continuation from it is then a 404)."""
+    if not _store(request).delete(response_id):
+        raise _not_found(response_id)
+    return {"id": response_id, "object": "response.deleted", "deleted": True}
