@@ -18,6 +18,7 @@ from tgi.server.payload import PayloadLimit
 from tgi.server.protocol import ServingEngine
 from tgi.server.responses_store import ResponsesStore
 from tgi.server.routes_admin import router as admin_router
+from tgi.server.routes_anthropic import router as anthropic_router
 from tgi.server.routes_compat import router as compat_router
 from tgi.server.routes_lora import router as lora_router
 from tgi.server.routes_openai import router as openai_router
@@ -71,6 +72,7 @@ def create_app(engine: ServingEngine, settings: ServerSettings | None = None) ->
     install_error_handlers(app)
     app.include_router(tgi_router)
     app.include_router(openai_router)
+    app.include_router(anthropic_router)
     app.include_router(responses_router)
     app.include_router(compat_router)
     app.include_router(admin_router)
@@ -85,6 +87,12 @@ def create_app(engine: ServingEngine, settings: ServerSettings | None = None) ->
             CORSMiddleware,
             allow_origins=list(settings.cors_allow_origin),
             allow_methods=["GET", "POST", "DELETE"],  # DELETE: /v1/responses/{id}
-            allow_headers=["content-type", "authorization"],
+            allow_headers=[
+                "content-type",
+                "authorization",
+                "x-api-key",
+                "anthropic-version",
+                "anthropic-beta",
+            ],
         )
     return app

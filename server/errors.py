@@ -1,5 +1,6 @@
 """Error bodies for every failure, malformed JSON included: TGI's (`{"error": ..., "error_type": ...}`) on
-TGI's routes, OpenAI's (`{"error": {"message", "type", "param", "code"}}`) on `/v1/*`."""
+TGI's routes, Anthropic's on its Messages API (`tgi.server.anthropic_errors`, with Anthropic's statuses),
+OpenAI's (`{"error": {"message", "type", "param", "code"}}`) on the rest of `/v1/*`."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from tgi.server.anthropic_errors import anthropic_body, anthropic_status, is_anthropic_path
 
 log = logging.getLogger("tgi.server")
 
@@ -54,10 +57,16 @@ class ApiError(Exception):
         }
 
     def body_for(self, path: str) -> dict:
+        if is_anthropic_path(path):
+            return anthropic_body(self.status, self.message)
         return self.openai_body() if is_openai_path(path) else self.body()
 
+    def status_for(self, path: str) -> int:
+        """The status the route at `path` answers this error with (Anthropic's differ: a 422 is a 400)."""
+        return anthropic_status(self.status) if is_anthropic_path(path) else self.status
+
     def response(self, path: str, headers: dict[str, str] | None = None) -> JSONResponse:
-        return JSONResponse(self.body_for(path), status_code=self.status, headers=headers)
+        return JSONResponse(self.body_for(path), status_code=self.status_for(path), headers=headers)
 
 
 def validation_error(message: str, param: str | None = None) -> ApiError:

@@ -13,6 +13,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
+from tgi.server.anthropic_errors import is_anthropic_path
 from tgi.server.errors import ApiError
 
 T = TypeVar("T")
@@ -22,6 +23,11 @@ log = logging.getLogger(__name__)
 def event(payload: Any) -> bytes:
     """One SSE event: `data: {json}\\n\\n`."""
     return b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+
+def named_event(name: str, payload: Any) -> bytes:
+    """One SSE event with its name (`event: {name}`), as Anthropic's streams send every event."""
+    return f"event: {name}\n".encode() + event(payload)
 
 
 DONE = b"data: [DONE]\n\n"
@@ -96,15 +102,16 @@ async def with_error_tail(
 ) -> AsyncIterator[bytes]:
     """The body of a streamed response: `chunks` (the route's events from the engine's `stream`), then,
     if an `ApiError` comes once the headers are sent, that error as the last event, in the shape of the
-    route's API (TGI's body, or OpenAI's on `/v1`). However it ends (done, failed, client gone), the
-    engine's stream is closed (a request still running is cancelled) and `tracker` finishes once, with
-    the error if there was one."""
+    route's API (TGI's body, OpenAI's on `/v1`, Anthropic's `error` event on its Messages API). However
+    it ends (done, failed, client gone), the engine's stream is closed (a request still running is
+    cancelled) and `tracker` finishes once, with the error if there was one."""
     try:
         async for chunk in chunks:
             yield chunk
     except ApiError as exc:
         tracker.finish(exc)
-        yield event(exc.body_for(path))
+        body = exc.body_for(path)
+        yield named_event("error", body) if is_anthropic_path(path) else event(body)
     except BaseException as exc:
         tracker.finish(exc)
         raise

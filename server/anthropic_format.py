@@ -1,0 +1,150 @@
+"""Anthropic Messages API response bodies and stream events from engine events.
+
+A reply is a `text` block, or a `tool_use` block when the model called a tool (`tgi.server.tools` reads
+the call back; a call cut short by `max_tokens`, whose input is no complete JSON, is returned as the text it
+is). `stop_reason`: `end_turn` (the model's end of turn), `stop_sequence` (with `stop_sequence` set),
+`max_tokens`, `model_context_window_exceeded` (the context ended it before `max_tokens`), `tool_use`.
+`usage.input_tokens` counts the prompt tokens not read from the prefix cache, `cache_read_input_tokens` those
+read from it (Anthropic's split); `output_tokens` every generated token.
+
+A stream is Anthropic's event sequence: `message_start`, `ping`, then per block `content_block_start`,
+`content_block_delta` (`text_delta`, or `input_json_delta` pieces of a call's input) and
+`content_block_stop`, then `message_delta` (stop reason, usage) and `message_stop`.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+from tgi.core.request import FinishReason, TokenEvent
+from tgi.server.openai_format import visible_text
+from tgi.server.sse import named_event
+from tgi.server.tools import CallStream, ToolPlan, message_for
+
+
+def message_id() -> str:
+    return f"msg_{uuid.uuid4().hex}"
+
+
+def tool_use_id() -> str:
+    return f"toolu_{uuid.uuid4().hex[:24]}"
+
+
+def stop_reason(final: TokenEvent, max_tokens: int, called: bool) -> tuple[str, str | None]:
+    """(`stop_reason`, `stop_sequence`) of a reply whose last event is `final`."""
+    if final.finish_reason is FinishReason.LENGTH:
+        return ("max_tokens" if final.index + 1 >= max_tokens else "model_context_window_exceeded"), None
+    if called:
+        return "tool_use", None
+    if final.finish_reason is FinishReason.STOP:
+        return "stop_sequence", final.stop_sequence
+    return "end_turn", None
+
+
+def usage(prompt_tokens: int, output_tokens: int, cached: int) -> dict:
+    return {
+        "input_tokens": prompt_tokens - cached,
+        "output_tokens": output_tokens,
+        "cache_read_input_tokens": cached,
+    }
+
+
+def content(text: str, plan: ToolPlan | None) -> tuple[list[dict], bool]:
+    """The content blocks of a finished reply, and whether it is a tool call."""
+    message, called = message_for(text, plan)
+    if called:
+        function = message["tool_calls"][0]["function"]
+        try:
+            arguments = json.loads(function["arguments"])
+        except json.JSONDecodeError:  # cut short: the text it is
+            return [{"type": "text", "text": text}], False
+        return [{"type": "tool_use", "id": tool_use_id(), "name": function["name"], "input": arguments}], True
+    return ([{"type": "text", "text": text}] if text else []), False
+
+
+def message(model: str, blocks: list[dict], reason: tuple[str | None, str | None], usage_: dict) -> dict:
+    return {
+        "id": message_id(),
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": blocks,
+        "stop_reason": reason[0],
+        "stop_sequence": reason[1],
+        "usage": usage_,
+    }
+
+
+class EventWriter:
+    """The events of one streamed reply: `start()` once, `feed()` every engine event (the last one
+    closes the open block and ends the message)."""
+
+    def __init__(self, model: str, prompt_tokens: int, plan: ToolPlan | None, max_tokens: int) -> None:
+        self.model = model
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        self.calls = CallStream(plan) if plan is not None and plan.may_call else None
+        self.index = -1  # the open block's index (-1: none yet)
+        self.open: str | None = None  # the open block's type
+
+    def start(self) -> list[bytes]:
+        body = message(self.model, [], (None, None), usage(self.prompt_tokens, 0, 0))
+        return [
+            named_event("message_start", {"type": "message_start", "message": body}),
+            named_event("ping", {"type": "ping"}),
+        ]
+
+    def feed(self, event: TokenEvent) -> list[bytes]:
+        piece, last = visible_text(event), event.finish_reason is not None
+        if self.calls is not None:
+            deltas = self.calls.feed(piece, last)
+        else:
+            deltas = [{"content": piece}] if piece else []
+        out = [frame for delta in deltas for frame in self._delta(delta)]
+        if last:
+            out += self._end(event)
+        return out
+
+    def _delta(self, delta: dict) -> list[bytes]:
+        if "content" in delta:
+            out = [] if self.open == "text" else self._open({"type": "text", "text": ""})
+            text = {"type": "text_delta", "text": delta["content"]}
+            return [*out, self._event("content_block_delta", index=self.index, delta=text)]
+        call = delta["tool_calls"][0]
+        out = []
+        if "id" in call:
+            block = {"type": "tool_use", "id": tool_use_id(), "name": call["function"]["name"], "input": {}}
+            out = self._open(block)
+        piece = call["function"].get("arguments")
+        if piece:
+            partial = {"type": "input_json_delta", "partial_json": piece}
+            out.append(self._event("content_block_delta", index=self.index, delta=partial))
+        return out
+
+    def _open(self, block: dict) -> list[bytes]:
+        out = self._close()
+        self.index += 1
+        self.open = block["type"]
+        return [*out, self._event("content_block_start", index=self.index, content_block=block)]
+
+    def _close(self) -> list[bytes]:
+        if self.open is None:
+            return []
+        self.open = None
+        return [self._event("content_block_stop", index=self.index)]
+
+    def _end(self, final: TokenEvent) -> list[bytes]:
+        called = self.calls is not None and self.calls.is_call
+        reason, sequence = stop_reason(final, self.max_tokens, called)
+        delta = {"stop_reason": reason, "stop_sequence": sequence}
+        counts = usage(self.prompt_tokens, final.index + 1, final.num_cached_tokens)
+        return [
+            *self._close(),
+            self._event("message_delta", delta=delta, usage=counts),
+            self._event("message_stop"),
+        ]
+
+    @staticmethod
+    def _event(kind: str, **fields) -> bytes:
+        return named_event(kind, {"type": kind, **fields})

@@ -1,0 +1,86 @@
+"""Anthropic's Messages API: `POST /v1/messages` (streamed with `stream: true`) and
+`POST /v1/messages/count_tokens`. The request's fields are in `tgi.server.schemas_anthropic`, the prompt in
+`tgi.server.anthropic_inputs`, the bodies in `tgi.server.anthropic_format`, the errors' shape in
+`tgi.server.anthropic_errors`. The `anthropic-version` and `anthropic-beta` headers are accepted and change
+nothing: a field a beta would enable is served or refused by name as any other."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from tgi.server import anthropic_format as fmt
+from tgi.server import sse
+from tgi.server.anthropic_inputs import prompt_messages, sampling_params
+from tgi.server.fields import check_fields
+from tgi.server.lora import openai_adapter
+from tgi.server.schemas_anthropic import CountTokensRequest, MessagesRequest
+from tgi.server.service import Generation, InferenceService, SequenceInput
+from tgi.server.tools import ToolPlan
+
+router = APIRouter(tags=["Anthropic"])
+
+
+@dataclass(frozen=True, kw_only=True)
+class Conversation(SequenceInput):
+    """The request's one prompt, and how to read its reply back."""
+
+    tools: ToolPlan | None = None
+
+
+def _service(request: Request) -> InferenceService:
+    return request.app.state.service
+
+
+async def _conversation(service: InferenceService, req: MessagesRequest) -> list[Conversation]:
+    check_fields(req)
+    adapter = openai_adapter(service, req.model)
+    messages, template_kwargs, plan = prompt_messages(req, service.engine.tokenizer.chat_template)
+    params, field = sampling_params(req, plan, service.settings)
+    ids = await service.render_chat(messages, **template_kwargs)
+    return [Conversation(ids, replace(params, adapter_id=adapter), field, tools=plan)]
+
+
+def _whole(generation: Generation[Conversation], model: str, max_tokens: int) -> dict:
+    [events] = generation.results
+    final, prompt = events[-1], generation.inputs[0]
+    blocks, called = fmt.content(final.generated_text or "", prompt.tools)
+    usage = fmt.usage(len(prompt.prompt_token_ids), len(events), final.num_cached_tokens)
+    return fmt.message(model, blocks, fmt.stop_reason(final, max_tokens, called), usage)
+
+
+async def _events(generation: Generation[Conversation], model: str, max_tokens: int) -> AsyncIterator[bytes]:
+    prompt = generation.inputs[0]
+    writer = fmt.EventWriter(model, len(prompt.prompt_token_ids), prompt.tools, max_tokens)
+    for frame in writer.start():
+        yield frame
+    async for _, event in generation.events():
+        for frame in writer.feed(event):
+            yield frame
+
+
+@router.post("/v1/messages")
+async def messages(req: MessagesRequest, request: Request) -> Response:
+    """Anthropic's Messages API (the tokenizer's chat template; streamed with `stream: true`)."""
+    service = _service(request)
+    tracker = service.admit(1, "this request")
+    generation = await service.generate(request, tracker, _conversation(service, req), stream=req.stream)
+    model = generation.inputs[0].params.adapter_id or service.model_name
+    if not req.stream:
+        return JSONResponse(_whole(generation, model, req.max_tokens))
+    # after the headers, an error is the stream's last event (Anthropic's `error` event)
+    body = generation.body(_events(generation, model, req.max_tokens), request.url.path)
+    return sse.EventStreamResponse(body, service.settings.stream_write_timeout_s)
+
+
+@router.post("/v1/messages/count_tokens")
+async def count_tokens(req: CountTokensRequest, request: Request) -> dict:
+    """The number of tokens of the prompt `/v1/messages` would build from the same fields."""
+    service = _service(request)
+    check_fields(req)
+    openai_adapter(service, req.model)  # a model this server does not serve is a 404, as on /v1/messages
+    messages, template_kwargs, _ = prompt_messages(req, service.engine.tokenizer.chat_template)
+    return {"input_tokens": len(await service.render_chat(messages, **template_kwargs))}

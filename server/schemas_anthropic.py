@@ -1,0 +1,144 @@
+"""Anthropic Messages API request schemas (`POST /v1/messages`, `POST /v1/messages/count_tokens`); the
+prompt is built in `tgi.server.anthropic_inputs`, the bodies in `tgi.server.anthropic_format`.
+
+Served: `model` (the served model, or one of its LoRA adapters), `system` (a string or text blocks),
+`messages` with `text`, `tool_use` and `tool_result` blocks, `tools` (custom tools) and `tool_choice`
+(`auto`, `any`, `tool`, `none`), `max_tokens`, `stop_sequences`, `temperature` (0 to 1; 0 is greedy),
+`top_p`, `top_k`, `stream`, `output_config.format` (a JSON schema, through guided decoding).
+
+Accepted with no effect, as in Anthropic's API: `metadata` (`user_id` identifies an end user; it never
+changes what is generated), `cache_control` (a caching hint: the prefix cache, where it is on, caches every
+prompt without being asked), `tool_choice.disable_parallel_tool_use` (a reply here makes one tool call at
+most, which either value allows), a tool's `strict` (a call's input always validates against its schema
+here), `service_tier` `auto` / `standard_only` (one tier here).
+
+Refused by name (a 400): image, document and other non-text blocks, `thinking` other than
+`{"type": "disabled"}`, server tools, `mcp_servers`, `container`, `context_management`, `output_config.effort`,
+and the other fields below (`fields.py`'s rule).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from tgi.server.fields import NEUTRAL, RequestModel
+
+#: content block types this server reads (the others are refused by name)
+TEXT_BLOCKS = ("text",)
+USER_BLOCKS = ("text", "tool_result")
+ASSISTANT_BLOCKS = ("text", "tool_use")
+
+# Anthropic's request fields that are not served, with the values that ask for what this server does anyway
+_UNSERVED: dict[str, tuple[Any, ...]] = {
+    "thinking": (None, {"type": "disabled"}),
+    "mcp_servers": NEUTRAL,
+    "container": NEUTRAL,
+    "context_management": NEUTRAL,
+    "inference_geo": NEUTRAL,
+    "speed": (None, "standard"),
+    "diagnostics": NEUTRAL,
+    "output_format": NEUTRAL,  # the structured-outputs beta's field; `output_config.format` is served
+    "user_profile_id": NEUTRAL,
+    "workspace_id": NEUTRAL,
+    "betas": NEUTRAL,
+}
+
+
+class Block(RequestModel):
+    """A content block of a message (or of a `tool_result`): the types this server reads, the others
+    refused by their `type`."""
+
+    type: str
+    text: str | None = None  # text
+    id: str | None = None  # tool_use
+    name: str | None = None  # tool_use
+    input: dict | None = None  # tool_use
+    tool_use_id: str | None = None  # tool_result
+    content: str | list[Block] | None = None  # tool_result
+    is_error: bool | None = None  # tool_result: shown to the model as an error
+    cache_control: dict | None = None  # a caching hint (module docstring)
+    KNOWN: ClassVar = {"citations": NEUTRAL, "source": NEUTRAL, "title": NEUTRAL, "context": NEUTRAL}
+
+    def refusals(self) -> Iterator[tuple[str, str]]:
+        if self.type not in (*USER_BLOCKS, *ASSISTANT_BLOCKS):
+            yield (
+                "type",
+                f"`{self.type}` content blocks are not supported: this server reads "
+                + ", ".join(f"`{t}`" for t in dict.fromkeys((*USER_BLOCKS, *ASSISTANT_BLOCKS))),
+            )
+
+
+class Message(RequestModel):
+    role: str
+    content: str | list[Block]
+
+
+class Tool(RequestModel):
+    """A custom tool (`type` absent or `custom`); server tools (`web_search_...`, `bash_...`) are refused."""
+
+    name: str
+    input_schema: dict
+    description: str | None = None
+    type: str | None = None
+    cache_control: dict | None = None  # a caching hint (module docstring)
+    strict: bool | None = None  # the input always validates here (module docstring)
+    KNOWN: ClassVar = {
+        "input_examples": NEUTRAL,
+        "defer_loading": (None, False),
+        "allowed_callers": NEUTRAL,
+        "eager_input_streaming": NEUTRAL,
+    }
+
+    def refusals(self) -> Iterator[tuple[str, str]]:
+        if self.type not in (None, "custom"):
+            yield "type", f"server tools (`{self.type}`) are not supported: give custom tools"
+
+
+class ToolChoice(RequestModel):
+    type: str
+    name: str | None = None
+    disable_parallel_tool_use: bool | None = None  # one call at most here (module docstring)
+
+
+class Metadata(RequestModel):
+    user_id: str | None = None  # an end user's id: no effect on generation, in Anthropic's API either
+
+
+class OutputConfig(RequestModel):
+    format: dict | None = None  # {"type": "json_schema", "schema": {...}}
+    KNOWN: ClassVar = {"effort": NEUTRAL}
+
+
+class PromptFields(RequestModel):
+    """What both routes read to build the prompt."""
+
+    model: str
+    messages: list[Message] = Field(min_length=1)
+    system: str | list[Block] | None = None
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
+    cache_control: dict | None = None  # a caching hint (module docstring)
+    output_config: OutputConfig | None = None
+    KNOWN: ClassVar = _UNSERVED
+
+
+class MessagesRequest(PromptFields):
+    max_tokens: int
+    stop_sequences: list[str] | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    stream: bool = False
+    metadata: Metadata | None = None
+    service_tier: str | None = None  # `auto` / `standard_only`: one tier here (`refusals`)
+
+    def refusals(self) -> Iterator[tuple[str, str]]:
+        if self.service_tier not in (None, "auto", "standard_only"):
+            yield "service_tier", "must be `auto` or `standard_only`"
+
+
+class CountTokensRequest(PromptFields):
+    """`POST /v1/messages/count_tokens`: the prompt's fields only."""
