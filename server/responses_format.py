@@ -82,10 +82,11 @@ def status_of(finish: FinishReason | None) -> str:
 
 
 def usage(input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> dict:
-    """OpenAI's Responses usage; `cached_tokens`: prompt tokens read from the prefix cache."""
+    """OpenAI's Responses usage; `cached_tokens`: prompt tokens read from the prefix cache (the tokens
+    written to it are not counted: `cache_write_tokens` is 0)."""
     return {
         "input_tokens": input_tokens,
-        "input_tokens_details": {"cached_tokens": cached_tokens},
+        "input_tokens_details": {"cached_tokens": cached_tokens, "cache_write_tokens": 0},
         "output_tokens": output_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": input_tokens + output_tokens,
