@@ -27,6 +27,7 @@ def _ignored_lines(caplog) -> list[str]:
         ("/v1/completions", {"prompt": "a", "max_tokens": 2}),
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}),
         ("/generate", {"inputs": "a", "parameters": {"max_new_tokens": 2}}),
+        ("/v1/responses", {"input": "a", "max_output_tokens": 2}),
     ],
 )
 def test_a_thousand_unknown_fields_give_one_bounded_line(caplog, path, body):

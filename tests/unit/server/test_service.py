@@ -24,6 +24,8 @@ ROUTES = [
     ("/invocations", {"messages": MSGS, "max_tokens": 3, "stream": True}, True),
     ("/invocations", {"prompt": "Hi", "max_tokens": 3}, False),
     ("/invocations", {"inputs": "Hi", "parameters": {"max_new_tokens": 3}}, False),
+    ("/v1/responses", {"input": "Hi", "max_output_tokens": 3}, False),
+    ("/v1/responses", {"input": "Hi", "max_output_tokens": 3, "stream": True}, True),
 ]
 
 
