@@ -1,5 +1,5 @@
 """`--deterministic` with speculative decoding (`--speculate 3`, n-gram guesses) on the CPU backend, through
-`LLMEngine` on a tiny random Llama: a verification step scores each sequence's guesses as decode rows (one
+`LLMEngine` on a tiny random Llama (and with a draft model's and Medusa heads' guesses): a verification step scores each sequence's guesses as decode rows (one
 query per fed token, its own context length), so the batch-invariant kernels make a guessed position's
 logits the bits a plain decode step gives it. A greedy and a seeded sampled request give the same token ids
 alone, beside 3 other requests that speculate too, and with speculation off."""
@@ -7,6 +7,7 @@ alone, beside 3 other requests that speculate too, and with speculation off."""
 from __future__ import annotations
 
 import pytest
+from medusa_heads import write_medusa
 
 from tgi.backends.cpu import native
 from tgi.core.config import EngineConfig
@@ -33,10 +34,11 @@ def tiny_llama(tmp_path_factory):
     return write_tiny_llama(tmp_path_factory.mktemp("spec") / "llama")
 
 
-def _engine(path, speculate: int) -> LLMEngine:
+def _engine(path, speculate: int, speculative_model: str | None = None) -> LLMEngine:
     config = EngineConfig(
         model_id=str(path), backend="cpu", dtype="bfloat16", deterministic=True, speculate=speculate,
         max_total_tokens=128, max_batch_total_tokens=1024, max_batch_prefill_tokens=16, max_num_seqs=8,
+        speculative_model=speculative_model,
     )  # fmt: skip
     return LLMEngine.from_config(config)
 
@@ -50,3 +52,31 @@ def test_speculation_keeps_the_tokens_batch_invariant(tiny_llama):
     assert alone == want, "with speculation, alone"
     results = engine.generate([*OTHERS, TARGET, TARGET], [GREEDY] * len(OTHERS) + [GREEDY, SEEDED])
     assert [r.token_ids for r in results[-2:]] == want, "with speculation, beside 3 other requests"
+
+
+def test_a_draft_models_guesses_keep_the_tokens_batch_invariant(tiny_llama, tmp_path_factory):
+    """Whatever proposes the guesses (here a draft model, whose own steps are batched as the target's are),
+    the accepted tokens are the target's: the verification rows decide them, so the tokens are plain decoding's."""
+    draft = write_tiny_llama(tmp_path_factory.mktemp("draft") / "llama", seed=1)
+    plain = _engine(tiny_llama, 0)
+    want = [plain.generate([TARGET], p)[0].token_ids for p in (GREEDY, SEEDED)]
+    engine = _engine(tiny_llama, 3, speculative_model=str(draft))
+    alone = [engine.generate([TARGET], p)[0].token_ids for p in (GREEDY, SEEDED)]
+    assert engine.scheduler.num_draft_tokens > 0, "nothing was guessed: no verification step ran"
+    assert alone == want, "with a draft model, alone"
+    results = engine.generate([*OTHERS, TARGET, TARGET], [GREEDY] * len(OTHERS) + [GREEDY, SEEDED])
+    assert [r.token_ids for r in results[-2:]] == want, "with a draft model, beside 3 other requests"
+
+
+def test_medusa_heads_keep_the_tokens_batch_invariant(tiny_llama, tmp_path):
+    """Medusa heads guess from the target's last hidden state; the verification rows decide the tokens."""
+    write_medusa(tmp_path / "medusa", tiny_llama, own_projection=True)
+    plain = _engine(tiny_llama, 0)
+    want = [plain.generate([TARGET], p)[0].token_ids for p in (GREEDY, SEEDED)]
+    engine = _engine(tmp_path / "medusa", 2)
+    assert engine.runner.capabilities().medusa_heads > 0
+    alone = [engine.generate([TARGET], p)[0].token_ids for p in (GREEDY, SEEDED)]
+    assert engine.scheduler.num_draft_tokens > 0, "nothing was guessed: no verification step ran"
+    assert alone == want, "with Medusa heads, alone"
+    results = engine.generate([*OTHERS, TARGET, TARGET], [GREEDY] * len(OTHERS) + [GREEDY, SEEDED])
+    assert [r.token_ids for r in results[-2:]] == want, "with Medusa heads, beside 3 other requests"
