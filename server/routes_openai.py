@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
@@ -12,10 +12,12 @@ from tgi.core.request import TokenEvent
 from tgi.core.sampling_params import SamplingParams
 from tgi.server import openai_format as fmt
 from tgi.server import sse
+from tgi.server.chat_output import ChatOutputStream, chat_message, output_text, piece_of
 from tgi.server.errors import validation_error
 from tgi.server.fields import check_fields
 from tgi.server.guided import one_grammar, refuse_if_disabled, response_format_grammar, vllm_guided_grammar
 from tgi.server.lora import model_list, openai_adapter
+from tgi.server.output_parsing import OutputParsers, reasoned_prompt, resolve
 from tgi.server.schemas_openai import ChatCompletionRequest, CompletionRequest
 from tgi.server.schemas_tgi import ErrorResponse
 from tgi.server.service import Generation, InferenceService, SequenceInput
@@ -31,6 +33,9 @@ class Prompt(SequenceInput):
     `choices[p * n : (p + 1) * n]`: a choice's index is its engine sequence's (`Generation.requests`)."""
 
     tools: ToolPlan | None = None  # chat with `tools`: how to read the output back
+    parsers: OutputParsers = field(
+        default_factory=OutputParsers
+    )  # chat: the reasoning and tool-call parsers it goes through
     echo: str | None = None  # completions with `echo`: the prompt's text, shown before the output
 
 
@@ -62,13 +67,23 @@ async def _chat_prompts(service: InferenceService, req: ChatCompletionRequest) -
     base = openai_sampling_params(req, service.settings, top_n=top_n, logprobs=req.logprobs)
     base = replace(base, adapter_id=openai_adapter(service, req.model))
     tools = plan_tools(req.tools, req.tool_choice)
-    base, field = _with_grammar(service, req, base, tools)
     template = service.engine.tokenizer.chat_template
+    parsers = resolve(service.settings.reasoning_parser, service.settings.tool_call_parser, template)
+    if parsers.tool_format is not None and tools is not None and tools.choice == "auto":
+        tools = replace(tools, grammar=None)  # the model writes calls its own way, read back as it wrote them
+    base, field = _with_grammar(service, req, base, tools)
     messages, template_kwargs = render_inputs(
         [m.template_dict() for m in req.messages], tools, template, req.tool_prompt
     )
-    ids = await service.render_chat(messages, **template_kwargs)
-    return [Prompt(ids, base, field, req.n, tools=tools)]
+    if parsers.reasoning is None:
+        ids = await service.render_chat(messages, **template_kwargs)
+        return [Prompt(ids, base, field, req.n, tools=tools, parsers=parsers)]
+    text = await service.template_text(messages, **template_kwargs)
+    ids = await service.encode(text, add_special_tokens=False)
+    tags = (parsers.reasoning.start_tag, parsers.reasoning.end_tag)
+    single = frozenset([t for t in tags if len(await service.encode(t, add_special_tokens=False)) == 1])
+    parsers, base = reasoned_prompt(parsers, text, base, single)
+    return [Prompt(ids, base, field, req.n, tools=tools, parsers=parsers)]
 
 
 async def _completion_prompts(service: InferenceService, req: CompletionRequest) -> list[Prompt]:
@@ -109,7 +124,11 @@ def _usage(generation: Generation[Prompt], generated: dict[int, int], cached: di
 
 def _chat_choice(index: int, prompt: Prompt, events: list[TokenEvent], logprobs: bool) -> dict:
     final = events[-1]
-    message, called = message_for(final.generated_text or "", prompt.tools)
+    if prompt.parsers.active:
+        text = output_text(events, prompt.parsers, prompt.tools)
+        message, called = chat_message(text, prompt.parsers, prompt.tools)
+    else:
+        message, called = message_for(final.generated_text or "", prompt.tools)
     return {
         "index": index,
         "message": message,
@@ -137,11 +156,13 @@ def _completion_choice(index: int, prompt: Prompt, events: list[TokenEvent], log
 def _chat_chunker(generation: Generation[Prompt]):
     """The chunks of each chat event: one per delta (a tool call's header and its arguments go in separate
     chunks, as OpenAI sends them); nothing for a token that adds nothing yet (a call's held-back brace)."""
-    calls = {}
+    calls: dict[int, CallStream | ChatOutputStream] = {}
     for index in range(len(generation.requests)):
-        tools = generation.input_of(index).tools
-        if tools is not None and tools.may_call:
-            calls[index] = CallStream(tools)
+        given = generation.input_of(index)
+        if given.parsers.active:
+            calls[index] = ChatOutputStream(given.parsers, given.tools)
+        elif given.tools is not None and given.tools.may_call:
+            calls[index] = CallStream(given.tools)
 
     def chunks(index: int, prompt: Prompt, event: TokenEvent, logprobs: bool) -> list[dict]:
         stream = calls.get(index)
@@ -149,7 +170,8 @@ def _chat_chunker(generation: Generation[Prompt]):
         if stream is None:
             deltas = [{"role": "assistant", "content": fmt.visible_text(event)}]
         else:
-            deltas = stream.feed(fmt.visible_text(event), last) or ([{}] if last or logprobs else [])
+            piece = piece_of(event, prompt.parsers, prompt.tools)
+            deltas = stream.feed(piece, last) or ([{}] if last or logprobs else [])
             deltas = [{"role": "assistant", **d} for d in deltas]
         out = [{"index": index, "delta": d, "logprobs": None, "finish_reason": None} for d in deltas]
         if out and logprobs:

@@ -17,6 +17,10 @@ class ServerSettings:
     max_client_batch_size: int = 4  # sequences one request may ask for (prompts x `n`; TGI's default)
     payload_limit: int = 2_000_000  # request body bytes; more: 413 (TGI's default)
     disable_grammar_support: bool = False  # `grammar`, `response_format` and `tools` get a 422
+    # the reasoning / tool-call parser named by --reasoning-parser / --tool-call-parser ("auto" or a format's
+    # name: `tgi.server.reasoning`, `tgi.server.tool_parsers`); None: none
+    reasoning_parser: str | None = None
+    tool_call_parser: str | None = None
     # prompt logprobs (`decoder_input_details`, `echo` with `logprobs`) are computed only with this on, as
     # TGI's `--enable-prefill-logprobs` (they cost a [prompt, vocabulary] logits tensor)
     enable_prefill_logprobs: bool = False

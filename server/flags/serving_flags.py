@@ -7,6 +7,8 @@ from tgi.core.watermark import DEFAULT_DELTA, DEFAULT_GAMMA
 from tgi.server.flags import derived, value_checks
 from tgi.server.flags.parsers import comma_list, lower
 from tgi.server.flags.spec import LAUNCHER, Flag, Server
+from tgi.server.reasoning.formats import REASONING_PARSER_NAMES
+from tgi.server.tool_parsers.registry import TOOL_CALL_PARSER_NAMES
 
 #: seconds one send of a streamed response may take (`--stream-write-timeout`)
 DEFAULT_STREAM_WRITE_TIMEOUT_S = 30.0
@@ -103,6 +105,28 @@ SERVING_FLAGS = (
         default=False,
         tgi=AS_TGI,
         example="true",
+    ),
+    Flag(
+        ("--reasoning-parser",),
+        "split a reasoning model's thinking from its answer (`reasoning_content` on chat completions); guided "
+        "decoding and tool grammars then apply to the answer only. auto: the format the chat template has, "
+        "if any; a named one the template cannot have is refused at start; default: none (all is answer)",
+        REQUESTS,
+        Server("reasoning_parser"),
+        env=("REASONING_PARSER",),
+        choices=REASONING_PARSER_NAMES,
+        example="auto",
+    ),
+    Flag(
+        ("--tool-call-parser",),
+        "read tool calls in the model's own format (vLLM's names) for `tool_choice: auto`, unconstrained; "
+        "auto: the format the chat template teaches, if any; a named one the template does not teach is "
+        "refused at start; default: none (a grammar constrains every call, for any model)",
+        REQUESTS,
+        Server("tool_call_parser"),
+        env=("TOOL_CALL_PARSER",),
+        choices=TOOL_CALL_PARSER_NAMES,
+        example="auto",
     ),
     Flag(
         ("--enable-prefill-logprobs",),

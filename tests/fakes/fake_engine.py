@@ -96,6 +96,7 @@ class FakeEngine:
     refuse: str | None = None  # raise ValidationError(refuse) from stream(), as the real engine may
     # the k-th stream asked for says cached_tokens[k] prompt tokens came from the prefix cache (0 past it)
     cached_tokens: tuple[int, ...] = ()
+    reply: str = REPLY  # the text every request "generates" (a recorded model output, for parsers)
 
     async def start(self) -> None:
         self.started = True
@@ -174,11 +175,11 @@ class FakeEngine:
                     await asyncio.sleep(self.delay)
                 else:
                     await asyncio.sleep(0)
-                pos = i % (len(REPLY) + 1) if params.ignore_eos else i
-                eos = pos >= len(REPLY)
+                pos = i % (len(self.reply) + 1) if params.ignore_eos else i
+                eos = pos >= len(self.reply)
                 if params.ignore_eos and eos:
                     pos, eos = 0, False
-                char = "" if eos else REPLY[pos]
+                char = "" if eos else self.reply[pos]
                 check = stops.add(char)
                 reason = None
                 if eos:

@@ -210,3 +210,32 @@ def test_serve_ends_with_exit_1_when_the_engine_dies(monkeypatch):
             gc.unfreeze()
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        (
+            "--reasoning-parser=deepseek_r1",
+            "--reasoning-parser deepseek_r1: this model's chat template never",
+        ),
+        ("--tool-call-parser=hermes", "--tool-call-parser hermes: this model's chat template does not teach"),
+    ],
+)
+def test_a_parser_the_models_chat_template_cannot_have_is_refused_at_start(tmp_path, capsys, flag, message):
+    from tgi.core.testing.tiny_models import save_random_model
+
+    model = save_random_model(tmp_path / "model")  # its tokenizer has no chat template
+    argv = [
+        "--model-id",
+        str(model),
+        flag,
+        "--port",
+        "0",
+        "--hostname",
+        "127.0.0.1",
+        "--max-total-tokens",
+        "64",
+    ]
+    assert run_launch(parse([*argv, "--max-input-tokens", "32", "--max-batch-prefill-tokens", "64"])) == 2
+    assert message in capsys.readouterr().err

@@ -1,0 +1,67 @@
+"""Which output parsers a request's answer goes through (`--reasoning-parser`, `--tool-call-parser`),
+resolved against the serving model's chat template, and what they change before generation: the prompt
+tells whether the output starts inside the reasoning, and a grammar moves after the reasoning.
+
+API-agnostic: every route that renders a chat template uses it the same way (`resolve`, then
+`reasoned_prompt`); reading the output back is each API's own (`tgi.server.chat_output` for chat
+completions).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tgi.core.sampling_params import SamplingParams
+from tgi.server.reasoning import ReasoningFormat, ReasoningSplitter, reasoning_format
+from tgi.server.reasoning.formats import template_text
+from tgi.server.reasoning.grammar import after_reasoning
+from tgi.server.tool_parsers import ToolCallFormat, tool_call_format
+
+
+@dataclass(frozen=True)
+class OutputParsers:
+    """How one request's output is read back."""
+
+    reasoning: ReasoningFormat | None = None  # its thinking split from its answer
+    inside: bool = False  # the prompt opened the reasoning (the output starts in it)
+    tool_format: ToolCallFormat | None = None  # `tool_choice: auto` reads the model's own calls
+
+    @property
+    def active(self) -> bool:
+        return self.reasoning is not None or self.tool_format is not None
+
+    def splitter(self) -> ReasoningSplitter | None:
+        """A reasoning splitter for one output (None without a reasoning parser)."""
+        fmt = self.reasoning
+        return None if fmt is None else ReasoningSplitter(fmt.start_tag, fmt.end_tag, self.inside)
+
+
+@functools.lru_cache(maxsize=16)
+def _formats(reasoning: str | None, tools: str | None, template: str):
+    return reasoning_format(reasoning, template), tool_call_format(tools, template)
+
+
+def resolve(reasoning_parser: str | None, tool_call_parser: str | None, chat_template: Any) -> OutputParsers:
+    """The parsers the flags name for a model with `chat_template` (the start-up check has refused a named
+    one the template lacks; `auto` finds one or none)."""
+    found = _formats(reasoning_parser, tool_call_parser, template_text(chat_template))
+    return OutputParsers(found[0], False, found[1])
+
+
+def reasoned_prompt(
+    parsers: OutputParsers, prompt: str, params: SamplingParams, token_tags: frozenset[str]
+) -> tuple[OutputParsers, SamplingParams]:
+    """With a reasoning parser: whether the output of `prompt` (the rendered template) starts inside the
+    reasoning, and `params.grammar` moved after the reasoning (`after_reasoning`; `token_tags`: the tags that
+    are single tokens of the model). A prompt that closed the reasoning already (thinking disabled) leaves
+    the grammar on the whole output."""
+    fmt = parsers.reasoning
+    if fmt is None:
+        return parsers, params
+    inside = fmt.opens_in(prompt)
+    closed = prompt.rstrip().endswith(fmt.end_tag)
+    if params.grammar is not None and not closed:
+        params = replace(params, grammar=after_reasoning(params.grammar, fmt, inside, token_tags))
+    return replace(parsers, inside=inside), params
