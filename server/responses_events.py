@@ -1,21 +1,33 @@
 """OpenAI Responses' stream: the typed events of one response, each numbered (`sequence_number`).
 
-`response.created` and `response.in_progress` first; then the output item as it is generated: a message
-(`response.output_item.added`, `response.content_part.added`, `response.output_text.delta`...,
-`response.output_text.done`, `response.content_part.done`, `response.output_item.done`) or a function
+`response.created` and `response.in_progress` first; then each output item as it is generated, in order
+(`output_index`): reasoning (`response.output_item.added`, `response.content_part.added`,
+`response.reasoning_text.delta`..., `response.reasoning_text.done`, `response.content_part.done`,
+`response.output_item.done`), a message (the same with `response.output_text.delta`/`.done`) or a function
 call (`response.output_item.added`, `response.function_call_arguments.delta`...,
 `response.function_call_arguments.done`, `response.output_item.done`); last `response.completed`, or
 `response.incomplete` when `max_output_tokens` cut it short (as OpenAI's stream ends). Each event is sent
 as `event: <type>` and `data: <json>`.
+
+The output is read by a `DeltaReader` (`tgi.server.tools.CallStream`, or the output parsers' stream), whose
+chat deltas (`reasoning_content`, `content`, `tool_calls`) say which item each piece belongs to.
 """
 
 from __future__ import annotations
 
 import json
+from typing import Protocol
 
 from tgi.server import responses_format as fmt
-from tgi.server.responses_format import IN_PROGRESS, ResponseContext
-from tgi.server.tools import CallStream, ToolPlan
+from tgi.server.responses_format import COMPLETED, IN_PROGRESS, ResponseContext
+
+_TEXT_KINDS = {"reasoning": ("reasoning_text", "rs"), "message": ("output_text", "msg")}
+
+
+class DeltaReader(Protocol):
+    """Reads the output piece by piece into chat deltas."""
+
+    def feed(self, piece: str, last: bool) -> list[dict]: ...
 
 
 def frame(payload: dict) -> bytes:
@@ -25,15 +37,16 @@ def frame(payload: dict) -> bytes:
 
 
 class ResponseEvents:
-    """Turns the streamed text of one response into its events. The text goes to `CallStream` when the
-    request has tools (a call or a text answer, decided by the output's first characters)."""
+    """Turns the streamed text of one response into its events (`reader`: None reads it all as the
+    message's text)."""
 
-    def __init__(self, context: ResponseContext, plan: ToolPlan | None) -> None:
+    def __init__(self, context: ResponseContext, reader: DeltaReader | None) -> None:
         self.context = context
-        self.calls = CallStream(plan) if plan is not None and plan.may_call else None
+        self.reader = reader
         self.sequence = 0
+        self.done: list[dict] = []  # the finished output items
         self.item: dict | None = None  # the output item being generated
-        self.text = ""  # the message's text, or the call's arguments, so far
+        self.text = ""  # its text (reasoning, message) or arguments (call) so far
 
     def _event(self, kind: str, **fields) -> dict:
         event = {"type": kind, "sequence_number": self.sequence, **fields}
@@ -49,66 +62,91 @@ class ResponseEvents:
 
     def feed(self, piece: str, last: bool) -> list[dict]:
         """The events of the next piece of text (`last`: the output ends with it)."""
-        if self.calls is None:
-            return self._text(piece) if piece else []
+        if self.reader is None:
+            return self._text("message", piece)
         out = []
-        for delta in self.calls.feed(piece, last):
-            if "content" in delta:
-                out += self._text(delta["content"])
-            else:
-                out += self._call(delta["tool_calls"][0])
+        for delta in self.reader.feed(piece, last):
+            if delta.get("reasoning_content"):
+                out += self._text("reasoning", delta["reasoning_content"])
+            if delta.get("content"):
+                out += self._text("message", delta["content"])
+            for call in delta.get("tool_calls") or ():
+                out += self._call(call)
         return out
 
     def _where(self) -> dict:
-        return {"item_id": self.item["id"], "output_index": 0}
+        return {"item_id": self.item["id"], "output_index": len(self.done)}
 
-    def _text(self, piece: str) -> list[dict]:
+    def _open(self, item: dict) -> list[dict]:
+        """Close the item being generated (completed: another follows it) and start `item`."""
+        out = self._close(COMPLETED) if self.item is not None else []
+        self.item, self.text = item, ""
+        return [*out, self._event("response.output_item.added", output_index=len(self.done), item=item)]
+
+    def _text(self, kind: str, piece: str) -> list[dict]:
         out = []
-        if self.item is None:
-            self.item = fmt.message_item(fmt.new_id("msg"), None, IN_PROGRESS)
-            out.append(self._event("response.output_item.added", output_index=0, item=self.item))
-            part = fmt.text_part("")
+        if self.item is None or self.item["type"] != kind:
+            part, prefix = _TEXT_KINDS[kind]
+            item_id = fmt.new_id(prefix)
+            item = fmt.reasoning_item(item_id, None, IN_PROGRESS) if kind == "reasoning" else None
+            out += self._open(item or fmt.message_item(item_id, None, IN_PROGRESS))
+            empty = {"type": part, "text": ""} if kind == "reasoning" else fmt.text_part("")
             out.append(
-                self._event("response.content_part.added", content_index=0, part=part, **self._where())
+                self._event("response.content_part.added", content_index=0, part=empty, **self._where())
             )
         if piece:
             self.text += piece
-            delta = self._event(
-                "response.output_text.delta", content_index=0, delta=piece, logprobs=[], **self._where()
+            kind_event = (
+                "response.reasoning_text.delta" if kind == "reasoning" else "response.output_text.delta"
             )
-            out.append(delta)
+            extra = {} if kind == "reasoning" else {"logprobs": []}
+            out.append(self._event(kind_event, content_index=0, delta=piece, **extra, **self._where()))
         return out
 
     def _call(self, delta: dict) -> list[dict]:
         fn = delta["function"]
-        if "id" in delta:  # the call's header: its id and name
-            self.item = fmt.call_item(fmt.new_id("fc"), delta["id"], fn["name"], "", IN_PROGRESS)
-            out = [self._event("response.output_item.added", output_index=0, item=self.item)]
-            return out + ([self._arguments(fn["arguments"])] if fn["arguments"] else [])
-        return [self._arguments(fn["arguments"])]
+        out = []
+        if "id" in delta:  # a new call: its id and name (and, in a model's own format, all its arguments)
+            out += self._open(fmt.call_item(fmt.new_id("fc"), delta["id"], fn["name"], "", IN_PROGRESS))
+        if fn.get("arguments"):
+            self.text += fn["arguments"]
+            out.append(
+                self._event("response.function_call_arguments.delta", delta=fn["arguments"], **self._where())
+            )
+        return out
 
-    def _arguments(self, piece: str) -> dict:
-        self.text += piece
-        return self._event("response.function_call_arguments.delta", delta=piece, **self._where())
+    def _close(self, status: str) -> list[dict]:
+        """The events that finish the item being generated, with `status`."""
+        item, where, text, out = self.item, self._where(), self.text, []
+        if item["type"] == "function_call":
+            out.append(self._event("response.function_call_arguments.done", arguments=text, **where))
+            done = fmt.call_item(item["id"], item["call_id"], item["name"], text, status)
+        else:
+            reasoning = item["type"] == "reasoning"
+            if reasoning:
+                out.append(self._event("response.reasoning_text.done", content_index=0, text=text, **where))
+                part = {"type": "reasoning_text", "text": text}
+                done = fmt.reasoning_item(item["id"], text, status)
+            else:
+                out.append(
+                    self._event("response.output_text.done", content_index=0, text=text, logprobs=[], **where)
+                )
+                part = fmt.text_part(text)
+                done = fmt.message_item(item["id"], text, status)
+            out.append(self._event("response.content_part.done", content_index=0, part=part, **where))
+        out.append(self._event("response.output_item.done", output_index=len(self.done), item=done))
+        self.done.append(done)
+        self.item = None
+        return out
 
     def finish(self, status: str, usage: dict) -> tuple[list[dict], dict]:
         """The closing events, and the finished response object (the last event's `response`)."""
-        out = [] if self.item is not None else self._text("")  # an empty answer is an empty message
-        where = self._where()
-        if self.item["type"] == "message":
-            part = fmt.text_part(self.text)
-            out.append(
-                self._event(
-                    "response.output_text.done", content_index=0, text=self.text, logprobs=[], **where
-                )
-            )
-            out.append(self._event("response.content_part.done", content_index=0, part=part, **where))
-            item = fmt.message_item(self.item["id"], self.text, status)
-        else:
-            out.append(self._event("response.function_call_arguments.done", arguments=self.text, **where))
-            item = fmt.call_item(self.item["id"], self.item["call_id"], self.item["name"], self.text, status)
-        out.append(self._event("response.output_item.done", output_index=0, item=item))
-        body = self.context.body(status, [item], usage)
-        kind = "response.completed" if status == fmt.COMPLETED else "response.incomplete"
+        out = []
+        if self.item is None and not self.done:
+            out += self._text("message", "")  # an empty answer is an empty message
+        if self.item is not None:
+            out += self._close(status)
+        body = self.context.body(status, list(self.done), usage)
+        kind = "response.completed" if status == COMPLETED else "response.incomplete"
         out.append(self._event(kind, response=body))
         return out, body

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tgi.core.request import FinishReason
-from tgi.server.tools import ToolPlan, message_for
 
 COMPLETED, INCOMPLETE, IN_PROGRESS = "completed", "incomplete", "in_progress"
 
@@ -114,14 +113,28 @@ def call_item(item_id: str, call_id: str, name: str, arguments: str, status: str
     }
 
 
-def output_items(text: str, plan: ToolPlan | None, status: str) -> list[dict]:
-    """The output of a finished generation: a function call when the model made one, else a message."""
-    message, called = message_for(text, plan)
-    if called:
-        call = message["tool_calls"][0]
+def reasoning_item(item_id: str, text: str | None, status: str) -> dict:
+    """The model's reasoning (its text as a `reasoning_text` part; no summary is made here); `text` None:
+    no content part yet (streamed, just added)."""
+    content = [] if text is None else [{"type": "reasoning_text", "text": text}]
+    return {"id": item_id, "type": "reasoning", "status": status, "summary": [], "content": content}
+
+
+def output_items(message: dict, status: str) -> list[dict]:
+    """The output items of a finished generation read back as a chat message (`tools.message_for`, or
+    the output parsers'): its reasoning, its text (also when empty and nothing else was made), its calls.
+    The last item has `status`; the ones before it were completed."""
+    items = []
+    if message.get("reasoning_content"):
+        items.append(reasoning_item(new_id("rs"), message["reasoning_content"], COMPLETED))
+    calls = message.get("tool_calls") or []
+    if message.get("content") or not calls:
+        items.append(message_item(new_id("msg"), message.get("content") or "", COMPLETED))
+    for call in calls:
         fn = call["function"]
-        return [call_item(new_id("fc"), call["id"], fn["name"], fn["arguments"], status)]
-    return [message_item(new_id("msg"), text, status)]
+        items.append(call_item(new_id("fc"), call["id"], fn["name"], fn["arguments"], COMPLETED))
+    items[-1]["status"] = status
+    return items
 
 
 def conversation_message(output: list[dict]) -> dict:

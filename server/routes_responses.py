@@ -24,7 +24,7 @@ from tgi.server.responses_store import ResponsesStore
 from tgi.server.schemas_responses import ResponsesRequest
 from tgi.server.schemas_tgi import ErrorResponse
 from tgi.server.service import Generation, InferenceService, SequenceInput
-from tgi.server.tools import ToolPlan, render_inputs
+from tgi.server.tools import CallStream, ToolPlan, message_for, render_inputs
 
 router = APIRouter(tags=["OpenAI"])
 
@@ -142,7 +142,8 @@ def _whole(generation: Generation[Turn], store: ResponsesStore) -> dict:
     turn, events = generation.inputs[0], generation.results[0]
     final = events[-1]
     status = fmt.status_of(final.finish_reason)
-    output = fmt.output_items(final.generated_text or "", turn.tools, status)
+    message, _ = message_for(final.generated_text or "", turn.tools)
+    output = fmt.output_items(message, status)
     usage = fmt.usage(len(turn.prompt_token_ids), len(events), final.num_cached_tokens)
     body = turn.context.body(status, output, usage)
     _keep(store, turn, body)
@@ -151,7 +152,8 @@ def _whole(generation: Generation[Turn], store: ResponsesStore) -> dict:
 
 async def _events(generation: Generation[Turn], store: ResponsesStore) -> AsyncIterator[bytes]:
     turn = generation.inputs[0]
-    events = ResponseEvents(turn.context, turn.tools)
+    tools = turn.tools
+    events = ResponseEvents(turn.context, CallStream(tools) if tools is not None and tools.may_call else None)
     for event in events.start():
         yield frame(event)
     async for _, token in generation.events():

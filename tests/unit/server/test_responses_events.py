@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from tgi.server.responses_events import ResponseEvents, frame
-from tgi.server.responses_format import COMPLETED, INCOMPLETE, ResponseContext, usage
-from tgi.server.tools import plan_tools
+from tgi.server.responses_format import COMPLETED, INCOMPLETE, ResponseContext, output_items, usage
+from tgi.server.tools import CallStream, plan_tools
 
 WEATHER = {
     "type": "function",
@@ -20,7 +20,7 @@ CALL = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
 
 
 def run(plan, pieces: list[str], status: str = COMPLETED) -> tuple[list[dict], dict]:
-    events = ResponseEvents(ResponseContext(model="m"), plan)
+    events = ResponseEvents(ResponseContext(model="m"), CallStream(plan) if plan is not None else None)
     out = events.start()
     for i, piece in enumerate(pieces):
         out += events.feed(piece, i == len(pieces) - 1)
@@ -71,3 +71,67 @@ def test_frame_names_the_event():
     assert frame({"type": "response.created", "sequence_number": 0}) == (
         b'event: response.created\ndata: {"type":"response.created","sequence_number":0}\n\n'
     )
+
+
+class Scripted:
+    """A reader whose deltas are given (as the output parsers' stream gives them)."""
+
+    def __init__(self, deltas: list[list[dict]]) -> None:
+        self.deltas = iter(deltas)
+
+    def feed(self, piece: str, last: bool) -> list[dict]:
+        return next(self.deltas)
+
+
+def own_call(index: int, name: str, arguments: str) -> dict:
+    call = {"index": index, "id": f"call_{index}", "type": "function"}
+    return {"tool_calls": [{**call, "function": {"name": name, "arguments": arguments}}]}
+
+
+def test_reasoning_text_and_calls_are_items_in_order():
+    reader = Scripted(
+        [
+            [{"reasoning_content": "Think"}],
+            [{"reasoning_content": "ing."}, {"content": "Calling."}],
+            [own_call(0, "a", '{"x": 1}'), own_call(1, "b", "{}")],
+        ]
+    )
+    events = ResponseEvents(ResponseContext(model="m"), reader)
+    out = events.start()
+    for i in range(3):
+        out += events.feed("", i == 2)
+    closing, body = events.finish(COMPLETED, usage(1, 3))
+    out += closing
+    assert [e["sequence_number"] for e in out] == list(range(len(out)))
+    items = body["output"]
+    assert [i["type"] for i in items] == ["reasoning", "message", "function_call", "function_call"]
+    assert (
+        items[0]["content"] == [{"type": "reasoning_text", "text": "Thinking."}] and items[0]["summary"] == []
+    )
+    assert items[1]["content"][0]["text"] == "Calling."
+    assert [(i["call_id"], i["arguments"]) for i in items[2:]] == [("call_0", '{"x": 1}'), ("call_1", "{}")]
+    assert all(i["status"] == COMPLETED for i in items)
+    added = [e for e in out if e["type"] == "response.output_item.added"]
+    finished = [e for e in out if e["type"] == "response.output_item.done"]
+    assert [e["output_index"] for e in added] == [e["output_index"] for e in finished] == [0, 1, 2, 3]
+    assert [e["item"] for e in finished] == items
+    reasoning = [e["delta"] for e in out if e["type"] == "response.reasoning_text.delta"]
+    assert reasoning == ["Think", "ing."] and all(
+        e["item_id"] == items[0]["id"] for e in out[3:8] if "item_id" in e
+    )
+    # each item's events come between its added and its done
+    kinds = [e["type"] for e in out]
+    assert kinds.index("response.reasoning_text.done") < kinds.index("response.output_text.delta")
+
+
+def test_output_items_of_a_finished_message():
+    message = {
+        "role": "assistant",
+        "content": None,
+        "reasoning_content": "Hmm.",
+        "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{"}}],
+    }
+    items = output_items(message, INCOMPLETE)
+    assert [i["type"] for i in items] == ["reasoning", "function_call"]
+    assert [i["status"] for i in items] == [COMPLETED, INCOMPLETE] and items[1]["arguments"] == "{"
+    assert [i["type"] for i in output_items({"role": "assistant", "content": ""}, COMPLETED)] == ["message"]
