@@ -1,0 +1,80 @@
+"""Reasoning output and models' own tool calls through a real `tgi launch --reasoning-parser auto
+--tool-call-parser auto` on a tiny random model whose chat template (built here) opens `<think>` as
+DeepSeek-R1's does and teaches Hermes tool calls, with the official `openai` client: the reasoning and the
+answer stream in their own delta fields; a guided regex constrains the answer after the reasoning, not the
+thinking (`</think>` is made likely with `logit_bias` so that the random model ends its thinking); a tools
+request whose output is no call answers as text, never an error."""
+
+from __future__ import annotations
+
+import re
+
+import openai
+import pytest
+from helpers.reasoning_model import DEEPSEEK_R1_TEMPLATE, byte_tokenizer, save_reasoning_model
+
+TEMPLATE = (
+    "{% if tools %}You may call: {{ tools | tojson }}. Answer a call as "
+    '<tool_call>{"name": <name>, "arguments": <object>}</tool_call>.{% endif %}' + DEEPSEEK_R1_TEMPLATE
+)
+ANSWER = "[a-z]{3,8}"
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory, launch_server, stop_server):
+    root = tmp_path_factory.mktemp("reasoning-e2e")
+    model = save_reasoning_model(root / "model", TEMPLATE)
+    server = launch_server(
+        root, "--model-id", str(model), "--backend", "cpu", "--dtype", "float32", "--max-total-tokens", "512",
+        "--reasoning-parser", "auto", "--tool-call-parser", "auto",
+    )  # fmt: skip
+    yield openai.OpenAI(base_url=server.url + "/v1", api_key="-")
+    assert stop_server(server) == 0, server.logs()
+
+
+def _request(**extra) -> dict:
+    end = byte_tokenizer().convert_tokens_to_ids("</think>")
+    return dict(
+        model="tgi",
+        messages=[{"role": "user", "content": "What is 2 + 2?"}],
+        max_tokens=120,
+        temperature=1.0,
+        seed=7,
+        logit_bias={str(end): 2.0},
+        extra_body={"guided_regex": ANSWER},
+        **extra,
+    )
+
+
+def test_reasoning_and_a_guided_answer_stream_in_their_own_fields(client):
+    stream = client.chat.completions.create(stream=True, **_request())
+    kinds, reasoning, answer, finish = [], "", "", None
+    for chunk in stream:
+        choice = chunk.choices[0]
+        delta = choice.delta.model_dump()
+        if delta.get("reasoning_content"):
+            kinds.append("reasoning")
+            reasoning += delta["reasoning_content"]
+        if delta.get("content"):
+            kinds.append("content")
+            answer += delta["content"]
+        finish = choice.finish_reason or finish
+    assert reasoning and "</think>" not in reasoning
+    assert re.fullmatch(ANSWER, answer), (reasoning, answer)  # the grammar held after the reasoning only
+    assert kinds == sorted(kinds, key=lambda k: k == "content"), "the reasoning streams first"
+    assert finish == "stop"
+    whole = client.chat.completions.create(**_request()).choices[0]
+    message = whole.message.model_dump()
+    assert (message["reasoning_content"], message["content"]) == (reasoning, answer)
+
+
+def test_tools_with_the_models_own_format_answer_text_when_the_output_is_no_call(client):
+    tools = [
+        {"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}}
+    ]
+    request = _request(tools=tools)
+    request.pop("extra_body")
+    choice = client.chat.completions.create(**request).choices[0]
+    message = choice.message.model_dump()
+    assert choice.finish_reason in ("stop", "length") and message["tool_calls"] is None
+    assert isinstance(message["content"], str) and message["reasoning_content"]
