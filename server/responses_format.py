@@ -138,17 +138,17 @@ def output_items(message: dict, status: str) -> list[dict]:
 
 
 def conversation_message(output: list[dict]) -> dict:
-    """The chat message an output adds to the conversation (for `previous_response_id`)."""
-    calls = [item for item in output if item["type"] == "function_call"]
-    if calls:
-        tool_calls = [
-            {
-                "id": c["call_id"],
-                "type": "function",
-                "function": {"name": c["name"], "arguments": c["arguments"]},
-            }
-            for c in calls
-        ]
-        return {"role": "assistant", "content": "", "tool_calls": tool_calls}
-    text = "".join(part["text"] for item in output if item["type"] == "message" for part in item["content"])
-    return {"role": "assistant", "content": text}
+    """The chat message an output adds to the conversation (for `previous_response_id`): its text, its
+    calls, and its reasoning as `reasoning_content`."""
+    message: dict = {"role": "assistant", "content": ""}
+    for item in output:
+        if item["type"] == "reasoning":
+            message["reasoning_content"] = "".join(part["text"] for part in item["content"])
+        elif item["type"] == "message":
+            message["content"] += "".join(part["text"] for part in item["content"])
+        else:
+            call = {"name": item["name"], "arguments": item["arguments"]}
+            message.setdefault("tool_calls", []).append(
+                {"id": item["call_id"], "type": "function", "function": call}
+            )
+    return message

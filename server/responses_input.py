@@ -18,15 +18,23 @@ _CHOICES = ("none", "auto", "required")
 
 def conversation(items: list[InputItem], history: tuple[dict, ...] = ()) -> list[dict]:
     """`history` (a stored conversation) followed by `items` as chat messages: a `developer` message is a
-    system message; consecutive `function_call` items join the assistant message before them; a
-    `function_call_output` is a `tool` message answering a call made earlier in the conversation."""
+    system message; a `reasoning` item starts an assistant message (its `reasoning_content`) that the
+    assistant's text and calls after it join, as consecutive `function_call` items join the assistant
+    message before them; a `function_call_output` is a `tool` message answering a call made earlier in the
+    conversation."""
     out = [dict(m) for m in history]
     calls = {c["id"] for m in out for c in m.get("tool_calls") or ()}
     for i, item in enumerate(items):
         kind = item.kind
+        previous = out[-1] if out else None
         if kind == "message":
             role = "system" if item.role == "developer" else item.role
-            out.append({"role": role, "content": item.text()})
+            if role == "assistant" and _only_reasoning(previous):
+                previous["content"] = item.text()
+            else:
+                out.append({"role": role, "content": item.text()})
+        elif kind == "reasoning":
+            out.append({"role": "assistant", "content": "", "reasoning_content": item.text()})
         elif kind == "function_call":
             call = {
                 "id": item.call_id,
@@ -34,7 +42,6 @@ def conversation(items: list[InputItem], history: tuple[dict, ...] = ()) -> list
                 "function": {"name": item.name, "arguments": item.arguments},
             }
             calls.add(item.call_id)
-            previous = out[-1] if out else None
             if previous is not None and previous["role"] == "assistant":
                 previous["tool_calls"] = [*(previous.get("tool_calls") or ()), call]
             else:
@@ -47,6 +54,17 @@ def conversation(items: list[InputItem], history: tuple[dict, ...] = ()) -> list
                 )
             out.append({"role": "tool", "tool_call_id": item.call_id, "content": item.text()})
     return out
+
+
+def _only_reasoning(message: dict | None) -> bool:
+    """An assistant message that holds reasoning only (the text after it joins it)."""
+    return (
+        message is not None
+        and message["role"] == "assistant"
+        and "reasoning_content" in message
+        and not message["content"]
+        and not message.get("tool_calls")
+    )
 
 
 def with_instructions(messages: list[dict], instructions: str | None) -> list[dict]:

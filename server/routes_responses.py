@@ -13,11 +13,12 @@ from tgi.core.sampling_params import SamplingParams
 from tgi.server import responses_format as fmt
 from tgi.server import responses_input as conv
 from tgi.server import sse
+from tgi.server.chat_output import ChatOutputStream, chat_message, output_text, piece_of
 from tgi.server.errors import ApiError, unsupported
 from tgi.server.fields import check_fields
 from tgi.server.guided import refuse_if_disabled
 from tgi.server.lora import openai_adapter
-from tgi.server.openai_format import visible_text
+from tgi.server.output_parsing import OutputParsers, reasoned_prompt, resolve
 from tgi.server.responses_events import ResponseEvents, frame
 from tgi.server.responses_format import ResponseContext
 from tgi.server.responses_store import ResponsesStore
@@ -43,6 +44,7 @@ class Turn(SequenceInput):
     response shows, and the conversation to store (its input without `instructions`)."""
 
     tools: ToolPlan | None
+    parsers: OutputParsers  # the reasoning and tool-call parsers its output goes through
     context: ResponseContext
     conversation: list[dict] = field(default_factory=list)
 
@@ -118,19 +120,31 @@ async def _turns(service: InferenceService, store: ResponsesStore, req: Response
     params = replace(_params(req), adapter_id=openai_adapter(service, req.model))
     context.model = params.adapter_id or context.model  # a LoRA adapter answers under its id
     messages = conv.conversation(req.items(), _history(req, store))
+    template = service.engine.tokenizer.chat_template
+    parsers = resolve(service.settings.reasoning_parser, service.settings.tool_call_parser, template)
     plan = conv.tool_plan(req)
+    if parsers.tool_format is not None and plan is not None and plan.choice == "auto":
+        plan = replace(plan, grammar=None)  # the model writes calls its own way, read back as it wrote them
     grammar_field = None
     asked = conv.output_grammar(req, plan)
     if asked is not None:
         grammar_field, grammar = asked
         refuse_if_disabled(grammar, service.settings.disable_grammar_support, grammar_field)
         params = replace(params, grammar=grammar)
-    template = service.engine.tokenizer.chat_template
     shown, template_kwargs = render_inputs(
         conv.with_instructions(messages, req.instructions), plan, template, None
     )
-    ids = await service.render_chat(shown, **template_kwargs)
-    return [Turn(ids, params, grammar_field, tools=plan, context=context, conversation=messages)]
+    if parsers.reasoning is None:
+        ids = await service.render_chat(shown, **template_kwargs)
+    else:  # where the output starts (inside the reasoning or not) is read from the prompt's text
+        text = await service.template_text(shown, **template_kwargs)
+        ids = await service.encode(text, add_special_tokens=False)
+        tags = (parsers.reasoning.start_tag, parsers.reasoning.end_tag)
+        single = frozenset([t for t in tags if len(await service.encode(t, add_special_tokens=False)) == 1])
+        parsers, params = reasoned_prompt(parsers, text, params, single)
+    return [
+        Turn(ids, params, grammar_field, tools=plan, parsers=parsers, context=context, conversation=messages)
+    ]
 
 
 def _keep(store: ResponsesStore, turn: Turn, body: dict) -> None:
@@ -142,7 +156,11 @@ def _whole(generation: Generation[Turn], store: ResponsesStore) -> dict:
     turn, events = generation.inputs[0], generation.results[0]
     final = events[-1]
     status = fmt.status_of(final.finish_reason)
-    message, _ = message_for(final.generated_text or "", turn.tools)
+    if turn.parsers.active:
+        text = output_text(events, turn.parsers, turn.tools)
+        message, _ = chat_message(text, turn.parsers, turn.tools)
+    else:
+        message, _ = message_for(final.generated_text or "", turn.tools)
     output = fmt.output_items(message, status)
     usage = fmt.usage(len(turn.prompt_token_ids), len(events), final.num_cached_tokens)
     body = turn.context.body(status, output, usage)
@@ -150,15 +168,24 @@ def _whole(generation: Generation[Turn], store: ResponsesStore) -> dict:
     return body
 
 
+def _reader(turn: Turn) -> ChatOutputStream | CallStream | None:
+    """What reads the streamed output into items: the output parsers (reasoning, the model's own calls),
+    else the grammar-backed calls, else nothing (all of it is the message's text)."""
+    if turn.parsers.active:
+        return ChatOutputStream(turn.parsers, turn.tools)
+    if turn.tools is not None and turn.tools.may_call:
+        return CallStream(turn.tools)
+    return None
+
+
 async def _events(generation: Generation[Turn], store: ResponsesStore) -> AsyncIterator[bytes]:
     turn = generation.inputs[0]
-    tools = turn.tools
-    events = ResponseEvents(turn.context, CallStream(tools) if tools is not None and tools.may_call else None)
+    events = ResponseEvents(turn.context, _reader(turn))
     for event in events.start():
         yield frame(event)
     async for _, token in generation.events():
         last = token.finish_reason is not None
-        for event in events.feed(visible_text(token), last):
+        for event in events.feed(piece_of(token, turn.parsers, turn.tools), last):
             yield frame(event)
         if last:
             usage = fmt.usage(len(turn.prompt_token_ids), token.index + 1, token.num_cached_tokens)

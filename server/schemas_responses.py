@@ -22,8 +22,12 @@ from tgi.server.fields import NEUTRAL, RequestModel
 
 #: message roles an input message may have
 ROLES = ("user", "assistant", "system", "developer")
-#: content part types served, by the role that may send them
-TEXT_PARTS = {"input_text": ("user", "system", "developer"), "output_text": ("assistant",)}
+#: content part types served, by the message role that may send them (`reasoning_text`: a reasoning item's)
+TEXT_PARTS = {
+    "input_text": ("user", "system", "developer"),
+    "output_text": ("assistant",),
+    "reasoning_text": (),
+}
 #: OpenAI's limits on `metadata`: pairs, key and value lengths
 MAX_METADATA_PAIRS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 16, 64, 512
 
@@ -71,14 +75,15 @@ class ContentPart(RequestModel):
 
     def refusals(self) -> Iterator[tuple[str, str]]:
         if self.type not in TEXT_PARTS:
-            yield "type", f"is {self.type!r}: this server takes text parts only (input_text, output_text)"
+            yield "type", f"is {self.type!r}: this server takes text parts only ({', '.join(TEXT_PARTS)})"
         elif self.text is None:
             yield "text", f"is required in an `{self.type}` part"
 
 
 class InputItem(RequestModel):
     """One item of `input`: a message (`type` "message", or no `type` with a `role`), a `function_call`
-    (a call the model made) or a `function_call_output` (its result)."""
+    (a call the model made), a `function_call_output` (its result) or a `reasoning` item (the model's
+    reasoning, given to the chat template as the next assistant message's `reasoning_content`)."""
 
     type: str | None = None
     role: str | None = None
@@ -89,7 +94,13 @@ class InputItem(RequestModel):
     name: str | None = None
     arguments: str | None = None
     output: str | list[ContentPart] | None = None
-    KNOWN: ClassVar = {"phase": NEUTRAL, "namespace": NEUTRAL, "caller": NEUTRAL}
+    KNOWN: ClassVar = {
+        "phase": NEUTRAL,
+        "namespace": NEUTRAL,
+        "caller": NEUTRAL,
+        "summary": NEUTRAL,  # of a reasoning item: none are made or read here
+        "encrypted_content": NEUTRAL,
+    }
 
     @property
     def kind(self) -> str:
@@ -110,6 +121,15 @@ class InputItem(RequestModel):
             for name in ("call_id", "name", "arguments"):
                 if getattr(self, name) is None:
                     yield name, "is required in a `function_call` item"
+        elif kind == "reasoning":
+            for i, part in enumerate(self.content if isinstance(self.content, list) else ()):
+                if part.type != "reasoning_text":
+                    yield (
+                        f"content[{i}].type",
+                        f"is {part.type!r}: a reasoning item holds reasoning_text parts",
+                    )
+            if isinstance(self.content, str):
+                yield "content", "of a reasoning item is a list of reasoning_text parts"
         elif kind == "function_call_output":
             for name in ("call_id", "output"):
                 if getattr(self, name) is None:
@@ -117,12 +137,13 @@ class InputItem(RequestModel):
         else:
             yield (
                 "type",
-                f"is {kind!r}: this server takes message, function_call and function_call_output items",
+                f"is {kind!r}: this server takes message, function_call, function_call_output and reasoning "
+                "items",
             )
 
     def text(self) -> str:
-        """The text of a message's content or of a call's output (its text parts joined)."""
-        value = self.content if self.kind == "message" else self.output
+        """The text of a message's or a reasoning item's content, or of a call's output (its parts joined)."""
+        value = self.output if self.kind == "function_call_output" else self.content
         if isinstance(value, list):
             return "".join(p.text or "" for p in value)
         return value or ""

@@ -6,7 +6,14 @@ from __future__ import annotations
 import json
 
 from tgi.server.responses_events import ResponseEvents, frame
-from tgi.server.responses_format import COMPLETED, INCOMPLETE, ResponseContext, output_items, usage
+from tgi.server.responses_format import (
+    COMPLETED,
+    INCOMPLETE,
+    ResponseContext,
+    conversation_message,
+    output_items,
+    usage,
+)
 from tgi.server.tools import CallStream, plan_tools
 
 WEATHER = {
@@ -135,3 +142,13 @@ def test_output_items_of_a_finished_message():
     assert [i["type"] for i in items] == ["reasoning", "function_call"]
     assert [i["status"] for i in items] == [COMPLETED, INCOMPLETE] and items[1]["arguments"] == "{"
     assert [i["type"] for i in output_items({"role": "assistant", "content": ""}, COMPLETED)] == ["message"]
+
+
+def test_an_output_goes_back_to_the_conversation_whole():
+    message = {
+        "role": "assistant",
+        "content": "Checking.",
+        "reasoning_content": "Hmm.",
+        "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+    }
+    assert conversation_message(output_items(message, COMPLETED)) == message

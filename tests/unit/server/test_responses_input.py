@@ -64,3 +64,17 @@ def test_tool_choice_in_chat_shape():
         with pytest.raises(ApiError) as info:
             chat_tool_choice(bad)
         assert info.value.status == 422 and info.value.param.startswith("tool_choice")
+
+
+def test_a_reasoning_item_is_the_reasoning_of_the_assistant_text_and_calls_after_it():
+    reasoning = InputItem(type="reasoning", content=[{"type": "reasoning_text", "text": "hm"}])
+    items = [
+        InputItem(role="user", content="Hi"),
+        reasoning,
+        InputItem(role="assistant", content="Yes."),
+        call("c1"),
+    ]
+    messages = conversation(items)
+    assert len(messages) == 2
+    assert messages[1]["reasoning_content"] == "hm" and messages[1]["content"] == "Yes."
+    assert [c["id"] for c in messages[1]["tool_calls"]] == ["c1"]

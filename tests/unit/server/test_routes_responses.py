@@ -9,7 +9,7 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
-from fake_engine import REPLY, FakeEngine, error_of
+from fake_engine import REPLY, CharTokenizer, FakeEngine, error_of
 from tgi.core.config import EngineConfig
 from tgi.server.app import create_app
 from tgi.server.settings import ServerSettings
@@ -222,7 +222,15 @@ def test_tool_choice_none_shows_no_tools(client, engine):
         ({"text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format.schema"),
         ({"max_output_tokens": 0}, "max_output_tokens"),
         ({"metadata": {f"k{i}": "v" for i in range(17)}}, "metadata"),
-        ({"input": [{"type": "reasoning", "summary": []}]}, "input[0].type"),
+        ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type"),
+        (
+            {"input": [{"type": "reasoning", "summary": [{"type": "summary_text", "text": "s"}]}]},
+            "input[0].summary",
+        ),
+        (
+            {"input": [{"type": "reasoning", "content": [{"type": "input_text", "text": "s"}]}]},
+            "input[0].content[0].type",
+        ),
         (
             {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]},
             "input[0].content[0].type",
@@ -267,3 +275,68 @@ def test_neutral_values_of_unserved_fields_pass(client):
         "store": True,
     }
     assert client.post(PATH, json={"input": "Hi", "max_output_tokens": 2, **fields}).status_code == 200
+
+
+class OpensThinking(CharTokenizer):
+    """A template that opens the reasoning in its generation prompt (DeepSeek-R1's way) and teaches Hermes
+    tool calls."""
+
+    chat_template = (
+        "{{ tools }} <tool_call></tool_call> {% for m in messages %}{{ m.content }}{% endfor %}<think>"
+    )
+
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True, **_):
+        return super().apply_chat_template(messages, tokenize, add_generation_prompt) + "<think>"
+
+
+TIME = {
+    "type": "function",
+    "name": "get_time",
+    "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}},
+}
+
+
+def parsed_client(reply: str) -> tuple[TestClient, FakeEngine]:
+    limits = dict(max_input_tokens=400, max_total_tokens=512, max_batch_prefill_tokens=512)
+    config = EngineConfig(model_id="fake/model", max_batch_total_tokens=2048, **limits)
+    engine = FakeEngine(config=config, reply=reply, tokenizer=OpensThinking())
+    settings = ServerSettings(reasoning_parser="deepseek_r1", tool_call_parser="hermes")
+    return TestClient(create_app(engine, settings)), engine
+
+
+def test_reasoning_and_the_models_own_calls_are_output_items_whole_and_streamed():
+    call = '<tool_call>{"name": "get_time", "arguments": {"tz": "CET"}}</tool_call>'
+    client, engine = parsed_client(f"I need the time.</think>Checking. {call}")
+    with client:
+        body = client.post(PATH, json={"input": "Time?", "tools": [TIME]}).json()
+        events = events_of(client.post(PATH, json={"input": "Time?", "tools": [TIME], "stream": True}).text)
+        again = client.post(PATH, json={"input": "Thanks", "previous_response_id": body["id"]})
+    assert engine.requests[0][1].grammar is None  # tool_choice auto: the model writes its own format
+    for output in (body["output"], events[-1]["response"]["output"]):
+        assert [i["type"] for i in output] == ["reasoning", "message", "function_call"]
+        assert output[0]["content"] == [{"type": "reasoning_text", "text": "I need the time."}]
+        assert output[1]["content"][0]["text"].strip() == "Checking."
+        assert (output[2]["name"], output[2]["arguments"]) == ("get_time", '{"tz": "CET"}')
+    reasoning = "".join(e["delta"] for e in events if e["type"] == "response.reasoning_text.delta")
+    assert reasoning == "I need the time."
+    assert [e["output_index"] for e in events if e["type"] == "response.output_item.added"] == [0, 1, 2]
+    assert again.status_code == 200, again.text
+
+
+def test_a_reasoning_input_item_is_the_next_assistant_messages_reasoning(engine):
+    items = [
+        {"role": "user", "content": "Hi"},
+        {
+            "type": "reasoning",
+            "id": "rs_1",
+            "summary": [],
+            "content": [{"type": "reasoning_text", "text": "hm"}],
+        },
+        {"role": "assistant", "content": "Hello"},
+        {"role": "user", "content": "Bye"},
+    ]
+    with TestClient(create_app(engine)) as c:
+        assert c.post(PATH, json={"input": items, "max_output_tokens": 2}).status_code == 200
+    assert (
+        prompt_of(engine) == "<user>Hi<assistant>Hello<user>Bye<assistant>"
+    )  # the fake template shows no reasoning
