@@ -74,20 +74,6 @@ def server_settings(args: argparse.Namespace, on_ready=None) -> ServerSettings:
     return ServerSettings(**server_fields(args), on_ready=on_ready)
 
 
-def unfit_parser(args: argparse.Namespace, chat_template) -> str | None:
-    """Why --reasoning-parser or --tool-call-parser cannot serve a model with this chat template (a named
-    format the template does not have), or None."""
-    from tgi.server.reasoning import UnfitReasoningParserError, reasoning_format
-    from tgi.server.tool_parsers import UnfitToolCallParserError, tool_call_format
-
-    try:
-        reasoning_format(args.reasoning_parser, chat_template)
-        tool_call_format(args.tool_call_parser, chat_template)
-    except (UnfitReasoningParserError, UnfitToolCallParserError) as exc:
-        return str(exc)
-    return None
-
-
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -157,7 +143,9 @@ def run_launch(args: argparse.Namespace) -> int:
         return 2
     if args.tokenizer_config_path:  # its chat template replaces the model's (checked at start)
         engine.tokenizer.chat_template = tokenizer_config(args.tokenizer_config_path)["chat_template"]
-    unfit = unfit_parser(args, engine.tokenizer.chat_template)
+    from tgi.server.output_parsing import unfit_parsers
+
+    unfit = unfit_parsers(args.reasoning_parser, args.tool_call_parser, engine.tokenizer.chat_template)
     if unfit is not None:
         print(f"error: {unfit}", file=sys.stderr)
         engine.engine.runner.shutdown()

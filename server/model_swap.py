@@ -36,6 +36,7 @@ import time
 import weakref
 
 from tgi.server.errors import ApiError, logged_refusal
+from tgi.server.output_parsing import unfit_parsers
 
 log = logging.getLogger("tgi.server")
 
@@ -96,6 +97,12 @@ class ModelSwapper:
             new = await asyncio.to_thread(AsyncEngine.from_config, config)
         except Exception as exc:
             raise logged_refusal(422, "cannot load the model", exc, "validation") from None
+        unfit = unfit_parsers(
+            settings.reasoning_parser, settings.tool_call_parser, new.tokenizer.chat_template
+        )
+        if unfit is not None:  # the flags' parsers stay: a model they cannot read is not swapped in
+            await asyncio.to_thread(new.engine.runner.shutdown)
+            raise ApiError(422, f"cannot swap to the model: {unfit}", "validation")
         new.on_death = old.on_death
         await new.start()
         previous = self.service.switch_engine(new)

@@ -14,10 +14,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tgi.core.sampling_params import SamplingParams
-from tgi.server.reasoning import ReasoningFormat, ReasoningSplitter, reasoning_format
+from tgi.server.reasoning import (
+    ReasoningFormat,
+    ReasoningSplitter,
+    UnfitReasoningParserError,
+    reasoning_format,
+)
 from tgi.server.reasoning.formats import template_text
 from tgi.server.reasoning.grammar import after_reasoning
-from tgi.server.tool_parsers import ToolCallFormat, tool_call_format
+from tgi.server.tool_parsers import ToolCallFormat, UnfitToolCallParserError, tool_call_format
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,19 @@ class OutputParsers:
 @functools.lru_cache(maxsize=16)
 def _formats(reasoning: str | None, tools: str | None, template: str):
     return reasoning_format(reasoning, template), tool_call_format(tools, template)
+
+
+def unfit_parsers(
+    reasoning_parser: str | None, tool_call_parser: str | None, chat_template: Any
+) -> str | None:
+    """Why the parsers the flags name cannot serve a model with `chat_template` (a named format the template
+    does not have: refused at start, and when a model swap would bring such a model), or None."""
+    try:
+        reasoning_format(reasoning_parser, chat_template)
+        tool_call_format(tool_call_parser, chat_template)
+    except (UnfitReasoningParserError, UnfitToolCallParserError) as exc:
+        return str(exc)
+    return None
 
 
 def resolve(reasoning_parser: str | None, tool_call_parser: str | None, chat_template: Any) -> OutputParsers:

@@ -3,32 +3,39 @@
 DeepSeek-R1's does and teaches Hermes tool calls, with the official `openai` client: the reasoning and the
 answer stream in their own delta fields; a guided regex constrains the answer after the reasoning, not the
 thinking (`</think>` is made likely with `logit_bias` so that the random model ends its thinking); a tools
-request whose output is no call answers as text, never an error."""
+request whose output is no call answers as text, never an error; a model swap to a model the named
+reasoning parser cannot read is refused."""
 
 from __future__ import annotations
 
 import re
 
+import httpx
 import openai
 import pytest
 from helpers.reasoning_model import DEEPSEEK_R1_TEMPLATE, byte_tokenizer, save_reasoning_model
+
+from tgi.core.testing.tiny_models import save_random_model
 
 TEMPLATE = (
     "{% if tools %}You may call: {{ tools | tojson }}. Answer a call as "
     '<tool_call>{"name": <name>, "arguments": <object>}</tool_call>.{% endif %}' + DEEPSEEK_R1_TEMPLATE
 )
 ANSWER = "[a-z]{3,8}"
+ADMIN_KEY = "reasoning-admin-key"
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory, launch_server, stop_server):
+def served(tmp_path_factory, launch_server, stop_server):
     root = tmp_path_factory.mktemp("reasoning-e2e")
     model = save_reasoning_model(root / "model", TEMPLATE)
+    plain = save_random_model(root / "plain")  # no chat template: it cannot reason in `<think>`
     server = launch_server(
         root, "--model-id", str(model), "--backend", "cpu", "--dtype", "float32", "--max-total-tokens", "512",
-        "--reasoning-parser", "auto", "--tool-call-parser", "auto",
+        "--reasoning-parser", "deepseek_r1", "--tool-call-parser", "auto",
+        "--enable-model-swap", "--admin-api-key", ADMIN_KEY, "--swappable-models", str(plain),
     )  # fmt: skip
-    yield openai.OpenAI(base_url=server.url + "/v1", api_key="-")
+    yield openai.OpenAI(base_url=server.url + "/v1", api_key="-"), server.url, plain
     assert stop_server(server) == 0, server.logs()
 
 
@@ -46,7 +53,8 @@ def _request(**extra) -> dict:
     )
 
 
-def test_reasoning_and_a_guided_answer_stream_in_their_own_fields(client):
+def test_reasoning_and_a_guided_answer_stream_in_their_own_fields(served):
+    client = served[0]
     stream = client.chat.completions.create(stream=True, **_request())
     kinds, reasoning, answer, finish = [], "", "", None
     for chunk in stream:
@@ -68,7 +76,8 @@ def test_reasoning_and_a_guided_answer_stream_in_their_own_fields(client):
     assert (message["reasoning_content"], message["content"]) == (reasoning, answer)
 
 
-def test_tools_with_the_models_own_format_answer_text_when_the_output_is_no_call(client):
+def test_tools_with_the_models_own_format_answer_text_when_the_output_is_no_call(served):
+    client = served[0]
     tools = [
         {"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}}
     ]
@@ -78,3 +87,13 @@ def test_tools_with_the_models_own_format_answer_text_when_the_output_is_no_call
     message = choice.message.model_dump()
     assert choice.finish_reason in ("stop", "length") and message["tool_calls"] is None
     assert isinstance(message["content"], str) and message["reasoning_content"]
+
+
+def test_a_swap_to_a_model_the_named_parser_cannot_read_is_refused(served):
+    client, url, plain = served
+    headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    r = httpx.post(url + "/admin/model", json={"model_id": str(plain)}, headers=headers, timeout=120)
+    assert r.status_code == 422, r.text
+    assert "--reasoning-parser deepseek_r1: this model's chat template never" in r.text
+    whole = client.chat.completions.create(**_request()).choices[0]  # still served, still reasoning
+    assert whole.message.model_dump()["reasoning_content"] is not None
