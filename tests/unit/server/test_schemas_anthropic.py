@@ -1,0 +1,84 @@
+"""The Messages API's fields: each one served, accepted as Anthropic defines it (no effect), or refused by
+name with a 400."""
+
+from __future__ import annotations
+
+import pytest
+
+from tgi.server.errors import ApiError
+from tgi.server.fields import check_fields
+from tgi.server.schemas_anthropic import CountTokensRequest, MessagesRequest
+
+BASE = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "Hi"}]}
+IMAGE = {"type": "image", "source": {"type": "url", "url": "http://x/y.png"}}
+
+
+def checked(**fields) -> MessagesRequest:
+    req = MessagesRequest.model_validate({**BASE, **fields})
+    check_fields(req)
+    return req
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"messages": [{"role": "user", "content": [IMAGE]}]}, "messages[0].content[0].type"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]},
+            "messages[0].content[0].type",
+        ),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "tool_result", "tool_use_id": "a", "content": [IMAGE]}],
+                    }
+                ]
+            },
+            "messages[0].content[0].content[0].type",
+        ),
+        ({"thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking"),
+        (
+            {"tools": [{"type": "web_search_20250305", "name": "web_search", "input_schema": {}}]},
+            "tools[0].type",
+        ),
+        ({"mcp_servers": [{"type": "url", "url": "http://x"}]}, "mcp_servers"),
+        ({"container": "c1"}, "container"),
+        ({"service_tier": "priority"}, "service_tier"),
+        ({"output_config": {"effort": "high"}}, "output_config.effort"),
+        ({"speed": "fast"}, "speed"),
+        ({"tools": [{"name": "f", "input_schema": {}, "defer_loading": True}]}, "tools[0].defer_loading"),
+    ],
+)
+def test_unserved_fields_are_refused_by_name(fields, param):
+    with pytest.raises(ApiError) as refused:
+        checked(**fields)
+    assert refused.value.status == 422 and refused.value.param == param  # a 400 on Anthropic's routes
+    assert f"`{param}`" in refused.value.message
+
+
+def test_fields_with_no_effect_are_accepted():
+    checked(
+        metadata={"user_id": "u1"},
+        thinking={"type": "disabled"},
+        service_tier="standard_only",
+        cache_control={"type": "ephemeral"},
+        system=[{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral", "ttl": "5m"}}],
+        tools=[{"name": "f", "input_schema": {"type": "object"}, "type": "custom", "strict": True}],
+        tool_choice={"type": "auto", "disable_parallel_tool_use": True},
+        stream=False,
+    )
+
+
+def test_required_fields():
+    with pytest.raises(ValueError, match="max_tokens"):
+        MessagesRequest.model_validate({k: v for k, v in BASE.items() if k != "max_tokens"})
+    with pytest.raises(ValueError, match="model"):
+        MessagesRequest.model_validate({k: v for k, v in BASE.items() if k != "model"})
+    with pytest.raises(ValueError, match="messages"):
+        MessagesRequest.model_validate({**BASE, "messages": []})
+    counted = CountTokensRequest.model_validate({k: v for k, v in BASE.items() if k != "max_tokens"})
+    check_fields(counted)
+    with pytest.raises(ApiError, match="`thinking`"):  # count_tokens refuses what /v1/messages refuses
+        check_fields(CountTokensRequest.model_validate({**BASE, "thinking": {"type": "enabled"}}))
