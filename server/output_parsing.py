@@ -74,12 +74,12 @@ def reasoned_prompt(
     """With a reasoning parser: whether the output of `prompt` (the rendered template) starts inside the
     reasoning, and `params.grammar` moved after the reasoning (`after_reasoning`; `token_tags`: the tags that
     are single tokens of the model). A prompt that closed the reasoning already (thinking disabled) leaves
-    the grammar on the whole output."""
+    the grammar on the whole output, and the output is answer unless it opens a reasoning itself."""
     fmt = parsers.reasoning
     if fmt is None:
         return parsers, params
-    inside = fmt.opens_in(prompt)
     closed = prompt.rstrip().endswith(fmt.end_tag)
+    inside = fmt.opens_in(prompt) and not closed
     if params.grammar is not None and not closed:
         params = replace(params, grammar=after_reasoning(params.grammar, fmt, inside, token_tags))
     return replace(parsers, inside=inside), params

@@ -35,6 +35,9 @@ def test_a_prompt_that_closed_the_reasoning_keeps_the_grammar_on_the_whole_outpu
         parsers, "assistant\n<think>\n\n</think>\n\n", SamplingParams(grammar=SCHEMA), frozenset()
     )
     assert params.grammar == SCHEMA and not closed.inside
+    r1 = resolve("deepseek_r1", None, QWEN3)  # reasons from the start, unless the prompt closed it
+    closed, params = reasoned_prompt(r1, "<think>\n\n</think>", SamplingParams(grammar=SCHEMA), frozenset())
+    assert params.grammar == SCHEMA and closed.splitter().split("ok").answer == "ok"
     assert (
         reasoned_prompt(OutputParsers(), "x", SamplingParams(grammar=SCHEMA), frozenset())[1].grammar
         == SCHEMA
