@@ -125,6 +125,12 @@ async def _turns(service: InferenceService, store: ResponsesStore, req: Response
     plan = conv.tool_plan(req)
     if parsers.tool_format is not None and plan is not None and plan.choice == "auto":
         plan = replace(plan, grammar=None)  # the model writes calls its own way, read back as it wrote them
+        if req.parallel_tool_calls is False:
+            raise unsupported(
+                "parallel_tool_calls",
+                "false is not served with --tool-call-parser and `tool_choice: auto`: the model writes its "
+                "own calls, as many as it chooses",
+            )
     grammar_field = None
     asked = conv.output_grammar(req, plan)
     if asked is not None:

@@ -340,3 +340,16 @@ def test_a_reasoning_input_item_is_the_next_assistant_messages_reasoning(engine)
     assert (
         prompt_of(engine) == "<user>Hi<assistant>Hello<user>Bye<assistant>"
     )  # the fake template shows no reasoning
+
+
+def test_parallel_tool_calls_false_is_refused_where_the_model_writes_its_own_calls():
+    client, engine = parsed_client("ok")
+    with client:
+        r = client.post(PATH, json={"input": "Time?", "tools": [TIME], "parallel_tool_calls": False})
+        assert r.status_code == 422 and r.json()["error"]["param"] == "parallel_tool_calls"
+        named = {"type": "function", "name": "get_time"}  # a grammar-backed call: one at most
+        body = {"input": "Time?", "tools": [TIME], "parallel_tool_calls": False, "tool_choice": named}
+        assert (
+            client.post(PATH, json=body).json()["error"]["param"] == "tools"
+        )  # the fake has no grammar masks
+    assert engine.requests == []
