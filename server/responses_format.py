@@ -122,13 +122,13 @@ def reasoning_item(item_id: str, text: str | None, status: str) -> dict:
 
 def output_items(message: dict, status: str) -> list[dict]:
     """The output items of a finished generation read back as a chat message (`tools.message_for`, or
-    the output parsers'): its reasoning, its text (also when empty and nothing else was made), its calls.
+    the output parsers'): its reasoning, its text (also when empty, if nothing else was made), its calls.
     The last item has `status`; the ones before it were completed."""
     items = []
     if message.get("reasoning_content"):
         items.append(reasoning_item(new_id("rs"), message["reasoning_content"], COMPLETED))
     calls = message.get("tool_calls") or []
-    if message.get("content") or not calls:
+    if message.get("content") or not (calls or items):
         items.append(message_item(new_id("msg"), message.get("content") or "", COMPLETED))
     for call in calls:
         fn = call["function"]

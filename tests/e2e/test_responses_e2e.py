@@ -10,6 +10,7 @@ import json
 import httpx
 import jsonschema
 import pytest
+from helpers.openai_responses import validated_events, validated_response
 
 from tgi.core.testing.guided_cases import JSON_SCHEMAS
 
@@ -49,34 +50,6 @@ def client(server):
     return openai.OpenAI(base_url=server.url + "/v1", api_key="-", timeout=120)
 
 
-def _parsed(raw: dict):
-    """The body validated by the client's own model of a response (not the lenient parse it does)."""
-    from openai.types.responses import Response
-
-    return Response.model_validate(raw)  # raises on a missing or mistyped field
-
-
-def _event_models() -> dict:
-    """The client's model of each stream event, by its `type`."""
-    import typing
-
-    from openai.types.responses import ResponseStreamEvent
-
-    union = typing.get_args(ResponseStreamEvent)[0]
-    return {typing.get_args(m.model_fields["type"].annotation)[0]: m for m in typing.get_args(union)}
-
-
-def _events(client, **kwargs) -> list:
-    """Every event of a streamed response, each validated by the client's model of its type."""
-    models = _event_models()
-    events = [
-        models[e.type].model_validate(e.model_dump(by_alias=True))
-        for e in client.responses.create(stream=True, **kwargs)
-    ]
-    assert [e.sequence_number for e in events] == list(range(len(events)))
-    return events
-
-
 def _deduplicated(kinds: list[str]) -> list[str]:
     return [k for i, k in enumerate(kinds) if i == 0 or kinds[i - 1] != k]
 
@@ -89,7 +62,7 @@ def test_greedy_text_is_chat_completions_text(client, server):
         timeout=120,
     )
     assert r.status_code == 200, r.text
-    response = _parsed(r.json())
+    response = validated_response(r.json())
     assert response.output_text == chat.choices[0].message.content
     assert response.object == "response" and response.id.startswith("resp_")
     usage = response.usage
@@ -106,7 +79,7 @@ def test_greedy_text_is_chat_completions_text(client, server):
 def test_streamed_text(client):
     kwargs = dict(model="tgi", input="Name three colours.", instructions="Answer briefly.", temperature=0)
     whole = client.responses.create(max_output_tokens=16, **kwargs)
-    events = _events(client, max_output_tokens=16, **kwargs)
+    events = validated_events(client, max_output_tokens=16, **kwargs)
     kinds = [e.type for e in events]
     last = "response.incomplete" if whole.status == "incomplete" else "response.completed"
     assert _deduplicated(kinds) == [*MESSAGE_EVENTS, last]
@@ -126,7 +99,7 @@ def test_text_format_json_schema(client, stream):
         text={"format": {"type": "json_schema", "name": "person", "schema": schema, "strict": True}},
     )
     if stream:
-        text = _events(client, **kwargs)[-1].response.output_text
+        text = validated_events(client, **kwargs)[-1].response.output_text
     else:
         text = client.responses.create(**kwargs).output_text
     jsonschema.validate(json.loads(text), schema)
@@ -165,7 +138,7 @@ def test_function_tool_round_trip(client):
 
 
 def test_function_call_streamed(client):
-    events = _events(
+    events = validated_events(
         client,
         model="tgi",
         input=ASK,

@@ -142,6 +142,8 @@ def test_output_items_of_a_finished_message():
     assert [i["type"] for i in items] == ["reasoning", "function_call"]
     assert [i["status"] for i in items] == [COMPLETED, INCOMPLETE] and items[1]["arguments"] == "{"
     assert [i["type"] for i in output_items({"role": "assistant", "content": ""}, COMPLETED)] == ["message"]
+    cut_while_thinking = {"role": "assistant", "content": "", "reasoning_content": "Hmm"}
+    assert [i["type"] for i in output_items(cut_while_thinking, INCOMPLETE)] == ["reasoning"]
 
 
 def test_an_output_goes_back_to_the_conversation_whole():
