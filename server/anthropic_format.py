@@ -1,14 +1,15 @@
 """Anthropic Messages API response bodies and stream events from engine events.
 
-A reply is a `text` block, or a `tool_use` block when the model called a tool (`tgi.server.tools` reads
-the call back; a call cut short by `max_tokens`, whose input is no complete JSON, is returned as the text it
-is). `stop_reason`: `end_turn` (the model's end of turn), `stop_sequence` (with `stop_sequence` set),
+A reply is a `thinking` block when the model reasoned (with `--reasoning-parser`; its `signature` is empty:
+nothing here signs it), then a `text` block, then a `tool_use` block per call (the grammar-backed call of
+`tgi.server.tools`, or the model's own calls with `--tool-call-parser`, read by `tgi.server.chat_output`; a
+call cut short by `max_tokens`, whose input is no complete JSON, is returned as the text it is). `stop_reason`: `end_turn` (the model's end of turn), `stop_sequence` (with `stop_sequence` set),
 `max_tokens`, `model_context_window_exceeded` (the context ended it before `max_tokens`), `tool_use`.
 `usage.input_tokens` counts the prompt tokens not read from the prefix cache, `cache_read_input_tokens` those
 read from it (Anthropic's split); `output_tokens` every generated token.
 
 A stream is Anthropic's event sequence: `message_start`, `ping`, then per block `content_block_start`,
-`content_block_delta` (`text_delta`, or `input_json_delta` pieces of a call's input) and
+`content_block_delta` (`thinking_delta`, `text_delta`, or `input_json_delta` pieces of a call's input) and
 `content_block_stop`, then `message_delta` (stop reason, usage) and `message_stop`.
 """
 
@@ -18,7 +19,9 @@ import json
 import uuid
 
 from tgi.core.request import FinishReason, TokenEvent
+from tgi.server.chat_output import ChatOutputStream, chat_message, output_text, piece_of
 from tgi.server.openai_format import visible_text
+from tgi.server.output_parsing import OutputParsers
 from tgi.server.sse import named_event
 from tgi.server.tools import CallStream, ToolPlan, message_for
 
@@ -50,17 +53,36 @@ def usage(prompt_tokens: int, output_tokens: int, cached: int) -> dict:
     }
 
 
-def content(text: str, plan: ToolPlan | None) -> tuple[list[dict], bool]:
-    """The content blocks of a finished reply, and whether it is a tool call."""
-    message, called = message_for(text, plan)
-    if called:
-        function = message["tool_calls"][0]["function"]
+def content(
+    events: list[TokenEvent], plan: ToolPlan | None, parsers: OutputParsers = OutputParsers()
+) -> tuple[list[dict], bool]:
+    """The content blocks of a finished reply, and whether it calls a tool."""
+    if parsers.active:
+        text = output_text(events, parsers, plan)
+        message, called = chat_message(text, parsers, plan)
+    else:
+        text = events[-1].generated_text or ""
+        message, called = message_for(text, plan)
+    blocks = []
+    if message.get("reasoning_content"):
+        blocks.append({"type": "thinking", "thinking": message["reasoning_content"], "signature": ""})
+    if message.get("content"):
+        blocks.append({"type": "text", "text": message["content"]})
+    for call in message.get("tool_calls", ()) if called else ():
+        function = call["function"]
         try:
             arguments = json.loads(function["arguments"])
-        except json.JSONDecodeError:  # cut short: the text it is
-            return [{"type": "text", "text": text}], False
-        return [{"type": "tool_use", "id": tool_use_id(), "name": function["name"], "input": arguments}], True
-    return ([{"type": "text", "text": text}] if text else []), False
+        except json.JSONDecodeError:  # cut short: the answer is the text it is
+            thinking = [b for b in blocks if b["type"] == "thinking"]
+            return [*thinking, {"type": "text", "text": _answer(text, parsers)}], False
+        blocks.append({"type": "tool_use", "id": tool_use_id(), "name": function["name"], "input": arguments})
+    return blocks, called
+
+
+def _answer(text: str, parsers: OutputParsers) -> str:
+    """The output after its reasoning (all of it without a reasoning parser)."""
+    splitter = parsers.splitter()
+    return text if splitter is None else splitter.split(text).answer
 
 
 def message(model: str, blocks: list[dict], reason: tuple[str | None, str | None], usage_: dict) -> dict:
@@ -80,11 +102,23 @@ class EventWriter:
     """The events of one streamed reply: `start()` once, `feed()` every engine event (the last one
     closes the open block and ends the message)."""
 
-    def __init__(self, model: str, prompt_tokens: int, plan: ToolPlan | None, max_tokens: int) -> None:
+    def __init__(
+        self,
+        model: str,
+        prompt_tokens: int,
+        plan: ToolPlan | None,
+        max_tokens: int,
+        parsers: OutputParsers = OutputParsers(),
+    ) -> None:
         self.model = model
         self.prompt_tokens = prompt_tokens
         self.max_tokens = max_tokens
-        self.calls = CallStream(plan) if plan is not None and plan.may_call else None
+        self.plan, self.parsers = plan, parsers
+        self.calls: CallStream | ChatOutputStream | None = None
+        if parsers.active:
+            self.calls = ChatOutputStream(parsers, plan)
+        elif plan is not None and plan.may_call:
+            self.calls = CallStream(plan)
         self.index = -1  # the open block's index (-1: none yet)
         self.open: str | None = None  # the open block's type
 
@@ -96,7 +130,8 @@ class EventWriter:
         ]
 
     def feed(self, event: TokenEvent) -> list[bytes]:
-        piece, last = visible_text(event), event.finish_reason is not None
+        last = event.finish_reason is not None
+        piece = piece_of(event, self.parsers, self.plan) if self.parsers.active else visible_text(event)
         if self.calls is not None:
             deltas = self.calls.feed(piece, last)
         else:
@@ -107,6 +142,14 @@ class EventWriter:
         return out
 
     def _delta(self, delta: dict) -> list[bytes]:
+        if "reasoning_content" in delta:
+            out = (
+                []
+                if self.open == "thinking"
+                else self._open({"type": "thinking", "thinking": "", "signature": ""})
+            )
+            thinking = {"type": "thinking_delta", "thinking": delta["reasoning_content"]}
+            return [*out, self._event("content_block_delta", index=self.index, delta=thinking)]
         if "content" in delta:
             out = [] if self.open == "text" else self._open({"type": "text", "text": ""})
             text = {"type": "text_delta", "text": delta["content"]}

@@ -6,6 +6,7 @@ plan of `tools` / `tool_choice` (`tgi.server.tools`, the grammar-backed tool cal
 A `tool_use` block of an assistant turn becomes an assistant `tool_calls` entry (its `input` as the
 call's JSON arguments); a `tool_result` block becomes a `tool` message with its `tool_use_id` (and the
 tool's name, for templates that show it); one with `is_error` is shown to the model as `Error: <content>`.
+`thinking` / `redacted_thinking` blocks of earlier turns are not shown (as at Anthropic).
 """
 
 from __future__ import annotations
@@ -43,6 +44,23 @@ def system_text(system: str | list[Block] | None) -> str:
     if system is None or isinstance(system, str):
         return system or ""
     return _text(system, "system")
+
+
+def check_thinking(thinking: dict | None, reasoning: bool) -> None:
+    """`thinking` as the server can serve it: with a reasoning parser (`reasoning`) absent or `adaptive`
+    (the model decides whether to think, and its thinking is returned), without one absent or `disabled`."""
+    if thinking is None:
+        return
+    kind = thinking.get("type")
+    if kind == ("adaptive" if reasoning else "disabled"):
+        return
+    if reasoning:
+        why = (
+            'is not supported: the model decides whether to think here (give `{"type": "adaptive"}` or none)'
+        )
+    else:
+        why = "is not supported: this server returns no thinking (it runs without --reasoning-parser)"
+    raise unsupported("thinking", why)
 
 
 def _assistant(blocks: list[Block], where: str) -> dict:

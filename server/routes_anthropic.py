@@ -7,16 +7,17 @@ nothing: a field a beta would enable is served or refused by name as any other."
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from tgi.server import anthropic_format as fmt
 from tgi.server import sse
-from tgi.server.anthropic_inputs import prompt_messages, sampling_params
+from tgi.server.anthropic_inputs import check_thinking, prompt_messages, sampling_params
 from tgi.server.fields import check_fields
 from tgi.server.lora import openai_adapter
+from tgi.server.output_parsing import OutputParsers, reasoned_prompt, resolve
 from tgi.server.schemas_anthropic import CountTokensRequest, MessagesRequest
 from tgi.server.service import Generation, InferenceService, SequenceInput
 from tgi.server.tools import ToolPlan
@@ -29,6 +30,7 @@ class Conversation(SequenceInput):
     """The request's one prompt, and how to read its reply back."""
 
     tools: ToolPlan | None = None
+    parsers: OutputParsers = field(default_factory=OutputParsers)  # the parsers its reply goes through
 
 
 def _service(request: Request) -> InferenceService:
@@ -38,23 +40,38 @@ def _service(request: Request) -> InferenceService:
 async def _conversation(service: InferenceService, req: MessagesRequest) -> list[Conversation]:
     check_fields(req)
     adapter = openai_adapter(service, req.model)
-    messages, template_kwargs, plan = prompt_messages(req, service.engine.tokenizer.chat_template)
-    params, field = sampling_params(req, plan, service.settings)
-    ids = await service.render_chat(messages, **template_kwargs)
-    return [Conversation(ids, replace(params, adapter_id=adapter), field, tools=plan)]
+    settings, template = service.settings, service.engine.tokenizer.chat_template
+    parsers = resolve(settings.reasoning_parser, settings.tool_call_parser, template)
+    check_thinking(req.thinking, parsers.reasoning is not None)
+    messages, template_kwargs, plan = prompt_messages(req, template)
+    if parsers.tool_format is not None and plan is not None and plan.choice == "auto":
+        plan = replace(plan, grammar=None)  # the model writes calls its own way, read back as it wrote them
+    params, grammar_field = sampling_params(req, plan, settings)
+    params = replace(params, adapter_id=adapter)
+    if parsers.reasoning is None:
+        ids = await service.render_chat(messages, **template_kwargs)
+        return [Conversation(ids, params, grammar_field, tools=plan, parsers=parsers)]
+    # as chat completions: the prompt tells whether the output starts inside the reasoning, and the
+    # grammar moves after it
+    text = await service.template_text(messages, **template_kwargs)
+    ids = await service.encode(text, add_special_tokens=False)
+    tags = (parsers.reasoning.start_tag, parsers.reasoning.end_tag)
+    single = frozenset([t for t in tags if len(await service.encode(t, add_special_tokens=False)) == 1])
+    parsers, params = reasoned_prompt(parsers, text, params, single)
+    return [Conversation(ids, params, grammar_field, tools=plan, parsers=parsers)]
 
 
 def _whole(generation: Generation[Conversation], model: str, max_tokens: int) -> dict:
     [events] = generation.results
     final, prompt = events[-1], generation.inputs[0]
-    blocks, called = fmt.content(final.generated_text or "", prompt.tools)
+    blocks, called = fmt.content(events, prompt.tools, prompt.parsers)
     usage = fmt.usage(len(prompt.prompt_token_ids), len(events), final.num_cached_tokens)
     return fmt.message(model, blocks, fmt.stop_reason(final, max_tokens, called), usage)
 
 
 async def _events(generation: Generation[Conversation], model: str, max_tokens: int) -> AsyncIterator[bytes]:
     prompt = generation.inputs[0]
-    writer = fmt.EventWriter(model, len(prompt.prompt_token_ids), prompt.tools, max_tokens)
+    writer = fmt.EventWriter(model, len(prompt.prompt_token_ids), prompt.tools, max_tokens, prompt.parsers)
     for frame in writer.start():
         yield frame
     async for _, event in generation.events():
@@ -82,5 +99,8 @@ async def count_tokens(req: CountTokensRequest, request: Request) -> dict:
     service = _service(request)
     check_fields(req)
     openai_adapter(service, req.model)  # a model this server does not serve is a 404, as on /v1/messages
-    messages, template_kwargs, _ = prompt_messages(req, service.engine.tokenizer.chat_template)
+    settings, template = service.settings, service.engine.tokenizer.chat_template
+    reasoning = resolve(settings.reasoning_parser, settings.tool_call_parser, template).reasoning
+    check_thinking(req.thinking, reasoning is not None)
+    messages, template_kwargs, _ = prompt_messages(req, template)
     return {"input_tokens": len(await service.render_chat(messages, **template_kwargs))}

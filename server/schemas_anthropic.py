@@ -12,9 +12,14 @@ prompt without being asked), `tool_choice.disable_parallel_tool_use` (a reply he
 most, which either value allows), a tool's `strict` (a call's input always validates against its schema
 here), `service_tier` `auto` / `standard_only` (one tier here).
 
-Refused by name (a 400): image, document and other non-text blocks, `thinking` other than
-`{"type": "disabled"}`, server tools, `mcp_servers`, `container`, `context_management`, `output_config.effort`,
-and the other fields below (`fields.py`'s rule).
+`thinking` follows `--reasoning-parser`: with one, the model's reasoning comes back as `thinking` blocks
+and `thinking` may be absent or `adaptive` (the model decides, as it does); without one, absent or
+`disabled`. `thinking` and `redacted_thinking` blocks of earlier assistant turns are accepted and not shown
+to the model (Anthropic drops them from the context too).
+
+Refused by name (a 400): image, document and other blocks not named above, the other `thinking` settings
+(`enabled` asks for a token budget, which is not kept here), server tools, `mcp_servers`, `container`,
+`context_management`, `output_config.effort`, and the other fields below (`fields.py`'s rule).
 """
 
 from __future__ import annotations
@@ -29,11 +34,10 @@ from tgi.server.fields import NEUTRAL, RequestModel
 #: content block types this server reads (the others are refused by name)
 TEXT_BLOCKS = ("text",)
 USER_BLOCKS = ("text", "tool_result")
-ASSISTANT_BLOCKS = ("text", "tool_use")
+ASSISTANT_BLOCKS = ("text", "tool_use", "thinking", "redacted_thinking")  # thinking: dropped from the prompt
 
 # Anthropic's request fields that are not served, with the values that ask for what this server does anyway
 _UNSERVED: dict[str, tuple[Any, ...]] = {
-    "thinking": (None, {"type": "disabled"}),
     "mcp_servers": NEUTRAL,
     "container": NEUTRAL,
     "context_management": NEUTRAL,
@@ -60,6 +64,9 @@ class Block(RequestModel):
     content: str | list[Block] | None = None  # tool_result
     is_error: bool | None = None  # tool_result: shown to the model as an error
     cache_control: dict | None = None  # a caching hint (module docstring)
+    thinking: str | None = None  # thinking (an earlier turn's: not shown to the model, as at Anthropic)
+    signature: str | None = None  # thinking
+    data: str | None = None  # redacted_thinking
     KNOWN: ClassVar = {"citations": NEUTRAL, "source": NEUTRAL, "title": NEUTRAL, "context": NEUTRAL}
 
     def refusals(self) -> Iterator[tuple[str, str]]:
@@ -122,6 +129,9 @@ class PromptFields(RequestModel):
     tool_choice: ToolChoice | None = None
     cache_control: dict | None = None  # a caching hint (module docstring)
     output_config: OutputConfig | None = None
+    thinking: dict | None = (
+        None  # served with --reasoning-parser (`tgi.server.anthropic_inputs.check_thinking`)
+    )
     KNOWN: ClassVar = _UNSERVED
 
 

@@ -32,6 +32,15 @@ _TOOL_USE = {
     },
     "required": ["type", "id", "name", "input"],
 }
+_THINKING = {
+    "type": "object",
+    "properties": {
+        "type": {"const": "thinking"},
+        "thinking": {"type": "string"},
+        "signature": {"type": "string"},
+    },
+    "required": ["type", "thinking", "signature"],
+}
 _STOP_REASONS = ["end_turn", "max_tokens", "stop_sequence", "tool_use", "model_context_window_exceeded"]
 MESSAGE = {
     "type": "object",
@@ -40,7 +49,7 @@ MESSAGE = {
         "type": {"const": "message"},
         "role": {"const": "assistant"},
         "model": {"type": "string"},
-        "content": {"type": "array", "items": {"oneOf": [_TEXT, _TOOL_USE]}},
+        "content": {"type": "array", "items": {"oneOf": [_THINKING, _TEXT, _TOOL_USE]}},
         "stop_reason": {"enum": [*_STOP_REASONS, None]},
         "stop_sequence": {"type": ["string", "null"]},
         "usage": _USAGE,
@@ -79,7 +88,7 @@ EVENTS = {
     "message_start": _event("message_start", {"message": MESSAGE}),
     "ping": _event("ping", {}),
     "content_block_start": _event(
-        "content_block_start", {"index": _INDEX, "content_block": {"oneOf": [_TEXT, _TOOL_USE]}}
+        "content_block_start", {"index": _INDEX, "content_block": {"oneOf": [_THINKING, _TEXT, _TOOL_USE]}}
     ),
     "content_block_delta": _event(
         "content_block_delta",
@@ -87,6 +96,7 @@ EVENTS = {
             "index": _INDEX,
             "delta": {
                 "oneOf": [
+                    _event("thinking_delta", {"thinking": {"type": "string"}}),
                     _event("text_delta", {"text": {"type": "string"}}),
                     _event("input_json_delta", {"partial_json": {"type": "string"}}),
                 ]

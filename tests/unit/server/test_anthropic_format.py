@@ -57,13 +57,15 @@ def test_usage_splits_cached_prompt_tokens():
 
 def test_content_blocks():
     plan = plan_tools([WEATHER], "auto")
-    assert fmt.content("Hi", plan) == ([{"type": "text", "text": "Hi"}], False)
-    assert fmt.content("", None) == ([], False)
-    [block], called = fmt.content('{"name": "get_weather", "arguments": {"city": "Paris"}}', plan)
+    assert fmt.content(events(["Hi"], FinishReason.EOS), plan) == ([{"type": "text", "text": "Hi"}], False)
+    assert fmt.content(events([""], FinishReason.EOS), None) == ([], False)
+    call = events(['{"name": "get_weather", ', '"arguments": {"city": "Paris"}}'], FinishReason.EOS)
+    [block], called = fmt.content(call, plan)
     assert called and block["type"] == "tool_use" and block["id"].startswith("toolu_")
     assert (block["name"], block["input"]) == ("get_weather", {"city": "Paris"})
     cut = '{"name": "get_weather", "arguments": {"city": "Pa'
-    assert fmt.content(cut, plan) == ([{"type": "text", "text": cut}], False)  # no complete input: its text
+    # no complete input: the text it is
+    assert fmt.content(events([cut], FinishReason.LENGTH), plan) == ([{"type": "text", "text": cut}], False)
 
 
 def stream(writer: fmt.EventWriter, evs: list[TokenEvent]) -> list[tuple[str, dict]]:

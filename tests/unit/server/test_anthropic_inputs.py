@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from tgi.server.anthropic_inputs import prompt_messages, sampling_params, template_messages, tool_plan
+from tgi.server.anthropic_inputs import (
+    check_thinking,
+    prompt_messages,
+    sampling_params,
+    template_messages,
+    tool_plan,
+)
 from tgi.server.errors import ApiError
 from tgi.server.schemas_anthropic import MessagesRequest
 from tgi.server.settings import ServerSettings
@@ -26,6 +32,7 @@ def test_system_text_and_tool_blocks_as_chat_messages():
             {
                 "role": "assistant",
                 "content": [
+                    {"type": "thinking", "thinking": "Paris, then.", "signature": ""},  # not shown
                     {"type": "text", "text": "Let me look."},
                     {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}},
                 ],
@@ -165,3 +172,22 @@ def test_sampling_params():
             ServerSettings(disable_grammar_support=True),
         )
     assert refused.value.param == "tools"
+
+
+def test_thinking_follows_the_reasoning_parser():
+    for thinking, reasoning in [
+        (None, True),
+        (None, False),
+        ({"type": "adaptive"}, True),
+        ({"type": "disabled"}, False),
+    ]:
+        check_thinking(thinking, reasoning)
+    for thinking, reasoning in [
+        ({"type": "enabled", "budget_tokens": 1024}, True),  # a budget is not kept here
+        ({"type": "disabled"}, True),  # the model's thinking is returned whenever it thinks
+        ({"type": "enabled", "budget_tokens": 1024}, False),
+        ({"type": "adaptive"}, False),  # no thinking is returned without a parser
+    ]:
+        with pytest.raises(ApiError) as refused:
+            check_thinking(thinking, reasoning)
+        assert refused.value.param == "thinking"
