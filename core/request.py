@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tgi.core.sampling_params import SamplingParams
 
@@ -90,6 +90,25 @@ class GenerationResult:
 
 
 @dataclass(frozen=True)
+class ImageInput:
+    """One image of a prompt, as the model's processor made it: the engine's vision tower turns
+    `pixel_values` into `num_tokens` embeddings that replace the prompt's placeholder tokens at
+    `offset` .. `offset + num_tokens - 1` (positions in `EngineRequest.prompt_token_ids`).
+
+    `pixel_values` and `extras` are the processor's arrays for this image alone (numpy; the runner moves them
+    to its device), `extras` holding what the model's tower needs beside the pixels (`image_sizes`,
+    `image_grid_thw`, ...). `content_hash` is a digest of the image's bytes (after decoding the URL, before
+    preprocessing): the prefix cache keys a block that holds any of its placeholders by it, so two prompts
+    with the same text and different images never share a block."""
+
+    pixel_values: Any
+    offset: int
+    num_tokens: int
+    content_hash: bytes
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class EngineRequest:
     """A request the engine queues as it is: the one thing that crosses from the server (or any caller) into
     the engine. Only validation makes one (`LLMEngine.validate`: the limits and features of
@@ -99,6 +118,9 @@ class EngineRequest:
     prompt_token_ids: tuple[int, ...]
     params: SamplingParams  # checked, `max_new_tokens` resolved
     grammar: CompiledGrammar | None = None  # `params.grammar` compiled for the engine's tokenizer
+    images: tuple[
+        ImageInput, ...
+    ] = ()  # in prompt order; only a runner whose capabilities take images gets any
 
     def __post_init__(self) -> None:
         compiled = self.grammar.grammar if self.grammar is not None else None
