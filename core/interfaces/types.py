@@ -166,3 +166,6 @@ class RunnerCapabilities:
     # when the runner runs in that mode (`Backend.use_batch_invariant_kernels`), else the engine refuses
     # `EngineConfig.deterministic` by name
     batch_invariant: bool = False
+    # runs the model's vision tower on a request's images (`EngineRequest.images`, `ImageInput`) at prefill and
+    # puts its output in place of the placeholder tokens' embeddings; False: validation refuses an image by name
+    image_inputs: bool = False
