@@ -13,8 +13,13 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tgi.core.request import ImageInput
 
 _DOMAIN = b"tgi-prefix-cache-v1\0"
+_IMAGE = b"image\0"  # before each image's content hash in a block's hash
 
 
 def root_hash(namespace: bytes, cache_key: bytes) -> bytes:
@@ -26,20 +31,33 @@ def root_hash(namespace: bytes, cache_key: bytes) -> bytes:
     return h.digest()
 
 
-def block_hash(parent: bytes, token_ids: Sequence[int]) -> bytes:
-    """The hash of one full block: its parent's hash, then its token ids as little-endian int64."""
+def block_hash(parent: bytes, token_ids: Sequence[int], image_hashes: Sequence[bytes] = ()) -> bytes:
+    """The hash of one full block: its parent's hash, its token ids as little-endian int64, then the content
+    hash of each image with a placeholder in the block (length-prefixed; none: the text-only hash)."""
     h = hashlib.sha256(parent)
     h.update(struct.pack(f"<{len(token_ids)}q", *token_ids))
+    for digest in image_hashes:
+        h.update(_IMAGE + struct.pack("<Q", len(digest)))
+        h.update(digest)
     return h.digest()
 
 
 def extend_block_hashes(
-    hashes: list[bytes], token_ids: Sequence[int], block_size: int, num_blocks: int, root: bytes
+    hashes: list[bytes],
+    token_ids: Sequence[int],
+    block_size: int,
+    num_blocks: int,
+    root: bytes,
+    images: Sequence[ImageInput] = (),
 ) -> None:
     """Append to `hashes` (the hashes of the first `len(hashes)` blocks of `token_ids`) until it holds
     `num_blocks`, or every full block of `token_ids` if fewer. Token lists only grow, so a hash, once
-    computed, stays valid: each block is hashed once per sequence."""
+    computed, stays valid: each block is hashed once per sequence. A block holding any placeholder of one of
+    `images` (the prompt's, in prompt order) folds in that image's `content_hash`: the same text with another
+    image never shares the block (nor, through the chain, any block after it)."""
     last_full = min(num_blocks, len(token_ids) // block_size)
     for i in range(len(hashes), last_full):
         parent = hashes[i - 1] if i else root
-        hashes.append(block_hash(parent, token_ids[i * block_size : (i + 1) * block_size]))
+        start, end = i * block_size, (i + 1) * block_size
+        in_block = [im.content_hash for im in images if im.offset < end and im.offset + im.num_tokens > start]
+        hashes.append(block_hash(parent, token_ids[start:end], in_block))

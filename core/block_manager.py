@@ -150,7 +150,9 @@ class BlockManager:
             root = self._roots.get(seq.cache_key)
             if root is None:
                 root = self._roots[seq.cache_key] = root_hash(self._namespace, seq.cache_key)
-            extend_block_hashes(seq.block_hashes, seq.token_ids, self.block_size, num_blocks, root)
+            extend_block_hashes(
+                seq.block_hashes, seq.token_ids, self.block_size, num_blocks, root, seq.images
+            )
         return seq.block_hashes
 
     # ---- check / act --------------------------------------------------------------------------------

@@ -28,16 +28,25 @@ from tgi.core.request import (
     EngineRequest,
     FinishReason,
     GenerationResult,
+    ImageInput,
     StepError,
     TokenEvent,
     UnusableGrammarError,
+    ValidationError,
 )
 from tgi.core.sampling_params import SamplingParams
 from tgi.core.scheduler import Scheduler
 from tgi.core.sequence import Sequence
 from tgi.core.speculative import Proposer
 from tgi.core.tokenization import eos_token_ids
-from tgi.core.validation import RequestLimits, check_runner_features, check_token_masks, validate_request
+from tgi.core.validation import (
+    RequestLimits,
+    check_image_spans,
+    check_images,
+    check_runner_features,
+    check_token_masks,
+    validate_request,
+)
 
 log = logging.getLogger(__name__)
 
@@ -129,16 +138,24 @@ class LLMEngine:
         return cls(parts.backend, parts.runner, parts.tokenizer, parts.config, parts.info, parts.proposer)
 
     # -- requests ---------------------------------------------------------------------------------------
-    def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> EngineRequest:
+    def validate(
+        self, prompt_token_ids: list[int], params: SamplingParams, images: Iterable[ImageInput] = ()
+    ) -> EngineRequest:
         """The request's one validation: what the engine queues (`add_validated_request`), with `params`'
         defaults resolved and its grammar compiled (`compile_grammar`), or `ValidationError` (TGI's 422)
         for a request that does not fit the limits or asks for what this backend cannot do
         (`tgi.core.validation` holds every check), or `CompilerBusyError`. Thread-safe; with a grammar it
-        may take seconds: never call it on the engine thread (the server calls it off its event loop)."""
-        check_runner_features(params, self.runner.capabilities(), self._backend_name())
+        may take seconds: never call it on the engine thread (the server calls it off its event loop).
+        `images`: the prompt's images (`ImageInput`, placeholders already in `prompt_token_ids`), refused by
+        name unless the runner runs a vision tower (`RunnerCapabilities.image_inputs`)."""
+        images = tuple(images)
+        capabilities = self.runner.capabilities()
+        check_images(images, capabilities, self._backend_name(), self.model_info.architecture)
+        check_runner_features(params, capabilities, self._backend_name())
         params = validate_request(prompt_token_ids, params, self.limits)
+        check_image_spans(images, len(prompt_token_ids))
         grammar = None if params.grammar is None else self.compile_grammar(params.grammar)
-        return EngineRequest(tuple(prompt_token_ids), params, grammar)
+        return EngineRequest(tuple(prompt_token_ids), params, grammar, images)
 
     def _backend_name(self) -> str:
         return getattr(getattr(self.backend, "spec", None), "name", type(self.backend).__name__)
@@ -170,7 +187,19 @@ class LLMEngine:
         # a LoRA adapter changes the keys/values: its blocks are cached apart from the base model's (and from
         # those of an earlier adapter of the same id)
         cache_key = b"" if params.adapter_id is None else self.lora.cache_key(params.adapter_id)
-        seq = Sequence(request_id, list(request.prompt_token_ids), params, seed, cache_key=cache_key)
+        if request.images and not self.runner.capabilities().image_inputs:  # not through `validate`
+            raise ValidationError(
+                f"the model {self.model_info.architecture} on the {self._backend_name()} backend does not "
+                "take image inputs"
+            )
+        seq = Sequence(
+            request_id,
+            list(request.prompt_token_ids),
+            params,
+            seed,
+            cache_key=cache_key,
+            images=request.images,
+        )
         if request.grammar is not None:
             self.guided.start(request_id, request.grammar)
         self._outputs[request_id] = RequestOutput(seq, self.tokenizer, self.eos_token_ids)

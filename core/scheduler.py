@@ -383,4 +383,5 @@ class Scheduler:
             want_prompt_logprobs=(
                 seq.want_prompt_logprobs and start == seq.prompt_logprobs_upto < seq.num_prompt_tokens
             ),
+            images=seq.images if is_prefill else (),
         )

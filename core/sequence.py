@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from enum import Enum
 
-from tgi.core.request import FinishReason
+from tgi.core.request import FinishReason, ImageInput
 from tgi.core.sampling_params import SamplingParams
 
 #: the most decode steps a sequence whose guesses keep failing goes without guesses between two tries
@@ -40,6 +40,7 @@ class Sequence:
         seed: int = 0,
         arrival_time: float | None = None,
         cache_key: bytes = b"",
+        images: tuple[ImageInput, ...] = (),
     ) -> None:
         if not prompt_token_ids:
             raise ValueError(f"request {request_id!r}: the prompt must have at least one token")
@@ -62,6 +63,10 @@ class Sequence:
         # Prefix caching (see BlockManager). `cache_key`: anything besides the tokens that changes this
         # request's keys/values (a LoRA adapter id, a tenant salt); blocks are shared only between equal keys.
         self.cache_key = cache_key
+        # the prompt's images (placeholders at `offset` .. `offset + num_tokens - 1`), in prompt order: fed to the
+        # runner with every prefill chunk (a recomputation after preemption too); their `content_hash`es key the
+        # prefix-cache blocks that hold their placeholders
+        self.images = images
         self.block_hashes: list[bytes] = []  # chained hashes of the full blocks of token_ids, grown lazily
         self.num_registered_blocks = 0  # leading block_table blocks already offered to the prefix cache
         self.num_cached_prompt_tokens = 0  # prompt tokens read from the cache when first scheduled

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tgi.core.request import UnusableGrammarError, ValidationError
+from tgi.core.request import ImageInput, UnusableGrammarError, ValidationError
 from tgi.core.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
@@ -97,6 +97,31 @@ def check_runner_features(params: SamplingParams, features: RunnerCapabilities, 
         )
     if params.grammar is not None:
         check_token_masks(features, backend)
+
+
+def check_images(
+    images: Sequence[ImageInput], features: RunnerCapabilities, backend: str, model: str
+) -> None:
+    """`ValidationError` when the request has images and the `backend`'s runner does not run a vision tower
+    for this `model` (`RunnerCapabilities.image_inputs`): an image is refused by name, never dropped."""
+    if images and not features.image_inputs:
+        raise ValidationError(
+            f"the model {model} on the {backend} backend does not take image inputs: "
+            f"{len(images)} image(s) in the request"
+        )
+
+
+def check_image_spans(images: Sequence[ImageInput], num_prompt_tokens: int) -> None:
+    """`ValidationError` unless every image's placeholder span lies inside the prompt, in prompt order,
+    without overlapping another's."""
+    end = 0
+    for i, image in enumerate(images):
+        if image.num_tokens < 1 or image.offset < end or image.offset + image.num_tokens > num_prompt_tokens:
+            raise ValidationError(
+                f"image {i}: its {image.num_tokens} placeholder tokens at offset {image.offset} do not lie "
+                f"inside the {num_prompt_tokens}-token prompt after the previous image's"
+            )
+        end = image.offset + image.num_tokens
 
 
 def check_token_masks(features: RunnerCapabilities, backend: str) -> None:

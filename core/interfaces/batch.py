@@ -10,9 +10,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tgi.core.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from tgi.core.request import ImageInput
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,10 @@ class ScheduledSequence:
     # up to its own, as one decode each would); the runner samples at every position, position j as if
     # the guesses before it had been drawn (`draft_rows`)
     num_draft_tokens: int = 0
+    # the prompt's images (`tgi.core.request.ImageInput`, in prompt order), on every prefill chunk of a
+    # request that has any: a runner that takes images (`RunnerCapabilities.image_inputs`) puts their
+    # encoder output in place of the placeholders this chunk feeds
+    images: Sequence[ImageInput] = ()
 
     @property
     def num_tokens(self) -> int:

@@ -135,3 +135,28 @@ def test_validate_makes_the_request_the_engine_adds(tiny_engine):
     # a grammar that is not the one carried compiled cannot reach the engine
     with pytest.raises(ValueError, match="must carry it compiled"):
         EngineRequest((5, 6), SamplingParams(grammar=Grammar.regex("a+")))
+
+
+def test_images_for_a_runner_without_a_vision_tower_are_refused_by_name(tiny_engine):
+    from tgi.core.request import ImageInput
+
+    image = ImageInput(pixel_values=None, offset=1, num_tokens=2, content_hash=b"x")
+    assert not tiny_engine.runner.capabilities().image_inputs
+    with pytest.raises(ValidationError, match="does not take image inputs"):
+        tiny_engine.validate([5, 6, 6, 7], SamplingParams(), [image])
+    with pytest.raises(ValidationError, match="does not take image inputs"):  # not through validate either
+        tiny_engine.add_validated_request(EngineRequest((5, 6, 6, 7), SamplingParams(), images=(image,)))
+    assert not tiny_engine.has_unfinished()
+
+
+def test_image_placeholder_spans_must_lie_in_the_prompt_in_order():
+    from tgi.core.request import ImageInput
+    from tgi.core.validation import check_image_spans
+
+    def image(offset, n):
+        return ImageInput(pixel_values=None, offset=offset, num_tokens=n, content_hash=b"x")
+
+    check_image_spans([image(0, 2), image(2, 2)], 4)
+    for images in ([image(3, 2)], [image(0, 2), image(1, 2)], [image(0, 0)]):
+        with pytest.raises(ValidationError, match="placeholder tokens at offset"):
+            check_image_spans(images, 4)
