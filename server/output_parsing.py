@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tgi.core.sampling_params import SamplingParams
 from tgi.server.reasoning import (
@@ -23,6 +23,10 @@ from tgi.server.reasoning import (
 from tgi.server.reasoning.formats import template_text
 from tgi.server.reasoning.grammar import after_reasoning
 from tgi.server.tool_parsers import ToolCallFormat, UnfitToolCallParserError, tool_call_format
+
+if TYPE_CHECKING:  # the service imports the routes' helpers, not this module
+    from tgi.server.service import InferenceService
+    from tgi.server.tools import ToolPlan
 
 
 @dataclass(frozen=True)
@@ -83,3 +87,31 @@ def reasoned_prompt(
     if params.grammar is not None and not closed:
         params = replace(params, grammar=after_reasoning(params.grammar, fmt, inside, token_tags))
     return replace(parsers, inside=inside), params
+
+
+def own_format_tools(parsers: OutputParsers, tools: ToolPlan | None) -> ToolPlan | None:
+    """`tools` without their grammar where the model writes calls its own way (a tool-call parser and
+    `tool_choice: auto`): its output is read back as it wrote it instead of being forced into ours."""
+    if parsers.tool_format is not None and tools is not None and tools.choice == "auto":
+        return replace(tools, grammar=None)
+    return tools
+
+
+async def render_prompt(
+    service: InferenceService,
+    messages: list[dict],
+    template_kwargs: dict,
+    parsers: OutputParsers,
+    params: SamplingParams,
+) -> tuple[list[int], OutputParsers, SamplingParams]:
+    """A chat prompt's token ids, for every API's chat-shaped route: the chat template applied, and with a
+    reasoning parser, where the output starts (inside the reasoning or not, read from the prompt's text) and
+    the request's grammar moved after the reasoning (`reasoned_prompt`)."""
+    if parsers.reasoning is None:
+        return await service.render_chat(messages, **template_kwargs), parsers, params
+    text = await service.template_text(messages, **template_kwargs)
+    ids = await service.encode(text, add_special_tokens=False)
+    tags = (parsers.reasoning.start_tag, parsers.reasoning.end_tag)
+    single = frozenset([t for t in tags if len(await service.encode(t, add_special_tokens=False)) == 1])
+    parsers, params = reasoned_prompt(parsers, text, params, single)
+    return ids, parsers, params

@@ -17,7 +17,7 @@ from tgi.server import sse
 from tgi.server.anthropic_inputs import check_thinking, prompt_messages, sampling_params
 from tgi.server.fields import check_fields
 from tgi.server.lora import openai_adapter
-from tgi.server.output_parsing import OutputParsers, reasoned_prompt, resolve
+from tgi.server.output_parsing import OutputParsers, own_format_tools, render_prompt, resolve
 from tgi.server.schemas_anthropic import CountTokensRequest, MessagesRequest
 from tgi.server.service import Generation, InferenceService, SequenceInput
 from tgi.server.tools import ToolPlan
@@ -44,20 +44,10 @@ async def _conversation(service: InferenceService, req: MessagesRequest) -> list
     parsers = resolve(settings.reasoning_parser, settings.tool_call_parser, template)
     check_thinking(req.thinking, parsers.reasoning is not None)
     messages, template_kwargs, plan = prompt_messages(req, template)
-    if parsers.tool_format is not None and plan is not None and plan.choice == "auto":
-        plan = replace(plan, grammar=None)  # the model writes calls its own way, read back as it wrote them
+    plan = own_format_tools(parsers, plan)
     params, grammar_field = sampling_params(req, plan, settings)
     params = replace(params, adapter_id=adapter)
-    if parsers.reasoning is None:
-        ids = await service.render_chat(messages, **template_kwargs)
-        return [Conversation(ids, params, grammar_field, tools=plan, parsers=parsers)]
-    # as chat completions: the prompt tells whether the output starts inside the reasoning, and the
-    # grammar moves after it
-    text = await service.template_text(messages, **template_kwargs)
-    ids = await service.encode(text, add_special_tokens=False)
-    tags = (parsers.reasoning.start_tag, parsers.reasoning.end_tag)
-    single = frozenset([t for t in tags if len(await service.encode(t, add_special_tokens=False)) == 1])
-    parsers, params = reasoned_prompt(parsers, text, params, single)
+    ids, parsers, params = await render_prompt(service, messages, template_kwargs, parsers, params)
     return [Conversation(ids, params, grammar_field, tools=plan, parsers=parsers)]
 
 

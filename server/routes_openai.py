@@ -17,7 +17,7 @@ from tgi.server.errors import validation_error
 from tgi.server.fields import check_fields
 from tgi.server.guided import one_grammar, refuse_if_disabled, response_format_grammar, vllm_guided_grammar
 from tgi.server.lora import model_list, openai_adapter
-from tgi.server.output_parsing import OutputParsers, reasoned_prompt, resolve
+from tgi.server.output_parsing import OutputParsers, own_format_tools, render_prompt, resolve
 from tgi.server.schemas_openai import ChatCompletionRequest, CompletionRequest
 from tgi.server.schemas_tgi import ErrorResponse
 from tgi.server.service import Generation, InferenceService, SequenceInput
@@ -69,20 +69,12 @@ async def _chat_prompts(service: InferenceService, req: ChatCompletionRequest) -
     tools = plan_tools(req.tools, req.tool_choice)
     template = service.engine.tokenizer.chat_template
     parsers = resolve(service.settings.reasoning_parser, service.settings.tool_call_parser, template)
-    if parsers.tool_format is not None and tools is not None and tools.choice == "auto":
-        tools = replace(tools, grammar=None)  # the model writes calls its own way, read back as it wrote them
+    tools = own_format_tools(parsers, tools)
     base, field = _with_grammar(service, req, base, tools)
     messages, template_kwargs = render_inputs(
         [m.template_dict() for m in req.messages], tools, template, req.tool_prompt
     )
-    if parsers.reasoning is None:
-        ids = await service.render_chat(messages, **template_kwargs)
-        return [Prompt(ids, base, field, req.n, tools=tools, parsers=parsers)]
-    text = await service.template_text(messages, **template_kwargs)
-    ids = await service.encode(text, add_special_tokens=False)
-    tags = (parsers.reasoning.start_tag, parsers.reasoning.end_tag)
-    single = frozenset([t for t in tags if len(await service.encode(t, add_special_tokens=False)) == 1])
-    parsers, base = reasoned_prompt(parsers, text, base, single)
+    ids, parsers, base = await render_prompt(service, messages, template_kwargs, parsers, base)
     return [Prompt(ids, base, field, req.n, tools=tools, parsers=parsers)]
 
 

@@ -18,7 +18,7 @@ from tgi.server.errors import ApiError, unsupported
 from tgi.server.fields import check_fields
 from tgi.server.guided import refuse_if_disabled
 from tgi.server.lora import openai_adapter
-from tgi.server.output_parsing import OutputParsers, reasoned_prompt, resolve
+from tgi.server.output_parsing import OutputParsers, own_format_tools, render_prompt, resolve
 from tgi.server.responses_events import ResponseEvents, frame
 from tgi.server.responses_format import ResponseContext
 from tgi.server.responses_store import ResponsesStore
@@ -123,14 +123,14 @@ async def _turns(service: InferenceService, store: ResponsesStore, req: Response
     template = service.engine.tokenizer.chat_template
     parsers = resolve(service.settings.reasoning_parser, service.settings.tool_call_parser, template)
     plan = conv.tool_plan(req)
-    if parsers.tool_format is not None and plan is not None and plan.choice == "auto":
-        plan = replace(plan, grammar=None)  # the model writes calls its own way, read back as it wrote them
-        if req.parallel_tool_calls is False:
-            raise unsupported(
-                "parallel_tool_calls",
-                "false is not served with --tool-call-parser and `tool_choice: auto`: the model writes its "
-                "own calls, as many as it chooses",
-            )
+    own = own_format_tools(parsers, plan)
+    if own is not plan and req.parallel_tool_calls is False:
+        raise unsupported(
+            "parallel_tool_calls",
+            "false is not served with --tool-call-parser and `tool_choice: auto`: the model writes its "
+            "own calls, as many as it chooses",
+        )
+    plan = own
     grammar_field = None
     asked = conv.output_grammar(req, plan)
     if asked is not None:
@@ -140,14 +140,7 @@ async def _turns(service: InferenceService, store: ResponsesStore, req: Response
     shown, template_kwargs = render_inputs(
         conv.with_instructions(messages, req.instructions), plan, template, None
     )
-    if parsers.reasoning is None:
-        ids = await service.render_chat(shown, **template_kwargs)
-    else:  # where the output starts (inside the reasoning or not) is read from the prompt's text
-        text = await service.template_text(shown, **template_kwargs)
-        ids = await service.encode(text, add_special_tokens=False)
-        tags = (parsers.reasoning.start_tag, parsers.reasoning.end_tag)
-        single = frozenset([t for t in tags if len(await service.encode(t, add_special_tokens=False)) == 1])
-        parsers, params = reasoned_prompt(parsers, text, params, single)
+    ids, parsers, params = await render_prompt(service, shown, template_kwargs, parsers, params)
     return [
         Turn(ids, params, grammar_field, tools=plan, parsers=parsers, context=context, conversation=messages)
     ]
