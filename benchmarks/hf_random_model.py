@@ -14,31 +14,17 @@ import shutil
 from pathlib import Path
 
 from tgi.benchmarks.make_model import ModelShape, random_tensors
-
-_LAYER_NAMES = {
-    "attn_norm": "input_layernorm",
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-    "ffn_norm": "post_attention_layernorm",
-}
-_GLOBAL_NAMES = {
-    "token_embd.weight": "model.embed_tokens.weight",
-    "output_norm.weight": "model.norm.weight",
-    "output.weight": "lm_head.weight",
-}
+from tgi.core.loading.gguf_loader import hf_tensor_name
 
 
 def hf_name(gguf_name: str) -> tuple[str, str]:
-    """GGUF tensor name -> (Hugging Face name, the shard it goes to)."""
-    if gguf_name in _GLOBAL_NAMES:
-        return _GLOBAL_NAMES[gguf_name], "model-global.safetensors"
-    _, layer, part, _ = gguf_name.split(".")
-    return f"model.layers.{layer}.{_LAYER_NAMES[part]}.weight", f"model-layer-{int(layer):03d}.safetensors"
+    """GGUF tensor name -> (Hugging Face name, as the GGUF loader maps it; the shard it goes to)."""
+    name = hf_tensor_name(gguf_name)
+    if name is None:
+        raise ValueError(f"{gguf_name!r} is no model parameter")
+    if gguf_name.startswith("blk."):
+        return name, f"model-layer-{int(gguf_name.split('.')[1]):03d}.safetensors"
+    return name, "model-global.safetensors"
 
 
 def write_hf_folder(folder: str | Path, shape: ModelShape, seed: int = 0) -> Path:
