@@ -163,9 +163,10 @@ class TritonBackend(TorchBackend):
 
     def prepare_model(self, model: torch.nn.Module) -> None:
         """Mixture-of-experts layers with SiLU experts compute through the fused Triton kernel
-        (`kernels.fused_moe`); everything else keeps the model's own products. `--deterministic`: the
-        batch-invariant kernels instead (`invariance.attach_invariant_kernels`, which refuses what they do
-        not cover)."""
+        (`kernels.fused_moe`); RMS norms (with their residual add), SiLU-gated MLPs and rotary embeddings
+        through the fused elementwise kernels (`fused.attach_fused_kernels`); the linears keep the model's
+        own products. `--deterministic`: the batch-invariant kernels instead
+        (`invariance.attach_invariant_kernels`, which refuses what they do not cover)."""
         from tgi.core.models.moe import GroupedExperts
 
         if self.batch_invariant:
@@ -174,6 +175,9 @@ class TritonBackend(TorchBackend):
             attach_invariant_kernels(model)
             return
 
+        from tgi.backends.triton_common.fused import attach_fused_kernels
+
+        attach_fused_kernels(model)
         for module in model.modules():
             if isinstance(module, GroupedExperts) and module.hidden_act in ("silu", "swish"):
                 from tgi.backends.triton_common.kernels.fused_moe import fused_moe
