@@ -61,6 +61,8 @@ class TorchDistributedCollective(Collective):
                 timeout=timeout,
                 **kwargs,
             )
+            # the command channel's group (`broadcast_bytes`): on the host CPU whatever the device's backend
+            self._control_group = None if "gloo" in process_group_backend else dist.new_group(backend="gloo")
 
     @property
     def rank(self) -> int:
@@ -89,6 +91,20 @@ class TorchDistributedCollective(Collective):
         box = [obj]
         dist.broadcast_object_list(box, src=src, device=self.device)
         return box[0]
+
+    def broadcast_bytes(self, data: bytes | None, src: int = 0) -> bytes:
+        """`data` of rank `src` to every rank (the others pass None), as host tensors over gloo (the
+        default group when it is gloo, else a gloo group of the same ranks): its length, then its bytes."""
+        group = self._control_group
+        size = torch.tensor([len(data) if self._rank == src else 0], dtype=torch.int64)
+        dist.broadcast(size, src, group=group)
+        if self._rank == src and data:
+            payload = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        else:
+            payload = torch.empty(int(size.item()), dtype=torch.uint8)  # (src: an empty `data`)
+        if payload.numel():
+            dist.broadcast(payload, src, group=group)
+        return data if self._rank == src else payload.numpy().tobytes()
 
     def barrier(self) -> None:
         dist.barrier()

@@ -1,7 +1,8 @@
 """Rank 0 of a tensor-parallel engine: spawns the other ranks, drives them step by step, watches them.
 
-One scheduler (the engine's, on rank 0). Every runner call is sent to ranks 1..N-1 as a command and run on
-rank 0's own shard at the same time; sampling happens on rank 0 only (the logits are all-gathered). A
+One scheduler (the engine's, on rank 0). Every runner call is broadcast to ranks 1..N-1 as a command over
+the group's collective (`command_channel.py`; a step as its delta from the last one, `batch_delta.py`) and
+run on rank 0's own shard at the same time; sampling happens on rank 0 only (the logits are all-gathered). A
 watchdog thread notices a rank that dies within a fraction of a second, names it with its cause, and
 kills the others so that no rank stays blocked in a collective: rank 0's pending call fails at once (gloo
 raises when a peer's socket closes) with a `ShardFailure` naming the rank.
@@ -33,6 +34,7 @@ from tgi.core.interfaces import (
     RunnerConstraints,
 )
 from tgi.core.interfaces.batch import ScheduledBatch, StepOutput
+from tgi.core.parallel.command_channel import CommandSender
 from tgi.core.parallel.rendezvous import Rendezvous, open_rendezvous
 from tgi.core.parallel.worker import describe_exception, run_command, worker_main
 from tgi.core.request import EngineError
@@ -60,7 +62,7 @@ class ShardFailure(EngineError):
 class _Worker:
     rank: int
     process: Any  # multiprocessing.Process
-    conn: Any  # duplex Connection: commands out, the worker's error back
+    conn: Any  # duplex Connection: shutdown out, the worker's error back (commands: `CommandSender`)
 
 
 #: what a fork server imports once, so that each rank starts in a fraction of a second instead of
@@ -146,6 +148,7 @@ class TensorParallelRunner(ModelRunner):
         self._stop = threading.Event()
         self._watchdog: threading.Thread | None = None
         self._finalizer = None
+        self._sender: CommandSender | None = None  # the commands' broadcast, once the group has joined
 
     # -- start ------------------------------------------------------------------------------------------
     @classmethod
@@ -227,6 +230,7 @@ class TensorParallelRunner(ModelRunner):
         if "error" in result:
             raise ShardFailure(f"rank 0 could not join the group: {describe_exception(result['error'])}")
         self.collective = result["collective"]
+        self._sender = CommandSender(self.collective)
         self.local = self.backend.create_rank_runner(self.source, self.config, self.collective)
         self._started = True
 
@@ -288,10 +292,8 @@ class TensorParallelRunner(ModelRunner):
                 raise ShardFailure(self.failure)
             if self.local is None:
                 raise ShardFailure("the tensor-parallel group is not running")
-            message = pickle.dumps((command, args), protocol=pickle.HIGHEST_PROTOCOL)
             try:
-                for w in self.workers:
-                    w.conn.send_bytes(message)
+                self._sender.send(command, args)
                 return run_command(self.local, self.backend, self.collective, command, args)
             except Exception as exc:
                 error = self._blame(command, exc)
@@ -339,6 +341,11 @@ class TensorParallelRunner(ModelRunner):
 
     def execute(self, batch: ScheduledBatch) -> StepOutput:
         return self._call("execute", batch)
+
+    @property
+    def last_command_bytes(self) -> int:
+        """The bytes rank 0 broadcast for its last command (for a step: its delta, pickled)."""
+        return self._sender.last_bytes if self._sender is not None else 0
 
     def load_lora_adapter(self, name: str, path: str) -> tuple[str, ...]:
         """Validate, then apply: every rank checks the adapter (`check_lora_adapter`, a command no rank

@@ -1,9 +1,10 @@
 """Ranks 1..N-1 of a tensor-parallel engine: a process that holds one shard and runs what rank 0 sends.
 
-Rank 0 (`TensorParallelRunner`) sends `(command, args)` through a pipe; every rank runs the same command
-(`run_command`), so the collectives inside (the model's all-reduces, the logits' all-gather) line up. The
-pipe carries the batch description only; tensors travel through the `Collective`. A worker exits when rank
-0 says so, when the pipe closes (rank 0 is gone), or when a command fails: then it sends the error back
+Rank 0 (`TensorParallelRunner`) broadcasts `(command, args)` over the group's collective
+(`command_channel.py`: a step as its delta, rebuilt here into the `ScheduledBatch` rank 0 runs); every rank
+runs the same command (`run_command`), so the collectives inside (the model's all-reduces, the logits'
+all-gather) line up. A pipe to rank 0 carries the process's life only: a worker exits when rank 0 says so
+through it or it closes (rank 0 is gone), or when a command fails: then it sends the error back through it
 first, for rank 0 to name it.
 """
 
@@ -13,8 +14,11 @@ import os
 import pickle
 import signal
 import sys
+import threading
 import traceback
 from typing import Any
+
+from tgi.core.parallel.command_channel import CommandReceiver
 
 #: commands every rank runs; runner methods unless `run_command` handles them itself
 COMMANDS = (
@@ -96,13 +100,25 @@ def check_on_every_rank(
     return [rank for rank, flag in enumerate(refused) if flag], error
 
 
+def _exit_when_told(conn) -> None:
+    """Ends this process when rank 0 sends "shutdown" through the pipe or the pipe closes (rank 0 is gone);
+    the main thread may be blocked in a collective that no rank will join any more."""
+    try:
+        while pickle.loads(conn.recv_bytes())[0] != "shutdown":
+            pass
+    except (EOFError, OSError):
+        pass
+    os._exit(0)
+
+
 def worker_main(
     rank: int, world_size: int, init_method: str, spec: Any, source: Any, config: Any, conn
 ) -> None:
     """The entry point of rank `rank` (a spawned process)."""
     # Ctrl-C reaches the whole process group: rank 0 shuts the workers down, they must not die first
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    collective = runner = None
+    # the main thread waits in the rendezvous, then in the commands' broadcast: the pipe is watched beside it
+    threading.Thread(target=_exit_when_told, args=(conn,), name="tgi-shard-life", daemon=True).start()
     try:
         backend = spec.create()
         backend.bind_rank(rank)  # every rank runs on rank 0's host: its local rank is its rank
@@ -110,14 +126,9 @@ def worker_main(
             backend.select_attention(config.attention)
         collective = backend.create_collective(rank, world_size, init_method)
         runner = backend.create_rank_runner(source, config, collective)
+        receiver = CommandReceiver(collective)
         while True:
-            try:
-                data = conn.recv_bytes()
-            except (EOFError, OSError):
-                break  # rank 0 is gone
-            name, args = pickle.loads(data)
-            if name == "shutdown":
-                break
+            name, args = receiver.receive()
             run_command(runner, backend, collective, name, args)
     except BaseException as exc:
         traceback.print_exc()
@@ -126,8 +137,3 @@ def worker_main(
             conn.close()
         finally:
             os._exit(1)
-    if runner is not None:
-        runner.shutdown()
-    close = getattr(collective, "close", None)
-    if close is not None:
-        close()
