@@ -154,10 +154,16 @@ class CausalLM(nn.Module):
         return self.model.norm(x, residual)[0]
 
     def forward(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, ctx: AttentionContext
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        ctx: AttentionContext,
+        inputs_embeds: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """input_ids [T], positions [T] -> final hidden states [T, hidden] (after the last norm)."""
-        x = self.embed(input_ids)
+        """input_ids [T], positions [T] -> final hidden states [T, hidden] (after the last norm).
+        `inputs_embeds` [T, hidden]: the tokens' embeddings as the caller made them (`embed`, with image
+        placeholders replaced by the vision tower's output), instead of `embed(input_ids)`."""
+        x = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
         seq_lens = token_seq_lens(ctx.meta, x.shape[0]) if self.rotary.needs_seq_lens else None
         cos, sin = self.rotary.cos_sin(positions, x.dtype, seq_lens)
         residual = None

@@ -27,6 +27,7 @@ _ARCHITECTURES: dict[str, tuple[str, str]] = {
     "MixtralForCausalLM": ("tgi.core.models.mixtral", "MixtralForCausalLM"),
     "Qwen2MoeForCausalLM": ("tgi.core.models.mixtral", "Qwen2MoeForCausalLM"),
     "Qwen3MoeForCausalLM": ("tgi.core.models.mixtral", "Qwen3MoeForCausalLM"),
+    "LlavaForConditionalGeneration": ("tgi.core.models.llava", "LlavaForConditionalGeneration"),
 }
 _MODEL_TYPES: dict[str, str] = {
     "llama": "LlamaForCausalLM",
@@ -41,6 +42,7 @@ _MODEL_TYPES: dict[str, str] = {
     "mixtral": "MixtralForCausalLM",
     "qwen2_moe": "Qwen2MoeForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM",
+    "llava": "LlavaForConditionalGeneration",
 }
 
 

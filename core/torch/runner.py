@@ -16,6 +16,7 @@ from tgi.core.models.context import AttentionContext, build_attention_metadata, 
 from tgi.core.models.registry import attention_layer_specs, kv_cache_spec, model_class_for
 from tgi.core.quant.quantized_loading import QuantizedLoading
 from tgi.core.tokenization import config_eos_token_ids
+from tgi.core.torch.host_transfer import to_device, to_host
 
 if TYPE_CHECKING:
     from tgi.core.config import EngineConfig
@@ -44,6 +45,7 @@ class TorchModelRunner(ModelRunner):
         self.medusa = None  # Medusa heads, when the checkpoint has them and --speculate asks
         self.lora = None  # the LoRA adapters' state (`tgi.core.lora.LoRAModel`), when --lora-adapters asks
         self.hf_config = None
+        self.images = None  # `ImageEmbeddings`, when the model has a vision tower
 
     # -- lifecycle --------------------------------------------------------------------------------------
     def load(self) -> ModelInfo:
@@ -92,13 +94,21 @@ class TorchModelRunner(ModelRunner):
                 dtype,
                 self.device,
             )
+        self.images = None
+        if getattr(self.model, "takes_images", False):
+            from tgi.core.torch.image_embeddings import ImageEmbeddings
+
+            self.images = ImageEmbeddings(self.model.encode_images, self.device)
+        text_config = getattr(self.model, "text_config", self.hf_config)  # a vision model's decoder's
         architecture = (self.hf_config.architectures or [type(self.model).__name__])[0]
         path = getattr(self.model, "implementation_note", None)  # e.g. "transformers fallback"
         return ModelInfo(
             architecture=f"{architecture} ({path})" if path else architecture,
-            vocab_size=self.hf_config.vocab_size,
-            max_position_embeddings=getattr(self.hf_config, "max_position_embeddings", 4096),
-            eos_token_ids=config_eos_token_ids(self.hf_config),
+            vocab_size=text_config.vocab_size,
+            max_position_embeddings=getattr(text_config, "max_position_embeddings", 4096),
+            eos_token_ids=tuple(
+                dict.fromkeys(config_eos_token_ids(self.hf_config) + config_eos_token_ids(text_config))
+            ),
             dtype=self.dtype,
             # quantized linears keep their dense weight's shape on the meta device: counted too
             num_parameters=sum(p.numel() for p in self.model.parameters())
@@ -117,6 +127,7 @@ class TorchModelRunner(ModelRunner):
             lora_runtime_loading=hasattr(self.model, "checkpoint_target"),  # core's native models
             # the backend switched to its batch-invariant kernels before this runner took them
             batch_invariant=getattr(self.backend, "batch_invariant", False),
+            image_inputs=self.images is not None,  # the model has a vision tower
         )
 
     def check_lora_adapter(self, name: str, path: str) -> None:
@@ -151,7 +162,7 @@ class TorchModelRunner(ModelRunner):
     def shutdown(self) -> None:
         """Drop the weights (with the backend's packed copies and kernels attached to the model), the KV
         cache, the LoRA adapters and the Medusa heads; the runner cannot execute again. Idempotent."""
-        self.model = self.kv_cache = self.lora = self.medusa = None
+        self.model = self.kv_cache = self.lora = self.medusa = self.images = None
 
     def warmup(self, max_batch_tokens: int, max_num_seqs: int) -> None:
         """One prefill of `max_batch_tokens` tokens (at most the backend's `warmup_prefill_tokens`) and one
@@ -179,16 +190,25 @@ class TorchModelRunner(ModelRunner):
     def execute(self, batch: ScheduledBatch) -> StepOutput:
         seqs = batch.sequences
         device = self.device
-        input_ids = torch.tensor([t for s in seqs for t in s.token_ids], dtype=torch.int64, device=device)
+        input_ids = to_device([t for s in seqs for t in s.token_ids], torch.int64, device)
         self.backend.begin_step(input_ids.numel())
         positions = build_positions(seqs, device)
         meta = build_attention_metadata(seqs, self.config.block_size, device)
         self.attention.prepare(meta)
         if self.lora is not None:
             self.lora.begin_step(seqs, device)
-        hidden = self.model(
-            input_ids, positions, AttentionContext(self.attention, self.kv_cache, meta)
-        )  # [T, H]
+        embeds = None
+        if self.images is not None:
+            self.images.drop(batch.freed_request_ids)
+            if any(s.images for s in seqs):
+                embeds = self.model.embed(input_ids)
+                if not self.images.place(seqs, embeds):
+                    embeds = None  # no placeholder in this step's chunks
+        ctx = AttentionContext(self.attention, self.kv_cache, meta)
+        if embeds is None:
+            hidden = self.model(input_ids, positions, ctx)  # [T, H]
+        else:
+            hidden = self.model(input_ids, positions, ctx, inputs_embeds=embeds)
         if self.lora is not None:
             self.lora.end_step()  # the logits head and Medusa heads are not adapted
 
@@ -206,7 +226,7 @@ class TorchModelRunner(ModelRunner):
                 expanded = seqs[i].draft_rows()
                 rows += expanded
                 positions += range(ends[i] - len(expanded), ends[i])
-            last = torch.tensor(positions, device=device)
+            last = to_device(positions, torch.int64, device)
             picked = hidden.index_select(0, last)
             logits = self.model.compute_logits(picked)  # [N, V] float32
             if self.medusa is not None:  # every rank: the heads' projection may gather over ranks
@@ -218,13 +238,18 @@ class TorchModelRunner(ModelRunner):
                 masks = masks.at_positions([seqs[i] for i in sampled])
             result = self.sampler.sample(logits, rows, masks)
             output.request_ids = [s.request_id for s in rows]
-            if self.medusa is not None:
-                output.guesses = guesses.tolist()
-            output.token_ids = result.token_ids.tolist()
-            output.logprobs = result.logprobs.tolist()
+            # everything the host reads of the step in one copy back: the step's only wait for the device
+            fetched = [result.token_ids, result.logprobs]
             if result.top_token_ids is not None:
-                output.top_token_ids = result.top_token_ids.tolist()
-                output.top_logprobs = result.top_logprobs.tolist()
+                fetched += [result.top_token_ids, result.top_logprobs]
+            if self.medusa is not None:
+                fetched.append(guesses)
+            host = to_host(*fetched)
+            output.token_ids, output.logprobs = host[0], host[1]
+            if result.top_token_ids is not None:
+                output.top_token_ids, output.top_logprobs = host[2], host[3]
+            if self.medusa is not None:
+                output.guesses = host[-1]
         for i, s in enumerate(seqs):
             if s.want_prompt_logprobs and s.is_prefill:
                 output.prompt_logprobs[s.request_id] = self._prompt_logprobs(hidden[starts[i] : ends[i]], s)
