@@ -1,5 +1,6 @@
 """What a model's forward needs besides token ids and positions: the attention backend, the KV cache and the
-step's attention metadata. Also a builder of `AttentionMetadata` from plain per-sequence lists."""
+step's attention metadata. Also a builder of `AttentionMetadata` from plain per-sequence lists (its tensors
+reach the device in two copies that do not make the host wait: `tgi.core.torch.host_transfer`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import torch
 
 from tgi.core.torch.attention import AttentionBackend, AttentionMetadata
+from tgi.core.torch.host_transfer import to_device
 from tgi.core.torch.kv_cache import KVCache
 
 
@@ -81,25 +83,28 @@ def build_attention_metadata(
                 d_lens.append(pos + 1)
                 d_tables.append(table)
 
-    def i32(x: Any) -> torch.Tensor:
-        return torch.tensor(x, dtype=torch.int32, device=device)
-
-    def table(rows: list[Sequence[int]]) -> torch.Tensor:
-        padded = _pad(rows)
-        width = len(padded[0]) if padded else 0
-        return i32(padded).view(len(padded), width)
-
+    # the int32 tensors travel in one host->device copy and are views of it; the int64 slots in another
+    p_padded, d_padded = _pad(p_tables), _pad(d_tables)
+    p_width = len(p_padded[0]) if p_padded else 0
+    d_width = len(d_padded[0]) if d_padded else 0
+    parts = [qsl, p_lens, [b for r in p_padded for b in r], d_lens, [b for r in d_padded for b in r]]
+    packed = to_device([v for part in parts for v in part], torch.int32, device)
+    views, at = [], 0
+    for part in parts:
+        views.append(packed[at : at + len(part)])
+        at += len(part)
+    q_loc, p_seq, p_tab, d_seq, d_tab = views
     return AttentionMetadata(
-        slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
+        slot_mapping=to_device(slots, torch.int64, device),
         num_prefill_tokens=qsl[-1],
         num_decode_tokens=len(d_lens),
-        query_start_loc=i32(qsl),
-        prefill_seq_lens=i32(p_lens),
-        prefill_block_tables=table(p_tables),
+        query_start_loc=q_loc,
+        prefill_seq_lens=p_seq,
+        prefill_block_tables=p_tab.view(len(p_padded), p_width),
         max_query_len=max((b - a for a, b in itertools.pairwise(qsl)), default=0),
         max_prefill_seq_len=max(p_lens, default=0),
-        decode_seq_lens=i32(d_lens),
-        decode_block_tables=table(d_tables),
+        decode_seq_lens=d_seq,
+        decode_block_tables=d_tab.view(len(d_padded), d_width),
         max_decode_seq_len=max(d_lens, default=0),
         prefill_start_pos=p_start,
         prefill_seq_lens_host=p_lens,
@@ -113,7 +118,7 @@ def build_positions(seqs: Sequence[Any], device: torch.device | str | None = Non
     for seq in seqs:
         start = int(seq.start_pos)
         pos.extend(range(start, start + _num_tokens(seq)))
-    return torch.tensor(pos, dtype=torch.int64, device=device)
+    return to_device(pos, torch.int64, device)
 
 
 def token_seq_lens(meta: AttentionMetadata, num_tokens: int) -> torch.Tensor:

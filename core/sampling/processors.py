@@ -12,6 +12,8 @@ from collections.abc import Sequence
 
 import torch
 
+from tgi.core.torch.host_transfer import to_device
+
 _MASK64 = (1 << 64) - 1
 
 
@@ -197,5 +199,5 @@ def apply_token_masks(logits: torch.Tensor, masks) -> torch.Tensor:
     bias = _byte_bias(logits.device).index_select(0, as_bytes.reshape(-1).long()).view(n, -1)  # [n, words*32]
     if bias.shape[1] < vocab:
         bias = torch.nn.functional.pad(bias, (0, vocab - bias.shape[1]), value=float("-inf"))
-    rows = torch.tensor(masks.rows, dtype=torch.int64, device=logits.device)
+    rows = to_device(masks.rows, torch.int64, logits.device)
     return logits.index_add_(0, rows, bias[:, :vocab])

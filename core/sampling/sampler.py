@@ -9,6 +9,7 @@ import torch
 
 from tgi.core.sampling import processors as P
 from tgi.core.sampling.logit_bias import LogitBiasTable
+from tgi.core.torch.host_transfer import to_device
 from tgi.core.torch.sampler import Sampler, SamplerOutput
 
 if TYPE_CHECKING:
@@ -96,16 +97,16 @@ class TorchSampler(Sampler):
             marks = [p.watermark for p in params]
             P.apply_watermark(
                 x,
-                torch.tensor([r.all_token_ids[-1] for r in rows], dtype=torch.int64, device=device),
-                torch.tensor([m.gamma if m else 0.0 for m in marks], dtype=torch.float32, device=device),
-                torch.tensor([m.delta if m else 0.0 for m in marks], dtype=torch.float32, device=device),
+                to_device([r.all_token_ids[-1] for r in rows], torch.int64, device),
+                to_device([m.gamma if m else 0.0 for m in marks], torch.float32, device),
+                to_device([m.delta if m else 0.0 for m in marks], torch.float32, device),
             )
 
         if any_sample:
-            sample_mask = torch.tensor(do_sample, dtype=torch.bool, device=device)
+            sample_mask = to_device(do_sample, torch.bool, device)
             temps = [p.temperature if p.do_sample else 1.0 for p in params]
             if any(t != 1.0 for t in temps):
-                x /= torch.tensor(temps, dtype=torch.float32, device=device)[:, None]
+                x /= to_device(temps, torch.float32, device)[:, None]
 
         # what is reported (before truncation): log_softmax at the chosen (and top) ids only, from one
         # logsumexp pass instead of a full [N, vocab] log_softmax
@@ -149,16 +150,16 @@ class TorchSampler(Sampler):
         tokens, valid = P.padded_token_tensor(lists, pad=vocab, device=device)
         if need_rep:
             seen = P.token_counts(tokens, valid, vocab) > 0
-            P.apply_repetition_penalty(x, seen, torch.tensor(rep, dtype=torch.float32, device=device))
+            P.apply_repetition_penalty(x, seen, to_device(rep, torch.float32, device))
         if need_freq:
             pos = torch.arange(tokens.shape[1], device=device)[None, :]
-            start_t = torch.tensor(starts, dtype=torch.int64, device=device)[:, None]
+            start_t = to_device(starts, torch.int64, device)[:, None]
             counts = P.token_counts(tokens, valid & (pos >= start_t), vocab)
             P.apply_frequency_presence(
                 x,
                 counts,
-                torch.tensor(freq, dtype=torch.float32, device=device),
-                torch.tensor(pres, dtype=torch.float32, device=device),
+                to_device(freq, torch.float32, device),
+                to_device(pres, torch.float32, device),
             )
 
     @staticmethod
@@ -177,16 +178,16 @@ class TorchSampler(Sampler):
         if any(k > 0 for k in top_k) or any(v < 1.0 for v in top_p):
             P.apply_top_k_top_p(
                 x,
-                torch.tensor(top_k, dtype=torch.int64, device=device),
-                torch.tensor(top_p, dtype=torch.float32, device=device),
+                to_device(top_k, torch.int64, device),
+                to_device(top_p, torch.float32, device),
                 max_k=max(top_k)
                 if all(k > 0 or v >= 1.0 for k, v in zip(top_k, top_p, strict=True))
                 else None,
             )
         if any(v < 1.0 for v in typical):
-            P.apply_typical_p(x, torch.tensor(typical, dtype=torch.float32, device=device))
-        seeds = torch.tensor([P.seed_to_i64(r.seed) for r in rows], dtype=torch.int64, device=device)
-        steps = torch.tensor([r.num_generated for r in rows], dtype=torch.int64, device=device)
+            P.apply_typical_p(x, to_device(typical, torch.float32, device))
+        seeds = to_device([P.seed_to_i64(r.seed) for r in rows], torch.int64, device)
+        steps = to_device([r.num_generated for r in rows], torch.int64, device)
         # Gumbel-max in log space: argmax(logits - log E), E ~ Exp(1); -inf (truncated) never wins.
         scores = x - P.exponential_noise(seeds, steps, vocab).log()
         return torch.where(sample_mask, scores.argmax(dim=1), greedy_ids)
