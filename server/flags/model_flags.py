@@ -6,7 +6,7 @@ from tgi.core.config import DEFAULT_MAX_LORA_RANK, DEFAULT_MAX_LORAS
 from tgi.core.interfaces.quantization import QUANTIZE_METHODS
 from tgi.server.flags import derived, value_checks
 from tgi.server.flags.parsers import batch_sizes, on_off
-from tgi.server.flags.spec import LAUNCHER, Engine, Flag
+from tgi.server.flags.spec import LAUNCHER, Engine, Flag, Refusal
 
 AS_TGI = "as TGI"
 MODEL = "model"
@@ -16,6 +16,12 @@ ROPE = (
     "the checkpoint's rope replaced: `linear` divides the rotary frequencies by the factor (a factor alone "
     "means linear); `dynamic` equals plain RoPE within the model's context, past which `--max-total-tokens` "
     "may not go"
+)
+#: why --nnodes > 1 and its companions stop the start (with LeaderWorkerSet's LWS_LEADER_ADDRESS, which would
+#: be --master-addr of such a group)
+MULTI_NODE = (
+    "tensor parallelism runs on one host (rank 0 starts the other ranks itself); groups over several hosts "
+    "are not built yet: use --num-shard on one host"
 )
 
 MODEL_FLAGS = (
@@ -333,5 +339,38 @@ MODEL_FLAGS = (
         parse=int,
         tgi="the shards' `torch.distributed` rendezvous (default: 127.0.0.1 and a free port)",
         example="29500",
+    ),
+    Flag(
+        ("--nnodes",),
+        "hosts of one tensor-parallel group (vLLM's, SGLang's; LeaderWorkerSet's LWS_GROUP_SIZE)",
+        SHARDING,
+        LAUNCHER,
+        env=("NNODES", "LWS_GROUP_SIZE"),
+        parse=int,
+        default=1,
+        refusal=Refusal(MULTI_NODE, 1),
+        example="2",
+    ),
+    Flag(
+        ("--node-rank",),
+        "this host's place in a group of --nnodes hosts (LeaderWorkerSet's LWS_WORKER_INDEX)",
+        SHARDING,
+        LAUNCHER,
+        env=("NODE_RANK", "LWS_WORKER_INDEX"),
+        parse=int,
+        default=0,
+        refusal=Refusal(MULTI_NODE, 0),
+        example="1",
+    ),
+    Flag(
+        ("--headless",),
+        "a node other than 0 of a multi-host group: no HTTP port, it follows rank 0's steps",
+        SHARDING,
+        LAUNCHER,
+        env=("HEADLESS",),
+        default=False,
+        kind="switch",
+        refusal=Refusal(MULTI_NODE),
+        example="true",
     ),
 )
