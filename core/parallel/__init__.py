@@ -5,8 +5,9 @@
 - `ParallelLinearFactory`: column-/row-parallel linears, a vocabulary-parallel embedding and output head,
   plugged into core's models through their `linear=` seam; `weight_selector(model)` makes every rank read
   only its slices of the checkpoint.
-- `TensorParallelRunner`: rank 0's runner; spawns ranks 1..N-1 (`worker.py`), sends each of them every
-  step's batch, runs its own shard, and brings everything down, naming the rank, when one dies.
+- `TensorParallelRunner`: rank 0's runner; spawns ranks 1..N-1 (`worker.py`), broadcasts every command
+  to them over the group's collective (`command_channel.py`; a step as its delta from the last,
+  `batch_delta.py`), runs its own shard, and brings everything down, naming the rank, when one dies.
 
 Importing this package does not import torch; its modules do.
 """
