@@ -61,8 +61,12 @@ class TorchDistributedCollective(Collective):
                 timeout=timeout,
                 **kwargs,
             )
-            # the command channel's group (`broadcast_bytes`): on the host CPU whatever the device's backend
-            self._control_group = None if "gloo" in process_group_backend else dist.new_group(backend="gloo")
+        # the command channel's group (`broadcast_bytes`): on the host CPU whatever the device's backend,
+        # its sockets on loopback for a local group as the default group's
+        self._control_group = None
+        if "gloo" not in process_group_backend:
+            with loopback_gloo("gloo", init_method):
+                self._control_group = dist.new_group(backend="gloo")
 
     @property
     def rank(self) -> int:
