@@ -155,3 +155,18 @@ def test_preemption_recomputes_the_image_embeddings(llava, processor, reference)
     assert _run(engine, [(a[0], a[1]), (b[0], b[1])]) == expected
     assert engine.stats().num_preemptions >= 1
     assert engine.runner.images.num_encoded >= 3 and engine.runner.images.num_kept_requests == 0
+
+
+def test_what_the_llava_model_does_not_implement_is_refused_by_name(llava):
+    from tgi.core.models.registry import UnsupportedModelError, attention_layer_specs, model_class_for
+
+    config = transformers.AutoConfig.from_pretrained(llava)
+    assert model_class_for(config).__module__ == "tgi.core.models.llava"
+    assert len(attention_layer_specs(config)) == config.text_config.num_hidden_layers
+    with pytest.raises(UnsupportedModelError, match="tensor parallelism"):
+        attention_layer_specs(config, tp_size=2)
+    qwen = transformers.LlavaConfig(
+        vision_config=config.vision_config, text_config=transformers.Qwen2Config(num_attention_heads=4)
+    )
+    with pytest.raises(UnsupportedModelError, match="qwen2 text model"):
+        attention_layer_specs(qwen)
