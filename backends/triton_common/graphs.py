@@ -97,8 +97,14 @@ class GraphedDecodeModel:
         )
 
     def __call__(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, ctx: AttentionContext
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        ctx: AttentionContext,
+        inputs_embeds: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        if inputs_embeds is not None:  # a prefill with image embeddings: never a captured decode
+            return self.model(input_ids, positions, ctx, inputs_embeds=inputs_embeds)
         meta = ctx.meta
         n = meta.num_decode_tokens
         if meta.num_prefill_tokens or n == 0 or n > self.sizes[-1] or input_ids.shape[0] != n:
