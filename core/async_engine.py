@@ -13,7 +13,7 @@ import logging
 import queue
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 from tgi.core.config import EngineConfig
@@ -24,6 +24,7 @@ from tgi.core.request import (
     EngineRequest,
     FinishReason,
     GenerationResult,
+    ImageInput,
     StepError,
     TokenEvent,
 )
@@ -165,11 +166,13 @@ class AsyncEngine:
         self.engine.close()
 
     # -- requests ---------------------------------------------------------------------------------------
-    def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> EngineRequest:
+    def validate(
+        self, prompt_token_ids: list[int], params: SamplingParams, images: Sequence[ImageInput] = ()
+    ) -> EngineRequest:
         """`LLMEngine.validate`: the request's one validation, its grammar compiled (`ValidationError`,
-        `CompilerBusyError`). Thread-safe; with a grammar it may take seconds, so the server calls it off
-        the event loop."""
-        return self.engine.validate(prompt_token_ids, params)
+        `CompilerBusyError`), its `images` refused by name unless the runner takes them. Thread-safe; with a
+        grammar it may take seconds, so the server calls it off the event loop."""
+        return self.engine.validate(prompt_token_ids, params, images)
 
     def stream(
         self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None

@@ -111,7 +111,17 @@ async def render_prompt(
         return await service.render_chat(messages, **template_kwargs), parsers, params
     text = await service.template_text(messages, **template_kwargs)
     ids = await service.encode(text, add_special_tokens=False)
+    parsers, params = await reasoning_of(service, text, parsers, params)
+    return ids, parsers, params
+
+
+async def reasoning_of(
+    service: InferenceService, text: str, parsers: OutputParsers, params: SamplingParams
+) -> tuple[OutputParsers, SamplingParams]:
+    """`reasoned_prompt` for the rendered prompt `text` (the reasoning tags' token counts taken from the
+    model's tokenizer); `parsers` and `params` unchanged without a reasoning parser."""
+    if parsers.reasoning is None:
+        return parsers, params
     tags = (parsers.reasoning.start_tag, parsers.reasoning.end_tag)
     single = frozenset([t for t in tags if len(await service.encode(t, add_special_tokens=False)) == 1])
-    parsers, params = reasoned_prompt(parsers, text, params, single)
-    return ids, parsers, params
+    return reasoned_prompt(parsers, text, params, single)

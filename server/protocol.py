@@ -7,12 +7,12 @@ fake and `AsyncEngine` have every member.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from tgi.core.config import EngineConfig
 from tgi.core.interfaces import ModelInfo
-from tgi.core.request import EngineRequest, TokenEvent
+from tgi.core.request import EngineRequest, ImageInput, TokenEvent
 from tgi.core.sampling_params import SamplingParams
 
 
@@ -51,9 +51,11 @@ class ServingEngine(Protocol):
     async def start(self) -> None:
         """Start the engine loop (called once inside the running event loop)."""
 
-    def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> EngineRequest:
+    def validate(
+        self, prompt_token_ids: list[int], params: SamplingParams, images: Sequence[ImageInput] = ()
+    ) -> EngineRequest:
         """The request's one validation (`tgi.core.validation`: defaults resolved, limits and features
-        checked) and its grammar compiled: `ValidationError` (a 422; `UnusableGrammarError` for the
+        checked, `images` refused by name unless the runner takes them) and its grammar compiled: `ValidationError` (a 422; `UnusableGrammarError` for the
         grammar) or `tgi.core.guided.CompilerBusyError` (a 503). Thread-safe; with a grammar it may take
         seconds: the server calls it off the event loop."""
         ...

@@ -17,7 +17,13 @@ from tgi.server.errors import validation_error
 from tgi.server.fields import check_fields
 from tgi.server.guided import one_grammar, refuse_if_disabled, response_format_grammar, vllm_guided_grammar
 from tgi.server.lora import model_list, openai_adapter
-from tgi.server.output_parsing import OutputParsers, own_format_tools, render_prompt, resolve
+from tgi.server.output_parsing import (
+    OutputParsers,
+    own_format_tools,
+    reasoning_of,
+    render_prompt,
+    resolve,
+)
 from tgi.server.schemas_openai import ChatCompletionRequest, CompletionRequest
 from tgi.server.schemas_tgi import ErrorResponse
 from tgi.server.service import Generation, InferenceService, SequenceInput
@@ -74,8 +80,15 @@ async def _chat_prompts(service: InferenceService, req: ChatCompletionRequest) -
     messages, template_kwargs = render_inputs(
         [m.template_dict() for m in req.messages], tools, template, req.tool_prompt
     )
-    ids, parsers, base = await render_prompt(service, messages, template_kwargs, parsers, base)
-    return [Prompt(ids, base, field, req.n, tools=tools, parsers=parsers)]
+    refs = req.image_refs()
+    if not refs:
+        ids, parsers, base = await render_prompt(service, messages, template_kwargs, parsers, base)
+        return [Prompt(ids, base, field, req.n, tools=tools, parsers=parsers)]
+    service.image_token(refs)  # refused before templating when the model takes no images
+    text = await service.template_text(messages, **template_kwargs)
+    ids, images = await service.encode_with_images(text, refs, add_special_tokens=False)
+    parsers, base = await reasoning_of(service, text, parsers, base)
+    return [Prompt(ids, base, field, req.n, images=images, tools=tools, parsers=parsers)]
 
 
 async def _completion_prompts(service: InferenceService, req: CompletionRequest) -> list[Prompt]:

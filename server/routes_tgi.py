@@ -17,6 +17,7 @@ from tgi.server import sse
 from tgi.server.errors import validation_error
 from tgi.server.fields import check_fields
 from tgi.server.guided import refuse_if_disabled, tgi_grammar
+from tgi.server.images.sources import split_markdown
 from tgi.server.lora import tgi_adapter
 from tgi.server.metrics import CONTENT_TYPE
 from tgi.server.schemas_tgi import (
@@ -72,10 +73,20 @@ async def prepare(service: InferenceService, req: GenerateRequest, stream: bool)
         grammar = tgi_grammar(req.parameters.grammar, field)
         refuse_if_disabled(grammar, service.settings.disable_grammar_support, field)
         params = replace(params, grammar=grammar)  # compiled once, by the engine's validation
-    ids = await service.encode(req.inputs)
+    pieces, refs = split_markdown(req.inputs)
+    if not refs:
+        ids, images = await service.encode(req.inputs), ()
+    else:  # TGI's markdown images: each one's placeholder where it stood, expanded by the model's processor
+        ids, images = await service.encode_with_images(service.image_token(refs).join(pieces), refs)
+        if truncate is not None and truncate < len(ids):
+            raise validation_error(
+                f"`parameters.truncate` ({truncate}) would cut the images' tokens out of a {len(ids)}-token "
+                "input: it cannot be used with images",
+                "parameters.truncate",
+            )
     if truncate is not None:
         ids = ids[-truncate:]
-    return [SequenceInput(ids, params, field, n=req.parameters.best_of or 1)]
+    return [SequenceInput(ids, params, field, n=req.parameters.best_of or 1, images=images)]
 
 
 def _sequence(events: list[TokenEvent], req: GenerateRequest) -> dict:

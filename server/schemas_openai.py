@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from tgi.server.fields import NEUTRAL, RequestModel
+from tgi.server.images.sources import ImageRef
 
 # OpenAI's and vLLM's request fields that this server does not serve yet, with the values that ask for the
 # default behaviour (which is what it does). Chat completions serve `tools`, `tool_choice`,
@@ -67,14 +68,31 @@ _OPENAI_UNSERVED: dict[str, tuple[Any, ...]] = {
 }
 
 
+class ImageUrl(RequestModel):
+    """An image content part's image: a `data:` URL, an `http(s)` URL (fetched: `tgi.server.images.fetch`),
+    or a `file:` URL under --allowed-local-media-path. `detail` other than `auto` is refused (the model's
+    processor decides the resolution)."""
+
+    url: str
+    KNOWN: ClassVar = {"detail": (None, "auto")}
+
+
 class ContentPart(RequestModel):
     type: str
     text: str | None = None
-    KNOWN: ClassVar = {"image_url": NEUTRAL, "input_audio": NEUTRAL, "file": NEUTRAL}
+    image_url: ImageUrl | None = None
+    KNOWN: ClassVar = {"input_audio": NEUTRAL, "file": NEUTRAL}
 
     def refusals(self) -> Iterator[tuple[str, str]]:
-        if self.type != "text":
-            yield "type", f"`{self.type}` content is not supported: this server takes text parts only"
+        if self.type not in ("text", "image_url"):
+            yield (
+                "type",
+                f"`{self.type}` content is not supported: this server takes text and image_url parts",
+            )
+        elif self.type == "image_url" and self.image_url is None:
+            yield "image_url", "is required by an `image_url` part"
+        elif self.type == "text" and self.image_url is not None:
+            yield "image_url", "cannot be given in a `text` part"
 
 
 class ChatMessage(RequestModel):
@@ -86,8 +104,15 @@ class ChatMessage(RequestModel):
     KNOWN: ClassVar = {"function_call": NEUTRAL, "audio": NEUTRAL, "refusal": NEUTRAL}
 
     def template_dict(self) -> dict:
+        """The message as chat templates take it: text parts joined; with images, a list of `text` and
+        `image` parts in order (templates of vision models render an `image` part as its placeholder)."""
         content = self.content
-        if isinstance(content, list):
+        if isinstance(content, list) and any(p.type == "image_url" for p in content):
+            content = [
+                {"type": "image"} if p.type == "image_url" else {"type": "text", "text": p.text or ""}
+                for p in content
+            ]
+        elif isinstance(content, list):
             content = "".join(p.text or "" for p in content if p.type == "text")
         out: dict = {"role": self.role, "content": content or ""}
         for key in ("name", "tool_calls", "tool_call_id"):
@@ -155,6 +180,16 @@ class ChatCompletionRequest(_Sampling):
     @property
     def max_new_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+    def image_refs(self) -> list[ImageRef]:
+        """The messages' images in prompt order, each named by its field."""
+        return [
+            ImageRef(p.image_url.url, f"messages[{i}].content[{j}].image_url.url")
+            for i, m in enumerate(self.messages)
+            if isinstance(m.content, list)
+            for j, p in enumerate(m.content)
+            if p.type == "image_url" and p.image_url is not None
+        ]
 
 
 class CompletionRequest(_Sampling):

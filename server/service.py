@@ -21,6 +21,7 @@ from tgi.core.request import (
     EngineError,
     EngineRequest,
     FinishReason,
+    ImageInput,
     TokenEvent,
     UnusableGrammarError,
     ValidationError,
@@ -29,6 +30,11 @@ from tgi.core.sampling_params import SamplingParams
 from tgi.core.validation import too_many_input_tokens
 from tgi.server import sse
 from tgi.server.errors import ApiError, internal_error, overloaded, validation_error
+from tgi.server.images.decode import decode_image
+from tgi.server.images.fetch import MediaPolicy, image_bytes
+from tgi.server.images.limits import ImageError, ImageLimits, check_count
+from tgi.server.images.processor import ImagePreprocessor
+from tgi.server.images.sources import ImageRef
 from tgi.server.metrics import ServerMetrics
 from tgi.server.protocol import ServingEngine
 from tgi.server.settings import ServerSettings
@@ -46,6 +52,7 @@ class SequenceInput:
     grammar_field: str | None = None  # the request field that gave `params.grammar` (its 422 names it)
     n: int = 1  # sequences sampled from it (TGI's `best_of`, OpenAI's `n`); with a seed, the j-th uses
     # seed + j (mod 2^64), as OpenAI's choices do
+    images: tuple[ImageInput, ...] = ()  # the prompt's images, their placeholders in `prompt_token_ids`
 
 
 I = TypeVar("I", bound=SequenceInput)  # noqa: E741 - a route's own kind of input (OpenAI's `Prompt`)
@@ -137,6 +144,17 @@ class InferenceService:
         self.metrics = ServerMetrics(lambda: self.current_engine.stats(), lambda: self.in_flight)
         self._workers = ThreadPoolExecutor(settings.validation_workers, thread_name_prefix="tgi-validation")
         self.tracing = None  # `tgi.server.tracing.Tracing` when --otlp-endpoint is set (create_app)
+        # each engine's image processor (None: a text-only model), loaded once: the start-up model's now
+        self._preprocessors: dict[int, tuple[weakref.ref, ImagePreprocessor | None]] = {}
+        self._preprocessor(engine)
+        self.image_limits = ImageLimits(
+            settings.max_images_per_request, settings.max_image_pixels, settings.payload_limit
+        )
+        self.media_policy = MediaPolicy(
+            settings.allowed_media_domains,
+            settings.allowed_local_media_path,
+            settings.image_fetch_timeout_s,
+        )
 
     @property
     def engine(self) -> ServingEngine:
@@ -204,22 +222,25 @@ class InferenceService:
         text: str,
         add_special_tokens: bool = True,
         shape: Callable[[list[dict]], Any] = lambda spans: spans,
+        images: tuple[ImageInput, ...] = (),
     ) -> bytes:
         """`text`'s tokens as TGI's `/tokenize` lists them (`{id, text, start, stop}`, the characters each
         covers), passed through `shape` and serialised to JSON, all on the validation workers: however long
-        the text, the event loop only awaits. More tokens than `--max-input-tokens` is a 422 naming the
-        limit (TGI's message for an input too long to generate from)."""
+        the text, the event loop only awaits. With `images` (`encode_with_images` of `text`), image i's
+        placeholder is its `num_tokens` image tokens, each covering the placeholder's characters. More
+        tokens than `--max-input-tokens` is a 422 naming the limit (TGI's message for an input too long to
+        generate from)."""
         tokenizer, limit = self.engine.tokenizer, self.engine.config.max_input_tokens
+        preprocessor = self._preprocessor(self.engine) if images else None
 
         def run() -> bytes:
             enc = tokenizer(text, return_offsets_mapping=True, add_special_tokens=add_special_tokens)
-            ids = enc["input_ids"]
-            if len(ids) > limit:
-                raise validation_error(too_many_input_tokens(len(ids), limit))
-            spans = [
-                {"id": i, "text": text[a:b], "start": a, "stop": b}
-                for i, (a, b) in zip(ids, enc["offset_mapping"], strict=True)
-            ]
+            pairs = list(zip(enc["input_ids"], enc["offset_mapping"], strict=True))
+            if preprocessor is not None:
+                pairs = _expanded(pairs, preprocessor.image_token_id, [x.num_tokens for x in images])
+            if len(pairs) > limit:
+                raise validation_error(too_many_input_tokens(len(pairs), limit))
+            spans = [{"id": i, "text": text[a:b], "start": a, "stop": b} for i, (a, b) in pairs]
             return json.dumps(shape(spans), ensure_ascii=False).encode()
 
         return await self._tokenizing(run)
@@ -243,6 +264,56 @@ class InferenceService:
         return await self._tokenizing(
             lambda: self._encode(self._template(messages, template_kwargs), add_special_tokens=False)
         )
+
+    def _preprocessor(self, engine: ServingEngine) -> ImagePreprocessor | None:
+        """`engine`'s model's image processor, loaded from its tokenizer's folder the first time."""
+        known = self._preprocessors.get(id(engine))
+        if known is None or known[0]() is not engine:  # a swapped-out engine's id may be reused
+            self._preprocessors = {k: v for k, v in self._preprocessors.items() if v[0]() is not None}
+            loaded = ImagePreprocessor.load(engine.tokenizer.name_or_path)  # the folder it was loaded from
+            known = self._preprocessors[id(engine)] = (weakref.ref(engine), loaded)
+        return known[1]
+
+    def image_token(self, refs: list[ImageRef]) -> str:
+        """The placeholder a prompt's text holds where each image goes; the 422 naming the first image's
+        field when the model takes no images (it has no image processor) or there are too many."""
+        try:
+            preprocessor = self._preprocessor(self.engine)
+            if preprocessor is None:
+                raise ImageError(
+                    "this model takes no images (it has no image processor): send text only", refs[0].field
+                )
+            check_count(len(refs), self.image_limits, refs[-1].field)
+        except ImageError as exc:
+            raise validation_error(str(exc), exc.field) from None
+        return preprocessor.image_token
+
+    async def encode_with_images(
+        self, text: str, refs: list[ImageRef], add_special_tokens: bool = True
+    ) -> tuple[list[int], tuple[ImageInput, ...]]:
+        """`text` (one `image_token` where each of `refs` goes) tokenized by the model's processor with every
+        image's placeholder expanded, and the images it made: each URL's bytes had (fetched off the event
+        loop: `tgi.server.images.fetch`), decoded and checked, then processed on the validation workers.
+        Any image the request cannot have is a 422 with the reason, naming its field."""
+        self.image_token(refs)  # the model takes images, and not this many too many
+        preprocessor = self._preprocessor(self.engine)
+        limits, policy = self.image_limits, self.media_policy
+
+        async def had(ref: ImageRef) -> tuple[bytes, str | None]:
+            return await asyncio.to_thread(image_bytes, ref.url, policy, limits.max_bytes, ref.field)
+
+        def run(loaded: list[tuple[bytes, str | None]]) -> tuple[list[int], tuple[ImageInput, ...]]:
+            decoded = [
+                decode_image(data, kind, limits, ref.field)
+                for (data, kind), ref in zip(loaded, refs, strict=True)
+            ]
+            return preprocessor.prepare(text, decoded, add_special_tokens)
+
+        try:
+            loaded = list(await asyncio.gather(*(had(ref) for ref in refs)))
+            return await self._tokenizing(lambda: run(loaded))
+        except ImageError as exc:
+            raise validation_error(str(exc), exc.field) from None
 
     async def generate(
         self, http: Request, tracker: RequestTracker, inputs: Awaitable[list[I]], stream: bool
@@ -322,13 +393,21 @@ class InferenceService:
 
 def _validate(engine: ServingEngine, given: SequenceInput) -> EngineRequest:
     try:
-        return engine.validate(given.prompt_token_ids, given.params)
+        return engine.validate(given.prompt_token_ids, given.params, given.images)
     except UnusableGrammarError as exc:
         raise validation_error(str(exc), given.grammar_field) from None
     except ValidationError as exc:
         raise validation_error(str(exc)) from None
     except CompilerBusyError as exc:
         raise ApiError(503, f"Grammar compilation is busy: {exc}", "overloaded") from None
+
+
+def _expanded(pairs: list[tuple[int, Any]], placeholder: int, counts: list[int]) -> list[tuple[int, Any]]:
+    """(token id, offsets) pairs with the k-th `placeholder` token repeated `counts[k]` times."""
+    out, images = [], iter(counts)
+    for pair in pairs:
+        out += [pair] * (next(images, 1) if pair[0] == placeholder else 1)
+    return out
 
 
 def _sampled(request: EngineRequest, n: int) -> list[EngineRequest]:

@@ -27,6 +27,15 @@ class ServerSettings:
     # origins whose browser pages may call the API (CORS); "*" is any; empty: no CORS headers
     cors_allow_origin: tuple[str, ...] = ()
     validation_workers: int = 2  # threads that tokenize and template requests (TGI's default)
+    # images in requests (`tgi.server.images`): at most this many per request (--max-images-per-request), each
+    # of at most this many pixels (--max-image-pixels); image URLs fetched only from public addresses, or only
+    # from these hosts when set (--allowed-media-domains), within this many seconds (--image-fetch-timeout);
+    # file: URLs only under this folder (--allowed-local-media-path; None: refused)
+    max_images_per_request: int = 4
+    max_image_pixels: int = 4096 * 4096
+    allowed_media_domains: tuple[str, ...] = ()
+    image_fetch_timeout_s: float = 5.0
+    allowed_local_media_path: str | None = None
     api_key: str | None = None  # when set, every route but /health needs `Authorization: Bearer <key>`
     model_id: str | None = None  # the name shown to clients; None: the engine's model id
     start_engine: bool = True  # call `engine.start()` / `engine.shutdown()` in the app's lifespan

@@ -21,6 +21,7 @@ from tgi.core.request import (
     EngineError,
     EngineRequest,
     FinishReason,
+    ImageInput,
     PromptToken,
     TokenEvent,
     TopToken,
@@ -28,7 +29,13 @@ from tgi.core.request import (
 )
 from tgi.core.sampling_params import SamplingParams
 from tgi.core.stopping import StopChecker
-from tgi.core.validation import RequestLimits, check_runner_features, validate_request
+from tgi.core.validation import (
+    RequestLimits,
+    check_image_spans,
+    check_images,
+    check_runner_features,
+    validate_request,
+)
 
 REPLY = "Hello world!"
 EOS_ID = 0
@@ -37,6 +44,7 @@ EOS_ID = 0
 class CharTokenizer:
     chat_template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}<assistant>"
     eos_token_id = EOS_ID
+    name_or_path = ""  # no folder: no image processor
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return [ord(c) for c in text]
@@ -86,6 +94,7 @@ class FakeEngine:
     speculation: str | None = None
     kernels: dict[str, str] = field(default_factory=dict)
     requests: list = field(default_factory=list)
+    images: list = field(default_factory=list)  # each stream's `EngineRequest.images`, as `requests`
     cancelled: list = field(default_factory=list)
     running: int = 0
     started: bool = False
@@ -97,6 +106,7 @@ class FakeEngine:
     # the k-th stream asked for says cached_tokens[k] prompt tokens came from the prefix cache (0 past it)
     cached_tokens: tuple[int, ...] = ()
     reply: str = REPLY  # the text every request "generates" (a recorded model output, for parsers)
+    image_inputs: bool = False  # takes images as a runner with a vision tower does (else refused by name)
 
     async def start(self) -> None:
         self.started = True
@@ -136,9 +146,13 @@ class FakeEngine:
             block_size=16,
         )
 
-    def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> EngineRequest:
+    def validate(
+        self, prompt_token_ids: list[int], params: SamplingParams, images: tuple[ImageInput, ...] = ()
+    ) -> EngineRequest:
         if self.refuse:
             raise ValidationError(self.refuse)
+        images = tuple(images)
+        check_images(images, RunnerCapabilities(image_inputs=self.image_inputs), "fake", "Fake")
         config, info = self.config, self.model_info
         limits = RequestLimits(
             config.max_input_tokens, config.max_total_tokens, info.vocab_size, info.lora_adapters
@@ -146,13 +160,15 @@ class FakeEngine:
         # a backend without grammar masks (the real engine's words), checked first as the engine does
         check_runner_features(params, RunnerCapabilities(token_masks=False), "fake")
         params = validate_request(prompt_token_ids, params, limits)
-        return EngineRequest(tuple(prompt_token_ids), params)
+        check_image_spans(images, len(prompt_token_ids))
+        return EngineRequest(tuple(prompt_token_ids), params, images=images)
 
     def stream_validated(
         self, request: EngineRequest, request_id: str | None = None
     ) -> AsyncIterator[TokenEvent]:
         prompt, params = list(request.prompt_token_ids), request.params
         self.requests.append((prompt, params))
+        self.images.append(request.images)
         k = len(self.requests) - 1
         cached = self.cached_tokens[k] if k < len(self.cached_tokens) else 0
         return self._run(request_id or "r", prompt, params, k == self.fail_stream, cached)

@@ -166,13 +166,23 @@ def test_known_unserved_openai_fields_are_refused_by_name(engine, path, extra, n
         assert engine.requests == []
 
 
-def test_image_content_parts_are_refused(engine):
+def test_image_content_parts_are_refused_by_a_text_only_model(engine):
     content = [{"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": "x"}}]
     with make_client(engine) as c:
         r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": content}]})
         assert r.status_code == 422
+        assert "this model takes no images" in error_of(r, "/v1/")[0]
+        assert r.json()["error"]["param"] == "messages[0].content[1].image_url.url"
+        assert engine.requests == []
+
+
+def test_content_parts_other_than_text_and_images_are_refused(engine):
+    content = [{"type": "text", "text": "Hear this"}, {"type": "input_audio", "input_audio": {"data": "x"}}]
+    with make_client(engine) as c:
+        r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": content}]})
+        assert r.status_code == 422
         assert "`messages[0].content[1].type`" in error_of(r, "/v1/")[0]
-        assert "`image_url` content is not supported" in error_of(r, "/v1/")[0]
+        assert "`input_audio` content is not supported" in error_of(r, "/v1/")[0]
         assert engine.requests == []
 
 

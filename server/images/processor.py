@@ -1,0 +1,108 @@
+"""The model's own processor (transformers `AutoProcessor` from the model's folder, loaded once): it expands
+each image's placeholder in the prompt text into the model's run of image tokens and makes the pixel
+arrays; `ImagePreprocessor.prepare` cuts its output into one `ImageInput` per image."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import numpy as np
+
+from tgi.core.request import ImageInput
+from tgi.server.images.decode import DecodedImage
+from tgi.server.images.limits import ImageError
+
+log = logging.getLogger("tgi.server")
+
+_PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
+_TEXT_KEYS = frozenset({"input_ids", "attention_mask", "token_type_ids", "pixel_values"})
+
+
+class ImagePreprocessor:
+    """A processor with an image processor and an image placeholder token (`image_token`)."""
+
+    def __init__(self, processor: Any) -> None:
+        self.processor = processor
+        self.image_token: str = processor.image_token
+        self.image_token_id: int = processor.tokenizer.convert_tokens_to_ids(self.image_token)
+
+    @classmethod
+    def load(cls, folder: str | None) -> ImagePreprocessor | None:
+        """The processor of the model in `folder` when it has one with an image processor and an image
+        token; None for a text-only model (or a folder that is not one)."""
+        if not folder or not any(os.path.isfile(os.path.join(folder, f)) for f in _PROCESSOR_FILES):
+            return None
+        from transformers import AutoProcessor
+
+        processor = AutoProcessor.from_pretrained(folder)
+        if getattr(processor, "image_processor", None) is None or not getattr(processor, "image_token", None):
+            return None
+        log.info("image processor: %s", type(processor).__name__)
+        return cls(processor)
+
+    def prepare(
+        self, text: str, images: list[DecodedImage], add_special_tokens: bool
+    ) -> tuple[list[int], tuple[ImageInput, ...]]:
+        """`text` (holding one `image_token` where each image goes, in order) tokenized with every image's
+        placeholder expanded, and the images as `ImageInput`s (their placeholder runs in those ids, their
+        own pixel arrays). `ImageError` when the text's placeholders and the images do not match."""
+        found = text.count(self.image_token)
+        if found != len(images):
+            raise ImageError(
+                f"the prompt has {found} image placeholder(s) `{self.image_token}` for {len(images)} image(s)"
+            )
+        try:
+            out = self.processor(
+                text=[text],
+                images=[d.image for d in images],
+                return_tensors="np",
+                add_special_tokens=add_special_tokens,
+            )
+        except ValueError as exc:
+            raise ImageError(f"the model's processor refused the images: {exc}") from None
+        ids = [int(t) for t in out["input_ids"][0]]
+        runs = _runs(ids, self.image_token_id)
+        if len(runs) != len(images):
+            raise ImageError(
+                f"the processor made {len(runs)} image placeholder runs for {len(images)} image(s)"
+            )
+        pixels = _per_image(out, len(images))
+        extras = {k: v for k, v in out.items() if k not in _TEXT_KEYS}
+        made = []
+        for i, ((offset, count), decoded) in enumerate(zip(runs, images, strict=True)):
+            own = {k: v[i : i + 1] for k, v in extras.items() if _split(v, len(images))}
+            made.append(ImageInput(pixels[i], offset, count, decoded.content_hash, own))
+        return ids, tuple(made)
+
+
+def _runs(ids: list[int], token: int) -> list[tuple[int, int]]:
+    """(offset, length) of each run of `token` in `ids`."""
+    runs: list[tuple[int, int]] = []
+    for i, t in enumerate(ids):
+        if t != token:
+            continue
+        if runs and runs[-1][0] + runs[-1][1] == i:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((i, 1))
+    return runs
+
+
+def _split(value: Any, n: int) -> bool:
+    return isinstance(value, np.ndarray) and value.ndim >= 1 and value.shape[0] == n
+
+
+def _per_image(out: Any, n: int) -> list[Any]:
+    """Each image's own `pixel_values`: rows of a batch of images, or (Qwen2-VL's flattened patches) the
+    rows its `image_grid_thw` counts."""
+    pixels = np.asarray(out["pixel_values"])
+    grid = out.get("image_grid_thw")
+    if grid is not None:
+        ends = np.cumsum(np.prod(np.asarray(grid), axis=1))
+        starts = np.concatenate([[0], ends[:-1]])
+        return [pixels[a:b] for a, b in zip(starts, ends, strict=True)]
+    if pixels.shape[0] != n:
+        raise ImageError(f"the processor made pixel arrays for {pixels.shape[0]} images, not {n}")
+    return [pixels[i : i + 1] for i in range(n)]
