@@ -48,23 +48,55 @@ def seed_to_i64(seed: int) -> int:
     return _i64(seed)
 
 
+def _mix64_(z: torch.Tensor) -> torch.Tensor:
+    """`mix64` in place on `z` (a temporary the caller owns): the same bits, no [N, V] allocation per op."""
+    t = _shr(z, 30)
+    z ^= t
+    z *= _MIX1
+    t = _shr(z, 27)
+    z ^= t
+    z *= _MIX2
+    t = _shr(z, 31)
+    z ^= t
+    return z
+
+
+def _row_bases(seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+    return mix64(mix64(seeds * _STREAM + _GOLDEN) + steps * _GOLDEN)  # [N]
+
+
+def _uniform_from_bits(z: torch.Tensor) -> torch.Tensor:
+    # top 23 bits -> (bits + 0.5) / 2^23, exactly representable in float32 and strictly below 1 (with 24
+    # bits the largest value rounds to 1.0: an exponential of 0, a token that wins every draw)
+    return _shr(z, 41).to(torch.float32).add_(0.5).mul_(1.0 / (1 << 23))
+
+
 def hash_uniform(seeds: torch.Tensor, steps: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """Uniform noise in (0, 1), `[N, vocab_size]` float32, a pure function of (seed, step, vocab index).
 
     `seeds`, `steps`: `[N]` int64 on the target device. Row i depends only on (seeds[i], steps[i]), so a
     seeded row gets the same noise whatever else is in the batch; each step gets fresh noise.
     """
-    base = mix64(mix64(seeds * _STREAM + _GOLDEN) + steps * _GOLDEN)  # [N]
     idx = torch.arange(1, vocab_size + 1, device=seeds.device, dtype=torch.int64)
-    z = mix64(base[:, None] + idx[None, :] * _GOLDEN)  # [N, V]
-    # top 23 bits -> (bits + 0.5) / 2^23, exactly representable in float32 and strictly below 1 (with 24
-    # bits the largest value rounds to 1.0: an exponential of 0, a token that wins every draw)
-    return (_shr(z, 41).to(torch.float32) + 0.5) * (1.0 / (1 << 23))
+    z = _row_bases(seeds, steps)[:, None] + idx[None, :] * _GOLDEN  # [N, V]
+    return _uniform_from_bits(_mix64_(z))
+
+
+def hash_uniform_at(seeds: torch.Tensor, steps: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
+    """`hash_uniform(seeds, steps, V).gather(1, token_ids)` for `token_ids` `[N, K]` int64 (any ids below
+    V), computed for those K ids only: the same bits."""
+    z = _row_bases(seeds, steps)[:, None] + (token_ids + 1) * _GOLDEN  # [N, K]
+    return _uniform_from_bits(_mix64_(z))
 
 
 def exponential_noise(seeds: torch.Tensor, steps: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """Exp(1) noise `[N, V]` (strictly positive): argmax(probs / E) is a draw from `probs`."""
-    return -torch.log(hash_uniform(seeds, steps, vocab_size))
+    return hash_uniform(seeds, steps, vocab_size).log_().neg_()
+
+
+def exponential_noise_at(seeds: torch.Tensor, steps: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
+    """`exponential_noise` at `token_ids` `[N, K]` only (see `hash_uniform_at`)."""
+    return hash_uniform_at(seeds, steps, token_ids).log_().neg_()
 
 
 def watermark_green(prev_tokens: torch.Tensor, gamma: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -133,6 +165,14 @@ def apply_top_k_top_p(
 
     `max_k`: pass the largest `top_k` when every row with `top_p < 1` also has `top_k > 0`; then only the
     `max_k` best candidates are sorted (`topk`) instead of the whole vocabulary."""
+    return top_k_top_p_candidates(logits, top_k, top_p, max_k)[0]
+
+
+def top_k_top_p_candidates(
+    logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, max_k: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`apply_top_k_top_p`, also returning the `[N, max_k]` ids of the `max_k` candidates it sorted when it
+    took the `max_k` path (every token a row keeps is among its candidates), else None."""
     vocab = logits.shape[1]
     partial = max_k is not None and 0 < max_k < vocab
     if partial:
@@ -148,10 +188,10 @@ def apply_top_k_top_p(
     mass_before = probs.cumsum(dim=1) - probs  # exclusive cumulative mass: first token always kept
     remove |= (mass_before >= p) & (p < 1.0)
     if not partial:
-        return logits.scatter_(1, sorted_idx, sorted_logits.masked_fill_(remove, float("-inf")))
+        return logits.scatter_(1, sorted_idx, sorted_logits.masked_fill_(remove, float("-inf"))), None
     keep = torch.zeros_like(logits, dtype=torch.bool).scatter_(1, sorted_idx, ~remove)
     keep |= ((top_k <= 0) & (p[:, 0] >= 1.0))[:, None]  # rows without truncation keep everything
-    return logits.masked_fill_(~keep, float("-inf"))
+    return logits.masked_fill_(~keep, float("-inf")), sorted_idx
 
 
 def apply_typical_p(logits: torch.Tensor, typical_p: torch.Tensor) -> torch.Tensor:

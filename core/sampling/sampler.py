@@ -170,13 +170,19 @@ class TorchSampler(Sampler):
         sample_mask: torch.Tensor,
         greedy_ids: torch.Tensor,
     ) -> torch.Tensor:
-        """Truncate (in place on `x`) and draw with Gumbel-max; greedy rows keep `greedy_ids`."""
+        """Truncate (in place on `x`) and draw with Gumbel-max; greedy rows keep `greedy_ids`.
+
+        When every sampled row has a `top_k`, only the `max(top_k)` candidates can win: their noise alone is
+        computed (`exponential_noise_at`, the same bits as the full `[N, V]` noise at those ids) and the
+        draw is the first vocabulary index of the best score among them, as `argmax` over the vocabulary
+        would pick."""
         device, vocab = x.device, x.shape[1]
         top_k = [p.top_k if p.do_sample else 0 for p in params]
         top_p = [p.top_p if p.do_sample else 1.0 for p in params]
         typical = [p.typical_p if p.do_sample else 1.0 for p in params]
+        candidates = None
         if any(k > 0 for k in top_k) or any(v < 1.0 for v in top_p):
-            P.apply_top_k_top_p(
+            _, candidates = P.top_k_top_p_candidates(
                 x,
                 to_device(top_k, torch.int64, device),
                 to_device(top_p, torch.float32, device),
@@ -184,13 +190,20 @@ class TorchSampler(Sampler):
                 if all(k > 0 or v >= 1.0 for k, v in zip(top_k, top_p, strict=True))
                 else None,
             )
+            if not all(k > 0 for k, p in zip(top_k, params, strict=True) if p.do_sample):
+                candidates = None  # a sampled row keeps the whole vocabulary: every token may win
         if any(v < 1.0 for v in typical):
             P.apply_typical_p(x, to_device(typical, torch.float32, device))
         seeds = to_device([P.seed_to_i64(r.seed) for r in rows], torch.int64, device)
         steps = to_device([r.num_generated for r in rows], torch.int64, device)
         # Gumbel-max in log space: argmax(logits - log E), E ~ Exp(1); -inf (truncated) never wins.
-        scores = x - P.exponential_noise(seeds, steps, vocab).log()
-        return torch.where(sample_mask, scores.argmax(dim=1), greedy_ids)
+        if candidates is None:
+            scores = x - P.exponential_noise(seeds, steps, vocab).log_()
+            return torch.where(sample_mask, scores.argmax(dim=1), greedy_ids)
+        scores = x.gather(1, candidates).sub_(P.exponential_noise_at(seeds, steps, candidates).log_())
+        best = scores.max(dim=1, keepdim=True).values
+        first = torch.where(scores == best, candidates, vocab).amin(dim=1)  # argmax's tie-break: lowest id
+        return torch.where(sample_mask, first, greedy_ids)
 
 
 def _stack_rows(outputs: list[SamplerOutput], top_n: int) -> SamplerOutput:
