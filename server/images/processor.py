@@ -63,11 +63,7 @@ class ImagePreprocessor:
         except ValueError as exc:
             raise ImageError(f"the model's processor refused the images: {exc}") from None
         ids = [int(t) for t in out["input_ids"][0]]
-        runs = _runs(ids, self.image_token_id)
-        if len(runs) != len(images):
-            raise ImageError(
-                f"the processor made {len(runs)} image placeholder runs for {len(images)} image(s)"
-            )
+        runs = self._spans(_runs(ids, self.image_token_id), images)
         pixels = _per_image(out, len(images))
         extras = {k: v for k, v in out.items() if k not in _TEXT_KEYS}
         made = []
@@ -75,6 +71,29 @@ class ImagePreprocessor:
             own = {k: v[i : i + 1] for k, v in extras.items() if _split(v, len(images))}
             made.append(ImageInput(pixels[i], offset, count, decoded.content_hash, own))
         return ids, tuple(made)
+
+    def _spans(self, runs: list[tuple[int, int]], images: list[DecodedImage]) -> list[tuple[int, int]]:
+        """Each image's (offset, count) in the runs of placeholder tokens: adjacent images make one run, cut
+        by each image's token count where the processor says it (`_get_num_multimodal_tokens`)."""
+        count = getattr(self.processor, "_get_num_multimodal_tokens", None)
+        if len(runs) == len(images) or count is None:
+            if len(runs) != len(images):
+                raise ImageError(
+                    f"the processor made {len(runs)} image placeholder runs for {len(images)} image(s)"
+                )
+            return runs
+        sizes = [(d.image.height, d.image.width) for d in images]
+        counts = list(count(image_sizes=sizes).num_image_tokens)
+        spans, k = [], 0
+        for offset, length in runs:
+            while length > 0 and k < len(counts) and counts[k] <= length:
+                spans.append((offset, counts[k]))
+                offset, length, k = offset + counts[k], length - counts[k], k + 1
+            if length:
+                break
+        if len(spans) != len(images) or k != len(counts):
+            raise ImageError(f"the processor's image placeholders do not match its {len(images)} image(s)")
+        return spans
 
 
 def _runs(ids: list[int], token: int) -> list[tuple[int, int]]:

@@ -2,7 +2,7 @@ import hashlib
 import io
 
 import pytest
-from images import image_bytes
+from image_files import image_bytes
 from PIL import Image
 
 from tgi.server.images.decode import decode_image

@@ -6,7 +6,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from images import data_url, image_bytes
+from image_files import data_url, image_bytes
 
 from tgi.server.images.fetch import MediaPolicy
 from tgi.server.images.fetch import image_bytes as fetch

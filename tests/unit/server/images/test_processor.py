@@ -1,0 +1,49 @@
+import hashlib
+
+import numpy as np
+import pytest
+from image_files import image_bytes
+from transformers import AutoProcessor
+
+from tgi.core.testing.tiny_vlm import save_llava_processor
+from tgi.server.images.decode import decode_image
+from tgi.server.images.limits import ImageError, ImageLimits
+from tgi.server.images.processor import ImagePreprocessor
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return str(save_llava_processor(tmp_path_factory.mktemp("llava")))
+
+
+def _decoded(color):
+    return decode_image(image_bytes(30, 20, color=color), "image/png", ImageLimits())
+
+
+def test_a_folder_without_a_processor_has_none(tmp_path):
+    assert ImagePreprocessor.load(None) is None
+    assert ImagePreprocessor.load(str(tmp_path)) is None
+
+
+def test_each_image_is_its_placeholder_run_and_its_own_pixels(folder):
+    pre = ImagePreprocessor.load(folder)
+    assert pre is not None and pre.image_token == "<image>"
+    red, blue = _decoded((255, 0, 0)), _decoded((0, 0, 255))
+    text = "w5 <image> w6 w7 <image> w8"
+    ids, images = pre.prepare(text, [red, blue], add_special_tokens=False)
+    # the processor's own expansion, unchanged: 4 placeholders per 28x28 image (patches of 14)
+    own = AutoProcessor.from_pretrained(folder)(
+        text=[text], images=[red.image, blue.image], return_tensors="np", add_special_tokens=False
+    )
+    assert ids == own["input_ids"][0].tolist()
+    assert [(x.offset, x.num_tokens) for x in images] == [(1, 4), (7, 4)]
+    assert all(ids[x.offset : x.offset + x.num_tokens] == [pre.image_token_id] * 4 for x in images)
+    assert images[0].content_hash == hashlib.sha256(image_bytes(30, 20, color=(255, 0, 0))).digest()
+    np.testing.assert_array_equal(images[0].pixel_values, own["pixel_values"][0:1])
+    np.testing.assert_array_equal(images[1].pixel_values, own["pixel_values"][1:2])
+
+
+def test_placeholders_and_images_must_match(folder):
+    pre = ImagePreprocessor.load(folder)
+    with pytest.raises(ImageError, match=r"1 image placeholder\(s\) `<image>` for 2 image\(s\)"):
+        pre.prepare("w5 <image>", [_decoded((1, 2, 3)), _decoded((4, 5, 6))], add_special_tokens=False)
