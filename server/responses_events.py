@@ -6,8 +6,9 @@
 `response.output_item.done`), a message (the same with `response.output_text.delta`/`.done`) or a function
 call (`response.output_item.added`, `response.function_call_arguments.delta`...,
 `response.function_call_arguments.done`, `response.output_item.done`); last `response.completed`, or
-`response.incomplete` when `max_output_tokens` cut it short (as OpenAI's stream ends). Each event is sent
-as `event: <type>` and `data: <json>`.
+`response.incomplete` when `max_output_tokens` cut it short (as OpenAI's stream ends), or `response.failed`
+(the response with status `failed` and its `error`) when the generation fails once the stream has begun.
+Each event is sent as `event: <type>` and `data: <json>`.
 
 The output is read by a `DeltaReader` (`tgi.server.tools.CallStream`, or the output parsers' stream), whose
 chat deltas (`reasoning_content`, `content`, `tool_calls`) say which item each piece belongs to.
@@ -19,7 +20,7 @@ import json
 from typing import Protocol
 
 from tgi.server import responses_format as fmt
-from tgi.server.responses_format import COMPLETED, IN_PROGRESS, ResponseContext
+from tgi.server.responses_format import COMPLETED, FAILED, IN_PROGRESS, INCOMPLETE, ResponseContext
 
 _TEXT_KINDS = {"reasoning": ("reasoning_text", "rs"), "message": ("output_text", "msg")}
 
@@ -150,3 +151,12 @@ class ResponseEvents:
         kind = "response.completed" if status == COMPLETED else "response.incomplete"
         out.append(self._event(kind, response=body))
         return out, body
+
+    def fail(self, code: str, message: str) -> list[dict]:
+        """The last events of a stream whose generation failed: the item being generated closed as
+        `incomplete`, then `response.failed`, its response holding the items so far, its `error` and no
+        usage."""
+        out = self._close(INCOMPLETE) if self.item is not None else []
+        body = self.context.body(FAILED, list(self.done), None, {"code": code, "message": message})
+        out.append(self._event("response.failed", response=body))
+        return out

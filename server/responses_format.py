@@ -11,7 +11,7 @@ from typing import Any
 
 from tgi.core.request import FinishReason
 
-COMPLETED, INCOMPLETE, IN_PROGRESS = "completed", "incomplete", "in_progress"
+COMPLETED, INCOMPLETE, IN_PROGRESS, FAILED = "completed", "incomplete", "in_progress", "failed"
 
 
 def new_id(prefix: str) -> str:
@@ -40,8 +40,11 @@ class ResponseContext:
     id: str = field(default_factory=lambda: new_id("resp"))
     created_at: int = field(default_factory=lambda: int(time.time()))
 
-    def body(self, status: str, output: list[dict], usage: dict | None = None) -> dict:
-        """The response object; an incomplete one was cut by its token limit (`status_of`)."""
+    def body(
+        self, status: str, output: list[dict], usage: dict | None = None, error: dict | None = None
+    ) -> dict:
+        """The response object; an incomplete one was cut by its token limit (`status_of`); a failed one
+        has its `error` (`{"code", "message"}`)."""
         incomplete = {"reason": "max_output_tokens"} if status == INCOMPLETE else None
         return {
             "id": self.id,
@@ -49,7 +52,7 @@ class ResponseContext:
             "created_at": self.created_at,
             "status": status,
             "background": False,
-            "error": None,
+            "error": error,
             "incomplete_details": incomplete,
             "instructions": self.instructions,
             "max_output_tokens": self.max_output_tokens,
@@ -73,6 +76,12 @@ class ResponseContext:
             "usage": usage,
             "user": self.user,
         }
+
+
+def error_code(status: int) -> str:
+    """The `error.code` of a failed response whose generation failed with HTTP `status` (OpenAI's codes:
+    an overload is `rate_limit_exceeded`, anything else the server's)."""
+    return "rate_limit_exceeded" if status == 429 else "server_error"
 
 
 def status_of(finish: FinishReason | None) -> str:

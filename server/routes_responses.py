@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 
 from fastapi import APIRouter, Request
@@ -177,9 +177,19 @@ def _reader(turn: Turn) -> ChatOutputStream | CallStream | None:
     return None
 
 
-async def _events(generation: Generation[Turn], store: ResponsesStore) -> AsyncIterator[bytes]:
+def _failed(events: ResponseEvents) -> Callable[[ApiError], bytes]:
+    """The end of a stream whose generation failed once it had begun: `response.failed` (OpenAI's way)."""
+
+    def frames(exc: ApiError) -> bytes:
+        return b"".join(frame(e) for e in events.fail(fmt.error_code(exc.status), exc.message))
+
+    return frames
+
+
+async def _events(
+    generation: Generation[Turn], events: ResponseEvents, store: ResponsesStore
+) -> AsyncIterator[bytes]:
     turn = generation.inputs[0]
-    events = ResponseEvents(turn.context, _reader(turn))
     for event in events.start():
         yield frame(event)
     async for _, token in generation.events():
@@ -207,8 +217,9 @@ async def create_response(req: ResponsesRequest, request: Request) -> Response:
     generation = await service.generate(request, tracker, _turns(service, store, req), stream=req.stream)
     if not req.stream:
         return JSONResponse(_whole(generation, store))
-    # after the headers, an error is the last event (OpenAI's error shape)
-    body = generation.body(_events(generation, store), request.url.path)
+    # after the headers, an error ends the stream with `response.failed`
+    events = ResponseEvents(generation.inputs[0].context, _reader(generation.inputs[0]))
+    body = generation.body(_events(generation, events, store), request.url.path, _failed(events))
     return sse.EventStreamResponse(body, service.settings.stream_write_timeout_s)
 
 

@@ -82,11 +82,14 @@ class Generation(Generic[I]):
             yield item
             item = await anext(self._merged, None)
 
-    def body(self, chunks: AsyncIterator[bytes], path: str) -> AsyncIterator[bytes]:
+    def body(
+        self, chunks: AsyncIterator[bytes], path: str, failed: Callable[[ApiError], bytes] | None = None
+    ) -> AsyncIterator[bytes]:
         """Streamed: the response body, the route's `chunks` then, if an error comes once the headers are
-        sent, that error as the last event in the shape of the API at `path`; however it ends, the engine's
-        streams are closed and the request's tracker finishes once (`sse.with_error_tail`)."""
-        return sse.with_error_tail(chunks, self._merged, self._tracker, path)
+        sent, that error as the last event (`failed(error)`, else in the shape of the API at `path`);
+        however it ends, the engine's streams are closed and the request's tracker finishes once
+        (`sse.with_error_tail`)."""
+        return sse.with_error_tail(chunks, self._merged, self._tracker, path, failed)
 
 
 # The engine a request was admitted on: it tokenizes and generates there even when the served model is

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 from starlette.requests import ClientDisconnect, Request
@@ -97,21 +97,32 @@ class Tracker(Protocol):
     def finish(self, exc: BaseException | None = None) -> None: ...
 
 
+def error_event(exc: ApiError, path: str) -> bytes:
+    """An error after the headers, as the last event of a stream at `path` that has no event of its own for
+    it: Anthropic's named `error` event on its Messages API, else a `data:` line with the error body of the
+    route's API (TGI's body, OpenAI's on `/v1`)."""
+    body = exc.body_for(path)
+    return named_event("error", body) if is_anthropic_path(path) else event(body)
+
+
 async def with_error_tail(
-    chunks: AsyncIterator[bytes], stream: AsyncIterator[Any], tracker: Tracker, path: str
+    chunks: AsyncIterator[bytes],
+    stream: AsyncIterator[Any],
+    tracker: Tracker,
+    path: str,
+    failed: Callable[[ApiError], bytes] | None = None,
 ) -> AsyncIterator[bytes]:
     """The body of a streamed response: `chunks` (the route's events from the engine's `stream`), then,
-    if an `ApiError` comes once the headers are sent, that error as the last event, in the shape of the
-    route's API (TGI's body, OpenAI's on `/v1`, Anthropic's `error` event on its Messages API). However
-    it ends (done, failed, client gone), the engine's stream is closed (a request still running is
-    cancelled) and `tracker` finishes once, with the error if there was one."""
+    if an `ApiError` comes once the headers are sent, that error as the last event: `failed(error)` where
+    the route's stream has its own event for it (OpenAI Responses' `response.failed`), else
+    `error_event`. However it ends (done, failed, client gone), the engine's stream is closed (a request
+    still running is cancelled) and `tracker` finishes once, with the error if there was one."""
     try:
         async for chunk in chunks:
             yield chunk
     except ApiError as exc:
         tracker.finish(exc)
-        body = exc.body_for(path)
-        yield named_event("error", body) if is_anthropic_path(path) else event(body)
+        yield (failed or (lambda e: error_event(e, path)))(exc)
     except BaseException as exc:
         tracker.finish(exc)
         raise

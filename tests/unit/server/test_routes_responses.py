@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 
 from fake_engine import REPLY, CharTokenizer, FakeEngine, error_of
 from tgi.core.config import EngineConfig
+from tgi.core.request import EngineError
 from tgi.server.app import create_app
 from tgi.server.settings import ServerSettings
 
@@ -353,3 +354,47 @@ def test_parallel_tool_calls_false_is_refused_where_the_model_writes_its_own_cal
             client.post(PATH, json=body).json()["error"]["param"] == "tools"
         )  # the fake has no grammar masks
     assert engine.requests == []
+
+
+class FailsMidStream(FakeEngine):
+    """Generates `after` tokens of the reply, then fails (an engine error once the stream has begun)."""
+
+    after: int = 4
+
+    def _run(self, rid, prompt, params, fails, cached=0):
+        tokens = super()._run(rid, prompt, params, fails, cached)
+
+        async def some_then_fail():
+            try:
+                for _ in range(self.after):
+                    yield await anext(tokens)
+                raise EngineError("the engine failed while running this request")
+            finally:
+                await tokens.aclose()
+
+        return some_then_fail()
+
+
+def test_a_failure_mid_stream_ends_it_with_response_failed():
+    limits = dict(max_input_tokens=400, max_total_tokens=512, max_batch_prefill_tokens=512)
+    engine = FailsMidStream(config=EngineConfig(model_id="fake/model", max_batch_total_tokens=2048, **limits))
+    with TestClient(create_app(engine)) as client:
+        r = client.post(PATH, json={"input": "Hi", "stream": True})
+        assert r.status_code == 200 and client.get("/health").status_code == 200
+    events = events_of(r.text)  # every event named by its type, numbered without a gap
+    assert [e["type"] for e in events[-5:]] == [
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.failed",
+    ]
+    failed = events[-1]["response"]
+    assert failed["status"] == "failed" and failed["id"] == events[0]["response"]["id"]
+    assert failed["error"] == {
+        "code": "server_error",
+        "message": "the engine failed while running this request",
+    }
+    [item] = failed["output"]
+    assert item["status"] == "incomplete" and item["content"][0]["text"] == REPLY[:4]
+    assert failed["usage"] is None and engine.running == 0
