@@ -8,11 +8,21 @@ always gets one. A runner without chunked prefill takes the rest of a sequence w
 recomputation (after preemption) that does not fit one prefill is never chosen. A recomputation that
 reaches prompt positions whose logprobs were already returned stops at the first one not yet reported.
 
+Encoder budget (`max_encoder_tokens`, vLLM's encoder cache budget): the placeholder tokens of the images a
+step starts encoding are bounded. A chunk starts an image when it feeds one of its placeholders and the image
+was not fed before since the sequence was (re)admitted: its first placeholder lies in the chunk, or, on the
+admission chunk, any of them does (a cached prefix may end inside an image; a recomputation encodes again).
+A chunk that would start an image beyond the step's budget left is cut before that image's placeholders
+(or waits), so a burst of images cannot stall the decodes of a step; one image alone always fits, since a
+request with an image larger than the budget is refused at validation.
+
 Prefix caching: a sequence admitted from the waiting queue starts after the longest chain of cached blocks
 that starts its tokens (`cached_prefix`), less the prompt positions whose logprobs are still owed.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from tgi.core.block_manager import NO_PREFIX, BlockManager, CachedPrefix
 from tgi.core.config import ConfigError
@@ -20,15 +30,29 @@ from tgi.core.interfaces.types import RunnerConstraints
 from tgi.core.sequence import Sequence
 
 
+@dataclass(frozen=True)
+class EncoderCut:
+    """A prefill chunk's length within the step's encoder budget, and the placeholder tokens of the images
+    it starts encoding."""
+
+    num_tokens: int
+    encoder_tokens: int
+
+
 class ChunkPolicy:
     """The chunking rules of one scheduler (module docstring): `max_chunk_tokens` is the longest chunk a
     step may feed one sequence; `ConfigError` when the runner's padded prefill bound holds no step."""
 
     def __init__(
-        self, block_manager: BlockManager, max_batch_tokens: int, constraints: RunnerConstraints
+        self,
+        block_manager: BlockManager,
+        max_batch_tokens: int,
+        constraints: RunnerConstraints,
+        max_encoder_tokens: int | None = None,
     ) -> None:
         c = self.constraints = constraints
         self.block_manager = block_manager
+        self.max_encoder_tokens = max_encoder_tokens  # None: unbounded
         self.max_chunk_tokens = min(max_batch_tokens, max(c.prefill_buckets or (max_batch_tokens,)))
         if c.max_padded_prefill_tokens is not None:
             if not (alone := c.prefill_room(0, 0)):
@@ -51,6 +75,28 @@ class ChunkPolicy:
         if n < remaining and not self.constraints.chunked_prefill:
             return 0
         return n
+
+    def encoder_cut(
+        self, seq: Sequence, start: int, n: int, encoder_budget: int, admitting: bool
+    ) -> EncoderCut:
+        """The chunk `start` .. `start + n - 1` of `seq`, cut before the first image it would start beyond
+        `encoder_budget` (placeholder tokens the step may still start encoding); `admitting`: the chunk is
+        the first since the sequence was (re)admitted, so every image it touches is encoded (module
+        docstring). Without chunked prefill a cut chunk waits (length 0)."""
+        end, used = start + n, 0
+        for image in seq.images:
+            image_end = image.offset + image.num_tokens
+            if image.offset >= end:
+                break
+            if image_end <= start or (image.offset < start and not admitting):
+                continue  # fed before this chunk, or encoded by an earlier chunk
+            if used + image.num_tokens > encoder_budget:
+                cut = max(0, image.offset - start)
+                if cut < n and not self.constraints.chunked_prefill:
+                    cut = 0
+                return EncoderCut(cut, used)
+            used += image.num_tokens
+        return EncoderCut(n, used)
 
     def recomputable(self, seq: Sequence) -> bool:
         """Whether `seq` may be preempted: without chunked prefill its recomputation must fit one prefill."""

@@ -13,6 +13,9 @@ class ConfigError(ValueError):
 
 DEFAULT_MAX_LORAS = 8  # --max-loras: LoRA adapters served at once (static and run-time ones together)
 DEFAULT_MAX_LORA_RANK = 64  # --max-lora-rank: the largest rank `r` of a served adapter
+# --max-encoder-tokens-per-step: image placeholder tokens whose image one step may start encoding; one
+# LLaVA-NeXT image at its largest tiling (2,928 tokens), or several 576-token LLaVA-1.5 images
+DEFAULT_MAX_ENCODER_TOKENS_PER_STEP = 4096
 
 
 @dataclass
@@ -31,6 +34,9 @@ class EngineConfig:
         None  # of the free memory, when sizing from memory; None: backend's
     )
     max_num_seqs: int = 256  # sequences running at once
+    # placeholder tokens of images not yet encoded that one step may start (the vision tower's work per step);
+    # a request with one image larger than this is refused at validation
+    max_encoder_tokens_per_step: int = DEFAULT_MAX_ENCODER_TOKENS_PER_STEP
     num_shard: int = 1
     # reuse the KV blocks of prompts already seen (`--prefix-caching`, TGI's PREFIX_CACHING); the engine
     # turns it off for a runner that cannot prefill from the middle of a prompt (no chunked prefill)
@@ -98,6 +104,10 @@ class EngineConfig:
             )
         if self.max_num_seqs < 1:
             raise ConfigError(f"max number of sequences must be >= 1, got {self.max_num_seqs}")
+        if self.max_encoder_tokens_per_step < 1:
+            raise ConfigError(
+                f"--max-encoder-tokens-per-step must be >= 1, got {self.max_encoder_tokens_per_step}"
+            )
         if self.kv_cache_memory_fraction is not None and not 0 < self.kv_cache_memory_fraction <= 1:
             raise ConfigError("the KV-cache memory fraction must be in (0, 1]")
         if not 0 < self.memory_fraction <= 1:

@@ -14,7 +14,8 @@ been given logprobs for. After each step, the blocks it completed are entered in
 and cancellation free blocks as before: cached ones stay findable until their blocks are reused.
 
 How long each chunk is (the budget left, the runner's buckets and padded prefill area, prompt logprobs
-owed) and where an admitted sequence starts in the prefix cache: `tgi.core.chunk_policy`.
+owed, the images a step may start encoding: `max_encoder_tokens_per_step`) and where an admitted sequence
+starts in the prefix cache: `tgi.core.chunk_policy`.
 
 Rank: higher `params.priority` first, then arrival order (FIFO within a priority).
 
@@ -26,6 +27,7 @@ may be called between steps. `update` must be called for a batch before the next
 from __future__ import annotations
 
 import bisect
+import sys
 import time
 from collections import deque
 
@@ -86,6 +88,8 @@ class Scheduler:
     `max_num_seqs`: sequences running at once (also capped by `constraints.max_batch_size`).
     `max_batch_tokens`: tokens fed per step, prefill chunks and decodes together (also capped by
     `constraints.max_batch_tokens`).
+    `max_encoder_tokens_per_step`: placeholder tokens of the images one step may start encoding (None:
+    unbounded); a prefill chunk that would start an image beyond it is cut before that image.
     """
 
     def __init__(
@@ -94,17 +98,20 @@ class Scheduler:
         max_num_seqs: int,
         max_batch_tokens: int,
         constraints: RunnerConstraints | None = None,
+        max_encoder_tokens_per_step: int | None = None,
     ) -> None:
         c = constraints if constraints is not None else RunnerConstraints()
         if max_num_seqs < 1 or max_batch_tokens < 1:
             raise ConfigError("max_num_seqs and max_batch_tokens must be >= 1")
+        if max_encoder_tokens_per_step is not None and max_encoder_tokens_per_step < 1:
+            raise ConfigError("max_encoder_tokens_per_step must be >= 1")
         if c.block_size is not None and c.block_size != block_manager.block_size:
             raise ConfigError(f"the runner needs block size {c.block_size}, got {block_manager.block_size}")
         self.block_manager = block_manager
         self.constraints = c
         self.max_num_seqs = min(max_num_seqs, c.max_batch_size or max_num_seqs)
         self.max_batch_tokens = min(max_batch_tokens, c.max_batch_tokens or max_batch_tokens)
-        self.chunks = ChunkPolicy(block_manager, max_batch_tokens, c)
+        self.chunks = ChunkPolicy(block_manager, max_batch_tokens, c, max_encoder_tokens_per_step)
         self.waiting: list[Sequence] = []  # sorted by _rank
         self.running: list[Sequence] = []
         self._seqs: dict[str, Sequence] = {}  # every unfinished sequence, by request id
@@ -127,7 +134,13 @@ class Scheduler:
     ) -> Scheduler:
         if config.max_batch_prefill_tokens is None:
             raise ConfigError("max_batch_prefill_tokens must be derived before building the scheduler")
-        return cls(block_manager, config.max_num_seqs, config.max_batch_prefill_tokens, constraints)
+        return cls(
+            block_manager,
+            config.max_num_seqs,
+            config.max_batch_prefill_tokens,
+            constraints,
+            config.max_encoder_tokens_per_step,
+        )
 
     # ---- counters -----------------------------------------------------------------------------------
     @property
@@ -271,6 +284,8 @@ class Scheduler:
     ) -> tuple[list[tuple[Sequence, int]], list[tuple[Sequence, int]]]:
         bm = self.block_manager
         budget = self.max_batch_tokens
+        max_encoder = self.chunks.max_encoder_tokens
+        encoder_budget = sys.maxsize if max_encoder is None else max_encoder
         prefills: list[tuple[Sequence, int]] = []
         decodes: list[tuple[Sequence, int]] = []
         ranked = sorted(self.running, key=_rank)
@@ -285,6 +300,8 @@ class Scheduler:
             n = self.chunks.chunk_len(
                 seq, budget if is_decode else self.chunks.prefill_budget(budget, prefills)
             )
+            if not is_decode:
+                n = self.chunks.encoder_cut(seq, seq.num_computed_tokens, n, encoder_budget, False).num_tokens
             if n == 0:
                 continue
             if is_decode and seq.draft_token_ids:
@@ -319,6 +336,9 @@ class Scheduler:
             if seq.status is not SequenceStatus.RUNNING:
                 continue
             bm.allocate(seq, n)
+            if not is_decode:
+                start = seq.num_computed_tokens
+                encoder_budget -= self.chunks.encoder_cut(seq, start, n, encoder_budget, False).encoder_tokens
             (decodes if is_decode else prefills).append((seq, n))
             scheduled.add(seq.request_id)
             budget -= n
@@ -330,6 +350,8 @@ class Scheduler:
                 n = self.chunks.chunk_len(
                     seq, self.chunks.prefill_budget(budget, prefills), prefix.num_tokens
                 )
+                cut = self.chunks.encoder_cut(seq, prefix.num_tokens, n, encoder_budget, True)
+                n = cut.num_tokens
                 if n == 0 or not bm.can_allocate(seq, n, prefix):
                     break  # head-of-line: keep priority and FIFO order strict
                 bm.allocate(seq, n, prefix)
@@ -343,6 +365,7 @@ class Scheduler:
                 self.running.append(seq)
                 prefills.append((seq, n))
                 budget -= n
+                encoder_budget -= cut.encoder_tokens
         return prefills, decodes
 
     def _pick_victim(self, seq: Sequence, scheduled: set[str]) -> Sequence | None:
