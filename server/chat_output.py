@@ -40,6 +40,27 @@ def output_text(events: list[TokenEvent], parsers: OutputParsers, tools: ToolPla
     return "".join(piece_of(e, parsers, tools) for e in events)
 
 
+def reasoning_tokens(pieces: list[str], parsers: OutputParsers) -> int:
+    """How many of an output's tokens went to its reasoning (`pieces`: each token's text, as `piece_of`
+    reads it, in order): those holding any character of the reasoning or of its tags (a token across the
+    end tag counts), and the tokens without text generated inside it. 0 when the output did not reason
+    (no reasoning parser, or an output that does not open the reasoning)."""
+    splitter = parsers.splitter()
+    if splitter is None:
+        return 0
+    text = "".join(pieces)
+    splitter.split(text)
+    if not splitter.reasoned:
+        return 0
+    end = text.find(splitter.end_tag)
+    reasoning_end = len(text) if end < 0 else end + len(splitter.end_tag)
+    count = offset = 0
+    for piece in pieces:
+        count += offset < reasoning_end
+        offset += len(piece)
+    return count
+
+
 def _openai_call(call: ToolCall, index: int | None = None) -> dict:
     out = {
         "id": new_call_id(),

@@ -89,14 +89,15 @@ def status_of(finish: FinishReason | None) -> str:
     return INCOMPLETE if finish is FinishReason.LENGTH else COMPLETED
 
 
-def usage(input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> dict:
+def usage(input_tokens: int, output_tokens: int, cached_tokens: int = 0, reasoning_tokens: int = 0) -> dict:
     """OpenAI's Responses usage; `cached_tokens`: prompt tokens read from the prefix cache (the tokens
-    written to it are not counted: `cache_write_tokens` is 0)."""
+    written to it are not counted: `cache_write_tokens` is 0); `reasoning_tokens`: the output tokens that
+    went to the reasoning (`tgi.server.chat_output.reasoning_tokens`)."""
     return {
         "input_tokens": input_tokens,
         "input_tokens_details": {"cached_tokens": cached_tokens, "cache_write_tokens": 0},
         "output_tokens": output_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
         "total_tokens": input_tokens + output_tokens,
     }
 

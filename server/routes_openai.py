@@ -12,7 +12,7 @@ from tgi.core.request import TokenEvent
 from tgi.core.sampling_params import SamplingParams
 from tgi.server import openai_format as fmt
 from tgi.server import sse
-from tgi.server.chat_output import ChatOutputStream, chat_message, output_text, piece_of
+from tgi.server.chat_output import ChatOutputStream, chat_message, output_text, piece_of, reasoning_tokens
 from tgi.server.errors import validation_error
 from tgi.server.fields import check_fields
 from tgi.server.guided import one_grammar, refuse_if_disabled, response_format_grammar, vllm_guided_grammar
@@ -116,15 +116,33 @@ async def _completion_prompts(service: InferenceService, req: CompletionRequest)
     return out
 
 
-def _usage(generation: Generation[Prompt], generated: dict[int, int], cached: dict[int, int]) -> dict:
+def _usage(
+    generation: Generation[Prompt],
+    generated: dict[int, int],
+    cached: dict[int, int],
+    pieces: dict[int, list[str]],
+) -> dict:
     """Usage over the choices: `generated` and `cached` (prompt tokens read from the prefix cache) by choice
-    index. A prompt counts once; its cached tokens are the fewest any of its choices read."""
+    index. A prompt counts once; its cached tokens are the fewest any of its choices read. With a reasoning
+    parser, `completion_tokens_details.reasoning_tokens` counts the tokens that went to the reasoning
+    (`pieces`: each choice's token texts, as the parsers read them)."""
     prompt_tokens = sum(len(p.prompt_token_ids) for p in generation.inputs)
     cached_per_prompt: dict[int, int] = {}
     for index, p in enumerate(generation.owners):
         least = cached_per_prompt.get(p, cached.get(index, 0))
         cached_per_prompt[p] = min(least, cached.get(index, 0))
-    return fmt.usage(prompt_tokens, sum(generated.values()), sum(cached_per_prompt.values()))
+    out = fmt.usage(prompt_tokens, sum(generated.values()), sum(cached_per_prompt.values()))
+    if any(p.parsers.reasoning is not None for p in generation.inputs):
+        reasoned = sum(reasoning_tokens(pieces.get(i, []), generation.input_of(i).parsers) for i in generated)
+        out["completion_tokens_details"] = {"reasoning_tokens": reasoned}
+    return out
+
+
+def _pieces(prompt: Prompt, events: list[TokenEvent]) -> list[str]:
+    """A choice's token texts as its parsers read them (empty without a reasoning parser: nothing counts)."""
+    if prompt.parsers.reasoning is None:
+        return []
+    return [piece_of(e, prompt.parsers, prompt.tools) for e in events]
 
 
 def _chat_choice(index: int, prompt: Prompt, events: list[TokenEvent], logprobs: bool) -> dict:
@@ -232,7 +250,8 @@ async def _respond(request: Request, req, chat: bool) -> Response:
         choices = [build(i, generation.input_of(i), events, logprobs) for i, events in enumerate(results)]
         generated = {i: len(events) for i, events in enumerate(results)}
         cached = {i: events[-1].num_cached_tokens for i, events in enumerate(results)}
-        return JSONResponse(env.body(choices, _usage(generation, generated, cached)))
+        pieces = {i: _pieces(generation.input_of(i), events) for i, events in enumerate(results)}
+        return JSONResponse(env.body(choices, _usage(generation, generated, cached, pieces)))
     env.object = "chat.completion.chunk" if chat else "text_completion"
     chunk = _chat_chunker(generation) if chat else _completion_chunk
     chunks = _chunks(env, generation, chunk, logprobs, req.include_usage)
@@ -252,14 +271,16 @@ async def _chunks(
 ) -> AsyncIterator[bytes]:
     generated = dict.fromkeys(range(len(generation.requests)), 0)
     cached: dict[int, int] = {}
+    pieces: dict[int, list[str]] = {}  # each choice's token texts, for the count of reasoning tokens
     async for i, event in generation.events():
         generated[i] = event.index + 1
         if event.finish_reason is not None:
             cached[i] = event.num_cached_tokens
+        pieces.setdefault(i, []).extend(_pieces(generation.input_of(i), [event]))
         for choice in chunk(i, generation.input_of(i), event, logprobs):
             yield sse.event(env.body([choice]))
     if include_usage:
-        yield sse.event(env.body([], _usage(generation, generated, cached)))
+        yield sse.event(env.body([], _usage(generation, generated, cached, pieces)))
     yield sse.DONE
 
 

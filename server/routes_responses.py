@@ -13,7 +13,7 @@ from tgi.core.sampling_params import SamplingParams
 from tgi.server import responses_format as fmt
 from tgi.server import responses_input as conv
 from tgi.server import sse
-from tgi.server.chat_output import ChatOutputStream, chat_message, output_text, piece_of
+from tgi.server.chat_output import ChatOutputStream, chat_message, output_text, piece_of, reasoning_tokens
 from tgi.server.errors import ApiError, unsupported
 from tgi.server.fields import check_fields
 from tgi.server.guided import refuse_if_disabled
@@ -161,7 +161,8 @@ def _whole(generation: Generation[Turn], store: ResponsesStore) -> dict:
     else:
         message, _ = message_for(final.generated_text or "", turn.tools)
     output = fmt.output_items(message, status)
-    usage = fmt.usage(len(turn.prompt_token_ids), len(events), final.num_cached_tokens)
+    reasoned = reasoning_tokens([piece_of(e, turn.parsers, turn.tools) for e in events], turn.parsers)
+    usage = fmt.usage(len(turn.prompt_token_ids), len(events), final.num_cached_tokens, reasoned)
     body = turn.context.body(status, output, usage)
     _keep(store, turn, body)
     return body
@@ -192,12 +193,15 @@ async def _events(
     turn = generation.inputs[0]
     for event in events.start():
         yield frame(event)
+    pieces: list[str] = []  # each token's text, for the count of reasoning tokens
     async for _, token in generation.events():
         last = token.finish_reason is not None
-        for event in events.feed(piece_of(token, turn.parsers, turn.tools), last):
+        pieces.append(piece_of(token, turn.parsers, turn.tools))
+        for event in events.feed(pieces[-1], last):
             yield frame(event)
         if last:
-            usage = fmt.usage(len(turn.prompt_token_ids), token.index + 1, token.num_cached_tokens)
+            reasoned = reasoning_tokens(pieces, turn.parsers)
+            usage = fmt.usage(len(turn.prompt_token_ids), token.index + 1, token.num_cached_tokens, reasoned)
             closing, body = events.finish(fmt.status_of(token.finish_reason), usage)
             _keep(store, turn, body)
             for event in closing:

@@ -13,7 +13,7 @@ from fake_engine import CharTokenizer, FakeEngine
 from tgi.core.config import EngineConfig
 from tgi.core.request import TokenEvent
 from tgi.server.app import create_app
-from tgi.server.chat_output import ChatOutputStream, output_text, piece_of
+from tgi.server.chat_output import ChatOutputStream, output_text, piece_of, reasoning_tokens
 from tgi.server.output_parsing import OutputParsers, resolve
 from tgi.server.settings import ServerSettings
 from tgi.server.tools import plan_tools
@@ -168,3 +168,32 @@ def test_special_marker_tokens_reach_the_tool_parser_and_nothing_else():
     stream = ChatOutputStream(mistral, tools)
     deltas = [d for i, e in enumerate(events) for d in stream.feed(piece_of(e, mistral, tools), i == 2)]
     assert [d["tool_calls"][0]["function"]["name"] for d in deltas] == ["get_time"] and stream.is_call
+
+
+def test_reasoning_tokens_are_those_with_any_of_the_reasoning_or_its_tags():
+    qwen3 = resolve("qwen3", None, "<think></think>")
+    opened = OutputParsers(qwen3.reasoning, inside=True)
+    pieces = ["<think>", "Hm", " ok</th", "ink>\n\nIt", " is", " 4", ""]
+    assert reasoning_tokens(pieces, qwen3) == 4  # the token across the end tag counts
+    assert reasoning_tokens(["a", "b</think>", "c", ""], opened) == 2
+    assert reasoning_tokens(["<think>", "still", " thinking"], qwen3) == 3  # cut before the end tag
+    assert reasoning_tokens(["It", " is", " 4", ""], qwen3) == 0  # did not reason
+    assert reasoning_tokens(pieces, OutputParsers()) == 0  # no reasoning parser
+
+
+def test_usage_counts_the_reasoning_tokens_on_chat_and_responses():
+    reply = "Hm, 2 + 2 is 4.\n</think>\n\nIt is 4."
+    reasoned = len("Hm, 2 + 2 is 4.\n</think>")  # a character is a token
+    client, _ = _client(reply, OpensThinking(), reasoning_parser="auto")
+    with client:
+        whole = client.post("/v1/chat/completions", json={"model": "x", "messages": MSGS}).json()
+        chunks = _stream(client, stream_options={"include_usage": True})
+        response = client.post("/v1/responses", json={"input": "Hi"}).json()
+        streamed = client.post("/v1/responses", json={"input": "Hi", "stream": True}).text
+    assert whole["usage"]["completion_tokens"] == len(reply) + 1  # and EOS
+    assert whole["usage"]["completion_tokens_details"] == {"reasoning_tokens": reasoned}
+    assert chunks[-1]["usage"]["completion_tokens_details"] == {"reasoning_tokens": reasoned}
+    assert response["usage"]["output_tokens_details"] == {"reasoning_tokens": reasoned}
+    last = json.loads(streamed.split("\n\n")[-2].split("\n")[1].removeprefix("data: "))
+    assert last["type"] == "response.completed"
+    assert last["response"]["usage"]["output_tokens_details"] == {"reasoning_tokens": reasoned}
