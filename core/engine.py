@@ -41,6 +41,7 @@ from tgi.core.speculative import Proposer
 from tgi.core.tokenization import eos_token_ids
 from tgi.core.validation import (
     RequestLimits,
+    check_image_budget,
     check_image_spans,
     check_images,
     check_runner_features,
@@ -154,6 +155,7 @@ class LLMEngine:
         check_runner_features(params, capabilities, self._backend_name())
         params = validate_request(prompt_token_ids, params, self.limits)
         check_image_spans(images, len(prompt_token_ids))
+        check_image_budget(images, self.config.max_encoder_tokens_per_step)
         grammar = None if params.grammar is None else self.compile_grammar(params.grammar)
         return EngineRequest(tuple(prompt_token_ids), params, grammar, images)
 

@@ -124,6 +124,17 @@ def check_image_spans(images: Sequence[ImageInput], num_prompt_tokens: int) -> N
         end = image.offset + image.num_tokens
 
 
+def check_image_budget(images: Sequence[ImageInput], max_encoder_tokens_per_step: int) -> None:
+    """`ValidationError` naming `--max-encoder-tokens-per-step` when one image has more placeholder tokens
+    than a step may start encoding: the scheduler could never start it."""
+    for i, image in enumerate(images):
+        if image.num_tokens > max_encoder_tokens_per_step:
+            raise ValidationError(
+                f"image {i} has {image.num_tokens} image tokens; --max-encoder-tokens-per-step allows "
+                f"{max_encoder_tokens_per_step} per step"
+            )
+
+
 def check_token_masks(features: RunnerCapabilities, backend: str) -> None:
     """`UnusableGrammarError` when the `backend`'s runner applies no grammar masks."""
     if not features.token_masks:

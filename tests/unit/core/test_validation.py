@@ -160,3 +160,17 @@ def test_image_placeholder_spans_must_lie_in_the_prompt_in_order():
     for images in ([image(3, 2)], [image(0, 2), image(1, 2)], [image(0, 0)]):
         with pytest.raises(ValidationError, match="placeholder tokens at offset"):
             check_image_spans(images, 4)
+
+
+def test_an_image_larger_than_the_encoder_budget_per_step_is_refused_naming_the_flag():
+    from tgi.core.request import ImageInput
+    from tgi.core.validation import check_image_budget
+
+    def image(n):
+        return ImageInput(pixel_values=None, offset=0, num_tokens=n, content_hash=b"x")
+
+    check_image_budget([image(576), image(576)], 576)  # each image alone fits: the scheduler spreads them
+    with pytest.raises(
+        ValidationError, match="image 1 has 577 image tokens; --max-encoder-tokens-per-step allows 576"
+    ):
+        check_image_budget([image(4), image(577)], 576)

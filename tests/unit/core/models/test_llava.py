@@ -14,7 +14,7 @@ transformers = pytest.importorskip("transformers")
 
 from tgi.core.config import EngineConfig  # noqa: E402
 from tgi.core.engine import LLMEngine  # noqa: E402
-from tgi.core.request import ImageInput  # noqa: E402
+from tgi.core.request import ImageInput, ValidationError  # noqa: E402
 from tgi.core.sampling_params import SamplingParams  # noqa: E402
 from tgi.core.testing.tiny_vlm import save_random_llava  # noqa: E402
 
@@ -170,3 +170,33 @@ def test_what_the_llava_model_does_not_implement_is_refused_by_name(llava):
     )
     with pytest.raises(UnsupportedModelError, match="qwen2 text model"):
         attention_layer_specs(qwen)
+
+
+def test_a_small_encoder_budget_spreads_the_images_over_steps_with_transformers_tokens(
+    llava, processor, reference
+):
+    engine = _engine(llava, max_encoder_tokens_per_step=4)  # one 4-token image a step
+    one = _request(processor, "w5 w6 <image> w7 w8 w9", [_picture(8)])
+    two = _request(processor, "w10 <image> w11 w12 <image> w13", [_picture(9), _picture(10)])
+    text = _request(processor, "w5 w6 w7 w8 w9 w20", [])
+    expected = [_expected(reference, r[2]) for r in (one, two, text)]
+    params = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True)
+    order = [engine.add_validated_request(engine.validate(r[0], params, r[1])) for r in (one, two, text)]
+    tokens: dict[str, list[int]] = {rid: [] for rid in order}
+    per_step = []
+    while engine.has_unfinished():
+        encoded = engine.runner.images.num_encoded
+        for event in engine.step():
+            tokens[event.request_id].append(event.token_id)
+        per_step.append(engine.runner.images.num_encoded - encoded)
+    assert [tokens[rid] for rid in order] == expected
+    assert max(per_step) == 1 and sum(per_step) == 3
+
+
+def test_an_image_larger_than_the_encoder_budget_is_refused_by_name(llava, processor):
+    engine = _engine(llava, max_encoder_tokens_per_step=3)
+    ids, images, _ = _request(processor, "w5 w6 <image> w7", [_picture(11)])
+    with pytest.raises(
+        ValidationError, match="image 0 has 4 image tokens; --max-encoder-tokens-per-step allows 3"
+    ):
+        engine.validate(ids, SamplingParams(max_new_tokens=2), images)
