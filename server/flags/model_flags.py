@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tgi.core.config import DEFAULT_MAX_LORA_RANK, DEFAULT_MAX_LORAS
+from tgi.core.config import DEFAULT_MAX_ENCODER_TOKENS_PER_STEP, DEFAULT_MAX_LORA_RANK, DEFAULT_MAX_LORAS
 from tgi.core.interfaces.quantization import QUANTIZE_METHODS
 from tgi.server.flags import derived, value_checks
 from tgi.server.flags.parsers import batch_sizes, on_off
@@ -259,6 +259,19 @@ MODEL_FLAGS = (
         parse=int,
         tgi=AS_TGI,
         example="8",
+    ),
+    Flag(
+        ("--max-encoder-tokens-per-step",),
+        "image tokens whose images one step may start encoding (vLLM's encoder budget); a prefill chunk "
+        "stops before an image past it, and a request with a larger image is refused; "
+        f"default {DEFAULT_MAX_ENCODER_TOKENS_PER_STEP}",
+        BATCHING,
+        Engine("max_encoder_tokens_per_step"),
+        env=("MAX_ENCODER_TOKENS_PER_STEP",),
+        parse=int,
+        default=DEFAULT_MAX_ENCODER_TOKENS_PER_STEP,
+        at_least=1,
+        example="1152",
     ),
     Flag(
         ("--prefix-caching",),
