@@ -1,0 +1,134 @@
+"""What every script of the GPU plan shares: its command line (`--dry-run`, `--out`), the folder its results
+go to, `tgi` importable from this checkout without installing it, child processes with a time limit, and
+the summary each script writes.
+
+The lent machine has torch with CUDA, triton, transformers, tokenizers, safetensors, pluggy, numpy, jinja2,
+pytest and pytest-timeout, and nothing can be installed there. The scripts need no more: where `tgi` is not
+installed, `ensure_tgi_importable` links `tgi.core`, `tgi.backends`, `tgi.server` and `tgi.benchmarks` to
+this checkout's folders (pyproject.toml's package-dir) in a temporary folder put first on `sys.path` and on
+the children's `PYTHONPATH`. No entry point is needed: the scripts name `CudaBackend` directly.
+
+Dry mode (`--dry-run`, or `TGI_GPU_DRY_RUN=1`): each script runs end to end on the CPU, the Triton kernels
+in the interpreter, on a tiny model, with a couple of iterations; its figures mean nothing, its fields and
+files are those of the real run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+#: the checkout this script belongs to
+REPO = Path(__file__).resolve().parents[2]
+ENV_DRY_RUN = "TGI_GPU_DRY_RUN"
+ENV_OUT = "OUT"
+DEFAULT_OUT = "gpu-results"
+#: the folders that install as tgi's packages (pyproject.toml's package-dir)
+TGI_PACKAGES = {"core": "core", "backends": "backends", "server": "server", "benchmarks": "benchmarks"}
+
+
+@dataclass(frozen=True)
+class PlanArgs:
+    """A plan script's command line: where its results go, whether it is a dry run, its time limit."""
+
+    out: Path
+    dry_run: bool
+    time_limit_s: float
+
+
+def parse_plan_args(description: str, time_limit_s: float, argv: list[str] | None = None) -> PlanArgs:
+    """`--dry-run` (default: `$TGI_GPU_DRY_RUN` set and not 0), `--out` (default: `$OUT`, else
+    ./gpu-results), `--time-limit` (seconds, default `time_limit_s`: the plan's budget for this call)."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument(
+        "--dry-run", action="store_true", default=os.environ.get(ENV_DRY_RUN, "") not in ("", "0"),
+        help=f"run on the CPU (Triton interpreter, tiny model, a couple of iterations): checks the plan, "
+        f"measures nothing (env {ENV_DRY_RUN}=1)",
+    )  # fmt: skip
+    p.add_argument(
+        "--out", default=os.environ.get(ENV_OUT) or DEFAULT_OUT,
+        help=f"folder for the results (env {ENV_OUT}, else ./{DEFAULT_OUT})",
+    )  # fmt: skip
+    p.add_argument("--time-limit", type=float, default=time_limit_s, help="seconds this script may take")
+    args = p.parse_args(argv)
+    if args.time_limit <= 0:
+        p.error("--time-limit must be positive")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    return PlanArgs(out, args.dry_run, args.time_limit)
+
+
+def ensure_tgi_importable() -> str | None:
+    """Make `import tgi.core` work: already installed (returns None), or through a temporary folder of
+    links to this checkout's folders, put first on `sys.path` and `PYTHONPATH` (returned)."""
+    try:
+        import tgi.core  # noqa: F401
+
+        return None
+    except ImportError:
+        pass
+    root = Path(tempfile.mkdtemp(prefix="tgi-path-"))
+    (root / "tgi").mkdir()
+    for package, folder in TGI_PACKAGES.items():
+        (root / "tgi" / package).symlink_to(REPO / folder, target_is_directory=True)
+    sys.path.insert(0, str(root))
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)
+    return str(root)
+
+
+def child_env(dry_run: bool) -> dict[str, str]:
+    """The environment of a child process: `tgi` importable, unbuffered output, no hub access; dry runs
+    interpret the Triton kernels, real runs compile them (never interpret on a GPU)."""
+    ensure_tgi_importable()
+    env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1")
+    if dry_run:
+        env["TRITON_INTERPRET"] = "1"
+    else:
+        env.pop("TRITON_INTERPRET", None)
+    return env
+
+
+@dataclass(frozen=True)
+class ChildRun:
+    """A child process's exit status, its output and how long it ran (`timed_out` when it was killed)."""
+
+    command: list[str]
+    returncode: int
+    seconds: float
+    timed_out: bool
+    output: str
+
+
+def run_child(command: list[str], env: dict[str, str], timeout_s: float, log: Path | None = None) -> ChildRun:
+    """Run `command` in the checkout's root, its output echoed and kept (and written to `log`); killed after
+    `timeout_s` seconds (returncode 124 then)."""
+    print("$ " + " ".join(command), flush=True)
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            timeout=timeout_s,
+        )  # fmt: skip
+        code, output, timed_out = proc.returncode, proc.stdout, False
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout or ""
+        code, output, timed_out = 124, out if isinstance(out, str) else out.decode(errors="replace"), True
+    print(output, end="", flush=True)
+    if log is not None:
+        log.write_text(output)
+    return ChildRun(command, code, time.perf_counter() - t0, timed_out, output)
+
+
+def write_summary(args: PlanArgs, name: str, summary: dict) -> Path:
+    """Write `summary` (with `dry_run` added) to `<out>/<name>.json` and return its path."""
+    path = args.out / f"{name}.json"
+    path.write_text(json.dumps({"dry_run": args.dry_run, **summary}, indent=2, default=str))
+    print(f"wrote {path}", flush=True)
+    return path
