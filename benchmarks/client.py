@@ -1,5 +1,6 @@
-"""One streamed request against an OpenAI-compatible (`/v1/completions`) or TGI (`/generate_stream`) server,
-timed at every streamed token. Only loopback URLs are accepted: this is a load generator for servers on
+"""One streamed request against an OpenAI-compatible (`/v1/completions`; `/v1/chat/completions` with an image
+part when the request carries an image) or TGI (`/generate_stream`; the image as a markdown image in
+`inputs`) server, timed at every streamed token. Only loopback URLs are accepted: this is a load generator for servers on
 this machine, never for someone else's."""
 
 from __future__ import annotations
@@ -70,10 +71,20 @@ def openai_payload(prompt: BenchPrompt, model: str | None, ignore_eos: bool) -> 
     return body
 
 
-def tgi_payload(prompt: BenchPrompt) -> dict:
+def openai_chat_payload(prompt: BenchPrompt, model: str | None, ignore_eos: bool, image_url: str) -> dict:
+    """One user message of the prompt's text and one `image_url` part, streamed with usage."""
+    body = openai_payload(prompt, model, ignore_eos)
+    text = body.pop("prompt")
+    image = {"type": "image_url", "image_url": {"url": image_url}}
+    body["messages"] = [{"role": "user", "content": [{"type": "text", "text": text}, image]}]
+    return body
+
+
+def tgi_payload(prompt: BenchPrompt, image_url: str | None = None) -> dict:
     # TGI's API has no ignore_eos: outputs may end early at EOS; `details` reports the true count.
     params = {"max_new_tokens": prompt.max_tokens, "do_sample": False, "details": True}
-    return {"inputs": prompt.text, "parameters": params}
+    inputs = prompt.text if image_url is None else f"![]({image_url}){prompt.text}"
+    return {"inputs": inputs, "parameters": params}
 
 
 async def send(
@@ -85,11 +96,15 @@ async def send(
     model: str | None = None,
     ignore_eos: bool = True,
     timeout: float = 600.0,
+    image_url: str | None = None,
 ) -> RequestResult:
-    """Send one streamed request and time it; never raises for a failed request (`ok=False`, `error`)."""
+    """Send one streamed request and time it; never raises for a failed request (`ok=False`, `error`).
+    `image_url`: one image sent with the prompt (OpenAI: a chat message's `image_url` part; TGI: a
+    markdown image before the text)."""
     result = RequestResult(ok=False, start=time.perf_counter())
     try:
-        await asyncio.wait_for(_stream(client, base_url, api, prompt, model, ignore_eos, result), timeout)
+        stream = _stream(client, base_url, api, prompt, model, ignore_eos, result, image_url)
+        await asyncio.wait_for(stream, timeout)
         result.ok = result.error is None and result.completion_tokens > 0
         if result.ok is False and result.error is None:
             result.error = "no token was streamed"
@@ -109,11 +124,16 @@ async def _stream(
     model: str | None,
     ignore_eos: bool,
     result: RequestResult,
+    image_url: str | None = None,
 ) -> None:
-    if api == "openai":
+    chat = api == "openai" and image_url is not None
+    if chat:
+        body = openai_chat_payload(prompt, model, ignore_eos, image_url)
+        url = base_url + "/v1/chat/completions"
+    elif api == "openai":
         url, body = base_url + "/v1/completions", openai_payload(prompt, model, ignore_eos)
     elif api == "tgi":
-        url, body = base_url + "/generate_stream", tgi_payload(prompt)
+        url, body = base_url + "/generate_stream", tgi_payload(prompt, image_url)
     else:
         raise ValueError(f"unknown API {api!r}: choose from {', '.join(APIS)}")
     events = 0
@@ -141,8 +161,10 @@ async def _stream(
                     result.prompt_tokens = usage.get("prompt_tokens")
                     reported = usage.get("completion_tokens")
                 choices = chunk.get("choices") or []
-                # llama.cpp closes with an empty-text chunk carrying only the finish reason: not a token
-                is_token = any(c.get("text") or c.get("finish_reason") is None for c in choices)
+                if chat:  # the role-only first delta and the finish-only last one are not tokens
+                    is_token = any((c.get("delta") or {}).get("content") for c in choices)
+                else:  # llama.cpp closes with an empty-text chunk carrying only the finish reason
+                    is_token = any(c.get("text") or c.get("finish_reason") is None for c in choices)
             else:
                 is_token = "token" in chunk
                 details = chunk.get("details")

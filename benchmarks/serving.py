@@ -26,6 +26,7 @@ from tgi.benchmarks.report import (
     one_line,
     summarize_level,
 )
+from tgi.benchmarks.synthetic_images import png_data_url
 
 
 @dataclass
@@ -73,6 +74,9 @@ class Options:
     request_timeout: float = 600.0
     warmup_requests: int = 2
     progress: bool = True
+    # the image workload: 0 or 1 synthetic PNG of image_size x image_size per request, one per prompt
+    images: int = 0
+    image_size: int = 448
 
 
 def parse_levels(text: str, allow_inf: bool) -> list[float]:
@@ -107,6 +111,12 @@ async def run_benchmark(targets: Sequence[Target], options: Options) -> dict:
 
     if options.mode not in ("concurrency", "rate"):
         raise ValueError(f"unknown mode {options.mode!r}")
+    if options.images not in (0, 1):
+        raise ValueError(f"--images {options.images}: only 0 or 1 image per request is supported")
+    if options.images and options.image_size < 1:
+        raise ValueError(f"--image-size must be >= 1, got {options.image_size}")
+    if options.images and any(t.offline is not None for t in targets):
+        raise ValueError("--images: the offline transformers peer takes no images")
     for t in targets:
         if t.offline is None:
             t.url = check_loopback(t.url or "")
@@ -173,6 +183,7 @@ async def run_benchmark(targets: Sequence[Target], options: Options) -> dict:
 
 def _requester(client, target: Target, options: Options, on_done=None):
     async def request(prompt: BenchPrompt) -> RequestResult:
+        image = png_data_url(options.image_size, prompt.text) if options.images else None
         result = await send(
             client,
             target.url,
@@ -181,6 +192,7 @@ def _requester(client, target: Target, options: Options, on_done=None):
             model=target.model,
             ignore_eos=options.ignore_eos,
             timeout=options.request_timeout,
+            image_url=image,
         )
         if on_done is not None:
             on_done(result)

@@ -67,6 +67,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="output tokens per request (default: the set's; peers 128)",
     )
     a("--no-ignore-eos", dest="ignore_eos", action="store_false", help="let requests stop at EOS")
+    a(
+        "--images",
+        type=int,
+        choices=(0, 1),
+        default=0,
+        help="synthetic PNG images per request (0 or 1; OpenAI: a chat message's image_url part, TGI: a "
+        "markdown image); the servers report no encoder share of a step, so TTFT shows its cost",
+    )
+    a("--image-size", type=int, default=448, help="with --images: the square image's side in pixels")
     a("--request-timeout", type=float, default=600.0, help="seconds before a request is abandoned")
     a("--warmup-requests", type=int, default=2, help="short requests per server before measuring")
     a("--json", dest="json_path", default=None, help="write the report as JSON here")
@@ -114,6 +123,8 @@ def options_from_args(args: argparse.Namespace) -> Options:
         request_timeout=args.request_timeout,
         warmup_requests=args.warmup_requests,
         progress=args.progress,
+        images=args.images,
+        image_size=args.image_size,
     )
 
 
