@@ -454,7 +454,11 @@ def bench_tgi(args: argparse.Namespace, device: Device, figures: dict) -> None:
 
     engine = make_engine(args)
     figures["kv_cache_tokens"] = engine.config.max_batch_total_tokens
-    model = engine.runner.model
+    graphed = getattr(engine.runner, "graphed", None)
+    figures["cuda_graphs_captured"] = graphed is not None
+    if args.cuda_graphs and graphed is None:
+        print("CUDA graphs asked for but none captured (the dry run's CPU tensors, or LoRA): decode is eager")
+    model = graphed.model if graphed is not None else engine.runner.model  # the graphs replay this model
     figures["weight_bytes"] = sum(p.numel() * p.element_size() for p in model.parameters()) + sum(
         getattr(m.linear_kernel, "nbytes", 0) for m in model.modules() if getattr(m, "quant_format", None)
     )

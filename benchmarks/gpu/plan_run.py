@@ -132,3 +132,34 @@ def write_summary(args: PlanArgs, name: str, summary: dict) -> Path:
     path.write_text(json.dumps({"dry_run": args.dry_run, **summary}, indent=2, default=str))
     print(f"wrote {path}", flush=True)
     return path
+
+
+#: cuda_bench.py's sizes in a dry run: a few requests of a few tokens, a couple of steps
+DRY_BENCH_ARGS = ["--num-requests", "4", "--input-len", "16", "--output-len", "4", "--decode-tokens", "4",
+                  "--step-concurrency", "4", "--step-iters", "2", "--warmup-steps", "1", "--max-num-seqs", "4"]  # fmt: skip
+
+
+def run_cuda_bench(
+    args: PlanArgs, name: str, bench_args: list[str], model_dir: str, deadline: float
+) -> tuple[ChildRun, dict | None]:
+    """`benchmarks/cuda_bench.py` with `bench_args` in a process of its own (each pass starts with the GPU's
+    memory free), its figures to `<out>/<name>.json` and output to `<out>/<name>.log`, stopped at
+    `deadline` (a `time.perf_counter()` value). Returns the run and its figures (None if it wrote none)."""
+    figures_path = args.out / f"{name}.json"
+    command = [sys.executable, str(REPO / "benchmarks" / "cuda_bench.py"), "--model-dir", model_dir,
+               "--json", str(figures_path), *bench_args]  # fmt: skip
+    if args.dry_run:
+        command += ["--dry-run", *DRY_BENCH_ARGS]
+    timeout = max(1.0, deadline - time.perf_counter())
+    run = run_child(command, child_env(args.dry_run), timeout, log=args.out / f"{name}.log")
+    figures = json.loads(figures_path.read_text()) if figures_path.exists() else None
+    return run, figures
+
+
+def bench_model_dir(args: PlanArgs) -> str:
+    """Where cuda_bench.py's random checkpoint lives: a temporary folder in a dry run (its tiny model), else
+    /tmp/tgi-llama-3.1-8b-random (written by the first pass of a call, ~16 GB, reused while the machine is
+    held)."""
+    if args.dry_run:
+        return tempfile.mkdtemp(prefix="tgi-gpu-dry-model-")
+    return "/tmp/tgi-llama-3.1-8b-random"
