@@ -41,7 +41,8 @@ def test_a_sampler_with_other_noise_fails(suite, backend, monkeypatch):
 
 
 def test_a_sampler_without_top_k_top_p_fails(suite, backend, monkeypatch):
-    monkeypatch.setattr(P, "apply_top_k_top_p", lambda logits, top_k, top_p, max_k=None: logits)
+    # the sampler truncates through `top_k_top_p_candidates` (`apply_top_k_top_p` is its in-place form)
+    monkeypatch.setattr(P, "top_k_top_p_candidates", lambda logits, top_k, top_p, max_k=None: (logits, None))
     with pytest.raises(AssertionError):
         suite.test_sampler_seeded_matches_reference(backend)
 

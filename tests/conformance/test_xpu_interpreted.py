@@ -139,9 +139,12 @@ def test_tensor_parallel_group_is_xccl(monkeypatch):
     calls = []
     monkeypatch.setattr(torch.distributed, "is_initialized", lambda: False)
     monkeypatch.setattr(torch.distributed, "init_process_group", lambda **kw: calls.append(kw))
+    groups = []  # the command channel's side group: gloo on the host, whatever the device's collective
+    monkeypatch.setattr(torch.distributed, "new_group", lambda **kw: groups.append(kw))
     monkeypatch.setattr("tgi.core.parallel.collective.create_store", lambda *args: None)  # no rank 0 here
     backend = XpuBackend(device_index=1)
     backend.create_collective(rank=1, world_size=2, init_method="tcp://127.0.0.1:1")
+    assert groups == [{"backend": "gloo"}]
     [kw] = calls
     assert kw["backend"] == "xccl" and kw["rank"] == 1 and kw["world_size"] == 2
     assert kw["device_id"] == torch.device("xpu", 1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 
 import pytest
 from fake_gpu_devices import DeviceRecordingBackend
@@ -29,6 +30,11 @@ def test_each_rank_binds_its_own_device_before_its_collective(tmp_path):
     source = ModelSource(str(model), "safetensors", str(model), str(model))
     config = EngineConfig(model_id=str(model), dtype="float32", num_shard=2)
     runner = TensorParallelRunner.start(backend, source, config, 2, shutdown_process=False)
+    # the stand-in collective has no rendezvous to hold rank 0 until the worker is up, and a worker leaves at
+    # once when told to shut down: wait for its record first
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "rank-1.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
     runner.shutdown()
     records = [json.loads((tmp_path / f"rank-{rank}.json").read_text()) for rank in (0, 1)]
     for rank, record in enumerate(records):

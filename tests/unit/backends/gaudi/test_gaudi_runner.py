@@ -131,10 +131,13 @@ def test_hccl_process_group(monkeypatch):
     calls = []
     monkeypatch.setattr(torch.distributed, "is_initialized", lambda: False)
     monkeypatch.setattr(torch.distributed, "init_process_group", lambda **kw: calls.append(kw))
+    groups = []  # the command channel's side group: gloo on the host, whatever the device's collective
+    monkeypatch.setattr(torch.distributed, "new_group", lambda **kw: groups.append(kw))
     monkeypatch.setattr("tgi.core.parallel.collective.create_store", lambda *args: None)  # no rank 0 here
     backend = make_backend()
     backend.create_collective(rank=1, world_size=4, init_method="tcp://127.0.0.1:1")
     assert backend.hpu.collectives == ["hccl"]  # habana_frameworks' hccl registration was asked for
+    assert groups == [{"backend": "gloo"}]
     [kw] = calls
     assert (kw["backend"], kw["rank"], kw["world_size"]) == ("hccl", 1, 4) and "device_id" not in kw
 
