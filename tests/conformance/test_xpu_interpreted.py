@@ -109,6 +109,14 @@ class TestXpuInterpretedConformance(TorchBackendConformance):
     def make_backend(self):
         return FakeDeviceXpuBackend()
 
+    def test_deterministic_mode_is_batch_invariant_or_refused(self, tiny_llama, batches_checked):
+        """The mode is the shared Triton kernels' (their tokens alone, beside others, from the prefix cache and
+        after a preemption are checked on CudaBackend in test_triton_interpret.py, ~50 s in the interpreter):
+        here, that XpuBackend takes it and its runner states it."""
+        settings = dict(deterministic=True, max_num_seqs=16, prefix_caching=False)
+        engine = self.make_engine(self.make_backend(), tiny_llama, batches_checked, **settings)
+        assert engine.runner.capabilities().batch_invariant
+
 
 def test_device_module_is_torch_xpu_and_names_xccl():
     backend = XpuBackend(device_index=0)
