@@ -45,36 +45,8 @@ import sys
 import time
 from pathlib import Path
 
-#: published peak memory bandwidth (bytes/s) by device-name fragment
-BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "A100-SXM4-80GB": 2.039e12, "A100": 1.555e12, "L40S": 864e9}
-LLAMA_31_8B = dict(
-    vocab_size=128256,
-    hidden_size=4096,
-    intermediate_size=14336,
-    num_hidden_layers=32,
-    num_attention_heads=32,
-    num_key_value_heads=8,
-    max_position_embeddings=131072,
-    rms_norm_eps=1e-5,
-    rope_theta=500000.0,
-    rope_scaling={
-        "rope_type": "llama3",
-        "factor": 8.0,
-        "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 8192,
-    },
-    tie_word_embeddings=False,
-    bos_token_id=128000,
-    eos_token_id=128001,
-    torch_dtype="bfloat16",
-)
-#: the dry run's model: Llama-3.1-8B's architecture (llama3 RoPE scaling, GQA, untied head), tiny
-DRY_MODEL = dict(
-    vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-    num_key_value_heads=2, max_position_embeddings=2048, bos_token_id=1, eos_token_id=2,
-    rope_scaling=dict(LLAMA_31_8B["rope_scaling"], original_max_position_embeddings=1024),
-)  # fmt: skip
+from tgi.benchmarks.cuda_bench_device import Device, bandwidth_of, dry_backend
+
 SECTIONS = ("batch1", "throughput", "step", "transformers")
 ENV_DRY_RUN = "TGI_GPU_DRY_RUN"
 #: prompt tokens of the batch-1 and decode-step requests
@@ -158,66 +130,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def write_checkpoint(path: Path, num_layers: int | None, dry_run: bool = False) -> None:
-    """Random bfloat16 weights (normal, std 0.02) of the Llama-3.1-8B shapes (`DRY_MODEL`'s with
-    `dry_run`, drawn on the CPU), sharded safetensors."""
-    import torch
-    import transformers
-    from safetensors.torch import save_file
-    from tokenizers import Tokenizer
-    from tokenizers.models import WordLevel
-    from tokenizers.pre_tokenizers import Whitespace
-
-    cfg = dict(LLAMA_31_8B, **(DRY_MODEL if dry_run else {}))
-    cfg.update({"num_hidden_layers": num_layers} if num_layers else {})
-    config = transformers.LlamaConfig(**cfg)
-    config.architectures = ["LlamaForCausalLM"]
-    with torch.device("meta"):
-        shapes = {k: v.shape for k, v in transformers.LlamaForCausalLM(config).state_dict().items()}
-    path.mkdir(parents=True, exist_ok=True)
-    device = "cpu" if dry_run else "cuda"
-    gen = torch.Generator(device=device).manual_seed(0)
-    weight_map, shard, shard_bytes, n = {}, {}, 0, 0
-
-    def flush():
-        nonlocal shard, shard_bytes, n
-        if shard:
-            name = f"model-{n:05d}.safetensors"
-            save_file(shard, str(path / name), metadata={"format": "pt"})
-            weight_map.update(dict.fromkeys(shard, name))
-            shard, shard_bytes, n = {}, 0, n + 1
-
-    for name, shape in shapes.items():
-        if name.endswith("norm.weight"):
-            t = torch.ones(shape, dtype=torch.bfloat16)
-        else:
-            t = (
-                (torch.randn(shape, generator=gen, device=device, dtype=torch.float32) * 0.02)
-                .to(torch.bfloat16)
-                .cpu()
-            )
-        shard[name] = t
-        shard_bytes += t.numel() * 2
-        if shard_bytes > 4 << 30:
-            flush()
-    flush()
-    (path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
-    config.save_pretrained(path)
-    vocab = {"<unk>": 0, **{f"t{i}": i for i in range(1, config.vocab_size)}}
-    tok = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = Whitespace()
-    fast = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="<unk>", eos_token=f"t{config.eos_token_id}"
-    )
-    fast.save_pretrained(path)
-
-
-def bandwidth_of(device_name: str, override_tbs: float | None) -> float | None:
-    if override_tbs:
-        return override_tbs * 1e12
-    return next((bw for key, bw in BANDWIDTH.items() if key in device_name), None)
-
-
 def random_prompts(n: int, length: int, vocab: int, seed: int = 0) -> list[list[int]]:
     import random
 
@@ -243,62 +155,6 @@ def weight_bytes_read_per_step(model) -> int:
         getattr(m.linear_kernel, "nbytes", 0) for m in model.modules() if getattr(m, "quant_format", None)
     )
     return total
-
-
-class Device:
-    """Where the benchmark runs: the GPU, or (dry run) the CPU, whose 'device time' is wall time."""
-
-    def __init__(self, dry_run: bool) -> None:
-        import torch
-
-        self.dry_run = dry_run
-        self.torch = torch
-        self.name = "host CPU (dry run: Triton interpreter)" if dry_run else torch.cuda.get_device_name()
-
-    def synchronize(self) -> None:
-        if not self.dry_run:
-            self.torch.cuda.synchronize()
-
-    def timed(self, fn) -> float:
-        """Seconds `fn()` takes on the device: between two CUDA events on a GPU, wall time on the CPU."""
-        if self.dry_run:
-            t0 = time.perf_counter()
-            fn()
-            return time.perf_counter() - t0
-        start, end = (self.torch.cuda.Event(enable_timing=True) for _ in range(2))
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3
-
-
-def dry_backend():
-    """`CudaBackend` on CPU tensors, its kernels run by Triton's interpreter (`TRITON_INTERPRET=1` must be
-    set before triton is imported): the dry run's backend."""
-    import torch
-
-    from tgi.backends.cuda.backend import CudaBackend
-    from tgi.core.interfaces import DeviceInfo, MemoryInfo
-
-    class CpuCudaBackend(CudaBackend):
-        def __init__(self) -> None:
-            super().__init__(device_index=0, attention="triton", cuda_graphs=False)
-            self.device = torch.device("cpu")
-
-        def devices(self):
-            return [DeviceInfo(0, "host CPU (Triton interpreter)", 0)]
-
-        def memory_info(self):
-            return MemoryInfo(total=2 << 30, free=1 << 30)
-
-        def synchronize(self):
-            pass
-
-        def release_memory(self):
-            pass
-
-    return CpuCudaBackend()
 
 
 def step_tokens(args: argparse.Namespace) -> int:
@@ -386,69 +242,6 @@ def bench_throughput(args, engine, device: Device, figures: dict) -> None:
     )
 
 
-def busy_fraction(intervals: list[tuple[float, float]], wall: float) -> float:
-    """The share of `wall` covered by the union of the (start, end) `intervals` (same unit)."""
-    covered, end_so_far = 0.0, float("-inf")
-    for start, end in sorted(intervals):
-        if end <= end_so_far:
-            continue
-        covered += end - max(start, end_so_far)
-        end_so_far = end
-    return covered / wall if wall > 0 else 0.0
-
-
-def bench_decode_step(args, engine, device: Device, figures: dict) -> None:
-    """`--step-concurrency` requests decoding together: once all are prefilled, `--warmup-steps` untimed
-    steps, then `--step-iters` steps each timed on the device (CUDA events), then the same number under
-    `torch.profiler`: kernels launched per step and the GPU-busy fraction (the union of kernel intervals over
-    the profiled wall time). The dry run reports the fields, from the CPU: no kernel is a CUDA kernel there."""
-    from torch.profiler import ProfilerActivity, profile
-
-    from tgi.core.sampling_params import SamplingParams
-
-    c = args.step_concurrency
-    total = step_tokens(args)
-    vocab = engine.model_info.vocab_size
-    for prompt in random_prompts(c, PROMPT_LEN, vocab, 4):
-        engine.add_request(prompt, SamplingParams(max_new_tokens=total, ignore_eos=True))
-    started: set[str] = set()
-    while len(started) < c:  # prefill every request (the steps below are pure decode steps of c rows)
-        started.update(e.request_id for e in engine.step())
-    for _ in range(args.warmup_steps):
-        engine.step()
-    steps: list = []  # each timed step's events: one per row
-    times = [device.timed(lambda: steps.append(engine.step())) for _ in range(args.step_iters)]
-    rows = [len(events) for events in steps]
-    times.sort()
-    figures["step_concurrency"] = c
-    figures["step_rows_per_step"] = sum(rows) / len(rows)
-    figures["step_latency_ms_p50"] = times[len(times) // 2] * 1e3
-    figures["step_latency_ms_min"] = times[0] * 1e3
-    figures["step_tokens_per_s"] = figures["step_rows_per_step"] / (figures["step_latency_ms_p50"] / 1e3)
-    activities = [ProfilerActivity.CPU] + ([] if args.dry_run else [ProfilerActivity.CUDA])
-    device.synchronize()
-    with profile(activities=activities) as prof:
-        t0 = time.perf_counter()
-        for _ in range(args.step_iters):
-            engine.step()
-        device.synchronize()
-        wall_us = (time.perf_counter() - t0) * 1e6
-    kernels = [e for e in prof.events() if getattr(e.device_type, "name", "") == "CUDA"]
-    intervals = [(e.time_range.start, e.time_range.end) for e in kernels]
-    figures["step_kernels_per_step"] = len(kernels) / args.step_iters
-    figures["step_gpu_busy_fraction"] = busy_fraction(intervals, wall_us)
-    figures["step_kernel_table"] = prof.key_averages().table(
-        sort_by="self_cpu_time_total" if args.dry_run else "self_cuda_time_total", row_limit=25
-    )
-    while engine.has_unfinished():
-        engine.step()
-    print(
-        f"tgi decode step at C={c}: {figures['step_latency_ms_p50']:.2f} ms p50 "
-        f"({figures['step_tokens_per_s']:.0f} tokens/s), {figures['step_kernels_per_step']:.0f} kernels per step, "
-        f"GPU busy {figures['step_gpu_busy_fraction']:.0%}"
-    )
-
-
 def bench_tgi(args: argparse.Namespace, device: Device, figures: dict) -> None:
     import torch
 
@@ -469,6 +262,8 @@ def bench_tgi(args: argparse.Namespace, device: Device, figures: dict) -> None:
     if "throughput" in args.sections:
         bench_throughput(args, engine, device, figures)
     if "step" in args.sections:
+        from tgi.benchmarks.cuda_step_bench import bench_decode_step
+
         bench_decode_step(args, engine, device, figures)
     engine.close()
     del engine, model
@@ -541,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     path = Path(args.model_dir)
     if not (path / "config.json").exists():
         t0 = time.perf_counter()
+        from tgi.benchmarks.cuda_bench_checkpoint import write_checkpoint
+
         write_checkpoint(path, args.num_layers, args.dry_run)
         print(f"random checkpoint written to {path} in {time.perf_counter() - t0:.0f}s")
     if {"batch1", "throughput", "step"} & set(args.sections):

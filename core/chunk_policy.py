@@ -51,6 +51,8 @@ class ChunkPolicy:
         max_encoder_tokens: int | None = None,
     ) -> None:
         c = self.constraints = constraints
+        if max_encoder_tokens is not None and max_encoder_tokens < 1:
+            raise ConfigError("max_encoder_tokens_per_step must be >= 1")
         self.block_manager = block_manager
         self.max_encoder_tokens = max_encoder_tokens  # None: unbounded
         self.max_chunk_tokens = min(max_batch_tokens, max(c.prefill_buckets or (max_batch_tokens,)))
@@ -62,6 +64,22 @@ class ChunkPolicy:
                     f"prefill buckets {c.prefill_buckets})"
                 )
             self.max_chunk_tokens = min(self.max_chunk_tokens, alone)
+
+    def check_admissible(self, seq: Sequence) -> None:
+        """`ValueError` for a sequence that could never run: more KV blocks at its peak than the cache has
+        (the last sampled token is never fed), or a prompt longer than one prefill where the runner cannot
+        chunk prefills."""
+        peak = self.block_manager.blocks_needed(seq.num_prompt_tokens + seq.params.max_new_tokens - 1)
+        if peak > self.block_manager.num_blocks:
+            raise ValueError(
+                f"{seq.request_id}: prompt + max_new_tokens needs {peak} KV blocks, the cache has "
+                f"{self.block_manager.num_blocks}"
+            )
+        if not self.constraints.chunked_prefill and seq.num_prompt_tokens > self.max_chunk_tokens:
+            raise ValueError(
+                f"{seq.request_id}: a {seq.num_prompt_tokens}-token prompt exceeds the largest prefill "
+                f"({self.max_chunk_tokens} tokens) and this runner cannot chunk prefills"
+            )
 
     def chunk_len(self, seq: Sequence, budget: int, start: int | None = None) -> int:
         """Tokens of `seq` to feed this step within `budget`, from position `start` (default: its

@@ -103,8 +103,6 @@ class Scheduler:
         c = constraints if constraints is not None else RunnerConstraints()
         if max_num_seqs < 1 or max_batch_tokens < 1:
             raise ConfigError("max_num_seqs and max_batch_tokens must be >= 1")
-        if max_encoder_tokens_per_step is not None and max_encoder_tokens_per_step < 1:
-            raise ConfigError("max_encoder_tokens_per_step must be >= 1")
         if c.block_size is not None and c.block_size != block_manager.block_size:
             raise ConfigError(f"the runner needs block size {c.block_size}, got {block_manager.block_size}")
         self.block_manager = block_manager
@@ -173,18 +171,7 @@ class Scheduler:
             raise ValueError(f"request id {seq.request_id!r} is already scheduled")
         if seq.status is not SequenceStatus.WAITING or seq.num_computed_tokens or seq.block_table:
             raise ValueError(f"{seq.request_id}: only a fresh sequence can be added")
-        # The most tokens ever cached: the last sampled token is never fed.
-        peak = self.block_manager.blocks_needed(seq.num_prompt_tokens + seq.params.max_new_tokens - 1)
-        if peak > self.block_manager.num_blocks:
-            raise ValueError(
-                f"{seq.request_id}: prompt + max_new_tokens needs {peak} KV blocks, the cache has "
-                f"{self.block_manager.num_blocks}"
-            )
-        if not self.constraints.chunked_prefill and seq.num_prompt_tokens > self.chunks.max_chunk_tokens:
-            raise ValueError(
-                f"{seq.request_id}: a {seq.num_prompt_tokens}-token prompt exceeds the largest prefill "
-                f"({self.chunks.max_chunk_tokens} tokens) and this runner cannot chunk prefills"
-            )
+        self.chunks.check_admissible(seq)
         seq.arrival_index = self._arrivals
         self._arrivals += 1
         self._seqs[seq.request_id] = seq

@@ -16,10 +16,11 @@ from tgi.server import anthropic_format as fmt
 from tgi.server import sse
 from tgi.server.anthropic_inputs import check_thinking, prompt_messages, sampling_params
 from tgi.server.fields import check_fields
+from tgi.server.generation import Generation, SequenceInput
 from tgi.server.lora import openai_adapter
 from tgi.server.output_parsing import OutputParsers, own_format_tools, render_prompt, resolve
 from tgi.server.schemas_anthropic import CountTokensRequest, MessagesRequest
-from tgi.server.service import Generation, InferenceService, SequenceInput
+from tgi.server.service import InferenceService
 from tgi.server.tools import ToolPlan
 
 router = APIRouter(tags=["Anthropic"])

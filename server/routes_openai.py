@@ -15,6 +15,7 @@ from tgi.server import sse
 from tgi.server.chat_output import ChatOutputStream, chat_message, output_text, piece_of, reasoning_tokens
 from tgi.server.errors import validation_error
 from tgi.server.fields import check_fields
+from tgi.server.generation import Generation, SequenceInput
 from tgi.server.guided import one_grammar, refuse_if_disabled, response_format_grammar, vllm_guided_grammar
 from tgi.server.lora import model_list, openai_adapter
 from tgi.server.output_parsing import (
@@ -26,7 +27,7 @@ from tgi.server.output_parsing import (
 )
 from tgi.server.schemas_openai import ChatCompletionRequest, CompletionRequest
 from tgi.server.schemas_tgi import ErrorResponse
-from tgi.server.service import Generation, InferenceService, SequenceInput
+from tgi.server.service import InferenceService
 from tgi.server.tools import CallStream, ToolPlan, message_for, plan_tools, render_inputs
 from tgi.server.validation import check_prompt_logprobs, openai_sampling_params
 

@@ -16,6 +16,7 @@ from tgi.server import sse
 from tgi.server.chat_output import ChatOutputStream, chat_message, output_text, piece_of, reasoning_tokens
 from tgi.server.errors import ApiError, unsupported
 from tgi.server.fields import check_fields
+from tgi.server.generation import Generation, SequenceInput
 from tgi.server.guided import refuse_if_disabled
 from tgi.server.lora import openai_adapter
 from tgi.server.output_parsing import OutputParsers, own_format_tools, render_prompt, resolve
@@ -24,7 +25,7 @@ from tgi.server.responses_format import ResponseContext
 from tgi.server.responses_store import ResponsesStore
 from tgi.server.schemas_responses import ResponsesRequest
 from tgi.server.schemas_tgi import ErrorResponse
-from tgi.server.service import Generation, InferenceService, SequenceInput
+from tgi.server.service import InferenceService
 from tgi.server.tools import CallStream, ToolPlan, message_for, render_inputs
 
 router = APIRouter(tags=["OpenAI"])

@@ -16,6 +16,7 @@ from tgi.core.validation import EMPTY_INPUTS
 from tgi.server import sse
 from tgi.server.errors import validation_error
 from tgi.server.fields import check_fields
+from tgi.server.generation import SequenceInput
 from tgi.server.guided import refuse_if_disabled, tgi_grammar
 from tgi.server.images.sources import split_markdown
 from tgi.server.lora import tgi_adapter
@@ -29,7 +30,7 @@ from tgi.server.schemas_tgi import (
     SimpleToken,
     StreamResponse,
 )
-from tgi.server.service import InferenceService, SequenceInput
+from tgi.server.service import InferenceService
 from tgi.server.validation import check_truncate, tgi_sampling_params
 
 router = APIRouter(tags=["Text Generation Inference"])

@@ -11,8 +11,8 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar, copy_context
-from dataclasses import dataclass, replace
-from typing import Any, Generic, TypeVar
+from dataclasses import replace
+from typing import Any, TypeVar
 
 from starlette.requests import Request
 
@@ -30,6 +30,7 @@ from tgi.core.sampling_params import SamplingParams
 from tgi.core.validation import too_many_input_tokens
 from tgi.server import sse
 from tgi.server.errors import ApiError, internal_error, overloaded, validation_error
+from tgi.server.generation import Generation, I, SequenceInput
 from tgi.server.images.decode import decode_image
 from tgi.server.images.fetch import MediaPolicy, image_bytes
 from tgi.server.images.limits import ImageError, ImageLimits, check_count
@@ -40,56 +41,6 @@ from tgi.server.protocol import ServingEngine
 from tgi.server.settings import ServerSettings
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class SequenceInput:
-    """A prompt a route asks the engine to sample from, as its API gave it (checked for its HTTP shape, not
-    yet validated against the engine), and how many sequences to sample from it."""
-
-    prompt_token_ids: list[int]
-    params: SamplingParams  # the API's parameters; `grammar` set where asked (compiled by validation)
-    grammar_field: str | None = None  # the request field that gave `params.grammar` (its 422 names it)
-    n: int = 1  # sequences sampled from it (TGI's `best_of`, OpenAI's `n`); with a seed, the j-th uses
-    # seed + j (mod 2^64), as OpenAI's choices do
-    images: tuple[ImageInput, ...] = ()  # the prompt's images, their placeholders in `prompt_token_ids`
-
-
-I = TypeVar("I", bound=SequenceInput)  # noqa: E741 - a route's own kind of input (OpenAI's `Prompt`)
-
-
-@dataclass
-class Generation(Generic[I]):
-    """A generation request on its way back (`InferenceService.generate`): its inputs as the route gave
-    them, the engine sequences validation made of them (input i's `n` sequences together, in order), and
-    either every sequence's events (not streamed) or the event stream."""
-
-    inputs: list[I]
-    requests: list[EngineRequest]  # one per sequence: prompt tokens and parameters with defaults resolved
-    owners: list[int]  # one per sequence: the index of its input
-    results: list[list[TokenEvent]]  # not streamed: each sequence's events, in order
-    _first: tuple[int, TokenEvent] | None = None  # streamed: the first event, already come
-    _merged: AsyncIterator[tuple[int, TokenEvent]] | None = None  # streamed: the events after it
-    _tracker: RequestTracker | None = None  # streamed: finished when the body ends
-
-    def input_of(self, sequence: int) -> I:
-        return self.inputs[self.owners[sequence]]
-
-    async def events(self) -> AsyncIterator[tuple[int, TokenEvent]]:
-        """Streamed: every event as it comes, tagged with its sequence's index."""
-        item = self._first
-        while item is not None:
-            yield item
-            item = await anext(self._merged, None)
-
-    def body(
-        self, chunks: AsyncIterator[bytes], path: str, failed: Callable[[ApiError], bytes] | None = None
-    ) -> AsyncIterator[bytes]:
-        """Streamed: the response body, the route's `chunks` then, if an error comes once the headers are
-        sent, that error as the last event (`failed(error)`, else in the shape of the API at `path`);
-        however it ends, the engine's streams are closed and the request's tracker finishes once
-        (`sse.with_error_tail`)."""
-        return sse.with_error_tail(chunks, self._merged, self._tracker, path, failed)
 
 
 # The engine a request was admitted on: it tokenizes and generates there even when the served model is

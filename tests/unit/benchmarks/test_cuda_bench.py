@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from torch import nn
 
-from tgi.benchmarks.cuda_bench import busy_fraction, parse_args, weight_bytes_read_per_step
+from tgi.benchmarks.cuda_bench import parse_args, weight_bytes_read_per_step
+from tgi.benchmarks.cuda_step_bench import busy_fraction
 
 
 class _Body(nn.Module):
