@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -163,3 +164,33 @@ def bench_model_dir(args: PlanArgs) -> str:
     if args.dry_run:
         return tempfile.mkdtemp(prefix="tgi-gpu-dry-model-")
     return "/tmp/tgi-llama-3.1-8b-random"
+
+
+def run_bench_passes(
+    description: str,
+    summary_name: str,
+    passes: dict[str, list[str]],
+    figures_kept: tuple[str, ...],
+    argv=None,
+) -> int:
+    """One plan call made of `cuda_bench.py` passes (`passes`: name -> its arguments), each in a process of its
+    own on one model folder (removed after a dry run), within the call's time limit; the summary keeps
+    `figures_kept` of each pass, its exit and time, and the passes that failed. Returns the call's exit code."""
+    args = parse_plan_args(description, time_limit_s=570, argv=argv)
+    deadline = time.perf_counter() + args.time_limit_s
+    model_dir = bench_model_dir(args)
+    summary, failed = {}, []
+    try:
+        for name, bench_args in passes.items():
+            run, figures = run_cuda_bench(args, name, bench_args, model_dir, deadline)
+            if run.returncode or figures is None:
+                failed.append(name)
+            summary[name] = {"returncode": run.returncode, "seconds": run.seconds, "timed_out": run.timed_out,
+                             **{k: (figures or {}).get(k) for k in figures_kept}}  # fmt: skip
+            if figures:
+                summary.setdefault("device", figures.get("device"))
+    finally:
+        if args.dry_run:
+            shutil.rmtree(model_dir, ignore_errors=True)
+    write_summary(args, summary_name, {**summary, "failed": failed})
+    return 1 if failed else 0

@@ -13,11 +13,9 @@ the machine is still held, else writes it (~2 minutes). The dry run: 4 requests,
 
 from __future__ import annotations
 
-import shutil
 import sys
-import time
 
-from plan_run import bench_model_dir, parse_plan_args, run_cuda_bench, write_summary
+from plan_run import run_bench_passes
 
 PASSES = {
     "step_profile_eager": ["--sections", "step"],
@@ -28,24 +26,7 @@ FIGURES = ("step_concurrency", "step_rows_per_step", "step_latency_ms_p50", "ste
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_plan_args(__doc__.splitlines()[0], time_limit_s=570, argv=argv)
-    deadline = time.perf_counter() + args.time_limit_s
-    model_dir = bench_model_dir(args)
-    summary, failed = {}, []
-    try:
-        for name, bench_args in PASSES.items():
-            run, figures = run_cuda_bench(args, name, bench_args, model_dir, deadline)
-            if run.returncode or figures is None:
-                failed.append(name)
-            summary[name] = {"returncode": run.returncode, "seconds": run.seconds, "timed_out": run.timed_out,
-                             **{k: (figures or {}).get(k) for k in FIGURES}}  # fmt: skip
-            if figures:
-                summary.setdefault("device", figures.get("device"))
-    finally:
-        if args.dry_run:
-            shutil.rmtree(model_dir, ignore_errors=True)
-    write_summary(args, "step_profile", {**summary, "failed": failed})
-    return 1 if failed else 0
+    return run_bench_passes(__doc__.splitlines()[0], "step_profile", PASSES, FIGURES, argv)
 
 
 if __name__ == "__main__":
