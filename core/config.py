@@ -59,6 +59,13 @@ class EngineConfig:
     master_addr: str = "127.0.0.1"  # the shards' torch.distributed rendezvous (--master-addr)
     # None: a private file store on this host, or a free port of a non-loopback master_addr (--master-port)
     master_port: int | None = None
+    # a group over several hosts: `num_shard` ranks in all, split evenly over `nnodes` hosts; this host is
+    # node `node_rank` (0 serves HTTP and holds rank 0; the others run headless, `tgi.core.parallel.node`)
+    nnodes: int = 1
+    node_rank: int = 0
+    # seconds a rank may take to join the group, and a collective may wait for a silent peer (--dist-timeout);
+    # None: `tgi.core.parallel.topology.DEFAULT_DIST_TIMEOUT_S`
+    dist_timeout_s: float | None = None
     # LoRA adapters served beside the model (--lora-adapters id=path,...): (id, PEFT adapter folder) pairs
     lora_adapters: tuple[tuple[str, str], ...] = ()
     max_loras: int = DEFAULT_MAX_LORAS  # adapters served at once, static and run-time ones (--max-loras)
@@ -78,8 +85,13 @@ class EngineConfig:
         """Raise `ConfigError` for contradictory limits; `None` limits are checked once they are derived."""
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):
             raise ConfigError(f"block size must be a positive power of two, got {self.block_size}")
-        if self.num_shard < 1:
-            raise ConfigError(f"--num-shard must be >= 1, got {self.num_shard}")
+        from tgi.core.parallel.topology import layout_problem
+
+        problem = layout_problem(self.num_shard, self.nnodes, self.node_rank)
+        if problem is not None:
+            raise ConfigError(problem)
+        if self.dist_timeout_s is not None and not self.dist_timeout_s > 0:
+            raise ConfigError(f"--dist-timeout must be a number of seconds > 0, got {self.dist_timeout_s}")
         if self.deterministic and self.num_shard > 1:
             raise ConfigError(
                 f"--deterministic with --num-shard {self.num_shard}: a row-parallel layer adds the shards' "

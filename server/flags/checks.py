@@ -52,6 +52,21 @@ def check_sharding(args: argparse.Namespace) -> None:
         )
     if args.sharded is False and args.num_shard != 1:
         raise ConfigError(f"--sharded false contradicts --num-shard {args.num_shard}")
+    if args.nnodes > 1 and args.master_addr is None:
+        raise ConfigError(
+            f"--nnodes {args.nnodes} needs --master-addr (MASTER_ADDR, or LeaderWorkerSet's LWS_LEADER_ADDRESS): "
+            "node 0's address, where its rendezvous store listens and every node joins"
+        )
+    if args.headless and args.nnodes < 2:
+        raise ConfigError("--headless needs --nnodes > 1: it runs a node other than 0 of a multi-host group")
+    if args.headless and args.node_rank == 0:
+        raise ConfigError(
+            "--headless with --node-rank 0: node 0 holds rank 0 and serves HTTP; give 1 or more"
+        )
+    if args.node_rank > 0 and not args.headless:
+        raise ConfigError(
+            f"--node-rank {args.node_rank} needs --headless: only node 0 serves HTTP, the others follow its steps"
+        )
 
 
 def check_watermark(args: argparse.Namespace) -> None:

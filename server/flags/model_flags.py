@@ -6,22 +6,15 @@ from tgi.core.config import DEFAULT_MAX_ENCODER_TOKENS_PER_STEP, DEFAULT_MAX_LOR
 from tgi.core.interfaces.quantization import QUANTIZE_METHODS
 from tgi.server.flags import derived, value_checks
 from tgi.server.flags.parsers import batch_sizes, on_off
-from tgi.server.flags.spec import LAUNCHER, Engine, Flag, Refusal
+from tgi.server.flags.spec import LAUNCHER, Engine, Flag
 
 AS_TGI = "as TGI"
 MODEL = "model"
 BATCHING = "batching and memory"
-SHARDING = "sharding"
 ROPE = (
     "the checkpoint's rope replaced: `linear` divides the rotary frequencies by the factor (a factor alone "
     "means linear); `dynamic` equals plain RoPE within the model's context, past which `--max-total-tokens` "
     "may not go"
-)
-#: why --nnodes > 1 and its companions stop the start (with LeaderWorkerSet's LWS_LEADER_ADDRESS, which would
-#: be --master-addr of such a group)
-MULTI_NODE = (
-    "tensor parallelism runs on one host (rank 0 starts the other ranks itself); groups over several hosts "
-    "are not built yet: use --num-shard on one host"
 )
 
 MODEL_FLAGS = (
@@ -308,82 +301,5 @@ MODEL_FLAGS = (
         tgi="share of the device's total memory the server may use; what is in use counts against it before "
         "the KV cache is sized",
         example="0.8",
-    ),
-    Flag(
-        ("--num-shard",),
-        "tensor-parallel shards",
-        SHARDING,
-        Engine("num_shard"),
-        env=("NUM_SHARD",),
-        parse=int,
-        default=1,
-        tgi=AS_TGI,
-        example="2",
-    ),
-    Flag(
-        ("--sharded",),
-        "true: shard over --num-shard (> 1) processes; false: --num-shard must be 1",
-        SHARDING,
-        LAUNCHER,
-        env=("SHARDED",),
-        parse=on_off,
-        metavar="{true,false}",
-        tgi="`true` needs `--num-shard` > 1 (devices are not counted for you), `false` needs 1",
-        example="false",
-    ),
-    Flag(
-        ("--master-addr",),
-        "address of rank 0's torch.distributed rendezvous (--num-shard > 1); a non-loopback address makes the "
-        "store reachable from the network",
-        SHARDING,
-        Engine("master_addr"),
-        env=("MASTER_ADDR",),
-        default="127.0.0.1",
-        tgi="the shards' `torch.distributed` rendezvous (default: 127.0.0.1 and a free port)",
-        example="10.0.0.1",
-    ),
-    Flag(
-        ("--master-port",),
-        "port of that rendezvous, a TCP store bound to --master-addr only; default: a private file store on "
-        "this host (or a free port of a non-loopback --master-addr)",
-        SHARDING,
-        Engine("master_port"),
-        env=("MASTER_PORT",),
-        parse=int,
-        tgi="the shards' `torch.distributed` rendezvous (default: 127.0.0.1 and a free port)",
-        example="29500",
-    ),
-    Flag(
-        ("--nnodes",),
-        "hosts of one tensor-parallel group (vLLM's, SGLang's; LeaderWorkerSet's LWS_GROUP_SIZE)",
-        SHARDING,
-        LAUNCHER,
-        env=("NNODES", "LWS_GROUP_SIZE"),
-        parse=int,
-        default=1,
-        refusal=Refusal(MULTI_NODE, 1),
-        example="2",
-    ),
-    Flag(
-        ("--node-rank",),
-        "this host's place in a group of --nnodes hosts (LeaderWorkerSet's LWS_WORKER_INDEX)",
-        SHARDING,
-        LAUNCHER,
-        env=("NODE_RANK", "LWS_WORKER_INDEX"),
-        parse=int,
-        default=0,
-        refusal=Refusal(MULTI_NODE, 0),
-        example="1",
-    ),
-    Flag(
-        ("--headless",),
-        "a node other than 0 of a multi-host group: no HTTP port, it follows rank 0's steps",
-        SHARDING,
-        LAUNCHER,
-        env=("HEADLESS",),
-        default=False,
-        kind="switch",
-        refusal=Refusal(MULTI_NODE),
-        example="true",
     ),
 )

@@ -14,9 +14,17 @@ from tgi.server.flags.operator_flags import OPERATOR_FLAGS
 from tgi.server.flags.refused_flags import REFUSED_FLAGS
 from tgi.server.flags.responses_flags import RESPONSES_FLAGS
 from tgi.server.flags.serving_flags import SERVING_FLAGS
+from tgi.server.flags.sharding_flags import SHARDING_FLAGS
 from tgi.server.flags.spec import Flag
 
-FLAGS: tuple[Flag, ...] = (*MODEL_FLAGS, *SERVING_FLAGS, *RESPONSES_FLAGS, *OPERATOR_FLAGS, *REFUSED_FLAGS)
+FLAGS: tuple[Flag, ...] = (
+    *MODEL_FLAGS,
+    *SHARDING_FLAGS,
+    *SERVING_FLAGS,
+    *RESPONSES_FLAGS,
+    *OPERATOR_FLAGS,
+    *REFUSED_FLAGS,
+)
 
 #: (variable, why this server does not act on it)
 UNSERVED_VARIABLES = (
