@@ -13,7 +13,9 @@ import functools
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from tgi.core.request import ImageInput
 from tgi.core.sampling_params import SamplingParams
+from tgi.server.images.sources import split_images
 from tgi.server.reasoning import (
     ReasoningFormat,
     ReasoningSplitter,
@@ -103,16 +105,24 @@ async def render_prompt(
     template_kwargs: dict,
     parsers: OutputParsers,
     params: SamplingParams,
-) -> tuple[list[int], OutputParsers, SamplingParams]:
-    """A chat prompt's token ids, for every API's chat-shaped route: the chat template applied, and with a
-    reasoning parser, where the output starts (inside the reasoning or not, read from the prompt's text) and
-    the request's grammar moved after the reasoning (`reasoned_prompt`)."""
-    if parsers.reasoning is None:
-        return await service.render_chat(messages, **template_kwargs), parsers, params
-    text = await service.template_text(messages, **template_kwargs)
-    ids = await service.encode(text, add_special_tokens=False)
+) -> tuple[list[int], tuple[ImageInput, ...], OutputParsers, SamplingParams]:
+    """A chat prompt's token ids and images, for every API's chat-shaped route: the chat template applied
+    to `messages`, whose image parts (`tgi.server.images.sources.image_part`) are fetched, checked and
+    expanded by the model's processor (refused by name, before templating, for a model that takes no
+    images); with a reasoning parser, where the output starts (inside the reasoning or not, read from the
+    prompt's text) and the request's grammar moved after the reasoning (`reasoned_prompt`)."""
+    shown, refs = split_images(messages)
+    if not refs and parsers.reasoning is None:
+        return await service.render_chat(shown, **template_kwargs), (), parsers, params
+    if refs:
+        service.image_token(refs)  # a model that takes no images refuses them before any templating
+    text = await service.template_text(shown, **template_kwargs)
+    if refs:
+        ids, images = await service.encode_with_images(text, refs, add_special_tokens=False)
+    else:
+        ids, images = await service.encode(text, add_special_tokens=False), ()
     parsers, params = await reasoning_of(service, text, parsers, params)
-    return ids, parsers, params
+    return ids, images, parsers, params
 
 
 async def reasoning_of(

@@ -10,7 +10,8 @@ from typing import Any
 from tgi.core.guided import Grammar, GrammarError
 from tgi.server.errors import validation_error
 from tgi.server.guided import one_grammar
-from tgi.server.schemas_responses import InputItem, ResponsesRequest
+from tgi.server.images.sources import IMAGE_PART, image_part
+from tgi.server.schemas_responses import INPUT_IMAGE, InputItem, ResponsesRequest
 from tgi.server.tools import ToolPlan, plan_tools
 
 _CHOICES = ("none", "auto", "required")
@@ -18,11 +19,12 @@ _CHOICES = ("none", "auto", "required")
 
 def conversation(items: list[InputItem], history: tuple[dict, ...] = ()) -> list[dict]:
     """`history` (a stored conversation) followed by `items` as chat messages: a `developer` message is a
-    system message; a `reasoning` item starts an assistant message (its `reasoning_content`) that the
-    assistant's text and calls after it join, as consecutive `function_call` items join the assistant
-    message before them; a `function_call_output` is a `tool` message answering a call made earlier in the
-    conversation."""
-    out = [dict(m) for m in history]
+    system message; a message's `input_image` parts are `image_part`s among its text parts (those of
+    `history` named by `previous_response_id`, which brought them); a `reasoning` item starts an assistant
+    message (its `reasoning_content`) that the assistant's text and calls after it join, as consecutive
+    `function_call` items join the assistant message before them; a `function_call_output` is a `tool`
+    message answering a call made earlier in the conversation."""
+    out = [_from_history(m) for m in history]
     calls = {c["id"] for m in out for c in m.get("tool_calls") or ()}
     for i, item in enumerate(items):
         kind = item.kind
@@ -32,7 +34,7 @@ def conversation(items: list[InputItem], history: tuple[dict, ...] = ()) -> list
             if role == "assistant" and _only_reasoning(previous):
                 previous["content"] = item.text()
             else:
-                out.append({"role": role, "content": item.text()})
+                out.append({"role": role, "content": _content(item, f"input[{i}]")})
         elif kind == "reasoning":
             out.append({"role": "assistant", "content": "", "reasoning_content": item.text()})
         elif kind == "function_call":
@@ -54,6 +56,29 @@ def conversation(items: list[InputItem], history: tuple[dict, ...] = ()) -> list
                 )
             out.append({"role": "tool", "tool_call_id": item.call_id, "content": item.text()})
     return out
+
+
+def _content(item: InputItem, where: str) -> str | list[dict]:
+    """A message's content for the chat template: its text, or with `input_image` parts a list of text
+    parts and `image_part`s (each named by its field under `where`) in order."""
+    parts = item.content
+    if not isinstance(parts, list) or not any(p.type == INPUT_IMAGE for p in parts):
+        return item.text()
+    return [
+        image_part(p.image_url or "", f"{where}.content[{j}].image_url")
+        if p.type == INPUT_IMAGE
+        else {"type": "text", "text": p.text or ""}
+        for j, p in enumerate(parts)
+    ]
+
+
+def _from_history(message: dict) -> dict:
+    """A stored message, its image parts named by `previous_response_id` (the field that brought them)."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return dict(message)
+    parts = [{**p, "field": "previous_response_id"} if p.get("type") == IMAGE_PART else p for p in content]
+    return {**message, "content": parts}
 
 
 def _only_reasoning(message: dict | None) -> bool:

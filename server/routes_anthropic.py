@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from tgi.core.sampling_params import SamplingParams
 from tgi.server import anthropic_format as fmt
 from tgi.server import sse
 from tgi.server.anthropic_inputs import check_thinking, prompt_messages, sampling_params
@@ -48,8 +49,8 @@ async def _conversation(service: InferenceService, req: MessagesRequest) -> list
     plan = own_format_tools(parsers, plan)
     params, grammar_field = sampling_params(req, plan, settings)
     params = replace(params, adapter_id=adapter)
-    ids, parsers, params = await render_prompt(service, messages, template_kwargs, parsers, params)
-    return [Conversation(ids, params, grammar_field, tools=plan, parsers=parsers)]
+    ids, images, parsers, params = await render_prompt(service, messages, template_kwargs, parsers, params)
+    return [Conversation(ids, params, grammar_field, images=images, tools=plan, parsers=parsers)]
 
 
 def _whole(generation: Generation[Conversation], model: str, max_tokens: int) -> dict:
@@ -86,7 +87,8 @@ async def messages(req: MessagesRequest, request: Request) -> Response:
 
 @router.post("/v1/messages/count_tokens")
 async def count_tokens(req: CountTokensRequest, request: Request) -> dict:
-    """The number of tokens of the prompt `/v1/messages` would build from the same fields."""
+    """The number of tokens of the prompt `/v1/messages` would build from the same fields, its images'
+    tokens counted as the model's processor expands them."""
     service = _service(request)
     check_fields(req)
     openai_adapter(service, req.model)  # a model this server does not serve is a 404, as on /v1/messages
@@ -94,4 +96,6 @@ async def count_tokens(req: CountTokensRequest, request: Request) -> dict:
     reasoning = resolve(settings.reasoning_parser, settings.tool_call_parser, template).reasoning
     check_thinking(req.thinking, reasoning is not None)
     messages, template_kwargs, _ = prompt_messages(req, template)
-    return {"input_tokens": len(await service.render_chat(messages, **template_kwargs))}
+    with service.admit(metered=False):  # a slot while its images are fetched and processed
+        ids, *_ = await render_prompt(service, messages, template_kwargs, OutputParsers(), SamplingParams())
+    return {"input_tokens": len(ids)}

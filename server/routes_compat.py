@@ -12,6 +12,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from tgi.server.errors import validation_error
 from tgi.server.fields import check_fields
+from tgi.server.images.sources import split_images
 from tgi.server.routes_openai import _respond
 from tgi.server.routes_tgi import compat_generate, health
 from tgi.server.schemas_openai import ChatCompletionRequest, CompletionRequest
@@ -64,10 +65,8 @@ async def chat_tokenize(req: ChatCompletionRequest, request: Request) -> Respons
         check_fields(req)
         tools = plan_tools(req.tools, req.tool_choice)
         template = service.engine.tokenizer.chat_template
-        messages, kwargs = render_inputs(
-            [m.template_dict() for m in req.messages], tools, template, req.tool_prompt
-        )
-        refs = req.image_refs()
+        messages, kwargs = render_inputs(req.template_messages(), tools, template, req.tool_prompt)
+        messages, refs = split_images(messages)
         if refs:
             service.image_token(refs)  # refused before templating when the model takes no images
         text = await service.template_text(messages, **kwargs)

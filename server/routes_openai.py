@@ -21,7 +21,6 @@ from tgi.server.lora import model_list, openai_adapter
 from tgi.server.output_parsing import (
     OutputParsers,
     own_format_tools,
-    reasoning_of,
     render_prompt,
     resolve,
 )
@@ -78,17 +77,8 @@ async def _chat_prompts(service: InferenceService, req: ChatCompletionRequest) -
     parsers = resolve(service.settings.reasoning_parser, service.settings.tool_call_parser, template)
     tools = own_format_tools(parsers, tools)
     base, field = _with_grammar(service, req, base, tools)
-    messages, template_kwargs = render_inputs(
-        [m.template_dict() for m in req.messages], tools, template, req.tool_prompt
-    )
-    refs = req.image_refs()
-    if not refs:
-        ids, parsers, base = await render_prompt(service, messages, template_kwargs, parsers, base)
-        return [Prompt(ids, base, field, req.n, tools=tools, parsers=parsers)]
-    service.image_token(refs)  # refused before templating when the model takes no images
-    text = await service.template_text(messages, **template_kwargs)
-    ids, images = await service.encode_with_images(text, refs, add_special_tokens=False)
-    parsers, base = await reasoning_of(service, text, parsers, base)
+    messages, template_kwargs = render_inputs(req.template_messages(), tools, template, req.tool_prompt)
+    ids, images, parsers, base = await render_prompt(service, messages, template_kwargs, parsers, base)
     return [Prompt(ids, base, field, req.n, images=images, tools=tools, parsers=parsers)]
 
 

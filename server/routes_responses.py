@@ -141,9 +141,19 @@ async def _turns(service: InferenceService, store: ResponsesStore, req: Response
     shown, template_kwargs = render_inputs(
         conv.with_instructions(messages, req.instructions), plan, template, None
     )
-    ids, parsers, params = await render_prompt(service, shown, template_kwargs, parsers, params)
+    ids, images, parsers, params = await render_prompt(service, shown, template_kwargs, parsers, params)
+    # the conversation is stored with the response, its image parts too (`_keep`)
     return [
-        Turn(ids, params, grammar_field, tools=plan, parsers=parsers, context=context, conversation=messages)
+        Turn(
+            ids,
+            params,
+            grammar_field,
+            images=images,
+            tools=plan,
+            parsers=parsers,
+            context=context,
+            conversation=messages,
+        )
     ]
 
 

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from tgi.server.fields import NEUTRAL, RequestModel
-from tgi.server.images.sources import ImageRef
+from tgi.server.images.sources import image_part
 
 # OpenAI's and vLLM's request fields that this server does not serve yet, with the values that ask for the
 # default behaviour (which is what it does). Chat completions serve `tools`, `tool_choice`,
@@ -103,14 +103,16 @@ class ChatMessage(RequestModel):
     tool_call_id: str | None = None
     KNOWN: ClassVar = {"function_call": NEUTRAL, "audio": NEUTRAL, "refusal": NEUTRAL}
 
-    def template_dict(self) -> dict:
+    def template_dict(self, where: str) -> dict:
         """The message as chat templates take it: text parts joined; with images, a list of `text` and
-        `image` parts in order (templates of vision models render an `image` part as its placeholder)."""
+        image parts in order (`image_part`, named by their field under `where`, this message's path)."""
         content = self.content
         if isinstance(content, list) and any(p.type == "image_url" for p in content):
             content = [
-                {"type": "image"} if p.type == "image_url" else {"type": "text", "text": p.text or ""}
-                for p in content
+                image_part(p.image_url.url, f"{where}.content[{j}].image_url.url")
+                if p.type == "image_url" and p.image_url is not None
+                else {"type": "text", "text": p.text or ""}
+                for j, p in enumerate(content)
             ]
         elif isinstance(content, list):
             content = "".join(p.text or "" for p in content if p.type == "text")
@@ -181,15 +183,9 @@ class ChatCompletionRequest(_Sampling):
     def max_new_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
-    def image_refs(self) -> list[ImageRef]:
-        """The messages' images in prompt order, each named by its field."""
-        return [
-            ImageRef(p.image_url.url, f"messages[{i}].content[{j}].image_url.url")
-            for i, m in enumerate(self.messages)
-            if isinstance(m.content, list)
-            for j, p in enumerate(m.content)
-            if p.type == "image_url" and p.image_url is not None
-        ]
+    def template_messages(self) -> list[dict]:
+        """The messages as chat templates take them, their images as `image_part`s named by their field."""
+        return [m.template_dict(f"messages[{i}]") for i, m in enumerate(self.messages)]
 
 
 class CompletionRequest(_Sampling):

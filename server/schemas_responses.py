@@ -2,12 +2,13 @@
 `responses_format` and `responses_events`.
 
 Served: `input` (a string, or items: messages whose content is a string or `input_text` / `output_text`
-parts, `function_call` and `function_call_output` items), `instructions`, function `tools`, `tool_choice`,
+parts, and `input_image` parts for a model that takes images; `function_call` and `function_call_output`
+items), `instructions`, function `tools`, `tool_choice`,
 `parallel_tool_calls` (one call per response at most, which either value allows), `text.format` (`text`,
 `json_object`, `json_schema`), `max_output_tokens`, `temperature`, `top_p`, `stream`, `store`,
 `previous_response_id`, `metadata` (returned and stored), `user` and `safety_identifier` (no effect on
 generation, in OpenAI's API either). Everything else OpenAI defines is refused by name unless it asks for
-the default behaviour (`tgi.server.fields`): built-in tools, images, files and audio in the input,
+the default behaviour (`tgi.server.fields`): built-in tools, an image's `file_id`, files and audio in the input,
 `background`, `reasoning`, `include`, `truncation: auto`, `top_logprobs`, `conversation`, `prompt`...
 """
 
@@ -28,6 +29,9 @@ TEXT_PARTS = {
     "output_text": ("assistant",),
     "reasoning_text": (),
 }
+#: an image part (served for a model with a vision tower), and every part type with the roles that send it
+INPUT_IMAGE = "input_image"
+PARTS = {**TEXT_PARTS, INPUT_IMAGE: ("user", "system", "developer")}
 #: OpenAI's limits on `metadata`: pairs, key and value lengths
 MAX_METADATA_PAIRS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 16, 64, 512
 
@@ -54,30 +58,44 @@ _UNSERVED: dict[str, tuple[Any, ...]] = {
 
 
 class ContentPart(RequestModel):
-    """One part of a message's content: `input_text` (user, system, developer) or `output_text`
-    (assistant, as a previous response's output comes back)."""
+    """One part of a message's content: `input_text` or `input_image` (user, system, developer), or
+    `output_text` (assistant, as a previous response's output comes back). An `input_image`'s `image_url`
+    is a `data:` or `http(s)` URL, taken as chat completions take an `image_url` part (`tgi.server.images`);
+    `file_id` is refused (no file store here), and a `detail` but `auto` (the model's processor decides the
+    resolution)."""
 
     type: str
     text: str | None = None
+    image_url: str | None = None  # input_image
+    detail: str | None = None  # input_image: `auto` only
+    file_id: str | None = None  # input_image: refused (no file store)
     annotations: list[Any] | None = None  # of an `output_text` given back: none are made here
     logprobs: list[Any] | None = None  # of an `output_text` given back: not read
     KNOWN: ClassVar = {
-        "image_url": NEUTRAL,
-        "file_id": NEUTRAL,
         "file_data": NEUTRAL,
         "file_url": NEUTRAL,
         "filename": NEUTRAL,
-        "detail": NEUTRAL,
         "input_audio": NEUTRAL,
         "refusal": NEUTRAL,
         "prompt_cache_breakpoint": NEUTRAL,
     }
 
     def refusals(self) -> Iterator[tuple[str, str]]:
-        if self.type not in TEXT_PARTS:
-            yield "type", f"is {self.type!r}: this server takes text parts only ({', '.join(TEXT_PARTS)})"
+        if self.type not in PARTS:
+            yield "type", f"is {self.type!r}: this server takes {', '.join(PARTS)} parts"
+        elif self.type == INPUT_IMAGE:
+            if self.file_id is not None:
+                yield "file_id", "is not served: this server has no file store (give `image_url`)"
+            elif self.image_url is None:
+                yield "image_url", "is required in an `input_image` part (a data: or http(s) URL)"
+            elif self.detail not in (None, "auto"):
+                yield "detail", f"{self.detail!r} is not served: the model's processor decides the resolution"
         elif self.text is None:
             yield "text", f"is required in an `{self.type}` part"
+        else:
+            for name in ("image_url", "detail", "file_id"):
+                if getattr(self, name) is not None:
+                    yield name, f"is a field of an `input_image` part, not of an `{self.type}` part"
 
 
 class InputItem(RequestModel):
@@ -115,7 +133,7 @@ class InputItem(RequestModel):
                 yield "content", "is required in a message"
             elif isinstance(self.content, list):
                 for i, part in enumerate(self.content):
-                    if part.type in TEXT_PARTS and self.role not in TEXT_PARTS[part.type]:
+                    if part.type in PARTS and self.role not in PARTS[part.type]:
                         yield f"content[{i}].type", f"`{part.type}` is not a part of a {self.role} message"
         elif kind == "function_call":
             for name in ("call_id", "name", "arguments"):
@@ -134,6 +152,9 @@ class InputItem(RequestModel):
             for name in ("call_id", "output"):
                 if getattr(self, name) is None:
                     yield name, "is required in a `function_call_output` item"
+            for i, part in enumerate(self.output if isinstance(self.output, list) else ()):
+                if part.type == INPUT_IMAGE:
+                    yield f"output[{i}].type", "`input_image` in a function call's output is not served"
         else:
             yield (
                 "type",

@@ -195,13 +195,13 @@ def test_previous_response_id_retrieve_and_delete(client):
         ({"reasoning": {"effort": "high"}}, "reasoning"),
         ({"include": ["file_search_call.results"]}, "include"),
         ({"truncation": "auto"}, "truncation"),
-        (
+        (  # this server's model takes no images
             {
                 "input": [
                     {"role": "user", "content": [{"type": "input_image", "image_url": "http://x/y.png"}]}
                 ]
             },
-            "input[0].content[0].type",
+            "input[0].content[0].image_url",
         ),
     ],
 )

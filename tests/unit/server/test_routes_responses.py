@@ -199,6 +199,10 @@ def test_tool_choice_none_shows_no_tools(client, engine):
     assert prompt_of(engine) == "<user>Hi<assistant>"
 
 
+def _image(**part) -> dict:
+    return {"input": [{"role": "user", "content": [{"type": "input_image", **part}]}]}
+
+
 @pytest.mark.parametrize(
     ("fields", "param"),
     [
@@ -232,10 +236,9 @@ def test_tool_choice_none_shows_no_tools(client, engine):
             {"input": [{"type": "reasoning", "content": [{"type": "input_text", "text": "s"}]}]},
             "input[0].content[0].type",
         ),
-        (
-            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]},
-            "input[0].content[0].type",
-        ),
+        (_image(image_url="u"), "input[0].content[0].image_url"),  # a text-only model takes no images
+        (_image(file_id="file_1"), "input[0].content[0].file_id"),
+        (_image(image_url="u", detail="high"), "input[0].content[0].detail"),
         (
             {"input": [{"role": "user", "content": [{"type": "output_text", "text": "x"}]}]},
             "input[0].content[0].type",
