@@ -44,8 +44,11 @@ def anthropic_error_type(status: int) -> str:
     return "invalid_request_error" if 400 <= status < 500 else "api_error"
 
 
-def anthropic_body(status: int, message: str) -> dict:
-    """The error body Anthropic sends (in a response, or as the data of a stream's `error` event)."""
+def anthropic_body(status: int, message: str, param: str | None = None) -> dict:
+    """The error body Anthropic sends (in a response, or as the data of a stream's `error` event). Its
+    body has no `param`: the message names the request field at fault (`param`) where it does not already."""
+    if param is not None and param not in message:
+        message = f"{message} (at `{param}`)"
     return {
         "type": "error",
         "error": {"type": anthropic_error_type(status), "message": message},

@@ -58,7 +58,7 @@ class ApiError(Exception):
 
     def body_for(self, path: str) -> dict:
         if is_anthropic_path(path):
-            return anthropic_body(self.status, self.message)
+            return anthropic_body(self.status, self.message, self.param)
         return self.openai_body() if is_openai_path(path) else self.body()
 
     def status_for(self, path: str) -> int:

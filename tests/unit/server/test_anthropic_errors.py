@@ -49,6 +49,14 @@ def test_paths_and_statuses():
     jsonschema.validate(body, ERROR)
     assert body["request_id"].startswith("req_")
     assert set(validation_error("bad").body_for("/v1/chat/completions")) == {"error"}  # OpenAI's, unchanged
+    field = "messages[0].content[1].source.data"  # Anthropic's body has no `param`: its message names it
+    assert (
+        validation_error("bad", field)
+        .body_for("/v1/messages")["error"]["message"]
+        .endswith(f"bad (at `{field}`)")
+    )
+    named = validation_error("`max_tokens` must be >= 1", "max_tokens").body_for("/v1/messages")
+    assert named["error"]["message"] == "Input validation error: `max_tokens` must be >= 1"
 
 
 def test_refusals_are_400_and_overload_is_529():
