@@ -3,6 +3,9 @@
 plan of `tools` / `tool_choice` (`tgi.server.tools`, the grammar-backed tool calling), the grammar of
 `output_config.format`, and the sampling parameters.
 
+A user turn's `image` blocks are image parts among its text (`tgi.server.images.sources.image_part`): a
+`base64` source as a `data:<media_type>;base64,<data>` URL, named by its `source.data`, a `url` source as
+its URL, named by its `source.url`; they are then fetched and checked as every API's images are.
 A `tool_use` block of an assistant turn becomes an assistant `tool_calls` entry (its `input` as the
 call's JSON arguments); a `tool_result` block becomes a `tool` message with its `tool_use_id` (and the
 tool's name, for templates that show it); one with `is_error` is shown to the model as `Error: <content>`.
@@ -18,6 +21,7 @@ from typing import Any
 from tgi.core.sampling_params import SamplingParams
 from tgi.server.errors import unsupported, validation_error
 from tgi.server.guided import one_grammar, refuse_if_disabled, response_format_grammar
+from tgi.server.images.sources import image_part
 from tgi.server.schemas_anthropic import (
     ASSISTANT_BLOCKS,
     TEXT_BLOCKS,
@@ -80,16 +84,33 @@ def _assistant(blocks: list[Block], where: str) -> dict:
     return message
 
 
+def _part(block: Block, where: str) -> dict:
+    """A text or image block as a chat message's content part (module docstring)."""
+    source = block.source
+    if source is None:
+        return {"type": "text", "text": block.text or ""}
+    if source.type == "base64":
+        return image_part(f"data:{source.media_type};base64,{source.data}", f"{where}.source.data")
+    return image_part(source.url or "", f"{where}.source.url")
+
+
+def _content(parts: list[dict]) -> str | list[dict]:
+    """A user message's content: its text joined, or with images its parts in order."""
+    if all(p["type"] == "text" for p in parts):
+        return "".join(p["text"] for p in parts)
+    return parts
+
+
 def _user(blocks: list[Block], where: str, names: dict[str, str]) -> list[dict]:
-    """The `tool` messages of the turn's `tool_result` blocks and a `user` message of each run of text."""
+    """The `tool` messages of the turn's `tool_result` blocks and a `user` message of each run of text and
+    images."""
     _text(blocks, where, USER_BLOCKS)
     out: list[dict] = []
     for i, block in enumerate(blocks):
-        if block.type == "text":
-            if out and out[-1]["role"] == "user":
-                out[-1]["content"] += block.text or ""
-            else:
-                out.append({"role": "user", "content": block.text or ""})
+        if block.type in ("text", "image"):
+            if not (out and out[-1]["role"] == "user"):
+                out.append({"role": "user", "content": []})
+            out[-1]["content"].append(_part(block, f"{where}[{i}]"))
             continue
         if not block.tool_use_id:
             raise validation_error(f"`{where}[{i}].tool_use_id` is required", f"{where}[{i}].tool_use_id")
@@ -103,7 +124,7 @@ def _user(blocks: list[Block], where: str, names: dict[str, str]) -> list[dict]:
         if block.tool_use_id in names:
             message["name"] = names[block.tool_use_id]
         out.append(message)
-    return out
+    return [{**m, "content": _content(m["content"])} if m["role"] == "user" else m for m in out]
 
 
 def template_messages(req: PromptFields) -> list[dict]:

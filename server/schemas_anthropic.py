@@ -2,7 +2,8 @@
 prompt is built in `tgi.server.anthropic_inputs`, the bodies in `tgi.server.anthropic_format`.
 
 Served: `model` (the served model, or one of its LoRA adapters), `system` (a string or text blocks),
-`messages` with `text`, `tool_use` and `tool_result` blocks, `tools` (custom tools) and `tool_choice`
+`messages` with `text`, `tool_use` and `tool_result` blocks and, in user turns for a model that takes images,
+`image` blocks (`ImageSource`), `tools` (custom tools) and `tool_choice`
 (`auto`, `any`, `tool`, `none`), `max_tokens`, `stop_sequences`, `temperature` (0 to 1; 0 is greedy),
 `top_p`, `top_k`, `stream`, `output_config.format` (a JSON schema, through guided decoding).
 
@@ -17,7 +18,8 @@ and `thinking` may be absent or `adaptive` (the model decides, as it does); with
 `disabled`. `thinking` and `redacted_thinking` blocks of earlier assistant turns are accepted and not shown
 to the model (Anthropic drops them from the context too).
 
-Refused by name (a 400): image, document and other blocks not named above, the other `thinking` settings
+Refused by name (a 400): document and other blocks not named above, images in `system`, assistant turns
+or a `tool_result`, `file` image sources (no file store here), the other `thinking` settings
 (`enabled` asks for a token budget, which is not kept here), server tools, `mcp_servers`, `container`,
 `context_management`, `output_config.effort`, and the other fields below (`fields.py`'s rule).
 """
@@ -33,7 +35,7 @@ from tgi.server.fields import NEUTRAL, RequestModel
 
 #: content block types this server reads (the others are refused by name)
 TEXT_BLOCKS = ("text",)
-USER_BLOCKS = ("text", "tool_result")
+USER_BLOCKS = ("text", "image", "tool_result")
 ASSISTANT_BLOCKS = ("text", "tool_use", "thinking", "redacted_thinking")  # thinking: dropped from the prompt
 
 # Anthropic's request fields that are not served, with the values that ask for what this server does anyway
@@ -49,6 +51,39 @@ _UNSERVED: dict[str, tuple[Any, ...]] = {
     "workspace_id": NEUTRAL,
     "betas": NEUTRAL,
 }
+
+
+#: the `media_type`s of a `base64` image source that Anthropic's API takes
+IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+
+
+class ImageSource(RequestModel):
+    """An `image` block's `source`: `base64` (`media_type` and `data`: taken as a `data:` URL) or `url` (an
+    http(s) URL); each image is then checked as chat completions' image URLs are (`tgi.server.images`:
+    the bytes against `media_type`, size, pixels, the hosts a URL may name). `file` (Anthropic's Files API)
+    is refused: this server has no file store."""
+
+    type: str | None = None  # required (`refusals`); optional so that a document's source parses
+    media_type: str | None = None  # base64
+    data: str | None = None  # base64
+    url: str | None = None  # url
+    KNOWN: ClassVar = {"file_id": NEUTRAL}
+
+    def refusals(self) -> Iterator[tuple[str, str]]:
+        if self.type is None:
+            yield "type", "is required in an image source (`base64` or `url`)"
+        elif self.type == "file":
+            yield "type", "`file` is not served: this server has no file store (give `base64` or `url`)"
+        elif self.type not in ("base64", "url"):
+            yield "type", f"is {self.type!r}: an image source here is `base64` or `url`"
+        elif self.type == "base64" and self.media_type not in IMAGE_MEDIA_TYPES:
+            yield "media_type", f"must be one of {', '.join(IMAGE_MEDIA_TYPES)}, got {self.media_type!r}"
+        fields = ("media_type", "data") if self.type == "base64" else ("url",)
+        for name in ("media_type", "data", "url"):
+            if name in fields and not getattr(self, name):
+                yield name, f"is required in a `{self.type}` image source"
+            elif name not in fields and getattr(self, name) is not None:
+                yield name, f"is not a field of a `{self.type}` image source"
 
 
 class Block(RequestModel):
@@ -67,7 +102,8 @@ class Block(RequestModel):
     thinking: str | None = None  # thinking (an earlier turn's: not shown to the model, as at Anthropic)
     signature: str | None = None  # thinking
     data: str | None = None  # redacted_thinking
-    KNOWN: ClassVar = {"citations": NEUTRAL, "source": NEUTRAL, "title": NEUTRAL, "context": NEUTRAL}
+    source: ImageSource | None = None  # image
+    KNOWN: ClassVar = {"citations": NEUTRAL, "title": NEUTRAL, "context": NEUTRAL}
 
     def refusals(self) -> Iterator[tuple[str, str]]:
         if self.type not in (*USER_BLOCKS, *ASSISTANT_BLOCKS):
@@ -76,6 +112,14 @@ class Block(RequestModel):
                 f"`{self.type}` content blocks are not supported: this server reads "
                 + ", ".join(f"`{t}`" for t in dict.fromkeys((*USER_BLOCKS, *ASSISTANT_BLOCKS))),
             )
+        elif self.type == "image" and self.source is None:
+            yield "source", "is required in an `image` block"
+        elif self.type != "image" and self.source is not None:
+            yield "source", f"is not a field of a `{self.type}` block"
+        elif self.type == "tool_result" and isinstance(self.content, list):
+            for i, block in enumerate(self.content):
+                if block.type == "image":
+                    yield f"content[{i}].type", "`image` blocks in a tool result are not served (text only)"
 
 
 class Message(RequestModel):

@@ -58,7 +58,7 @@ def data_url_bytes(url: str, field: str | None = None) -> tuple[bytes, str | Non
     try:
         data = base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError):
-        raise ImageError("the image data URL's base64 is not valid", field) from None
+        raise ImageError("the image's base64 is not valid", field) from None
     return data, mimetype
 
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
+import threading
+from collections.abc import Iterator
 
 
 def image_bytes(width: int = 8, height: int = 8, fmt: str = "PNG", color=(200, 30, 60)) -> bytes:
@@ -17,3 +20,28 @@ def image_bytes(width: int = 8, height: int = 8, fmt: str = "PNG", color=(200, 3
 
 def data_url(data: bytes, mimetype: str = "image/png") -> str:
     return f"data:{mimetype};base64,{base64.b64encode(data).decode()}"
+
+
+@contextlib.contextmanager
+def served_image(data: bytes, mimetype: str = "image/png") -> Iterator[str]:
+    """An HTTP server on the loopback that answers every GET with `data`; yields an image URL on it."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Image(BaseHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", mimetype)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Image)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/cat.png"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -72,6 +72,40 @@ def test_system_text_and_tool_blocks_as_chat_messages():
     ]
 
 
+IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}
+
+
+def test_image_blocks_are_image_parts_among_the_text_named_by_their_source():
+    url = {"type": "image", "source": {"type": "url", "url": "https://x.test/a.png"}}
+    req = request(
+        messages=[
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "Look "}, IMAGE, {"type": "text", "text": "and"}, url],
+            },
+        ]
+    )
+    assert template_messages(req) == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Look "},
+                {
+                    "type": "image",
+                    "url": "data:image/png;base64,AAAA",
+                    "field": "messages[0].content[1].source.data",
+                },
+                {"type": "text", "text": "and"},
+                {
+                    "type": "image",
+                    "url": "https://x.test/a.png",
+                    "field": "messages[0].content[3].source.url",
+                },
+            ],
+        }
+    ]
+
+
 @pytest.mark.parametrize(
     ("fields", "param"),
     [
@@ -102,6 +136,11 @@ def test_system_text_and_tool_blocks_as_chat_messages():
             "messages[0].content[0].tool_use_id",
         ),
         ({"system": [{"type": "tool_result", "tool_use_id": "a"}]}, "system[0].type"),
+        ({"system": [IMAGE]}, "system[0].type"),
+        (
+            {"messages": [{"role": "assistant", "content": [IMAGE]}, {"role": "user", "content": "x"}]},
+            "messages[0].content[0].type",
+        ),
     ],
 )
 def test_bad_conversations_name_the_field(fields, param):

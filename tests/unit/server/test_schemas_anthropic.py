@@ -13,6 +13,15 @@ BASE = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": 
 IMAGE = {"type": "image", "source": {"type": "url", "url": "http://x/y.png"}}
 
 
+def _image(**source) -> dict:
+    """`fields` whose one message holds an image block of this `source`."""
+    return {
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "image", "source": source}]}
+        ]
+    }
+
+
 def checked(**fields) -> MessagesRequest:
     req = MessagesRequest.model_validate({**BASE, **fields})
     check_fields(req)
@@ -22,7 +31,34 @@ def checked(**fields) -> MessagesRequest:
 @pytest.mark.parametrize(
     ("fields", "param"),
     [
-        ({"messages": [{"role": "user", "content": [IMAGE]}]}, "messages[0].content[0].type"),
+        (_image(type="file", file_id="file_1"), "messages[0].content[1].source.type"),
+        (_image(type="text", data="x"), "messages[0].content[1].source.type"),
+        (_image(data="x"), "messages[0].content[1].source.type"),
+        (
+            _image(type="base64", media_type="image/tiff", data="AA=="),
+            "messages[0].content[1].source.media_type",
+        ),
+        (_image(type="base64", data="AA=="), "messages[0].content[1].source.media_type"),
+        (_image(type="base64", media_type="image/png"), "messages[0].content[1].source.data"),
+        (
+            _image(type="base64", media_type="image/png", data="AA==", url="http://x"),
+            "messages[0].content[1].source.url",
+        ),
+        (_image(type="url"), "messages[0].content[1].source.url"),
+        (
+            _image(type="url", url="http://x/y.png", media_type="image/png"),
+            "messages[0].content[1].source.media_type",
+        ),
+        (_image(type="url", url="http://x/y.png", file_id="f"), "messages[0].content[1].source.file_id"),
+        ({"messages": [{"role": "user", "content": [{"type": "image"}]}]}, "messages[0].content[0].source"),
+        (
+            {
+                "messages": [
+                    {"role": "user", "content": [{"type": "text", "text": "Hi", "source": IMAGE["source"]}]}
+                ]
+            },
+            "messages[0].content[0].source",
+        ),
         (
             {"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]},
             "messages[0].content[0].type",
@@ -55,6 +91,11 @@ def test_unserved_fields_are_refused_by_name(fields, param):
         checked(**fields)
     assert refused.value.status == 422 and refused.value.param == param  # a 400 on Anthropic's routes
     assert f"`{param}`" in refused.value.message
+
+
+def test_image_blocks_of_a_base64_or_url_source_are_served():
+    checked(**_image(type="base64", media_type="image/webp", data="AA=="))  # the bytes are checked later
+    checked(**_image(type="url", url="https://x.test/y.png", cache_control=None))
 
 
 def test_fields_with_no_effect_are_accepted():

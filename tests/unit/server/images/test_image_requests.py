@@ -2,12 +2,9 @@
 `ImageInput`s that reach the engine. The model's side is real: a LLaVA processor and tokenizer saved by
 `tgi.core.testing.tiny_vlm` (4 placeholder tokens per image)."""
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 from fastapi.testclient import TestClient
-from image_files import data_url, image_bytes
+from image_files import data_url, image_bytes, served_image
 from transformers import AutoTokenizer
 
 from fake_engine import FakeEngine, error_of
@@ -136,28 +133,9 @@ def test_truncate_cannot_cut_images(tokenizer):
     assert r.status_code == 422 and "cannot be used with images" in error_of(r, "/generate")[0]
 
 
-class _Image(BaseHTTPRequestHandler):
-    def log_message(self, *args) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "image/png")
-        self.send_header("Content-Length", str(len(PNG)))
-        self.end_headers()
-        self.wfile.write(PNG)
-
-
 def test_an_allowed_host_is_fetched_over_http(tokenizer):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Image)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/cat.png"
     engine = _engine(tokenizer)
-    try:
-        with _client(engine, allowed_media_domains=("127.0.0.1",)) as c:
-            r = c.post("/v1/chat/completions", json=_chat(url))
-            assert r.status_code == 200, r.text
-    finally:
-        server.shutdown()
-        server.server_close()
+    with served_image(PNG) as url, _client(engine, allowed_media_domains=("127.0.0.1",)) as c:
+        r = c.post("/v1/chat/completions", json=_chat(url))
+        assert r.status_code == 200, r.text
     assert [x.num_tokens for x in engine.images[0]] == [4]
