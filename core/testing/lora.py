@@ -59,24 +59,34 @@ def write_random_lora(
 
 
 def peft_greedy(
-    base_model: str | Path, adapter: str | Path | None, prompts: Sequence[Sequence[int]], max_new_tokens: int
+    base_model: str | Path | Any,
+    adapter: str | Path | None,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int,
 ) -> list[list[int]]:
     """Greedy tokens of transformers' float32 model with the PEFT adapter at `adapter` (None: the base model),
-    each prompt alone, the whole sequence run again for every token, EOS not stopping it."""
+    each prompt alone, the whole sequence run again for every token, EOS not stopping it. `base_model`: a
+    checkpoint folder or a .gguf file, or a transformers model already loaded with `load_base`, which is
+    given back unchanged (the adapter's layers removed again), so that one load serves several adapters."""
     import torch
 
-    model = load_base(base_model)
+    loaded = not isinstance(base_model, (str, Path))
+    model = base_model if loaded else load_base(base_model)
     if adapter is not None:
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, str(adapter))
     model.eval()
     out = []
-    with torch.no_grad():
-        for prompt in prompts:
-            ids = list(prompt)
-            for _ in range(max_new_tokens):
-                logits = model(input_ids=torch.tensor([ids])).logits[0, -1]
-                ids.append(int(logits.argmax()))
-            out.append(ids[len(prompt) :])
+    try:
+        with torch.no_grad():
+            for prompt in prompts:
+                ids = list(prompt)
+                for _ in range(max_new_tokens):
+                    logits = model(input_ids=torch.tensor([ids])).logits[0, -1]
+                    ids.append(int(logits.argmax()))
+                out.append(ids[len(prompt) :])
+    finally:
+        if loaded and adapter is not None:
+            model.unload()  # the caller's model without the LoRA layers PEFT injected
     return out

@@ -9,7 +9,6 @@ import pytest
 
 from tgi.core.config import EngineConfig
 from tgi.core.engine import LLMEngine
-from tgi.core.loading import default_model_path
 from tgi.core.sampling_params import SamplingParams
 from tgi.core.testing.lora import peft_greedy, write_random_lora
 
@@ -23,9 +22,10 @@ ADAPTERS = {
 }
 
 
-def test_mixed_adapters_equal_peft_on_the_default_model(tmp_path, prompts):
-    gguf = default_model_path()
-    paths = {name: write_random_lora(tmp_path / name, gguf, **kw) for name, kw in ADAPTERS.items()}
+def test_mixed_adapters_equal_peft_on_the_default_model(tmp_path, prompts, hf_model):
+    # transformers' dequantized model, loaded once for the session (conftest.py): the adapters are made on it
+    # and each reference is computed with one of them put on it and taken off again
+    paths = {name: write_random_lora(tmp_path / name, hf_model, **kw) for name, kw in ADAPTERS.items()}
     config = EngineConfig(
         dtype="float32", max_batch_total_tokens=4096, max_total_tokens=1024, max_batch_prefill_tokens=256,
         max_num_seqs=16, lora_adapters=tuple((n, str(p)) for n, p in paths.items()),
@@ -38,7 +38,7 @@ def test_mixed_adapters_equal_peft_on_the_default_model(tmp_path, prompts):
         [list(p) for p, _ in requests],
         [SamplingParams(max_new_tokens=N, ignore_eos=True, adapter_id=a) for _, a in requests],
     )
-    want = {a: peft_greedy(gguf, None if a is None else paths[a], chosen, N) for a in names}
+    want = {a: peft_greedy(hf_model, None if a is None else paths[a], chosen, N) for a in names}
     for result, (prompt, adapter) in zip(results, requests, strict=True):
         assert result.token_ids == want[adapter][chosen.index(prompt)], f"adapter {adapter}"
     for a in ADAPTERS:
