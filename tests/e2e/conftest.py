@@ -23,6 +23,25 @@ def server(shared_server):
 
 
 @pytest.fixture(scope="session")
+def reasoning_server(tmp_path_factory):
+    """`tgi launch --reasoning-parser deepseek_r1` on a tiny random model whose chat template opens `<think>`
+    as DeepSeek-R1's does (`helpers.reasoning_model`), float32, 512 total tokens: one server, started when a
+    test first asks for it, for every file that reads its reasoning with these flags (Anthropic Messages,
+    OpenAI Responses). Its tests only send requests: none changes what the server serves."""
+    from helpers.reasoning_model import save_reasoning_model
+
+    root = tmp_path_factory.mktemp("reasoning-e2e")
+    model = save_reasoning_model(root / "model")
+    s = launch(
+        root, "--model-id", str(model), "--backend", "cpu", "--dtype", "float32", "--max-total-tokens", "512",
+        "--reasoning-parser", "deepseek_r1",
+    )  # fmt: skip
+    yield s
+    code = stop(s)
+    assert code == 0, f"the server exited with {code} on SIGTERM:\n{s.logs()}"
+
+
+@pytest.fixture(scope="session")
 def reference():
     """Greedy text of the in-process engine with the server's default settings."""
     return reference_for(None)

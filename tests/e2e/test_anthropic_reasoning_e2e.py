@@ -1,7 +1,8 @@
 """Anthropic Messages with a reasoning model: a real `tgi launch --reasoning-parser deepseek_r1` on a tiny
-random model whose chat template (built here) opens `<think>` as DeepSeek-R1's does; with the official
-`anthropic` client the reasoning is a `thinking` block streamed as `thinking_delta` events, before any text
-block, whole and streamed alike (greedy); `thinking: enabled` is refused by name."""
+random model whose chat template (tests/helpers/reasoning_model.py) opens `<think>` as DeepSeek-R1's does,
+the session's server shared with the Responses file; with the official `anthropic` client the reasoning is a
+`thinking` block streamed as `thinking_delta` events, before any text block, whole and streamed alike
+(greedy); `thinking: enabled` is refused by name."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import anthropic
 import httpx
 import pytest
 from anthropic_schemas import check_stream, parse_stream
-from helpers.reasoning_model import save_reasoning_model
 
 pytestmark = pytest.mark.e2e
 
@@ -17,15 +17,10 @@ ASK = [{"role": "user", "content": "What is 2 + 2?"}]
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory, launch_server, stop_server):
-    root = tmp_path_factory.mktemp("anthropic-reasoning-e2e")
-    model = save_reasoning_model(root / "model")
-    server = launch_server(
-        root, "--model-id", str(model), "--backend", "cpu", "--dtype", "float32", "--max-total-tokens", "512",
-        "--reasoning-parser", "deepseek_r1",
-    )  # fmt: skip
-    yield anthropic.Anthropic(base_url=server.url, api_key="-", timeout=120, max_retries=0), server.url
-    assert stop_server(server) == 0, server.logs()
+def served(reasoning_server):
+    """The session's reasoning server (tests/e2e/conftest.py), shared with the Responses file."""
+    url = reasoning_server.url
+    return anthropic.Anthropic(base_url=url, api_key="-", timeout=120, max_retries=0), url
 
 
 def test_reasoning_is_a_thinking_block_whole_and_streamed(served):

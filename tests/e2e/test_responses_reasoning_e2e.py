@@ -1,28 +1,22 @@
 """OpenAI Responses with a reasoning model: a real `tgi launch --reasoning-parser deepseek_r1` on a tiny random
-model whose chat template (built here) opens `<think>` as DeepSeek-R1's does; with the official `openai`
-client the reasoning is a `reasoning` output item streamed as `response.reasoning_text.delta` events, before
-any message, whole and streamed alike (greedy), every event validated by the client's own models."""
+model whose chat template (tests/helpers/reasoning_model.py) opens `<think>` as DeepSeek-R1's does, the
+session's server shared with the Anthropic file; with the official `openai` client the reasoning is a
+`reasoning` output item streamed as `response.reasoning_text.delta` events, before any message, whole and
+streamed alike (greedy), every event validated by the client's own models."""
 
 from __future__ import annotations
 
 import openai
 import pytest
 from helpers.openai_responses import validated_events
-from helpers.reasoning_model import save_reasoning_model
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory, launch_server, stop_server):
-    root = tmp_path_factory.mktemp("responses-reasoning-e2e")
-    model = save_reasoning_model(root / "model")
-    server = launch_server(
-        root, "--model-id", str(model), "--backend", "cpu", "--dtype", "float32", "--max-total-tokens", "512",
-        "--reasoning-parser", "deepseek_r1",
-    )  # fmt: skip
-    yield openai.OpenAI(base_url=server.url + "/v1", api_key="-", timeout=120)
-    assert stop_server(server) == 0, server.logs()
+def client(reasoning_server):
+    """The session's reasoning server (tests/e2e/conftest.py), shared with the Anthropic file."""
+    return openai.OpenAI(base_url=reasoning_server.url + "/v1", api_key="-", timeout=120)
 
 
 def test_reasoning_is_an_output_item_whole_and_streamed(client):
