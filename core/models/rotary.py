@@ -126,6 +126,36 @@ class LongRotaryEmbedding(RotaryEmbedding):
         return self._cos_sin(positions.to(torch.float32)[:, None] * inv_freq, dtype)
 
 
+class MRotaryEmbedding(RotaryEmbedding):
+    """Multimodal RoPE (Qwen2-VL): each token has three positions (temporal, height, width); the rotary
+    frequencies are cut into `mrope_section` runs (their sum is `rotary_dim // 2`) and run k rotates by
+    position k. Positions [T] (a step whose tokens have three equal positions, e.g. every decode) give
+    plain RoPE, which is the same arithmetic; positions [3, T] the sectioned one."""
+
+    def __init__(self, inv_freq: torch.Tensor, mrope_section: list[int], attention_scaling: float = 1.0):
+        if sum(mrope_section) != inv_freq.numel() or len(mrope_section) != 3:
+            raise ValueError(
+                f"mrope_section {list(mrope_section)} must be three runs summing to the {inv_freq.numel()} "
+                "rotary frequencies (rotary_dim // 2)"
+            )
+        super().__init__(inv_freq, attention_scaling)
+        #: [rotary_dim // 2] int64: which of the three positions each frequency rotates by
+        self.section_of = torch.repeat_interleave(torch.arange(3), torch.tensor(list(mrope_section)))
+
+    def to(self, device: torch.device | str) -> MRotaryEmbedding:
+        self.section_of = self.section_of.to(device)
+        return super().to(device)
+
+    def cos_sin(
+        self, positions: torch.Tensor, dtype: torch.dtype, seq_lens: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if positions.dim() == 1:
+            return super().cos_sin(positions, dtype, seq_lens)
+        freqs = positions.to(torch.float32)[:, :, None] * self.inv_freq[None, None, :]  # [3, T, D/2]
+        index = self.section_of[None, None, :].expand(1, freqs.shape[1], -1)
+        return self._cos_sin(freqs.gather(0, index)[0], dtype)
+
+
 def rotary_embedding(config: Any, device: torch.device | str | None = None) -> RotaryEmbedding:
     """The rotary embedding of `config` (LongRoPE where it says so), on `device`."""
     if rope_parameters(config)["rope_type"] == "longrope":

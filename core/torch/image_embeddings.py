@@ -15,16 +15,19 @@ import torch
 from tgi.core.interfaces.batch import ScheduledSequence
 from tgi.core.request import ImageInput
 
-#: pixel_values [N, 3, H, W] -> [N, tokens per image, hidden]
-Encoder = Callable[[torch.Tensor], torch.Tensor]
+#: encode(pixel_values [N, 3, H, W], **extras) -> [N, tokens per image, hidden] (or [tokens, hidden]);
+#: `extras`: the image's `ImageInput.extras` by name, arrays as tensors on the runner's device (LLaVA has
+#: none; Idefics3 its `pixel_attention_mask`, ...)
+Encoder = Callable[..., torch.Tensor]
 
 
 class ImageEmbeddings:
     """The encoder output of the images of requests whose placeholders are not all prefilled yet."""
 
-    def __init__(self, encode: Encoder, device: torch.device) -> None:
+    def __init__(self, encode: Encoder, device: torch.device, extras: Sequence[str] | None = None) -> None:
         self._encode = encode
         self._device = device
+        self._extras = None if extras is None else frozenset(extras)  # the names `encode` takes (None: all)
         self._kept: dict[str, dict[int, torch.Tensor]] = {}  # request id -> image index -> [tokens, hidden]
         self.num_encoded = 0  # images run through the tower since start
 
@@ -66,7 +69,12 @@ class ImageEmbeddings:
             pixels = torch.as_tensor(image.pixel_values, device=self._device)
             if pixels.dim() == 3:
                 pixels = pixels.unsqueeze(0)
-            encoded = self._encode(pixels)
+            extras = {
+                k: _tensor(v, self._device)
+                for k, v in image.extras.items()
+                if self._extras is None or k in self._extras
+            }
+            encoded = self._encode(pixels, **extras)
             features = encoded.reshape(-1, encoded.shape[-1])
             self.num_encoded += 1
             if features.shape[0] != image.num_tokens:
@@ -76,3 +84,10 @@ class ImageEmbeddings:
                 )
             kept[index] = features
         return features
+
+
+def _tensor(value: object, device: torch.device) -> object:
+    """An extra as the encoder takes it: arrays as tensors on `device`, anything else as it is."""
+    if isinstance(value, torch.Tensor) or hasattr(value, "__array__"):
+        return torch.as_tensor(value, device=device)
+    return value

@@ -67,3 +67,30 @@ def test_an_encoder_output_of_another_length_than_the_placeholders_is_refused() 
     cache = ImageEmbeddings(_encode, torch.device("cpu"))
     with pytest.raises(ValueError, match="made 3 embeddings for 4 placeholder tokens"):
         cache.place([_chunk("r", 0, 8, _images((4, 1)))], torch.zeros(8, HIDDEN))
+
+
+def test_an_images_extras_reach_the_encoder_by_name_as_tensors() -> None:
+    seen = {}
+
+    def encode(pixels: torch.Tensor, *, scale: torch.Tensor) -> torch.Tensor:
+        seen["scale"] = scale
+        return _encode(pixels) * scale
+
+    image = ImageInput(np.array([[[1.0, 2.0]]]), 1, 2, b"a", {"scale": np.array([3.0])})
+    cache = ImageEmbeddings(encode, torch.device("cpu"))
+    embeds = torch.zeros(3, HIDDEN)
+    assert cache.place([_chunk("r", 0, 3, (image,))], embeds)
+    assert isinstance(seen["scale"], torch.Tensor)
+    assert embeds[:, 0].tolist() == [0, 3, 6]
+
+
+def test_only_the_extras_the_encoder_names_reach_it() -> None:
+    def encode(pixels: torch.Tensor, *, scale: torch.Tensor) -> torch.Tensor:
+        return _encode(pixels) * scale
+
+    extras = {"scale": np.array([2.0]), "per_token_ids": np.array([[1, 2, 3]])}
+    image = ImageInput(np.array([[[1.0, 2.0]]]), 0, 2, b"a", extras)
+    cache = ImageEmbeddings(encode, torch.device("cpu"), extras=("scale",))
+    embeds = torch.zeros(2, HIDDEN)
+    assert cache.place([_chunk("r", 0, 2, (image,))], embeds)
+    assert embeds[:, 0].tolist() == [2, 4]
