@@ -17,7 +17,8 @@ from tgi.server.images.limits import ImageError
 log = logging.getLogger("tgi.server")
 
 _PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
-_TEXT_KEYS = frozenset({"input_ids", "attention_mask", "token_type_ids", "pixel_values"})
+#: the processor's per-token outputs and the pixels: not an image's `extras`
+_TEXT_KEYS = frozenset({"input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids", "pixel_values"})
 
 
 class ImagePreprocessor:
@@ -34,9 +35,7 @@ class ImagePreprocessor:
         token; None for a text-only model (or a folder that is not one)."""
         if not folder or not any(os.path.isfile(os.path.join(folder, f)) for f in _PROCESSOR_FILES):
             return None
-        from transformers import AutoProcessor
-
-        processor = AutoProcessor.from_pretrained(folder)
+        processor = load_processor(folder)
         if getattr(processor, "image_processor", None) is None or not getattr(processor, "image_token", None):
             return None
         log.info("image processor: %s", type(processor).__name__)
@@ -94,6 +93,47 @@ class ImagePreprocessor:
         if len(spans) != len(images) or k != len(counts):
             raise ImageError(f"the processor's image placeholders do not match its {len(images)} image(s)")
         return spans
+
+
+def load_processor(folder: str) -> Any:
+    """transformers' `AutoProcessor` of `folder`; where it fails only because a video processor needs a
+    library that is not installed (Qwen2-VL's needs torchvision), the folder's processor class with its
+    image processor and tokenizer and no video processor: images are what is served."""
+    from transformers import AutoProcessor
+
+    try:
+        return AutoProcessor.from_pretrained(folder)
+    except ImportError as exc:
+        return _images_only_processor(folder, exc)
+
+
+def _images_only_processor(folder: str, exc: ImportError) -> Any:
+    import json
+
+    import transformers
+    from transformers import AutoImageProcessor, AutoTokenizer
+
+    with open(os.path.join(folder, "processor_config.json")) as f:
+        name = json.load(f).get("processor_class", "")
+    cls = getattr(transformers, name, None)
+    if cls is None or "video_processor" not in cls.get_attributes():
+        raise exc
+
+    class ImagesOnly(cls):  # the class check of the absent video processor is the only thing skipped
+        def check_argument_for_proper_class(self, attribute: str, value: Any) -> Any:
+            if attribute == "video_processor" and value is None:
+                return None
+            return super().check_argument_for_proper_class(attribute, value)
+
+    ImagesOnly.__name__ = f"{name} (images only)"
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    log.info("image processor %s without its video processor (%s)", name, str(exc).strip().splitlines()[0])
+    return ImagesOnly(
+        image_processor=AutoImageProcessor.from_pretrained(folder),
+        tokenizer=tokenizer,
+        video_processor=None,
+        chat_template=getattr(tokenizer, "chat_template", None),
+    )
 
 
 def _runs(ids: list[int], token: int) -> list[tuple[int, int]]:

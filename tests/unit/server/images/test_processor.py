@@ -47,3 +47,30 @@ def test_placeholders_and_images_must_match(folder):
     pre = ImagePreprocessor.load(folder)
     with pytest.raises(ImageError, match=r"1 image placeholder\(s\) `<image>` for 2 image\(s\)"):
         pre.prepare("w5 <image>", [_decoded((1, 2, 3)), _decoded((4, 5, 6))], add_special_tokens=False)
+
+
+@pytest.fixture(scope="module")
+def qwen_folder(tmp_path_factory):
+    from tgi.core.testing.tiny_qwen2_vl import save_qwen2_vl_processor
+
+    return str(save_qwen2_vl_processor(tmp_path_factory.mktemp("qwen2-vl")))
+
+
+def test_qwen2_vl_images_carry_their_patch_rows_and_grid(qwen_folder):
+    # the processor loads without torchvision (its video processor needs it): images only
+    pre = ImagePreprocessor.load(qwen_folder)
+    assert pre is not None and pre.image_token == "<|image_pad|>"
+    wide = decode_image(image_bytes(60, 40, color=(255, 0, 0)), "image/png", ImageLimits())
+    tall = decode_image(image_bytes(40, 90, color=(0, 0, 255)), "image/png", ImageLimits())
+    vision = "<|vision_start|><|image_pad|><|vision_end|>"
+    ids, images = pre.prepare(f"w5 {vision} w6 {vision}", [wide, tall], add_special_tokens=False)
+    own = pre.processor(
+        text=[f"w5 {vision} w6 {vision}"], images=[wide.image, tall.image], return_tensors="np"
+    )
+    assert ids == own["input_ids"][0].tolist()
+    assert [(x.offset, x.num_tokens) for x in images] == [(2, 6), (11, 6)]
+    # each image's own flattened patches and [1, 3] grid; the per-token mm_token_type_ids stay out
+    assert [x.extras["image_grid_thw"].tolist() for x in images] == [[[1, 4, 6]], [[1, 6, 4]]]
+    assert all(set(x.extras) == {"image_grid_thw"} for x in images)
+    np.testing.assert_array_equal(images[0].pixel_values, own["pixel_values"][:24])
+    np.testing.assert_array_equal(images[1].pixel_values, own["pixel_values"][24:])
