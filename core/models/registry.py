@@ -28,6 +28,8 @@ _ARCHITECTURES: dict[str, tuple[str, str]] = {
     "Qwen2MoeForCausalLM": ("tgi.core.models.mixtral", "Qwen2MoeForCausalLM"),
     "Qwen3MoeForCausalLM": ("tgi.core.models.mixtral", "Qwen3MoeForCausalLM"),
     "LlavaForConditionalGeneration": ("tgi.core.models.llava", "LlavaForConditionalGeneration"),
+    "Qwen2VLForConditionalGeneration": ("tgi.core.models.qwen2_vl", "Qwen2VLForConditionalGeneration"),
+    "Qwen2_5_VLForConditionalGeneration": ("tgi.core.models.qwen2_vl", "Qwen2_5_VLForConditionalGeneration"),
 }
 _MODEL_TYPES: dict[str, str] = {
     "llama": "LlamaForCausalLM",
@@ -43,6 +45,8 @@ _MODEL_TYPES: dict[str, str] = {
     "qwen2_moe": "Qwen2MoeForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM",
     "llava": "LlavaForConditionalGeneration",
+    "qwen2_vl": "Qwen2VLForConditionalGeneration",
+    "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
 }
 
 

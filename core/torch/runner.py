@@ -46,6 +46,8 @@ class TorchModelRunner(ModelRunner):
         self.lora = None  # the LoRA adapters' state (`tgi.core.lora.LoRAModel`), when --lora-adapters asks
         self.hf_config = None
         self.images = None  # `ImageEmbeddings`, when the model has a vision tower
+        # each request's positions, when the model's are not one per token (M-RoPE: `RequestPositions`)
+        self.request_positions = None
 
     # -- lifecycle --------------------------------------------------------------------------------------
     def load(self) -> ModelInfo:
@@ -98,7 +100,12 @@ class TorchModelRunner(ModelRunner):
         if getattr(self.model, "takes_images", False):
             from tgi.core.torch.image_embeddings import ImageEmbeddings
 
-            self.images = ImageEmbeddings(self.model.encode_images, self.device)
+            self.images = ImageEmbeddings(
+                self.model.encode_images, self.device, getattr(self.model, "image_extras", None)
+            )
+        # a model whose positions a request's prompt and images decide (M-RoPE) says so by making them
+        make_positions = getattr(self.model, "request_positions", None)
+        self.request_positions = make_positions() if make_positions is not None else None
         text_config = getattr(self.model, "text_config", self.hf_config)  # a vision model's decoder's
         architecture = (self.hf_config.architectures or [type(self.model).__name__])[0]
         path = getattr(self.model, "implementation_note", None)  # e.g. "transformers fallback"
@@ -162,7 +169,7 @@ class TorchModelRunner(ModelRunner):
     def shutdown(self) -> None:
         """Drop the weights (with the backend's packed copies and kernels attached to the model), the KV
         cache, the LoRA adapters and the Medusa heads; the runner cannot execute again. Idempotent."""
-        self.model = self.kv_cache = self.lora = self.medusa = self.images = None
+        self.model = self.kv_cache = self.lora = self.medusa = self.images = self.request_positions = None
 
     def warmup(self, max_batch_tokens: int, max_num_seqs: int) -> None:
         """One prefill of `max_batch_tokens` tokens (at most the backend's `warmup_prefill_tokens`) and one
@@ -192,7 +199,11 @@ class TorchModelRunner(ModelRunner):
         device = self.device
         input_ids = to_device([t for s in seqs for t in s.token_ids], torch.int64, device)
         self.backend.begin_step(input_ids.numel())
-        positions = build_positions(seqs, device)
+        if self.request_positions is None:
+            positions = build_positions(seqs, device)  # [T]
+        else:  # [T], or [3, T] when a chunk feeds image placeholders
+            self.request_positions.drop(batch.freed_request_ids)
+            positions = self.request_positions.build(seqs, device)
         meta = build_attention_metadata(seqs, self.config.block_size, device)
         self.attention.prepare(meta)
         if self.lora is not None:
