@@ -100,6 +100,10 @@ def run_launch(args: argparse.Namespace) -> int:
     unserved = unserved_variables()
     if unserved:
         log.warning(warning(unserved))
+    if args.headless:  # a node other than 0 of a multi-host group: its ranks only, no HTTP port
+        from tgi.core.parallel.headless import run_headless
+
+        return run_headless(config, say=lambda message: log.info(message))
     try:
         sock = _bind(args.hostname, args.port)
     except OSError as exc:
@@ -205,9 +209,15 @@ def serve(engine, settings: ServerSettings, sock: socket.socket) -> int:
     # `run` rather than `asyncio.run(server.serve())`: uvicorn's own event loop, uvloop when it is installed
     # (as `uvicorn.run` picks it): about a quarter less CPU per streamed chunk than asyncio's default loop.
     server.run(sockets=[sock])
-    error = app.state.service.current_engine.error  # the first engine, or the one swapped in
+    current = app.state.service.current_engine  # the first engine, or the one swapped in
+    error = current.error
     if error is not None:  # stopped because the engine died (e.g. a shard rank), not by request
         log.error("stopped: the engine died: %s: %s", type(error).__name__, error)
+        return 1
+    runner = getattr(getattr(current, "engine", None), "runner", None)
+    failure = getattr(runner, "failure", None)  # a tensor-parallel rank (or node) died between steps
+    if isinstance(failure, str):
+        log.error("stopped: %s", failure)
         return 1
     log.info("stopped")
     return 0

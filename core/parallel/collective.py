@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 import datetime
-import os
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from tgi.core.interfaces.collective import Collective
-from tgi.core.parallel.rendezvous import create_store, loopback_gloo
-
-#: seconds a collective may wait for a peer that is alive but silent (a dead peer fails at once: its
-#: sockets close); also the rendezvous timeout. Generous, since ranks load weights between collectives.
-ENV_TIMEOUT = "TGI_COLLECTIVE_TIMEOUT"
-DEFAULT_TIMEOUT_S = 600.0
+from tgi.core.parallel.rendezvous import create_store, gloo_interface
+from tgi.core.parallel.topology import dist_timeout_s
 
 
 def collective_timeout() -> datetime.timedelta:
-    return datetime.timedelta(seconds=float(os.environ.get(ENV_TIMEOUT, DEFAULT_TIMEOUT_S)))
+    """How long a collective may wait for a peer that is alive but silent (a dead peer fails at once: its
+    sockets close); also the rendezvous timeout (`--dist-timeout`, `topology.apply_dist_timeout`)."""
+    return datetime.timedelta(seconds=dist_timeout_s())
 
 
 class TorchDistributedCollective(Collective):
@@ -50,9 +47,10 @@ class TorchDistributedCollective(Collective):
         if self.device is not None and self.device.type != "cpu":
             kwargs["device_id"] = self.device
         timeout = timeout or collective_timeout()
-        # rank 0's store binds to the rendezvous address only; gloo to loopback for a local group
+        # rank 0's store binds to the rendezvous address only; gloo to loopback for a local group, else to
+        # the interface that reaches the rendezvous address
         store = create_store(init_method, rank, world_size, timeout) if init_method else None
-        with loopback_gloo(process_group_backend, init_method):
+        with gloo_interface(process_group_backend, init_method):
             dist.init_process_group(
                 backend=process_group_backend,
                 store=store,
@@ -65,7 +63,7 @@ class TorchDistributedCollective(Collective):
         # its sockets on loopback for a local group as the default group's
         self._control_group = None
         if "gloo" not in process_group_backend:
-            with loopback_gloo("gloo", init_method):
+            with gloo_interface("gloo", init_method):
                 self._control_group = dist.new_group(backend="gloo")
 
     @property

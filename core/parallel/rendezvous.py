@@ -1,26 +1,30 @@
-"""Where the ranks of one tensor-parallel group meet, and that nothing of it listens beyond this host.
+"""Where the ranks of one tensor-parallel group meet, and that nothing of it listens beyond the interface asked for.
 
 PyTorch's own `tcp://` rendezvous starts a `TCPStore` that listens on every interface, unauthenticated,
-whatever host the URL names; and gloo binds its data sockets to the address of this host's name. All ranks
-of a group run on this host (rank 0 spawns the others), so by default:
+whatever host the URL names; and gloo binds its data sockets to the address of this host's name. So:
 
-- the store is a file (`file://`) in a private folder (mode 0700) that `Rendezvous.close()` removes: no
-  socket at all;
-- with `--master-port` (or a `--master-addr` that is not a loopback address) it is a `TCPStore` whose
-  listening socket rank 0 binds to exactly that address and port (`create_store`), never to all interfaces;
-  a non-loopback address is logged as reachable from the network;
-- gloo's sockets bind to the loopback interface (`loopback_gloo`) when the rendezvous is on this host only.
+- on one host, by default, the store is a file (`file://`) in a private folder (mode 0700) that
+  `Rendezvous.close()` removes: no socket at all;
+- with `--master-port`, a `--master-addr` that is not a loopback address, or `--nnodes` > 1, it is a
+  `TCPStore` whose listening socket rank 0 binds to exactly that address and port (`create_store`), never
+  to all interfaces; a non-loopback address is logged as reachable from the network. The store has no
+  authentication and no TLS (c10d offers neither): a network policy must keep it to the group's hosts;
+- gloo's sockets bind to the loopback interface when the rendezvous is on this host only, else to the
+  interface whose address reaches `--master-addr` (`gloo_interface`); a `GLOO_SOCKET_IFNAME` the user set
+  wins.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import fcntl
 import ipaddress
 import logging
 import os
 import shutil
 import socket
+import struct
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -102,6 +106,8 @@ def create_store(init_method: str, rank: int, world_size: int, timeout: datetime
         raise ValueError(f"unsupported rendezvous {init_method!r} (file:///path or tcp://host:port)")
     if rank != 0:
         return dist.TCPStore(url.hostname, url.port, world_size, False, timeout)
+    if init_method in _OPENED:  # opened before the group, for the nodes' join (`open_leader_store`)
+        return _OPENED.pop(init_method)
     listener = socket.create_server((url.hostname, url.port), family=_family(url.hostname), reuse_port=False)
     fd = listener.detach()  # the store owns the socket from here
     try:
@@ -111,6 +117,18 @@ def create_store(init_method: str, rank: int, world_size: int, timeout: datetime
     except BaseException:
         os.close(fd)
         raise
+
+
+#: stores rank 0 opened before its group formed, by rendezvous URL: the group's collective takes them over
+_OPENED: dict[str, Any] = {}
+
+
+def open_leader_store(init_method: str, world_size: int, timeout: datetime.timedelta) -> Any:
+    """Rank 0's `TCPStore` of `init_method`, listening now (the other nodes join through it before the group
+    forms); the group's collective, created later in this process, uses this one instead of binding again."""
+    store = create_store(init_method, 0, world_size, timeout)
+    _OPENED[init_method] = store
+    return store
 
 
 def _family(host: str) -> socket.AddressFamily:
@@ -126,14 +144,49 @@ def loopback_interface() -> str:
     raise RuntimeError(f"no loopback interface (lo, lo0) among this host's interfaces {names}")
 
 
+def route_interface(host: str) -> str | None:
+    """The name of this host's interface whose IPv4 address a connection to `host` leaves from (the one
+    that reaches it); None when it cannot be told (IPv6, no route, not Linux)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((host, 9))  # UDP: picks the route, sends nothing
+            local = s.getsockname()[0]
+        for _, name in socket.if_nameindex():
+            if _ipv4_of(name) == local:
+                return name
+    except OSError:
+        pass
+    return None
+
+
+def _ipv4_of(interface: str) -> str | None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            request = struct.pack("256s", interface.encode()[:15])
+            return socket.inet_ntoa(fcntl.ioctl(s.fileno(), 0x8915, request)[20:24])  # SIOCGIFADDR
+        except OSError:
+            return None
+
+
 @contextlib.contextmanager
-def loopback_gloo(process_group_backend: str, init_method: str) -> Iterator[None]:
-    """While a gloo group of a local rendezvous is created, `GLOO_SOCKET_IFNAME` names the loopback
-    interface, so that its sockets bind to it only; a value the user set is kept."""
-    if "gloo" not in process_group_backend or not is_local(init_method) or os.environ.get(GLOO_IFNAME_ENV):
+def gloo_interface(process_group_backend: str, init_method: str) -> Iterator[None]:
+    """While a gloo group is created, `GLOO_SOCKET_IFNAME` names the interface its sockets bind to: the
+    loopback interface for a rendezvous on this host, else the one that reaches the rendezvous address; a
+    value the user set is kept."""
+    if "gloo" not in process_group_backend or not init_method or os.environ.get(GLOO_IFNAME_ENV):
         yield
         return
-    os.environ[GLOO_IFNAME_ENV] = loopback_interface()
+    if is_local(init_method):
+        name = loopback_interface()
+    else:
+        name = route_interface(urlsplit(init_method).hostname or "")
+        if name is None:
+            log.warning(
+                "gloo: no interface found that reaches %s; gloo binds to its host name's", init_method
+            )
+            yield
+            return
+    os.environ[GLOO_IFNAME_ENV] = name
     try:
         yield
     finally:

@@ -1,11 +1,13 @@
-"""Rank 0 of a tensor-parallel engine: spawns the other ranks, drives them step by step, watches them.
+"""Rank 0 of a tensor-parallel engine: spawns the other ranks of its node, admits the other nodes of a
+group over several hosts (`remote_nodes.py`), drives every rank step by step, watches them.
 
 One scheduler (the engine's, on rank 0). Every runner call is broadcast to ranks 1..N-1 as a command over
 the group's collective (`command_channel.py`; a step as its delta from the last one, `batch_delta.py`) and
 run on rank 0's own shard at the same time; sampling happens on rank 0 only (the logits are all-gathered). A
 watchdog thread notices a rank that dies within a fraction of a second, names it with its cause, and
 kills the others so that no rank stays blocked in a collective: rank 0's pending call fails at once (gloo
-raises when a peer's socket closes) with a `ShardFailure` naming the rank.
+raises when a peer's socket closes) with a `ShardFailure` naming the rank. Another node's rank that dies is
+named by that node through the store; a node that vanishes, by its missed heartbeats (`node_join.py`).
 """
 
 from __future__ import annotations
@@ -14,15 +16,12 @@ import atexit
 import contextlib
 import dataclasses
 import logging
-import multiprocessing as mp
 import os
-import pickle
 import signal
 import threading
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tgi.core.interfaces import (
@@ -35,13 +34,17 @@ from tgi.core.interfaces import (
 )
 from tgi.core.interfaces.batch import ScheduledBatch, StepOutput
 from tgi.core.parallel.command_channel import CommandSender
-from tgi.core.parallel.rendezvous import Rendezvous, open_rendezvous
-from tgi.core.parallel.worker import describe_exception, run_command, worker_main
+from tgi.core.parallel.node_join import HEARTBEAT_TIMEOUT_S
+from tgi.core.parallel.processes import RankProcess, process_context, rank_failure, start_rank, stop_ranks
+from tgi.core.parallel.rendezvous import open_rendezvous
+from tgi.core.parallel.topology import DEFAULT_MULTI_NODE_PORT, NodeLayout, apply_dist_timeout
+from tgi.core.parallel.worker import describe_exception, run_command
 from tgi.core.request import EngineError
 
 if TYPE_CHECKING:
     from tgi.core.config import EngineConfig
     from tgi.core.loading.source import ModelSource
+    from tgi.core.parallel.remote_nodes import RemoteNodes
     from tgi.core.plugins.spec import BackendSpec
     from tgi.core.torch.backend import TorchBackend
 
@@ -58,60 +61,12 @@ class ShardFailure(EngineError):
     fatal = True  # AsyncEngine stops (rather than failing the step's requests and going on)
 
 
-@dataclass
-class _Worker:
-    rank: int
-    process: Any  # multiprocessing.Process
-    conn: Any  # duplex Connection: shutdown out, the worker's error back (commands: `CommandSender`)
-
-
-#: what a fork server imports once, so that each rank starts in a fraction of a second instead of
-#: importing torch and transformers itself
-FORKSERVER_PRELOAD = [
-    "torch",
-    "tgi.core.torch.runner",
-    "tgi.core.parallel.layers",
-    "tgi.core.loading.safetensors_loader",
-]
-
-
-def _process_context() -> Any:
-    """A fork server where there is one (a clean process, started once, that forks the ranks), else spawn.
-    Never a plain fork of rank 0: it has threads (the server's, torch's)."""
-    if "forkserver" in mp.get_all_start_methods():
-        ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
-        return ctx
-    return mp.get_context("spawn")
-
-
-def _exit_cause(process: Any) -> str:
-    code = process.exitcode
-    if code is None:
-        return "still running"
-    if code < 0:
-        try:
-            return f"killed by signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exited with code {code}"
-
-
-def _shutdown_workers(workers: list[_Worker], rendezvous: Rendezvous, timeout: float = 10.0) -> None:
-    """Tell every worker to stop, make sure it did, and remove the group's rendezvous folder (also the
-    finaliser of a forgotten runner)."""
-    message = pickle.dumps(("shutdown", ()))
-    for w in workers:
-        with contextlib.suppress(OSError):
-            w.conn.send_bytes(message)
-    deadline = time.monotonic() + timeout
-    for w in workers:
-        w.process.join(max(0.0, deadline - time.monotonic()))
-        if w.process.is_alive():
-            w.process.kill()
-            w.process.join(5)
-        w.conn.close()
-    rendezvous.close()
+def _stop_group(workers: list[RankProcess], remote: RemoteNodes | None, rendezvous: Any) -> None:
+    """The other nodes first (told through the store, before this node's ranks leave their sockets), then
+    this node's ranks; then the rendezvous folder goes."""
+    if remote is not None:
+        remote.close()
+    stop_ranks(workers, then=rendezvous.close)
 
 
 class TensorParallelRunner(ModelRunner):
@@ -136,7 +91,8 @@ class TensorParallelRunner(ModelRunner):
         self.spec, self.backend, self.source, self.config = spec, backend, source, config
         self.world_size = world_size
         self.shutdown_process = shutdown_process
-        self.workers: list[_Worker] = []
+        self.workers: list[RankProcess] = []  # this node's other ranks
+        self.remote: RemoteNodes | None = None  # the other nodes of a group over several hosts
         self.local: ModelRunner | None = None
         self.collective = None
         self.failure: str | None = None
@@ -184,32 +140,41 @@ class TensorParallelRunner(ModelRunner):
 
     def _spawn(self, say: Callable[[str], None]) -> None:
         n = self.world_size
+        layout = NodeLayout(n, self.config.nnodes, 0)  # this process: node 0, rank 0
+        apply_dist_timeout(self.config.dist_timeout_s)
         self.backend.bind_rank(0)  # before its collective and runner; each worker binds its own rank
-        # a private file store on this host unless TGI's --master-addr / --master-port ask for tcp
-        rendezvous = open_rendezvous(self.config.master_addr, self.config.master_port)
+        # a private file store on this host unless TGI's --master-addr / --master-port ask for tcp (always
+        # tcp over several hosts: the other nodes join through it)
+        port = self.config.master_port
+        port = DEFAULT_MULTI_NODE_PORT if port is None and layout.nnodes > 1 else port
+        rendezvous = open_rendezvous(self.config.master_addr, port)
         init_method = rendezvous.init_method
-        ctx = _process_context()
-        # stops the workers on shutdown(), or when this runner is forgotten, or at exit
-        self._finalizer = weakref.finalize(self, _shutdown_workers, self.workers, rendezvous)
-        for rank in range(1, n):
-            parent, child = ctx.Pipe(duplex=True)
-            process = ctx.Process(
-                target=worker_main,
-                args=(rank, n, init_method, self.spec, self.source, self.config, child),
-                name=f"tgi-shard-{rank}",
-                daemon=True,  # never outlives rank 0
+        if layout.nnodes > 1:
+            from tgi.core.parallel.remote_nodes import RemoteNodes
+
+            self.remote = RemoteNodes.open(init_method, layout, self.config, self.source, self.spec.name)
+            say(
+                f"tensor parallelism: {n} ranks on {layout.nnodes} nodes, waiting for nodes to join at {init_method}"
             )
-            process.start()
-            child.close()
-            self.workers.append(_Worker(rank, process, parent))
+        ctx = process_context()
+        # stops the workers on shutdown(), or when this runner is forgotten, or at exit
+        self._finalizer = weakref.finalize(self, _stop_group, self.workers, self.remote, rendezvous)
+        for rank in range(1, layout.per_node):
+            args = (rank, layout.local_rank(rank), n, init_method, self.spec, self.source, self.config)
+            self.workers.append(start_rank(ctx, *args))
         # at exit multiprocessing terminates the (daemonic) workers: that is no failure. Registered after
         # multiprocessing's own exit hook, so it runs first.
         atexit.register(self._closing.set)
         self._watchdog = threading.Thread(target=self._watch, name="tgi-shard-watchdog", daemon=True)
         self._watchdog.start()
         say(
-            f"tensor parallelism: {n} ranks (workers: pids {', '.join(str(w.process.pid) for w in self.workers)})"
+            f"tensor parallelism: {n} ranks (workers here: pids {', '.join(str(w.process.pid) for w in self.workers)})"
         )
+        if self.remote is not None:
+            problem = self.remote.admit(lambda: self.failure)
+            if problem is not None:
+                self._set_failure(problem)
+                raise ShardFailure(problem)
 
         # joining the group blocks until every rank has joined: wait for it on a helper thread, so that a
         # rank that dies on the way ends the wait at once instead of after the rendezvous timeout
@@ -239,18 +204,12 @@ class TensorParallelRunner(ModelRunner):
         while not self._stop.wait(WATCH_INTERVAL_S):
             for w in self.workers:
                 if not w.process.is_alive() and not self._closing.is_set():
-                    self._fail(w)
+                    self._set_failure(rank_failure(w, self._started))
                     return
-
-    def _fail(self, w: _Worker) -> None:
-        cause = _exit_cause(w.process)
-        try:
-            if w.conn.poll(0.5):
-                cause = f"{w.conn.recv()} ({cause})"
-        except (EOFError, OSError):
-            pass
-        what = "died" if self._started else "failed to start"
-        self._set_failure(f"shard rank {w.rank} (pid {w.process.pid}) {what}: {cause}")
+            problem = self.remote.failed() if self.remote is not None else None
+            if problem is not None and not self._closing.is_set():
+                self._set_failure(problem)
+                return
 
     def _set_failure(self, message: str) -> None:
         with self._failure_lock:
@@ -276,8 +235,14 @@ class TensorParallelRunner(ModelRunner):
         gloo raises as soon as a peer's sockets close): `ShardFailure` naming it. Else rank 0's own error,
         as it is (a `ConfigError` stays one). Either way the group is out of step and is stopped."""
         start = time.monotonic()
-        while self.failure is None and time.monotonic() - start < BLAME_WAIT_S:
-            if time.monotonic() - start > 1.0 and all(w.process.is_alive() for w in self.workers):
+        # another node's death is seen by its missed heartbeats: wait for them
+        wait = BLAME_WAIT_S if self.remote is None else HEARTBEAT_TIMEOUT_S + BLAME_WAIT_S
+        while self.failure is None and time.monotonic() - start < wait:
+            if (
+                self.remote is None
+                and time.monotonic() - start > 1.0
+                and all(w.process.is_alive() for w in self.workers)
+            ):
                 break  # nobody died: rank 0's own error
             time.sleep(WATCH_INTERVAL_S / 2)
         if self.failure is None:
@@ -374,7 +339,7 @@ class TensorParallelRunner(ModelRunner):
         self._stop.set()
         with self._lock:
             if self._finalizer is not None:
-                self._finalizer()  # _shutdown_workers, once
+                self._finalizer()  # stop_ranks, once
             if self.local is not None:
                 self.local.shutdown()
                 self.local = None

@@ -112,16 +112,27 @@ def _exit_when_told(conn) -> None:
 
 
 def worker_main(
-    rank: int, world_size: int, init_method: str, spec: Any, source: Any, config: Any, conn
+    rank: int,
+    world_size: int,
+    init_method: str,
+    spec: Any,
+    source: Any,
+    config: Any,
+    conn,
+    local_rank: int | None = None,
 ) -> None:
-    """The entry point of rank `rank` (a spawned process)."""
+    """The entry point of global rank `rank` (a spawned process) on device `local_rank` of its host (None:
+    `rank`, a group on one host)."""
     # Ctrl-C reaches the whole process group: rank 0 shuts the workers down, they must not die first
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # the main thread waits in the rendezvous, then in the commands' broadcast: the pipe is watched beside it
     threading.Thread(target=_exit_when_told, args=(conn,), name="tgi-shard-life", daemon=True).start()
     try:
+        from tgi.core.parallel.topology import apply_dist_timeout
+
+        apply_dist_timeout(config.dist_timeout_s)  # --dist-timeout: the join's and the collectives'
         backend = spec.create()
-        backend.bind_rank(rank)  # every rank runs on rank 0's host: its local rank is its rank
+        backend.bind_rank(rank if local_rank is None else local_rank)  # the device on this host
         if config.attention:  # the same kernels as rank 0
             backend.select_attention(config.attention)
         collective = backend.create_collective(rank, world_size, init_method)

@@ -1,0 +1,162 @@
+"""A node other than 0 of a group over several hosts (`tgi launch --headless`): it serves nothing itself. It
+joins node 0 through its store (`node_join.py`: refused, it logs why and exits 1), starts its ranks with node
+0's engine config, and watches them: a rank that dies is reported to node 0 through the store and ends the
+node (exit 1); so does node 0 gone (the store no longer answers); node 0's stop ends it with 0."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import logging
+import pickle
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tgi.core.parallel import node_join as nj
+from tgi.core.parallel.processes import RankProcess, process_context, rank_failure, start_rank, stop_ranks
+from tgi.core.parallel.rendezvous import open_rendezvous
+from tgi.core.parallel.topology import DEFAULT_MULTI_NODE_PORT, NodeLayout, apply_dist_timeout, dist_timeout_s
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.1
+
+
+def run_headless(config: Any, registry: Any = None, say: Callable[[str], None] | None = None) -> int:
+    """Run node `config.node_rank` until the group ends; returns the process's exit code."""
+    from tgi.core.loading import resolve_model
+    from tgi.core.plugins import BackendRegistry
+
+    say = say or log.info
+    layout = NodeLayout(config.num_shard, config.nnodes, config.node_rank)
+    apply_dist_timeout(config.dist_timeout_s)
+    spec = (registry or BackendRegistry()).select(config.backend)
+    source = resolve_model(config.model_id, config.revision, config.trust_remote_code)
+    port = config.master_port if config.master_port is not None else DEFAULT_MULTI_NODE_PORT
+    init_method = open_rendezvous(config.master_addr, port).init_method
+    node = layout.node_rank
+    say(f"node {node} of {layout.nnodes}: ranks {list(layout.ranks)}, joining node 0 at {init_method}")
+    try:
+        store = _connect(config.master_addr, port)
+        leader_config = _join(
+            store, node, nj.node_record(source.path, spec.name, layout.world_size, layout.nnodes)
+        )
+    except _Refused as exc:
+        log.error("node %d: %s", node, exc)
+        return 1
+    except Exception as exc:  # no store within --dist-timeout, or it went away
+        log.error("node %d: could not join node 0 at %s: %s", node, init_method, exc)
+        return 1
+    if leader_config.rope_scaling is not None:  # as node 0's start applies it
+        source = dataclasses.replace(source, rope_scaling=leader_config.rope_scaling)
+    # beats from now on, on a connection of its own: starting the ranks takes seconds (a fork server boots)
+    beats = _Heartbeat(_connect(config.master_addr, port), node)
+    beats.start()
+    ctx = process_context()
+    workers = [
+        start_rank(ctx, layout.global_rank(i), i, layout.world_size, init_method, spec, source, leader_config)
+        for i in range(layout.per_node)
+    ]
+    say(f"node {node}: admitted; ranks started (pids {', '.join(str(w.process.pid) for w in workers)})")
+    return _supervise(store, node, workers, beats)
+
+
+class _Refused(Exception):
+    pass
+
+
+class _Heartbeat(threading.Thread):
+    """Adds 1 to this node's heartbeat every `HEARTBEAT_INTERVAL_S`, and notices node 0's stop (`shutdown`)
+    or that node 0 is gone (`gone`: why its store did not answer)."""
+
+    def __init__(self, store: Any, node: int) -> None:
+        super().__init__(name="tgi-node-heartbeat", daemon=True)
+        store.set_timeout(datetime.timedelta(seconds=nj.HEARTBEAT_TIMEOUT_S))  # a silent node 0 fails a call
+        self.store, self.node = store, node
+        self.shutdown = threading.Event()
+        self.gone: str | None = None
+
+    def run(self) -> None:
+        try:
+            while True:
+                self.store.add(nj.heartbeat_key(self.node), 1)
+                if self.store.check([nj.SHUTDOWN_KEY]):
+                    self.shutdown.set()
+                    return
+                time.sleep(nj.HEARTBEAT_INTERVAL_S)
+        except Exception as exc:
+            self.gone = str(exc) or type(exc).__name__
+
+
+def _connect(host: str, port: int) -> Any:
+    import torch.distributed as dist
+
+    timeout = datetime.timedelta(seconds=dist_timeout_s())
+    return dist.TCPStore(host, port, None, False, timeout)  # retries until node 0 listens, or the timeout
+
+
+def _join(store: Any, node: int, record: dict[str, Any]) -> Any:
+    """Say who this node is and wait for node 0's answer: its engine config, or `_Refused` with why."""
+    if store.add(nj.claim_key(node), 1) > 1:
+        raise _Refused(f"refused at join: another node already joined as node {node} (--node-rank)")
+    store.set(nj.join_key(node), nj.encode(record))
+    store.wait([nj.verdict_key(node)])  # until node 0 answers, or --dist-timeout
+    reason, config = pickle.loads(store.get(nj.verdict_key(node)))
+    if reason is not None:
+        raise _Refused(f"refused at join by node 0: {reason}")
+    return config
+
+
+def _supervise(store: Any, node: int, workers: list[RankProcess], beats: _Heartbeat) -> int:
+    """Watch this node's ranks until node 0 stops the group (0), a rank dies or node 0 is gone (1)."""
+    stopped = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stopped.set())
+    store.set_timeout(datetime.timedelta(seconds=nj.HEARTBEAT_TIMEOUT_S))
+    try:
+        while True:
+            if beats.shutdown.is_set():
+                log.info("node %d: node 0 stopped the group", node)
+                return 0
+            if stopped.is_set():
+                _tell(store, nj.failure_key(node), f"node {node} was stopped (SIGTERM/SIGINT)")
+                log.info("node %d: stopped by a signal", node)
+                return 0
+            if beats.gone is not None:
+                log.error(
+                    "node %d: node 0 is gone (its store does not answer: %s); stopping", node, beats.gone
+                )
+                return 1
+            dead = next((w for w in workers if not w.process.is_alive()), None)
+            if dead is not None:
+                return _rank_died(store, node, dead)
+            time.sleep(POLL_S)
+    finally:
+        stop_ranks(workers, timeout=5.0)
+        with contextlib.suppress(Exception):
+            store.set(nj.left_key(node), b"1")
+
+
+def _rank_died(store: Any, node: int, dead: RankProcess) -> int:
+    cause = rank_failure(dead, True, f" on node {node}")
+    with contextlib.suppress(Exception):
+        if store.check([nj.SHUTDOWN_KEY]):  # node 0 is stopping the group: its ranks leave
+            log.info("node %d: node 0 stopped the group", node)
+            return 0
+    if _tell(store, nj.failure_key(node), cause):
+        log.error("node %d: %s; stopping", node, cause)
+    else:
+        log.error("node %d: %s, and node 0 is gone (its store does not answer); stopping", node, cause)
+    return 1
+
+
+def _tell(store: Any, key: str, message: str) -> bool:
+    try:
+        store.set(key, message.encode())
+        return True
+    except Exception:
+        return False

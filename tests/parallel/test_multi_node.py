@@ -1,0 +1,208 @@
+"""Tensor parallelism over two nodes, each a separate `tgi launch` process on this machine over loopback
+(`--nnodes 2`, one rank each): the same greedy tokens as one process; the headless node binds no HTTP port;
+a node killed mid-stream ends node 0 with a named cause and the stream with an error event; a node that does
+not fit (another world size or model), or that never comes, is refused by name and node 0 exits 1."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from tgi.core.testing.tiny_models import save_random_model
+
+pytestmark = pytest.mark.e2e  # real server processes
+
+LIMITS = [
+    "--max-batch-total-tokens",
+    "2048",
+    "--max-total-tokens",
+    "2048",
+    "--max-batch-prefill-tokens",
+    "64",
+]
+PROMPT = "a b c d e f g"
+
+
+def free_port() -> int:
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        return s.getsockname()[1]
+
+
+@dataclass
+class Node:
+    proc: subprocess.Popen
+    log: Path
+    port: int  # its --port (node 0 serves on it; a headless node must not)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def logs(self) -> str:
+        return self.log.read_text()[-6000:]
+
+    def stop(self, sig=signal.SIGTERM, timeout: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("multi-node")
+    return save_random_model(root / "llama", "llama", max_position_embeddings=2048, init_std=0.08)
+
+
+@pytest.fixture
+def start(tmp_path):
+    """`start(node_rank, model, master_port, *extra)`: `tgi launch` as node `node_rank` of two; all are
+    killed after the test."""
+    nodes: list[Node] = []
+
+    def launch(node_rank: int, model: Path, master_port: int, *extra: str) -> Node:
+        port = free_port()
+        log = tmp_path / f"node{node_rank}-{port}.log"
+        cmd = [
+            sys.executable, "-m", "tgi.server.cli", "launch", "--hostname", "127.0.0.1", "--port", str(port),
+            "--model-id", str(model), "--backend", "cpu", "--dtype", "float32", *LIMITS,
+            "--nnodes", "2", "--node-rank", str(node_rank), "--master-addr", "127.0.0.1",
+            "--master-port", str(master_port), "--num-shard", "2", *(["--headless"] if node_rank else []), *extra,
+        ]  # fmt: skip
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("LWS_", "MASTER_", "NUM_SHARD"))}
+        with log.open("w") as f:
+            proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+        nodes.append(Node(proc, log, port))
+        return nodes[-1]
+
+    yield launch
+    for node in nodes:
+        node.stop(signal.SIGKILL, 10)
+
+
+def wait_healthy(node: Node, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if node.proc.poll() is not None:
+            pytest.fail(f"node 0 exited with {node.proc.returncode}:\n{node.logs()}")
+        try:
+            if httpx.get(node.url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    pytest.fail(f"node 0 not healthy within {timeout}s:\n{node.logs()}")
+
+
+def listening(pid: int) -> set[tuple[str, int]]:
+    return {
+        (c.laddr.ip, c.laddr.port)
+        for c in psutil.Process(pid).net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN
+    }
+
+
+def greedy_ids(model: Path, n: int) -> list[int]:
+    """One process, one rank: the engine's own greedy tokens."""
+    from tgi.core.config import EngineConfig
+    from tgi.core.engine import LLMEngine
+    from tgi.core.sampling_params import SamplingParams
+
+    engine = LLMEngine.from_config(
+        EngineConfig(model_id=str(model), dtype="float32", max_batch_total_tokens=2048, max_total_tokens=2048)
+    )
+    try:
+        [result] = engine.generate([PROMPT], SamplingParams(max_new_tokens=n))
+    finally:
+        engine.runner.shutdown()
+    return list(result.token_ids)
+
+
+def test_two_nodes_give_one_process_tokens_and_the_headless_node_serves_nothing(model, start):
+    master = free_port()
+    worker = start(1, model, master)
+    leader = start(0, model, master)
+    wait_healthy(leader)
+    out = httpx.post(
+        leader.url + "/generate",
+        json={"inputs": PROMPT, "parameters": {"max_new_tokens": 8, "details": True}},
+        timeout=60,
+    ).json()
+    assert [t["id"] for t in out["details"]["tokens"]] == greedy_ids(model, 8)
+    assert listening(worker.proc.pid) == set(), "the headless node's own process listens"
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(worker.url + "/health", timeout=2)
+    for child in psutil.Process(worker.proc.pid).children(recursive=True):  # its rank: gloo on loopback only
+        assert all(ip.startswith("127.") for ip, _ in listening(child.pid)), listening(child.pid)
+    assert leader.stop() == 0, leader.logs()
+    assert worker.proc.wait(20) == 0, worker.logs()  # node 0's stop ends the group
+    assert "node 0 stopped the group" in worker.logs()
+
+
+def test_killing_the_headless_node_mid_stream_ends_node_0_naming_it(model, start):
+    master = free_port()
+    worker = start(1, model, master)
+    leader = start(0, model, master)
+    wait_healthy(leader)
+    events: list[dict] = []
+    body = {"inputs": PROMPT, "parameters": {"max_new_tokens": 1900, "ignore_eos": True}}
+    with httpx.stream("POST", leader.url + "/generate_stream", json=body, timeout=60) as r:
+        for line in r.iter_lines():
+            if not line.startswith("data:"):
+                continue
+            events.append(json.loads(line[5:]))
+            if len(events) == 3:
+                killed = time.monotonic()
+                worker.proc.send_signal(signal.SIGKILL)
+    assert "error" in events[-1], events[-3:]
+    assert leader.proc.wait(15) == 1, leader.logs()
+    assert time.monotonic() - killed < 10
+    assert "node 1 (" in leader.logs() and "no heartbeat" in leader.logs(), leader.logs()
+
+
+@pytest.mark.parametrize("mismatch", ["world size", "model"])
+def test_a_node_that_does_not_fit_is_refused_at_join_in_both_logs(model, start, tmp_path, mismatch):
+    master = free_port()
+    if mismatch == "world size":
+        worker = start(1, model, master, "--num-shard", "4")
+        why = "its --num-shard is 4, node 0's is 2"
+    else:
+        other = save_random_model(tmp_path / "other", "llama", num_layers=3)
+        worker = start(1, other, master)
+        why = "its model is"
+    leader = start(0, model, master)
+    assert leader.proc.wait(90) == 1, leader.logs()
+    assert worker.proc.wait(30) == 1, worker.logs()
+    assert f"node 1 ({socket.gethostname()}, pid {worker.proc.pid}) refused at join: {why}" in leader.logs()
+    assert f"refused at join by node 0: {why}" in worker.logs()
+
+
+def test_a_node_that_never_joins_is_named_and_node_0_exits(model, start):
+    leader = start(0, model, free_port(), "--dist-timeout", "3")
+    assert leader.proc.wait(90) == 1, leader.logs()
+    assert "node(s) 1 did not join within 3 s (--dist-timeout)" in leader.logs()
+
+
+def test_the_headless_node_exits_when_node_0_dies(model, start):
+    master = free_port()
+    worker = start(1, model, master)
+    leader = start(0, model, master)
+    wait_healthy(leader)
+    leader.proc.send_signal(signal.SIGKILL)
+    assert worker.proc.wait(15) == 1, worker.logs()
+    assert "node 0 is gone" in worker.logs()
