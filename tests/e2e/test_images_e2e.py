@@ -1,10 +1,14 @@
 """Images through a real `tgi launch` of a tiny random LLaVA (`tgi.core.testing.tiny_vlm`) with the official
 `openai` client: a data-URL image's greedy tokens equal transformers' on the same weights and processor,
-TGI's markdown image on /generate gives the same, and bad images are refused with their reason while the
-server stays healthy."""
+TGI's markdown image on /generate gives the same, Responses' `input_image` and (with the official
+`anthropic` client) a Messages `image` block give chat completions' greedy text and count the image's
+tokens, and bad images are refused with their reason while the server stays healthy."""
 
 from __future__ import annotations
 
+import base64
+
+import anthropic
 import httpx
 import openai
 import pytest
@@ -97,3 +101,49 @@ def test_a_markdown_image_on_generate_gives_the_same_tokens(served):
     assert r.status_code == 200, r.text
     tokens = [t["text"] for t in r.json()["details"]["tokens"]]
     assert [t.strip() for t in tokens] == _reference(model, "w5 w6", "w7")
+
+
+def test_responses_and_messages_images_give_chat_completions_greedy_text(served):
+    client, url, _ = served
+    chat = client.chat.completions.create(
+        model="tgi",
+        messages=[{"role": "user", "content": [
+            {"type": "text", "text": "w5 w6"},
+            {"type": "image_url", "image_url": {"url": data_url(PNG)}},
+            {"type": "text", "text": "w7"},
+        ]}],
+        max_tokens=MAX_TOKENS,
+        temperature=0,
+    )  # fmt: skip
+    parts = [
+        {"type": "input_text", "text": "w5 w6"},
+        {"type": "input_image", "image_url": data_url(PNG), "detail": "auto"},
+        {"type": "input_text", "text": "w7"},
+    ]
+    response = client.responses.create(
+        model="tgi", input=[{"role": "user", "content": parts}], max_output_tokens=MAX_TOKENS, temperature=0
+    )
+    assert chat.choices[0].message.content and response.output_text == chat.choices[0].message.content
+    usage = (response.usage.input_tokens, response.usage.output_tokens)
+    assert usage == (chat.usage.prompt_tokens, chat.usage.completion_tokens)
+    messages = anthropic.Anthropic(base_url=url, api_key="-", timeout=120, max_retries=0).messages
+    image = {"type": "base64", "media_type": "image/png", "data": base64.b64encode(PNG).decode()}
+    blocks = [
+        {"type": "text", "text": "w5 w6"},
+        {"type": "image", "source": image},
+        {"type": "text", "text": "w7"},
+    ]
+    reply = messages.create(
+        model="tgi",
+        max_tokens=MAX_TOKENS,
+        messages=[{"role": "user", "content": blocks}],
+        extra_body={"temperature": 0},  # the 2.x client has no sampling arguments
+    )
+    assert reply.content[0].text == chat.choices[0].message.content
+    assert reply.usage.output_tokens == chat.usage.completion_tokens
+    assert reply.usage.input_tokens + (reply.usage.cache_read_input_tokens or 0) == chat.usage.prompt_tokens
+    counts = [
+        messages.count_tokens(model="tgi", messages=[{"role": "user", "content": c}]).input_tokens
+        for c in (blocks, [*blocks[:2], *blocks[1:]])
+    ]
+    assert counts == [chat.usage.prompt_tokens, chat.usage.prompt_tokens + 4]  # 4 placeholders an image
