@@ -139,3 +139,22 @@ def test_an_allowed_host_is_fetched_over_http(tokenizer):
         r = c.post("/v1/chat/completions", json=_chat(url))
         assert r.status_code == 200, r.text
     assert [x.num_tokens for x in engine.images[0]] == [4]
+
+
+def test_qwen2_vl_images_reach_the_engine_with_their_patch_grid(tmp_path):
+    from tgi.core.testing.tiny_qwen2_vl import save_qwen2_vl_processor
+
+    engine = _engine(AutoTokenizer.from_pretrained(save_qwen2_vl_processor(tmp_path / "qwen2-vl")))
+    with _client(engine) as c:
+        r = c.post(
+            "/v1/chat/completions", json=_chat(data_url(image_bytes(60, 40)), data_url(image_bytes(40, 90)))
+        )
+        assert r.status_code == 200, r.text
+    prompt, images = engine.requests[0][0], engine.images[0]
+    image_id = 248  # `<|image_pad|>` in tiny_qwen2_vl's vocabulary of 250
+    assert [x.extras["image_grid_thw"].tolist() for x in images] == [[[1, 4, 6]], [[1, 6, 4]]]
+    assert [x.pixel_values.shape for x in images] == [(24, 1176), (24, 1176)]  # each its own patch rows
+    assert all(prompt[x.offset : x.offset + x.num_tokens] == [image_id] * 6 for x in images)
+    assert all(
+        prompt[x.offset - 1] == 246 and prompt[x.offset + 6] == 247 for x in images
+    )  # vision start/end
