@@ -229,8 +229,9 @@ class InferenceService:
         return known[1]
 
     def image_token(self, refs: list[ImageRef]) -> str:
-        """The placeholder a prompt's text holds where each image goes; the 422 naming the first image's
-        field when the model takes no images (it has no image processor) or there are too many."""
+        """The text a prompt holds where each image goes (its placeholder, wrapped as the model expects: Qwen2-VL's
+        vision start and end tokens); the 422 naming the first image's field when the model takes no images
+        (it has no image processor) or there are too many."""
         try:
             preprocessor = self._preprocessor(self.engine)
             if preprocessor is None:
@@ -240,7 +241,7 @@ class InferenceService:
             check_count(len(refs), self.image_limits, refs[-1].field)
         except ImageError as exc:
             raise validation_error(str(exc), exc.field) from None
-        return preprocessor.image_token
+        return preprocessor.image_prompt
 
     async def encode_with_images(
         self, text: str, refs: list[ImageRef], add_special_tokens: bool = True

@@ -17,6 +17,9 @@ from tgi.server.images.limits import ImageError
 log = logging.getLogger("tgi.server")
 
 _PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
+#: the tokens an image's placeholder is wrapped in where the model's tokenizer has them: Qwen2-VL's chat
+#: template writes `<|vision_start|><|image_pad|><|vision_end|>` (and TGI the same for markdown images)
+_IMAGE_WRAPPERS = (("<|vision_start|>", "<|vision_end|>"),)
 #: the processor's per-token outputs and the pixels: not an image's `extras`
 _TEXT_KEYS = frozenset({"input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids", "pixel_values"})
 
@@ -28,6 +31,13 @@ class ImagePreprocessor:
         self.processor = processor
         self.image_token: str = processor.image_token
         self.image_token_id: int = processor.tokenizer.convert_tokens_to_ids(self.image_token)
+        #: the text an image stands for in a prompt the server writes (not a chat template): its placeholder,
+        #: wrapped as the model expects it
+        self.image_prompt: str = self.image_token
+        vocab = processor.tokenizer.get_vocab()
+        for start, end in _IMAGE_WRAPPERS:
+            if start in vocab and end in vocab:
+                self.image_prompt = f"{start}{self.image_token}{end}"
 
     @classmethod
     def load(cls, folder: str | None) -> ImagePreprocessor | None:
