@@ -158,3 +158,7 @@ def test_qwen2_vl_images_reach_the_engine_with_their_patch_grid(tmp_path):
     assert all(
         prompt[x.offset - 1] == 246 and prompt[x.offset + 6] == 247 for x in images
     )  # vision start/end
+    with _client(engine) as c:  # a markdown image on /generate: wrapped as the chat template wraps it
+        body = {"inputs": f"w5 ![]({data_url(image_bytes(60, 40))}) w6", "parameters": {"max_new_tokens": 2}}
+        assert c.post("/generate", json=body).status_code == 200
+    assert engine.requests[1][0] == [5, 246, *[image_id] * 6, 247, 6]
