@@ -44,28 +44,9 @@ class Device:
 
 
 def dry_backend():
-    """`CudaBackend` on CPU tensors, its kernels run by Triton's interpreter (`TRITON_INTERPRET=1` must be
-    set before triton is imported): the dry run's backend."""
-    import torch
+    """The dry run's backend: `tgi.backends.cuda.interpreted.InterpretedCudaBackend`, `CudaBackend` on CPU
+    tensors with its kernels run by Triton's interpreter (`TRITON_INTERPRET=1` must be set before triton is
+    imported; it refuses to start otherwise)."""
+    from tgi.backends.cuda.interpreted import InterpretedCudaBackend
 
-    from tgi.backends.cuda.backend import CudaBackend
-    from tgi.core.interfaces import DeviceInfo, MemoryInfo
-
-    class CpuCudaBackend(CudaBackend):
-        def __init__(self) -> None:
-            super().__init__(device_index=0, attention="triton", cuda_graphs=False)
-            self.device = torch.device("cpu")
-
-        def devices(self):
-            return [DeviceInfo(0, "host CPU (Triton interpreter)", 0)]
-
-        def memory_info(self):
-            return MemoryInfo(total=2 << 30, free=1 << 30)
-
-        def synchronize(self):
-            pass
-
-        def release_memory(self):
-            pass
-
-    return CpuCudaBackend()
+    return InterpretedCudaBackend()
