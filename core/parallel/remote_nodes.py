@@ -32,6 +32,9 @@ class RemoteNodes:
         # blocks its connection while the ranks meet); `server`: the listening store, kept open
         self.store, self.layout, self.mine, self.config, self.server = store, layout, mine, config, server
         self.joined: dict[int, dict[str, Any]] = {}
+        self.broken = (
+            False  # the group failed: its stop waits for nobody (the nodes see node 0 go, and exit 1)
+        )
         self.heartbeats: nj.Heartbeats | None = None
 
     @classmethod
@@ -101,6 +104,8 @@ class RemoteNodes:
 
     def close(self) -> None:
         """Tell the other nodes to stop, and wait a little for them to say they left."""
+        if self.broken:
+            return
         with contextlib.suppress(Exception):
             self.store.set(nj.SHUTDOWN_KEY, b"1")
             deadline = time.monotonic() + LEAVE_WAIT_S

@@ -217,6 +217,8 @@ class TensorParallelRunner(ModelRunner):
                 return
             self.failure = message
         log.error("tensor parallelism: %s; stopping all ranks", message)
+        if self.remote is not None:
+            self.remote.broken = True
         for w in self.workers:  # no survivor stays blocked in a collective
             if w.process.is_alive():
                 w.process.kill()

@@ -161,10 +161,10 @@ def test_killing_the_headless_node_mid_stream_ends_node_0_naming_it(model, start
     leader = start(0, model, master)
     wait_healthy(leader)
     events: list[dict] = []
-    body = {"inputs": PROMPT, "parameters": {"max_new_tokens": 1900, "ignore_eos": True}}
-    with httpx.stream("POST", leader.url + "/generate_stream", json=body, timeout=60) as r:
+    body = {"model": "tgi", "prompt": PROMPT, "max_tokens": 1900, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", leader.url + "/v1/completions", json=body, timeout=60) as r:
         for line in r.iter_lines():
-            if not line.startswith("data:"):
+            if not line.startswith("data:") or line == "data: [DONE]":
                 continue
             events.append(json.loads(line[5:]))
             if len(events) == 3:
