@@ -142,7 +142,7 @@ def _images_only_processor(folder: str, exc: ImportError) -> Any:
         image_processor=AutoImageProcessor.from_pretrained(folder),
         tokenizer=tokenizer,
         video_processor=None,
-        chat_template=getattr(tokenizer, "chat_template", None),
+        chat_template=tokenizer.chat_template,  # None where the folder has none
     )
 
 

@@ -74,7 +74,7 @@ def test_a_runner_that_does_not_declare_it_is_refused(tiny_llama):
 
 
 def test_the_cpu_backend_runs_it_and_says_so(tiny_llama, caplog):
-    with caplog.at_level(logging.INFO, logger="tgi.core.engine"):
+    with caplog.at_level(logging.INFO, logger="tgi.core.engine_startup"):  # the start-up's logger says it
         engine = start(tiny_llama, "cpu", CpuBackend)
     assert engine.runner.capabilities().batch_invariant
     assert "deterministic mode on" in caplog.text
