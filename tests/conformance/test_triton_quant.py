@@ -157,6 +157,20 @@ def test_split_k_heuristic():
     assert split_k(1, 4096, 128, cpu, requested=8) == 2  # at most one program per K tile
 
 
+def test_split_k_is_chosen_per_power_of_two_rows(monkeypatch):
+    """On a GPU the split (a kernel variant: split or not) follows the row count rounded up to a power of two,
+    so warm-up's row counts 1, 2, 4, ... reach every choice a step can make (no GPU asked: 132 SMs given)."""
+    from tgi.backends.triton_common.kernels import quant_int
+
+    gpu = torch.device("cuda", 7)
+    monkeypatch.setitem(quant_int._SM_COUNT, 7, 132)
+    for m in range(1, 300):
+        bucket = quant_int.row_bucket(m)
+        assert bucket >= m and bucket & (bucket - 1) == 0
+        assert quant_int.split_k(m, 4096, 4096, gpu) == quant_int.split_k(bucket, 4096, 4096, gpu)
+    assert quant_int.split_k(1, 4096, 4096, gpu) > 1 and quant_int.split_k(512, 4096, 4096, gpu) == 1
+
+
 def test_act_order_weights_are_sorted_once():
     """The backend's kernel for act-order GPTQ repacks the rows sorted by group (and releases the stored
     weight); a g_idx whose groups are not whole runs of group_size rows is read as it is."""

@@ -27,8 +27,9 @@ from tgi.backends.triton_common.kernels.common import (
 )
 
 
-# the block table's width changes from step to step: not a specialisation (a new variant) of its own
-@triton.jit(do_not_specialize=["stride_bt"])
+# the block table's width changes from step to step, and the metadata tensors are views at any offset of one
+# packed copy (`build_attention_metadata`): neither is a specialisation (a new variant) of its own
+@triton.jit(do_not_specialize=["stride_bt"], do_not_specialize_on_alignment=["Block_tables", "Seq_lens"])
 def _decode_split_kernel(
     Q,  # [B, H, D]
     K_cache,  # [num_blocks, PAGE, Hkv, D]

@@ -47,7 +47,9 @@ def align_pairs(ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[torc
     return pairs, tile_experts.to(torch.int32)
 
 
-@triton.jit
+# the pair count (tokens x top-k) only bounds the masks: not a specialisation of its own, so one variant
+# per (dtype, top-k) serves every step
+@triton.jit(do_not_specialize=["num_pairs"])
 def _gate_up_kernel(
     x_ptr, w13_ptr, h_ptr, pairs_ptr, tile_experts_ptr,
     num_pairs, H, INTER,
@@ -85,7 +87,7 @@ def _gate_up_kernel(
     )
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_pairs"])
 def _down_kernel(
     h_ptr, w2_ptr, out_ptr, weights_ptr, pairs_ptr, tile_experts_ptr,
     num_pairs, H, INTER,

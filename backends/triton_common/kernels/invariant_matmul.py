@@ -25,7 +25,8 @@ NUM_WARPS = 4
 NUM_STAGES = 2
 
 
-@triton.jit
+# the row count only bounds the masks: not a specialisation of its own (one variant per weight shape class)
+@triton.jit(do_not_specialize=["M"])
 def _invariant_matmul_kernel(
     x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
     HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr,

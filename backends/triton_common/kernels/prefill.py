@@ -37,8 +37,12 @@ def prefill_block_rows(head_dim: int, dtype: torch.dtype) -> int:
     return max(16, min(BLOCK_ROWS, elements // block_d(head_dim)))
 
 
-# the block table's width changes from step to step: not a specialisation (a new variant) of its own
-@triton.jit(do_not_specialize=["stride_bt"])
+# the block table's width changes from step to step, and the metadata tensors are views at any offset of one
+# packed copy (`build_attention_metadata`): neither is a specialisation (a new variant) of its own
+@triton.jit(
+    do_not_specialize=["stride_bt"],
+    do_not_specialize_on_alignment=["Block_tables", "Query_start", "Seq_lens"],
+)
 def _prefill_kernel(
     Q,  # [T, H, D]
     K_cache,  # [num_blocks, PAGE, Hkv, D]

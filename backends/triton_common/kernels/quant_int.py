@@ -22,6 +22,12 @@ always for float32 x (see `common.upcast_dot`); y is rounded once.
 Products of few rows (decode steps) would leave most of a GPU idle with one program per output tile, so the
 K dimension is then split over several programs that add their partial sums into a float32 buffer
 (`split_k`). Block sizes and the split heuristic are untuned (no GPU was available to tune them).
+
+Variants (a compile each, see `TritonModelRunner.compile_kernel_variants`): one per weight format (bits,
+AWQ, g_idx, group tiling), x's dtype, and whether the product is split (`ATOMIC`). The row count M is not
+specialised on (`do_not_specialize`), and the split is chosen from the row count rounded up to a power of
+two (`row_bucket`), so the split variants a serving engine launches are those of the row counts 1, 2, 4, ...
+up to its largest step: a finite set that warm-up runs.
 """
 
 from __future__ import annotations
@@ -40,12 +46,18 @@ MIN_TILES_PER_SPLIT = 4
 _SM_COUNT: dict[int, int] = {}
 
 
+def row_bucket(m: int) -> int:
+    """The power of two at or above `m` rows: what `split_k` sees of a row count, so that its choice (a
+    kernel variant: split or not) takes one value per power of two and warm-up can run every one."""
+    return triton.next_power_of_2(max(1, m))
+
+
 def split_k(m: int, n: int, k: int, device: torch.device, requested: int | None = None) -> int:
     """How many programs share the K dimension of one output tile: 1 where the output tiles already give
     every streaming multiprocessor two programs, else as many as bring it there, at most one per
     MIN_TILES_PER_SPLIT K tiles. `requested` overrides the heuristic (tests, benchmarks), at most one per K
     tile. Tensors not on a torch.cuda device (CUDA, ROCm), e.g. the interpreter's CPU tensors: 1 unless
-    requested."""
+    requested. `m` counts as `row_bucket(m)`."""
     k_tiles = triton.cdiv(k, BLOCK_K)
     if requested is not None:
         return max(1, min(int(requested), k_tiles))
@@ -54,7 +66,7 @@ def split_k(m: int, n: int, k: int, device: torch.device, requested: int | None 
     index = device.index if device.index is not None else torch.cuda.current_device()
     if index not in _SM_COUNT:
         _SM_COUNT[index] = torch.cuda.get_device_properties(index).multi_processor_count
-    tiles = triton.cdiv(m, BLOCK_M) * triton.cdiv(n, BLOCK_N)
+    tiles = triton.cdiv(row_bucket(m), BLOCK_M) * triton.cdiv(n, BLOCK_N)
     want = triton.cdiv(2 * _SM_COUNT[index], tiles)
     return max(1, min(want, k_tiles // MIN_TILES_PER_SPLIT))
 
@@ -78,7 +90,8 @@ def _unpack(word, index, BITS: tl.constexpr, AWQ_ORDER: tl.constexpr):
     return (word >> (index * BITS)) & ((1 << BITS) - 1)
 
 
-@triton.jit
+# the row count only bounds the masks: not a specialisation (a new variant per row count class) of its own
+@triton.jit(do_not_specialize=["M"])
 def _int_gemm_kernel(
     x_ptr, qw_ptr, qz_ptr, s_ptr, g_ptr, y_ptr,
     M, N, K, group_size, zero_offset, K_PER_SPLIT,

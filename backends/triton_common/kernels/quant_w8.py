@@ -33,7 +33,8 @@ def _e4m3fn_to_f32(b):
     return half_bits.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32) * 256.0
 
 
-@triton.jit
+# the row count only bounds the masks: not a specialisation of its own (variants: see `quant_int`)
+@triton.jit(do_not_specialize=["M"])
 def _w8_gemm_kernel(
     x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, K_PER_SPLIT, stride_xm, stride_wn, stride_ym,
     FP8: tl.constexpr, PER_CHANNEL: tl.constexpr, UPCAST: tl.constexpr, ATOMIC: tl.constexpr,
