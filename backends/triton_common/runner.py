@@ -17,6 +17,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def row_count_buckets(most: int) -> tuple[int, ...]:
+    """1, 2, 4, ... up to `most`, and `most`: a step of any token count up to `most` falls in the power-of-two
+    bucket of one of them (`quant_int.row_bucket`)."""
+    counts = [1 << i for i in range(max(1, most).bit_length()) if 1 << i < most]
+    return (*counts, max(1, most))
+
+
 class TritonModelRunner(TorchModelRunner):
     """`TorchModelRunner` for CUDA/ROCm devices.
 
@@ -24,9 +31,9 @@ class TritonModelRunner(TorchModelRunner):
       build run once on a temporary KV cache, and the peak beyond the weights is handed to the backend
       (`reserve_activation_memory`), so that the engine sizes the KV cache from what is really left — what
       TGI's warm-up does to compute `max_batch_total_tokens`.
-    * `warmup()` compiles every kernel variant a step may pick (`compile_decode_variants`: one per decode
-      split count), so that no variant compiles while serving, then captures CUDA graphs for decode steps
-      when `cuda_graphs` is on (see `graphs.py`).
+    * `warmup()` launches every Triton kernel variant a serving step may launch
+      (`compile_kernel_variants`), so that none compiles while serving, then captures CUDA graphs for
+      decode steps when `cuda_graphs` is on (see `graphs.py`).
     """
 
     def __init__(
@@ -84,6 +91,43 @@ class TritonModelRunner(TorchModelRunner):
         self.graphed = None
         super().shutdown()
 
+    def compile_kernel_variants(self, max_batch_tokens: int) -> dict[str, tuple]:
+        """Launch once every Triton kernel variant a serving step can launch, so that each compiles here
+        rather than in a step (about a second's stall on a GPU). A variant is a kernel's constexprs, launch
+        options, tensor dtypes and the specialisation of its integer and pointer arguments; what a step
+        varies, and how each is covered:
+
+        * the model (its layers, dtype, head size, quantized formats, window, soft-cap): fixed at load; every
+          layer runs in each pass below;
+        * the token count: the kernels do not specialise on it (row and pair counts, the block table's width
+          and the metadata's alignment are `do_not_specialize`d); the one choice made from it, a quantized
+          GEMM's split along K, is made per power of two (`quant_int.row_bucket`): one prefill of each of
+          `row_count_buckets(max_batch_tokens)` tokens runs every bucket a step can fall in (the prefill
+          attention, KV write, fused norm/rotary/SiLU and MoE kernels with them);
+        * LoRA: with adapters loaded at start, those passes run under the first of them (the kernels' ranks
+          are the stacked ranks of the adapters loaded: one loaded later with a larger rank compiles at its
+          first step);
+        * decode splits: one decode per split count (`compile_decode_variants`).
+
+        Sampling is torch code (`TorchSampler`): no Triton kernel. Returns what ran: the prefill token counts
+        under "rows", the split counts under "decode_splits"."""
+        from tgi.core.interfaces.batch import ScheduledBatch, ScheduledSequence
+        from tgi.core.sampling_params import SamplingParams
+
+        bs = self.config.block_size
+        most = min(max_batch_tokens, self.kv_cache.num_blocks * bs)
+        adapter = self.lora.names[0] if self.lora is not None and self.lora.names else None
+        params = SamplingParams(adapter_id=adapter)
+        rows = row_count_buckets(most)
+        for n in rows:  # written into blocks no request owns yet (the cache is empty before serving)
+            seq = ScheduledSequence(
+                "variants", [0] * n, 0, list(range(-(-n // bs))), True, True, params, 0, n, [0] * n
+            )
+            self.execute(ScheduledBatch(0, [seq], 1))
+        splits = self.compile_decode_variants()
+        self.backend.synchronize()
+        return {"rows": rows, "decode_splits": splits}
+
     def compile_decode_variants(self) -> tuple[int, ...]:
         """One decode forward of one sequence for each split count the attention may pick
         (`TritonAttention.decode_split_choices`), on every layer: Triton compiles a kernel variant per split
@@ -118,8 +162,9 @@ class TritonModelRunner(TorchModelRunner):
         return splits_run
 
     def warmup(self, max_batch_tokens: int, max_num_seqs: int) -> None:
-        super().warmup(max_batch_tokens, max_num_seqs)
-        self.compile_decode_variants()
+        # in place of core's warm-up: its largest prefill is one of these passes, and its decode batch's row
+        # count falls in the bucket of another
+        self.compile_kernel_variants(max_batch_tokens)
         if self.cuda_graphs and self.lora is not None:
             # a captured graph would replay the adapters of its capture: LoRA steps run eagerly
             log.warning("CUDA graphs are off: LoRA adapters are loaded (--lora-adapters)")
