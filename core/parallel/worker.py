@@ -59,7 +59,7 @@ def run_command(runner: Any, backend: Any, collective: Any, name: str, args: tup
     if name not in COMMANDS:
         raise ValueError(f"unknown tensor-parallel command {name!r}")
     if name == "memory_info":
-        # the least free memory of any rank; ranks on the host CPU share one memory, so each gets 1/N
+        # the least free memory of any rank; the ranks of one host's CPU share its memory: each gets its share
         from tgi.core.interfaces.types import MemoryInfo
 
         device = backend.torch_device() if hasattr(backend, "torch_device") else torch.device("cpu")
@@ -67,7 +67,7 @@ def run_command(runner: Any, backend: Any, collective: Any, name: str, args: tup
         mine = torch.tensor([[info.free, info.total]], dtype=torch.float64, device=device)
         free, total = collective.all_gather(mine, dim=0).min(dim=0).values.tolist()
         if device.type == "cpu":
-            free /= collective.world_size
+            free /= collective.world_size // getattr(getattr(runner, "config", None), "nnodes", 1)
         return MemoryInfo(total=int(total), free=int(free))
     if name == "check_lora_adapter":
         device = backend.torch_device() if hasattr(backend, "torch_device") else torch.device("cpu")
