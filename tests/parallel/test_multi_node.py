@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -174,6 +175,20 @@ def test_killing_the_headless_node_mid_stream_ends_node_0_naming_it(model, start
     assert leader.proc.wait(15) == 1, leader.logs()
     assert time.monotonic() - killed < 10
     assert "node 1 (" in leader.logs() and "no heartbeat" in leader.logs(), leader.logs()
+
+
+def test_a_rank_killed_on_the_headless_node_is_named_by_it_in_node_0s_log(model, start):
+    master = free_port()
+    worker = start(1, model, master)
+    leader = start(0, model, master)
+    wait_healthy(leader)
+    pid = int(re.search(r"ranks started \(pids (\d+)\)", worker.logs()).group(1))
+    rank = psutil.Process(pid)  # a child of the node's fork server
+    rank.kill()
+    assert worker.proc.wait(15) == 1, worker.logs()
+    assert leader.proc.wait(15) == 1, leader.logs()
+    named = f"node 1 ({socket.gethostname()}, pid {worker.proc.pid}): shard rank 1 (pid {rank.pid} on node 1) died"
+    assert named in leader.logs() and "SIGKILL" in leader.logs(), leader.logs()
 
 
 @pytest.mark.parametrize("mismatch", ["world size", "model"])
