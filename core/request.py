@@ -91,15 +91,18 @@ class GenerationResult:
 
 @dataclass(frozen=True)
 class ImageInput:
-    """One image of a prompt, as the model's processor made it: the engine's vision tower turns
-    `pixel_values` into `num_tokens` embeddings that replace the prompt's placeholder tokens at
-    `offset` .. `offset + num_tokens - 1` (positions in `EngineRequest.prompt_token_ids`).
+    """One image of a prompt, or one tile of it, as the model's processor made it: what the engine's vision
+    tower encodes alone. It turns `pixel_values` into `num_tokens` embeddings that replace the prompt's
+    placeholder tokens at `offset` .. `offset + num_tokens - 1` (positions in `EngineRequest.prompt_token_ids`):
+    one run of placeholders. A processor that cuts an image into tiles with text between their runs
+    (Idefics3's `<row_1_col_1>` ..., the whole image shrunk as the last tile) makes one `ImageInput` per tile.
 
-    `pixel_values` and `extras` are the processor's arrays for this image alone (numpy; the runner moves them
-    to its device), `extras` holding what the model's tower needs beside the pixels (`image_sizes`,
-    `image_grid_thw`, ...). `content_hash` is a digest of the image's bytes (after decoding the URL, before
-    preprocessing): the prefix cache keys a block that holds any of its placeholders by it, so two prompts
-    with the same text and different images never share a block."""
+    `pixel_values` and `extras` are the processor's arrays for this image (tile) alone (numpy; the runner
+    moves them to its device), `extras` holding what the model's tower needs beside the pixels
+    (`image_sizes`, `image_grid_thw`, `pixel_attention_mask`, ...). `content_hash` is a digest of the image's
+    bytes (after decoding the URL, before preprocessing), with the tile's index for a tile: the prefix cache
+    keys a block that holds any of its placeholders by it, so two prompts with the same text and different
+    images never share a block."""
 
     pixel_values: Any
     offset: int

@@ -1,11 +1,14 @@
 """The model's own processor (transformers `AutoProcessor` from the model's folder, loaded once): it expands
 each image's placeholder in the prompt text into the model's run of image tokens and makes the pixel
-arrays; `ImagePreprocessor.prepare` cuts its output into one `ImageInput` per image."""
+arrays; `ImagePreprocessor.prepare` cuts its output into one `ImageInput` per image, or per tile where the
+processor cuts an image into tiles each encoded alone (Idefics3, SmolVLM)."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import struct
 from typing import Any
 
 import numpy as np
@@ -56,7 +59,8 @@ class ImagePreprocessor:
     ) -> tuple[list[int], tuple[ImageInput, ...]]:
         """`text` (holding one `image_token` where each image goes, in order) tokenized with every image's
         placeholder expanded, and the images as `ImageInput`s (their placeholder runs in those ids, their
-        own pixel arrays). `ImageError` when the text's placeholders and the images do not match."""
+        own pixel arrays; one per tile of an image the processor tiles, in prompt order). `ImageError` when
+        the text's placeholders and the images do not match."""
         found = text.count(self.image_token)
         if found != len(images):
             raise ImageError(
@@ -72,14 +76,47 @@ class ImagePreprocessor:
         except ValueError as exc:
             raise ImageError(f"the model's processor refused the images: {exc}") from None
         ids = [int(t) for t in out["input_ids"][0]]
+        extras = {k: v for k, v in out.items() if k not in _TEXT_KEYS}
+        if np.ndim(out["pixel_values"]) == 5:  # [1, tiles, 3, H, W]: the images cut into tiles
+            return ids, self._tiles(_runs(ids, self.image_token_id), images, out["pixel_values"][0], extras)
         runs = self._spans(_runs(ids, self.image_token_id), images)
         pixels = _per_image(out, len(images))
-        extras = {k: v for k, v in out.items() if k not in _TEXT_KEYS}
         made = []
         for i, ((offset, count), decoded) in enumerate(zip(runs, images, strict=True)):
             own = {k: v[i : i + 1] for k, v in extras.items() if _split(v, len(images))}
             made.append(ImageInput(pixels[i], offset, count, decoded.content_hash, own))
         return ids, tuple(made)
+
+    def _tiles(
+        self, runs: list[tuple[int, int]], images: list[DecodedImage], frames: Any, extras: dict[str, Any]
+    ) -> tuple[ImageInput, ...]:
+        """Each tile of each image as its own `ImageInput` (Idefics3 / SmolVLM: the tower encodes each tile
+        alone): `frames` [tiles of every image, 3, H, W] in prompt order, one run of placeholders per tile
+        (the processor writes text between them), each image's number of tiles as the processor counts
+        them (`_get_num_multimodal_tokens`' `num_image_patches`). A tile's `content_hash` is its image's,
+        with the tile's index where the image has several."""
+        count = getattr(self.processor, "_get_num_multimodal_tokens", None)
+        sizes = [(d.image.height, d.image.width) for d in images]
+        tiles = getattr(count(image_sizes=sizes), "num_image_patches", None) if count else None
+        if tiles is not None:  # Idefics3's counts 0 for an image it does not split: one tile
+            tiles = [max(1, int(n)) for n in tiles]
+        elif len(runs) == len(images):
+            tiles = [1] * len(images)
+        if tiles is None or len(runs) != len(frames) or sum(tiles) != len(frames):
+            raise ImageError(
+                f"the processor made {len(frames)} image tiles and {len(runs)} placeholder runs for "
+                f"{len(images)} image(s), which do not match"
+            )
+        per_tile = {k: np.asarray(v)[0] for k, v in extras.items() if np.shape(v)[:2] == (1, len(frames))}
+        made, k = [], 0
+        for decoded, n in zip(images, tiles, strict=True):
+            for tile in range(n):
+                offset, length = runs[k]
+                digest = decoded.content_hash if n == 1 else _tile_hash(decoded.content_hash, tile)
+                own = {name: v[k : k + 1] for name, v in per_tile.items()}
+                made.append(ImageInput(frames[k : k + 1], offset, length, digest, own))
+                k += 1
+        return tuple(made)
 
     def _spans(self, runs: list[tuple[int, int]], images: list[DecodedImage]) -> list[tuple[int, int]]:
         """Each image's (offset, count) in the runs of placeholder tokens: adjacent images make one run, cut
@@ -157,6 +194,11 @@ def _runs(ids: list[int], token: int) -> list[tuple[int, int]]:
         else:
             runs.append((i, 1))
     return runs
+
+
+def _tile_hash(content_hash: bytes, tile: int) -> bytes:
+    """The prefix cache's key for one tile of an image: the image's digest and the tile's index."""
+    return hashlib.sha256(b"tile" + struct.pack("<Q", tile) + content_hash).digest()
 
 
 def _split(value: Any, n: int) -> bool:

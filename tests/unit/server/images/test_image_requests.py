@@ -162,3 +162,21 @@ def test_qwen2_vl_images_reach_the_engine_with_their_patch_grid(tmp_path):
         body = {"inputs": f"w5 ![]({data_url(image_bytes(60, 40))}) w6", "parameters": {"max_new_tokens": 2}}
         assert c.post("/generate", json=body).status_code == 200
     assert engine.requests[1][0] == [5, 246, *[image_id] * 6, 247, 6]
+
+
+def test_idefics3_tiles_reach_the_engine_each_with_its_span(tmp_path):
+    from tgi.core.testing.tiny_idefics3 import save_idefics3_processor
+
+    engine = _engine(AutoTokenizer.from_pretrained(save_idefics3_processor(tmp_path / "idefics3")))
+    with _client(engine, max_images_per_request=1) as c:  # one image, however many tiles
+        r = c.post("/v1/chat/completions", json=_chat(data_url(image_bytes(60, 40))))
+        assert r.status_code == 200, r.text
+    prompt, tiles = engine.requests[0][0], engine.images[0]
+    # 2 x 2 tiles and the whole image: each a run of 4 `<image>` (211) after its `<row_r_col_c>` or
+    # `<global-img>` token, in tiny_idefics3's vocabulary of 250
+    assert [prompt[x.offset - 1] for x in tiles] == [214, 215, 220, 221, 213]
+    assert all(prompt[x.offset : x.offset + x.num_tokens] == [211] * 4 for x in tiles)
+    assert all(x.pixel_values.shape == (1, 3, 56, 56) for x in tiles)
+    assert all(x.extras["pixel_attention_mask"].shape == (1, 56, 56) for x in tiles)
+    assert len({x.content_hash for x in tiles}) == 5
+    assert r.json()["usage"]["prompt_tokens"] == len(prompt)

@@ -74,3 +74,32 @@ def test_qwen2_vl_images_carry_their_patch_rows_and_grid(qwen_folder):
     assert all(set(x.extras) == {"image_grid_thw"} for x in images)
     np.testing.assert_array_equal(images[0].pixel_values, own["pixel_values"][:24])
     np.testing.assert_array_equal(images[1].pixel_values, own["pixel_values"][24:])
+
+
+def test_idefics3_tiles_are_each_their_own_image_input(tmp_path):
+    from tgi.core.testing.tiny_idefics3 import TOKENS_PER_TILE, save_idefics3_processor
+
+    pre = ImagePreprocessor.load(str(save_idefics3_processor(tmp_path / "idefics3")))
+    wide = decode_image(image_bytes(60, 40, color=(255, 0, 0)), "image/png", ImageLimits())
+    tall = decode_image(image_bytes(40, 90, color=(0, 0, 255)), "image/png", ImageLimits())
+    text = "w5 <image> w6 <image> w7"
+    ids, tiles = pre.prepare(text, [wide, tall], add_special_tokens=False)
+    own = pre.processor(text=[text], images=[wide.image, tall.image], return_tensors="np")
+    assert ids == own["input_ids"][0].tolist()
+    # 2 x 2 tiles and the whole image, then 2 x 1 and the whole image: one run of placeholders each, with
+    # the processor's text (`<row_r_col_c>`, `<global-img>`, newlines) between them
+    assert len(tiles) == 5 + 3 and all(x.num_tokens == TOKENS_PER_TILE for x in tiles)
+    assert all(ids[x.offset : x.offset + x.num_tokens] == [pre.image_token_id] * 4 for x in tiles)
+    for k, x in enumerate(tiles):  # each tile's own pixels and mask
+        np.testing.assert_array_equal(x.pixel_values, own["pixel_values"][0, k : k + 1])
+        np.testing.assert_array_equal(
+            x.extras["pixel_attention_mask"], own["pixel_attention_mask"][0, k : k + 1]
+        )
+    # each tile its own key in the prefix cache, the same for the same image again
+    assert len({x.content_hash for x in tiles}) == 8
+    again = pre.prepare("w9 <image>", [wide], add_special_tokens=False)[1]
+    assert [x.content_hash for x in again] == [x.content_hash for x in tiles[:5]]
+    # an image the processor does not split is one tile, keyed by the image's own digest
+    pre.processor.image_processor.do_image_splitting = False
+    (whole,) = pre.prepare("w9 <image>", [wide], add_special_tokens=False)[1]
+    assert whole.content_hash == hashlib.sha256(image_bytes(60, 40, color=(255, 0, 0))).digest()
