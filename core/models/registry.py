@@ -30,6 +30,7 @@ _ARCHITECTURES: dict[str, tuple[str, str]] = {
     "LlavaForConditionalGeneration": ("tgi.core.models.llava", "LlavaForConditionalGeneration"),
     "Qwen2VLForConditionalGeneration": ("tgi.core.models.qwen2_vl", "Qwen2VLForConditionalGeneration"),
     "Qwen2_5_VLForConditionalGeneration": ("tgi.core.models.qwen2_vl", "Qwen2_5_VLForConditionalGeneration"),
+    "Idefics3ForConditionalGeneration": ("tgi.core.models.idefics3", "Idefics3ForConditionalGeneration"),
 }
 _MODEL_TYPES: dict[str, str] = {
     "llama": "LlamaForCausalLM",
@@ -47,6 +48,7 @@ _MODEL_TYPES: dict[str, str] = {
     "llava": "LlavaForConditionalGeneration",
     "qwen2_vl": "Qwen2VLForConditionalGeneration",
     "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
+    "idefics3": "Idefics3ForConditionalGeneration",
 }
 
 
