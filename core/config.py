@@ -37,7 +37,10 @@ class EngineConfig:
     # placeholder tokens of images not yet encoded that one step may start (the vision tower's work per step);
     # a request with one image larger than this is refused at validation
     max_encoder_tokens_per_step: int = DEFAULT_MAX_ENCODER_TOKENS_PER_STEP
-    num_shard: int = 1
+    num_shard: int = 1  # tensor-parallel ranks (of each pipeline stage when pipeline_parallel_size > 1)
+    # pipeline stages (--pipeline-parallel-size): the decoder layers split in contiguous stages, each
+    # `num_shard` ranks wide; the group is `world_size` = num_shard × pipeline_parallel_size ranks
+    pipeline_parallel_size: int = 1
     # reuse the KV blocks of prompts already seen (`--prefix-caching`, TGI's PREFIX_CACHING); the engine
     # turns it off for a runner that cannot prefill from the middle of a prompt (no chunked prefill)
     prefix_caching: bool = True
@@ -81,15 +84,28 @@ class EngineConfig:
     def __post_init__(self) -> None:
         self.validate()
 
+    @property
+    def world_size(self) -> int:
+        """Every rank of the group, all hosts together: tensor-parallel shards × pipeline stages."""
+        return self.num_shard * self.pipeline_parallel_size
+
     def validate(self) -> None:
         """Raise `ConfigError` for contradictory limits; `None` limits are checked once they are derived."""
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):
             raise ConfigError(f"block size must be a positive power of two, got {self.block_size}")
         from tgi.core.parallel.topology import layout_problem
 
-        problem = layout_problem(self.num_shard, self.nnodes, self.node_rank)
+        if self.pipeline_parallel_size < 1:
+            raise ConfigError(f"--pipeline-parallel-size must be >= 1, got {self.pipeline_parallel_size}")
+        problem = layout_problem(self.world_size, self.nnodes, self.node_rank)
         if problem is not None:
             raise ConfigError(problem)
+        if self.pipeline_parallel_size > 1:
+            from tgi.core.parallel.stage_split import pipeline_config_problem
+
+            problem = pipeline_config_problem(self)
+            if problem is not None:
+                raise ConfigError(problem)
         if self.dist_timeout_s is not None and not self.dist_timeout_s > 0:
             raise ConfigError(f"--dist-timeout must be a number of seconds > 0, got {self.dist_timeout_s}")
         if self.deterministic and self.num_shard > 1:
