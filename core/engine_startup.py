@@ -213,9 +213,10 @@ def start_engine(
     say(f"model: {source.model_id} ({source.format}: {source.path})")
     t0 = time.perf_counter()
     tokenizer = load_tokenizer(source)
-    # --num-shard: the backend decides how its devices share the model (torch backends: one process per
-    # rank, tensor-parallel layers)
-    runner = backend.create_runner(source, config, config.num_shard)
+    # --num-shard (× --pipeline-parallel-size): the backend decides how its devices share the model (torch
+    # backends: one process per rank, tensor-parallel layers, pipeline stages of layers)
+    _check_pipeline_backend(config, backend)
+    runner = backend.create_runner(source, config, config.world_size)
     draft: ModelRunner | None = None
     try:
         info = runner.load()
@@ -248,3 +249,16 @@ def start_engine(
             draft.shutdown()
         raise
     return EngineParts(backend, runner, tokenizer, config, info, proposer)
+
+
+def _check_pipeline_backend(config: EngineConfig, backend: Any) -> None:
+    """Pipeline stages are built by core's torch rank runner: a backend that brings its own runner would
+    run the whole model on every rank, so it is refused by name."""
+    if config.pipeline_parallel_size == 1:
+        return
+    maker = getattr(type(backend), "create_rank_runner", None)
+    if getattr(maker, "__qualname__", "") != "TorchBackend.create_rank_runner":
+        raise ConfigError(
+            f"--pipeline-parallel-size {config.pipeline_parallel_size}: backend '{backend.spec.name}' brings "
+            "its own model runner, which does not split the layers in stages (core's torch runner does: cpu)"
+        )

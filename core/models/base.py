@@ -215,9 +215,10 @@ class CausalLM(nn.Module):
                 except ValueError as e:
                     raise ValueError(f"{self.architecture}: weight '{name}': {e}") from None
                 loaded.add(target if shard is None else f"{target}:{shard}")
-        embedding = self._embedding_weight()
-        if "lm_head.weight" not in loaded and self.lm_head.weight is not embedding:
-            self.lm_head.weight = embedding
+        # (a pipeline stage without the output head has no `lm_head.weight` to tie)
+        head = getattr(self.lm_head, "weight", None)
+        if "lm_head.weight" not in loaded and head is not None and head is not self._embedding_weight():
+            self.lm_head.weight = self._embedding_weight()
             self.tie_word_embeddings = True
         expected = set()
         for name, _ in self.named_parameters():

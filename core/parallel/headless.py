@@ -32,7 +32,7 @@ def run_headless(config: Any, registry: Any = None, say: Callable[[str], None] |
     from tgi.core.plugins import BackendRegistry
 
     say = say or log.info
-    layout = NodeLayout(config.num_shard, config.nnodes, config.node_rank)
+    layout = NodeLayout(config.world_size, config.nnodes, config.node_rank)
     apply_dist_timeout(config.dist_timeout_s)
     spec = (registry or BackendRegistry()).select(config.backend)
     source = resolve_model(config.model_id, config.revision, config.trust_remote_code)

@@ -124,7 +124,13 @@ class TensorParallelRunner(ModelRunner):
         from tgi.core.loading import load_config
         from tgi.core.parallel.layers import check_tensor_parallel
 
-        check_tensor_parallel(load_config(source), world_size)
+        hf_config = load_config(source)
+        check_tensor_parallel(hf_config, config.num_shard)  # the shards of each pipeline stage
+        if config.pipeline_parallel_size > 1:
+            from tgi.core.models.registry import model_class_for
+            from tgi.core.parallel.pipeline_model import check_pipeline_model
+
+            check_pipeline_model(model_class_for(hf_config), hf_config, config.pipeline_parallel_size)
         if backend.spec is None:
             raise ConfigError(
                 f"--num-shard {world_size}: backend '{backend.name}' was not created from its BackendSpec "

@@ -161,6 +161,10 @@ class TorchBackend(Backend):
     ) -> ModelRunner:
         """The runner of one rank of `collective`'s group (the whole model when it is a group of one):
         core's `TorchModelRunner` unless the backend brings its own."""
+        if config.pipeline_parallel_size > 1:  # this rank's stage of the layers
+            from tgi.core.parallel.pipeline_runner import PipelineStageRunner
+
+            return PipelineStageRunner(self, source, config, collective)
         from tgi.core.torch.runner import TorchModelRunner
 
         return TorchModelRunner(self, source, config, collective)

@@ -63,9 +63,10 @@ class TorchModelRunner(ModelRunner):
 
             linear = ParallelLinearFactory.for_config(self.collective, self.hf_config)
         dtype = to_torch_dtype(self.dtype)
-        self.model = model_cls(self.hf_config, dtype=dtype, device=self.device, linear=linear)
+        self.model = self.build_model(model_cls, dtype, linear)
         if tp_size > 1:
             select = weight_selector(self.model)
+        select = self.weight_select(select)
         quant = QuantizedLoading(self.backend, self.hf_config, self.config.quantize, self.source, self.dtype)
         quant.check(self.model, tp_size)  # refuses what this backend cannot compute, before reading weights
         dequantize = self.backend.gguf_dequantizer(self.dtype) if self.source.format == "gguf" else None
@@ -125,6 +126,15 @@ class TorchModelRunner(ModelRunner):
             lora_adapters=self.lora.names if self.lora is not None else (),
             quantization=quantization,
         )
+
+    def build_model(self, model_cls: type, dtype: torch.dtype, linear: object) -> torch.nn.Module:
+        """The model, its parameters empty on this runner's device (a pipeline stage builds its part)."""
+        return model_cls(self.hf_config, dtype=dtype, device=self.device, linear=linear)
+
+    def weight_select(self, select: object) -> object:
+        """What this runner reads of the checkpoint: `select` (None: everything) as tensor parallelism
+        narrows it; a pipeline stage narrows it further to its layers."""
+        return select
 
     def capabilities(self) -> RunnerCapabilities:
         return RunnerCapabilities(
@@ -222,7 +232,12 @@ class TorchModelRunner(ModelRunner):
             hidden = self.model(input_ids, positions, ctx, inputs_embeds=embeds)
         if self.lora is not None:
             self.lora.end_step()  # the logits head and Medusa heads are not adapted
+        return self.step_output(batch, hidden)
 
+    def step_output(self, batch: ScheduledBatch, hidden: torch.Tensor) -> StepOutput:
+        """The step's sampled tokens (and prompt logprobs) from the final hidden states [T, H] of all its
+        tokens, in batch order."""
+        seqs, device = batch.sequences, self.device
         ends, starts, end = [], [], 0
         for s in seqs:
             starts.append(end)
