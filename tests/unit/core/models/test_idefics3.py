@@ -1,9 +1,9 @@
 """Idefics3 (SmolVLM's architecture) through `LLMEngine` on the CPU backend against transformers' own model on
 the same random weights (float32, greedy): one image, two images of different tilings, a batch with a
-text-only request, an image split by chunked prefill, preemption, the prefix cache. The requests are made by
-the server's image path (`ImagePreprocessor.prepare` on the real `Idefics3Processor`, image splitting on: a
-40 x 60 image is 2 x 2 tiles and the whole image, each tile its own `ImageInput`), the reference's inputs by
-the processor itself."""
+text-only request, an image split by chunked prefill, preemption, the prefix cache; a padded tile's patch
+mask against transformers' `get_image_features`. The requests are made by the server's image path
+(`ImagePreprocessor.prepare` on the real `Idefics3Processor`, image splitting on: a 40 x 60 image is 2 x 2
+tiles and the whole image, each tile its own `ImageInput`), the reference's inputs by the processor itself."""
 
 from __future__ import annotations
 
@@ -147,6 +147,20 @@ def test_the_prefix_cache_shares_blocks_of_the_same_image_only(checkpoint, proce
     before = hits()
     assert _run(engine, [cat]) == [_expected(reference, cat[2])]
     assert hits() - before == 4 * ((len(cat[0]) - 1) // 4)
+
+
+def test_a_tile_with_padding_is_encoded_as_transformers_encodes_it(checkpoint, reference):
+    # the processor pads a tile smaller than the tower's input (its `pixel_attention_mask` 0 there): the
+    # tower skips the patches with no real pixel, as transformers' `get_image_features` does
+    model = _engine(checkpoint).runner.model
+    pixels = torch.randn(2, 3, 56, 56)
+    mask = torch.ones(2, 56, 56, dtype=torch.int64)
+    mask[0, :, 30:] = 0  # the right half of the first tile is padding
+    pixels[0, :, :, 30:] = 0
+    ours = model.encode_images(pixels, mask).reshape(-1, 64)
+    theirs = reference.model.get_image_features(pixels[None], mask[None]).pooler_output[0]
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(ours[:4], model.encode_images(pixels[:1]).reshape(-1, 64), atol=1e-3)
 
 
 def test_what_the_model_does_not_implement_is_refused_by_name(checkpoint):
