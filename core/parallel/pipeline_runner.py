@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tgi.core.config import ConfigError
 from tgi.core.dtypes import to_torch_dtype
 from tgi.core.interfaces import Collective, KVCacheSpec, ModelInfo, RunnerCapabilities
 from tgi.core.interfaces.batch import ScheduledBatch, StepOutput
@@ -70,11 +69,6 @@ class PipelineStageRunner(TorchModelRunner):
     def load(self) -> ModelInfo:
         hf_config = load_config(self.source)
         check_pipeline_model(model_class_for(hf_config), hf_config, self.num_stages)
-        if self.source.format == "gguf":
-            raise ConfigError(
-                f"--pipeline-parallel-size {self.num_stages}: a GGUF checkpoint; pipeline stages load "
-                "safetensors weights only"
-            )
         tied = bool(getattr(hf_config, "tie_word_embeddings", False))
         self.stage = pipeline_stage(
             self.world.rank, hf_config.num_hidden_layers, self.num_stages, self.config.num_shard, tied

@@ -1,11 +1,13 @@
 """Pipeline parallelism over processes (gloo on the CPU): P stages of a tiny random float32 model give one
 process's greedy tokens and logprobs, through chunked prefill, mixed prefill + decode steps cut in
-micro-batches, preemption and recomputation; and so do 2 stages × 2 tensor-parallel shards (four ranks)."""
+micro-batches, preemption and recomputation; and so do 2 stages × 2 tensor-parallel shards (four ranks);
+guided decoding over stages on the default model.
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 from functools import cache
 
 import pytest
@@ -70,3 +72,23 @@ def test_stages_give_one_process_tokens(models, kind, stages, shards):
     print(f"{kind} PP={stages} TP={shards}: max |logprob difference| vs one process: {diff:.2e}")
     assert diff < ATOL
     assert not multiprocessing.active_children()  # every rank is gone after shutdown
+
+
+@pytest.mark.slow
+def test_default_model_two_stages_follow_a_grammar():
+    """SmolLM2-135M (GGUF, tied head) over 2 stages: a regex-guided request's token masks reach the last stage
+    (which samples) with the step's delta; the plain request beside it is not held to them."""
+    from tgi.core.guided import Grammar
+
+    limits = dict(
+        max_batch_total_tokens=512, max_total_tokens=128, max_batch_prefill_tokens=32, max_num_seqs=2
+    )
+    engine = LLMEngine.from_config(EngineConfig(pipeline_parallel_size=2, dtype="float32", **limits))
+    try:
+        ids = engine.tokenizer.encode("My phone number is")
+        guided = SamplingParams(max_new_tokens=12, grammar=Grammar.regex("[0-9]{3}-[0-9]{4}"))
+        results = engine.generate([ids, ids], [guided, SamplingParams(max_new_tokens=6)])
+    finally:
+        engine.runner.shutdown()
+    assert re.fullmatch("[0-9]{3}-[0-9]{4}", results[0].generated_text), results[0].generated_text
+    assert not re.fullmatch("[0-9]{3}-[0-9]{4}", results[1].generated_text)  # (one process: " 12345")
