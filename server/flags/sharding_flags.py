@@ -16,14 +16,27 @@ RENDEZVOUS = "the shards' `torch.distributed` rendezvous (default: 127.0.0.1 and
 SHARDING_FLAGS = (
     Flag(
         ("--num-shard",),
-        "tensor-parallel shards: the ranks of the whole group, all hosts together (vLLM's "
-        "--tensor-parallel-size), split evenly over --nnodes hosts",
+        "tensor-parallel shards (vLLM's --tensor-parallel-size): the ranks of the whole group, all hosts "
+        "together, or of each stage with --pipeline-parallel-size; the group's ranks split evenly over --nnodes "
+        "hosts",
         SHARDING,
         Engine("num_shard"),
         env=("NUM_SHARD",),
         parse=int,
         default=1,
         tgi=AS_TGI,
+        example="2",
+    ),
+    Flag(
+        ("--pipeline-parallel-size",),
+        "pipeline stages (vLLM's): the decoder layers split in contiguous stages, each --num-shard ranks "
+        "wide, activations sent stage to stage, a step cut in micro-batches; the group is --num-shard × this "
+        "ranks (Llama family; refused with LoRA adapters, speculation, --quantize)",
+        SHARDING,
+        Engine("pipeline_parallel_size"),
+        env=("PIPELINE_PARALLEL_SIZE",),
+        parse=int,
+        default=1,
         example="2",
     ),
     Flag(
@@ -62,7 +75,8 @@ SHARDING_FLAGS = (
     ),
     Flag(
         ("--nnodes",),
-        "hosts of one tensor-parallel group (vLLM's, SGLang's): each runs --num-shard / --nnodes ranks; "
+        "hosts of one group (vLLM's, SGLang's): each runs --num-shard × --pipeline-parallel-size / --nnodes "
+        "ranks; "
         "node 0 serves HTTP, the others run with --headless",
         SHARDING,
         Engine("nnodes"),
