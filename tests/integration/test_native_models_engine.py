@@ -30,6 +30,9 @@ CONFIGS = {
     "gemma2": lambda: transformers.Gemma2Config(
         **SMALL, head_dim=16, attn_logit_softcapping=20.0, final_logit_softcapping=10.0, sliding_window=6
     ),
+    "gemma3": lambda: transformers.Gemma3TextConfig(
+        **SMALL, head_dim=16, sliding_window=6, layer_types=["sliding_attention", "full_attention"]
+    ),
     "phi3": lambda: transformers.Phi3Config(**SMALL, sliding_window=12),
     "starcoder2": lambda: transformers.Starcoder2Config(**SMALL, sliding_window=10),
     "falcon-7b": lambda: transformers.FalconConfig(**_FALCON, multi_query=True, parallel_attn=True),

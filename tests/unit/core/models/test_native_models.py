@@ -1,4 +1,4 @@
-"""Native models beyond the Llama family (Qwen3, Gemma, Gemma 2, Phi-3, StarCoder2, Falcon) against
+"""Native models beyond the Llama family (Qwen3, Gemma, Gemma 2, Gemma 3, Phi-3, StarCoder2, Falcon) against
 transformers on small random-weight models: prefill, chunked-prefill and decode logits over a ragged paged
 batch (tests/helpers/model_parity.py). Float32, max abs logit difference <= 1e-4."""
 
@@ -25,6 +25,21 @@ def gemma2():  # + soft-caps (attention, final logits), query_pre_attn_scalar, s
         **SMALL, head_dim=16, query_pre_attn_scalar=24, attn_logit_softcapping=2.0,
         final_logit_softcapping=3.0, sliding_window=5,
     )  # fmt: skip
+
+
+def gemma3(full_rope=None):  # + q/k norms, a rope of its own for sliding layers (local base 10k)
+    rope = {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        "full_attention": full_rope or {"rope_type": "default", "rope_theta": 1000000.0},
+    }
+    return transformers.Gemma3TextConfig(
+        **{**SMALL, "num_hidden_layers": 3}, head_dim=16, query_pre_attn_scalar=24, sliding_window=5,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"], rope_parameters=rope,
+    )  # fmt: skip
+
+
+def gemma3_linear():  # the larger checkpoints scale the global rope linearly (factor 8)
+    return gemma3({"rope_type": "linear", "rope_theta": 1000000.0, "factor": 8.0})
 
 
 def phi3():  # fused qkv / gate_up in the checkpoint, sliding window
@@ -80,6 +95,8 @@ CONFIGS = {
     "qwen3": qwen3,
     "gemma": gemma,
     "gemma2": gemma2,
+    "gemma3": gemma3,
+    "gemma3-linear-rope": gemma3_linear,
     "phi3": phi3,
     "phi3-longrope": phi3_longrope,
     "phi3-partial-rotary": phi3_partial,
