@@ -160,7 +160,7 @@ class TensorParallelRunner(ModelRunner):
 
             self.remote = RemoteNodes.open(init_method, layout, self.config, self.source, self.spec.name)
             say(
-                f"tensor parallelism: {n} ranks on {layout.nnodes} nodes, waiting for nodes to join at {init_method}"
+                f"{self._kind()}: {n} ranks on {layout.nnodes} nodes, waiting for nodes to join at {init_method}"
             )
         ctx = process_context()
         # stops the workers on shutdown(), or when this runner is forgotten, or at exit
@@ -174,7 +174,7 @@ class TensorParallelRunner(ModelRunner):
         self._watchdog = threading.Thread(target=self._watch, name="tgi-shard-watchdog", daemon=True)
         self._watchdog.start()
         say(
-            f"tensor parallelism: {n} ranks (workers here: pids {', '.join(str(w.process.pid) for w in self.workers)})"
+            f"{self._kind()}: {n} ranks (workers here: pids {', '.join(str(w.process.pid) for w in self.workers)})"
         )
         if self.remote is not None:
             problem = self.remote.admit(lambda: self.failure)
@@ -204,6 +204,12 @@ class TensorParallelRunner(ModelRunner):
         self._sender = CommandSender(self.collective)
         self.local = self.backend.create_rank_runner(self.source, self.config, self.collective)
         self._started = True
+
+    def _kind(self) -> str:
+        stages = self.config.pipeline_parallel_size
+        if stages == 1:
+            return "tensor parallelism"
+        return f"pipeline parallelism ({stages} stages × {self.config.num_shard} tensor-parallel shards)"
 
     # -- failure ----------------------------------------------------------------------------------------
     def _watch(self) -> None:
