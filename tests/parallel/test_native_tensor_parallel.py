@@ -30,6 +30,10 @@ CONFIGS = {
     "gemma2": lambda: transformers.Gemma2Config(
         **SMALL, head_dim=16, attn_logit_softcapping=20.0, final_logit_softcapping=10.0, sliding_window=6
     ),
+    # per-head q/k norms on each rank's heads, a rope per layer type
+    "gemma3": lambda: transformers.Gemma3TextConfig(
+        **SMALL, head_dim=16, sliding_window=6, layer_types=["sliding_attention", "full_attention"]
+    ),
     # q/k/v and gate/up fused in the checkpoint, split into the ranks' parts
     "phi3": lambda: transformers.Phi3Config(**SMALL),
     # one key/value head (replicated on both ranks), parallel attention + MLP: two all-reduces

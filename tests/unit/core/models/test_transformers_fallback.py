@@ -1,5 +1,5 @@
 """The transformers fallback (architectures with no native model): transformers' own GPT-2, OPT, GPT-NeoX,
-GPT-BigCode and Gemma 3 modules, their attention routed to the CPU backend's paged attention through
+GPT-BigCode and Cohere 2 modules, their attention routed to the CPU backend's paged attention through
 transformers' attention interface, give transformers' logits within 1e-4 (float32) over a ragged paged
 batch with chunked prefill (tests/helpers/model_parity.py); what it cannot run is refused with the reason."""
 
@@ -47,17 +47,17 @@ CONFIGS = {
     "gpt-bigcode": lambda: transformers.GPTBigCodeConfig(
         vocab_size=256, n_positions=128, n_embd=64, n_layer=2, n_head=4, multi_query=True
     ),
-    # sliding-window layers between full ones, each with its own rope base
-    "gemma3": lambda: transformers.Gemma3TextConfig(
+    # sliding-window layers between full ones (which have no rope at all), parallel attention and MLP
+    "cohere2": lambda: transformers.Cohere2Config(
         vocab_size=256,
         hidden_size=64,
         intermediate_size=96,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        head_dim=16,
         max_position_embeddings=128,
         sliding_window=5,
+        layer_types=["sliding_attention", "full_attention"],
         pad_token_id=0,
         bos_token_id=0,
         eos_token_id=1,
