@@ -10,6 +10,7 @@ shows as the difference. Warm-up runs are not counted.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import random
@@ -195,8 +196,12 @@ def format_table(rows: Sequence[dict]) -> str:
     backends = any("backend" in r for r in rows)
     if backends:
         header.insert(0, "backend")
+    layouts = any("parallel" in r for r in rows)
+    if layouts:
+        header.insert(0, "ranks")
     body = [
         [
+            *([r.get("parallel", "")] if layouts else []),
             *([r.get("backend", "")] if backends else []),
             *([r.get("variant", "")] if variants else []),
             str(r["batch_size"]),
@@ -248,6 +253,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(see benchmarks/quant_variants.py; default: the model as it is)",
     )
     a("--export-dir", default="/tmp/tgi-bench-export", help="where --quantize's checkpoints are made once")
+    a(
+        "--parallel",
+        default=None,
+        help="process layouts to run one after another, e.g. 1,tp2,pp2,tp2xpp2 (one process, 2 tensor-parallel "
+        "shards, 2 pipeline stages, both; see benchmarks/parallel_layouts.py; default: one process)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -275,10 +286,19 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
+    layouts = [None]
+    if args.parallel:
+        from tgi.benchmarks.parallel_layouts import parse_layouts
+
+        try:
+            layouts = parse_layouts(args.parallel)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     backends = [b.strip() for b in args.backend.split(",") if b.strip()] or ["auto"]
-    runs = [(backend, variant) for backend in backends for variant in variants]
+    runs = [(backend, variant, layout) for backend in backends for variant in variants for layout in layouts]
     rows = []
-    for backend, variant in runs:
+    for backend, variant, layout in runs:
         model_id, quantize = args.model_id, None
         if variant is not None:
             from tgi.benchmarks.quant_variants import variant_model
@@ -298,6 +318,11 @@ def run(args: argparse.Namespace) -> int:
                 args.max_batch_prefill_tokens,
                 quantize=quantize,
             )
+            if layout is not None:
+                say(f"--- {layout.label}")
+                config = dataclasses.replace(
+                    config, num_shard=layout.num_shard, pipeline_parallel_size=layout.pipeline_parallel_size
+                )
             engine = LLMEngine.from_config(config, progress=say)
         except (ConfigError, FileNotFoundError) as exc:
             print(f"error: {exc}", file=sys.stderr)
@@ -317,8 +342,10 @@ def run(args: argparse.Namespace) -> int:
                 row["variant"] = variant
             if len(backends) > 1:
                 row["backend"] = backend
+            if layout is not None:
+                row["parallel"] = layout.label
         rows += points
-        if (backend, variant) != runs[-1]:
+        if (backend, variant, layout) != runs[-1]:
             engine.runner.shutdown()
             del engine  # its weights go before the next variant's load
     print(format_table(rows))
@@ -340,6 +367,7 @@ def run(args: argparse.Namespace) -> int:
                 "warmups": args.warmups,
                 "seed": args.seed,
                 "quantize": args.quantize,
+                "parallel": args.parallel,
             },
             "results": rows,
         }
