@@ -77,7 +77,9 @@ class ImagePreprocessor:
             raise ImageError(f"the model's processor refused the images: {exc}") from None
         ids = [int(t) for t in out["input_ids"][0]]
         extras = {k: v for k, v in out.items() if k not in _TEXT_KEYS}
-        if np.ndim(out["pixel_values"]) == 5:  # [1, tiles, 3, H, W]: the images cut into tiles
+        # [1, tiles, 3, H, W]: the images cut into tiles, each encoded alone (Idefics3); LLaVA-NeXT's
+        # [images, crops, 3, H, W] with each image's `image_sizes` are encoded an image at a time
+        if np.ndim(out["pixel_values"]) == 5 and "image_sizes" not in extras:
             return ids, self._tiles(_runs(ids, self.image_token_id), images, out["pixel_values"][0], extras)
         runs = self._spans(_runs(ids, self.image_token_id), images)
         pixels = _per_image(out, len(images))

@@ -103,3 +103,20 @@ def test_idefics3_tiles_are_each_their_own_image_input(tmp_path):
     pre.processor.image_processor.do_image_splitting = False
     (whole,) = pre.prepare("w9 <image>", [wide], add_special_tokens=False)[1]
     assert whole.content_hash == hashlib.sha256(image_bytes(60, 40, color=(255, 0, 0))).digest()
+
+
+def test_llava_next_images_are_each_one_input_with_their_crops_and_size(tmp_path):
+    from tgi.core.testing.tiny_llava_next import save_llava_next_processor
+
+    pre = ImagePreprocessor.load(str(save_llava_next_processor(tmp_path / "llava-next")))
+    wide = decode_image(image_bytes(60, 40, color=(255, 0, 0)), "image/png", ImageLimits())
+    square = decode_image(image_bytes(30, 30, color=(0, 0, 255)), "image/png", ImageLimits())
+    text = "w5 <image> w6 <image> w7"
+    ids, images = pre.prepare(text, [wide, square], add_special_tokens=False)
+    own = pre.processor(text=[text], images=[wide.image, square.image], return_tensors="np")
+    assert ids == own["input_ids"][0].tolist()
+    # [images, crops, 3, H, W]: one input per image (not per crop), its placeholders as many as its size gives
+    assert [(x.offset, x.num_tokens) for x in images] == [(1, 14), (16, 24)]
+    for k, x in enumerate(images):
+        np.testing.assert_array_equal(x.pixel_values, own["pixel_values"][k : k + 1])
+        np.testing.assert_array_equal(x.extras["image_sizes"], own["image_sizes"][k : k + 1])
