@@ -16,6 +16,11 @@ A chunk that would start an image beyond the step's budget left is cut before th
 (or waits), so a burst of images cannot stall the decodes of a step; one image alone always fits, since a
 request with an image larger than the budget is refused at validation.
 
+Atomic images (`RunnerConstraints.atomic_images`, a model whose image tokens attend to each other both ways):
+a chunk that would end inside an image is cut before it (or waits, when the image is its first token), and
+the cached prefix a sequence starts from stops before an image it would end inside; a prompt with an image
+longer than the longest chunk is refused.
+
 Prefix caching: a sequence admitted from the waiting queue starts after the longest chain of cached blocks
 that starts its tokens (`cached_prefix`), less the prompt positions whose logprobs are still owed.
 """
@@ -75,6 +80,13 @@ class ChunkPolicy:
                 f"{seq.request_id}: prompt + max_new_tokens needs {peak} KV blocks, the cache has "
                 f"{self.block_manager.num_blocks}"
             )
+        if self.constraints.atomic_images:
+            for image in seq.images:
+                if image.num_tokens > self.max_chunk_tokens:
+                    raise ValueError(
+                        f"{seq.request_id}: an image of {image.num_tokens} tokens exceeds the largest prefill "
+                        f"chunk ({self.max_chunk_tokens} tokens), and this model feeds an image in one chunk"
+                    )
         if not self.constraints.chunked_prefill and seq.num_prompt_tokens > self.max_chunk_tokens:
             raise ValueError(
                 f"{seq.request_id}: a {seq.num_prompt_tokens}-token prompt exceeds the largest prefill "
@@ -92,7 +104,21 @@ class ChunkPolicy:
             n = min(n, upto - start)
         if n < remaining and not self.constraints.chunked_prefill:
             return 0
-        return n
+        return self.image_cut(seq, start, n)
+
+    def image_cut(self, seq: Sequence, start: int, n: int) -> int:
+        """The chunk `start` .. `start + n - 1` cut before an image it would end inside, where images are
+        atomic (module docstring); `n` otherwise."""
+        return self.image_boundary(seq, start + n, start) - start
+
+    def image_boundary(self, seq: Sequence, end: int, floor: int = 0) -> int:
+        """`end`, or, where images are atomic and `end` falls inside an image, that image's first position
+        (never below `floor`)."""
+        if self.constraints.atomic_images:
+            for image in seq.images:
+                if image.offset < end < image.offset + image.num_tokens:
+                    return max(floor, image.offset)
+        return end
 
     def encoder_cut(
         self, seq: Sequence, start: int, n: int, encoder_budget: int, admitting: bool
@@ -136,4 +162,8 @@ class ChunkPolicy:
         limit = seq.num_tokens - 1
         if seq.want_prompt_logprobs and seq.prompt_logprobs_upto < seq.num_prompt_tokens:
             limit = min(limit, seq.prompt_logprobs_upto)
-        return self.block_manager.match_prefix(seq, limit)
+        prefix = self.block_manager.match_prefix(seq, limit)
+        boundary = self.image_boundary(seq, prefix.num_tokens)
+        if boundary < prefix.num_tokens:  # it would end inside an image: stop before it
+            prefix = self.block_manager.match_prefix(seq, boundary)
+        return prefix

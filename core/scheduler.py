@@ -302,6 +302,8 @@ class Scheduler:
             while not bm.can_allocate(seq, n):
                 fits = bm.free_token_capacity(seq)
                 if not is_decode and self.constraints.chunked_prefill and fits > 0:
+                    fits = self.chunks.image_cut(seq, seq.num_computed_tokens, fits)
+                if not is_decode and self.constraints.chunked_prefill and fits > 0:
                     n = fits  # a smaller prefill chunk beats preempting someone
                     break
                 victim = self._pick_victim(seq, scheduled)

@@ -114,6 +114,11 @@ class RunnerConstraints:
     # to the largest L that fits, so every prompt progresses. Decode tokens of a mixed step are not counted.
     # None: only the real tokens are bounded (max_batch_tokens and the engine's step budget)
     max_padded_prefill_tokens: int | None = None
+    # an image's placeholder tokens are fed in one prefill chunk, never split across chunks nor across the end of
+    # a cached prefix (a model whose image tokens attend to each other both ways at prefill, Gemma 3): a chunk
+    # that would split one is cut before it, the prefix cache's reuse stops before it, and a prompt whose image
+    # exceeds the longest chunk is refused
+    atomic_images: bool = False
 
     def padded_prefill_tokens(self, num_rows: int, longest: int) -> int | None:
         """B x L of a prefill step of `num_rows` chunks whose longest has `longest` tokens, each padded up to
