@@ -1,7 +1,7 @@
 """Pipeline parallelism over processes (gloo on the CPU): P stages of a tiny random float32 model give one
 process's greedy tokens and logprobs, through chunked prefill, mixed prefill + decode steps cut in
 micro-batches, preemption and recomputation; and so do 2 stages × 2 tensor-parallel shards (four ranks);
-guided decoding over stages on the default model.
+guided decoding over stages on the default model."""
 
 from __future__ import annotations
 
