@@ -5,6 +5,9 @@
 - `ParallelLinearFactory`: column-/row-parallel linears, a vocabulary-parallel embedding and output head,
   plugged into core's models through their `linear=` seam; `weight_selector(model)` makes every rank read
   only its slices of the checkpoint.
+- `PipelineStageRunner` (`pipeline_runner.py`): with `--pipeline-parallel-size`, each rank's runner over its
+  stage's layers (`stage_split.py`, `pipeline_model.py`), a step in micro-batches (`micro_batches.py`),
+  activations sent stage to stage (`stage_groups.py`).
 - `TensorParallelRunner`: rank 0's runner; spawns ranks 1..N-1 (`worker.py`), broadcasts every command
   to them over the group's collective (`command_channel.py`; a step as its delta from the last,
   `batch_delta.py`), runs its own shard, and brings everything down, naming the rank, when one dies.
