@@ -15,6 +15,7 @@ from helpers.image_files import data_url, image_bytes
 from PIL import Image
 
 from tgi.core.testing.tiny_idefics3 import save_random_idefics3
+from tgi.core.testing.tiny_llava_next import save_random_llava_next
 from tgi.core.testing.tiny_qwen2_vl import save_random_qwen2_vl
 from tgi.server.images.processor import load_processor
 
@@ -22,7 +23,11 @@ pytestmark = pytest.mark.e2e
 
 PNG = image_bytes(60, 40, color=(10, 200, 90))
 MAX_TOKENS = 8
-CHECKPOINTS = {"qwen2-vl": save_random_qwen2_vl, "idefics3": save_random_idefics3}
+CHECKPOINTS = {
+    "qwen2-vl": save_random_qwen2_vl,
+    "idefics3": save_random_idefics3,
+    "llava-next": save_random_llava_next,
+}
 
 
 @pytest.fixture(scope="module", params=sorted(CHECKPOINTS))
