@@ -14,6 +14,7 @@ import pytest
 
 from tgi.core.config import EngineConfig
 from tgi.core.engine import LLMEngine
+from tgi.core.parallel.runner import ShardFailure
 from tgi.core.sampling_params import SamplingParams
 from tgi.core.testing.tiny_models import save_random_model
 
@@ -47,12 +48,13 @@ def generate(folder: str, stages: int, shards: int):
     )
     engine = LLMEngine.from_config(config)
     try:
-        params = SamplingParams(max_new_tokens=12, ignore_eos=True, logprobs=True)
+        params = SamplingParams(max_new_tokens=12, ignore_eos=True, logprobs=True, prompt_logprobs=True)
         results = engine.generate(PROMPTS, params)
         preemptions = engine.stats().num_preemptions
     finally:
         engine.runner.shutdown()
     logprobs = [e.logprob for r in results for e in r.events]
+    logprobs += [t.logprob for r in results for t in r.final.prompt_tokens[1:]]  # computed on the last stage
     return [r.token_ids for r in results], logprobs, preemptions
 
 
@@ -72,6 +74,22 @@ def test_stages_give_one_process_tokens(models, kind, stages, shards):
     print(f"{kind} PP={stages} TP={shards}: max |logprob difference| vs one process: {diff:.2e}")
     assert diff < ATOL
     assert not multiprocessing.active_children()  # every rank is gone after shutdown
+
+
+def test_a_stage_killed_mid_generation_ends_the_engine_naming_it(models):
+    config = EngineConfig(model_id=models("llama"), pipeline_parallel_size=2, dtype="float32", **LIMITS)
+    engine = LLMEngine.from_config(config)
+    try:
+        engine.add_request([1, 2, 3], SamplingParams(max_new_tokens=40, ignore_eos=True))
+        engine.step()
+        worker = engine.runner.workers[0]  # rank 1: the last stage, which samples
+        worker.process.kill()
+        with pytest.raises(ShardFailure, match=r"shard rank 1 \(pid \d+\) died: killed by signal SIGKILL"):
+            for _ in range(40):
+                engine.step()
+    finally:
+        engine.runner.shutdown()
+    assert not multiprocessing.active_children()
 
 
 @pytest.mark.slow
