@@ -18,10 +18,12 @@ query's own keys in one order whatever the step.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
 
+from tgi.core.interfaces import UnsupportedError
 from tgi.core.interfaces.types import AttentionCaps
 from tgi.core.torch.attention import AttentionBackend, AttentionLayerSpec, AttentionMetadata
 from tgi.core.torch.kv_cache import KVCache
@@ -78,6 +80,7 @@ class CpuAttention(AttentionBackend):
             sliding_window=True,
             softcap=True,
             chunked_prefill=True,
+            bidirectional_spans=True,
         )
 
     # ------------------------------------------------------------------ prefill
@@ -134,7 +137,9 @@ class CpuAttention(AttentionBackend):
     ) -> list[tuple[int, int, torch.Tensor | None, slice, torch.Tensor | None]]:
         """Per chunk: (token start, token end, blocks holding the keys it attends to (None when it has no
         cached context: it then uses its own k/v), the keys' slots within those blocks, bool mask
-        [1, 1, L, S] or None for a plain causal chunk)."""
+        [1, 1, L, S] or None for a plain causal chunk). A chunk's bidirectional spans
+        (`meta.prefill_bidirectional_spans`) let their tokens see each other both ways, within the window:
+        transformers' Gemma 3 mask, AND(window, OR(causal, same span))."""
         key = f"cpu-sdpa/prefill/{block_size}/{window}"
         plan = meta.extra.get(key)
         if plan is not None:
@@ -142,8 +147,10 @@ class CpuAttention(AttentionBackend):
         qsl = meta.query_start_loc.tolist()
         device = meta.query_start_loc.device
         plan = []
+        all_spans = meta.prefill_bidirectional_spans
         for i, start in enumerate(meta.prefill_start_pos):
             s, e = qsl[i], qsl[i + 1]
+            spans = all_spans[i] if all_spans else ()
             n = e - s
             kstart = 0 if window is None else max(0, start - window + 1)  # oldest key any query may see
             if start > kstart:
@@ -155,12 +162,14 @@ class CpuAttention(AttentionBackend):
             else:
                 kstart = start
                 blocks, ctx = None, slice(0, 0)
-            if blocks is None and (window is None or n <= window):
+            if blocks is None and (window is None or n <= window) and not spans:
                 plan.append((s, e, None, ctx, None))
                 continue
             qpos = torch.arange(start, start + n, device=device)[:, None]
             kpos = torch.arange(kstart, start + n, device=device)[None, :]
             mask = kpos <= qpos
+            for lo, hi in spans:
+                mask |= (qpos >= lo) & (qpos < hi) & (kpos >= lo) & (kpos < hi)
             if window is not None:
                 mask &= kpos > qpos - window
             plan.append((s, e, blocks, ctx, mask[None, None]))
@@ -239,6 +248,10 @@ class CpuNativeAttention(CpuAttention):
         #: `native.paged_decode`'s implementation ("auto", "vector", "amx"); `TGI_CPU_DECODE_IMPL` overrides
         self.decode_impl = os.environ.get("TGI_CPU_DECODE_IMPL", "auto")
 
+    def caps(self) -> AttentionCaps:
+        # batch-invariant prefill runs each query as a causal decode row: no bidirectional spans
+        return replace(super().caps(), bidirectional_spans=not self.batch_invariant)
+
     def decode(
         self,
         q: torch.Tensor,
@@ -287,6 +300,11 @@ class CpuNativeAttention(CpuAttention):
     ) -> torch.Tensor:
         if not self.batch_invariant:
             return super().prefill(q, k, v, kv_cache, layer_idx, meta, layer)
+        if any(meta.prefill_bidirectional_spans):
+            raise UnsupportedError(
+                f"attention '{self.name}' in batch-invariant mode runs prefill causally: it cannot let an "
+                "image's tokens attend to each other both ways (Gemma 3)"
+            )
         # the chunk's keys/values are in the cache already (the model writes them before attention)
         tables, lens = self._queries_as_decodes(meta)
         return self._paged_decode(q, kv_cache, layer_idx, tables, lens, layer)

@@ -55,6 +55,8 @@ class AttentionCaps:
     sliding_window: bool = False
     softcap: bool = False
     chunked_prefill: bool = True  # prefill chunks that attend to earlier cached pages
+    # prefill spans whose tokens attend to each other both ways (`AttentionMetadata.prefill_bidirectional_spans`)
+    bidirectional_spans: bool = False
 
 
 @dataclass(frozen=True)

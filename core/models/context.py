@@ -112,6 +112,30 @@ def build_attention_metadata(
     )
 
 
+def image_spans(seqs: Sequence[Any]) -> list[list[tuple[int, int]]]:
+    """Per prefill chunk of `seqs` (`ScheduledSequence`s), the position runs of the images it feeds, for
+    `AttentionMetadata.prefill_bidirectional_spans`; `ValueError` for an image the chunk feeds only part of
+    (the scheduler keeps images whole where the runner says `RunnerConstraints.atomic_images`)."""
+    spans: list[list[tuple[int, int]]] = []
+    for seq in seqs:
+        if not seq.is_prefill:
+            continue
+        first, last = seq.start_pos, seq.start_pos + _num_tokens(seq)
+        runs = []
+        for image in seq.images:
+            lo, hi = image.offset, image.offset + image.num_tokens
+            if max(first, lo) >= min(last, hi):
+                continue
+            if lo < first or hi > last:
+                raise ValueError(
+                    f"request {seq.request_id}: a prefill chunk [{first}, {last}) feeds part of the image "
+                    f"at [{lo}, {hi}), whose tokens must attend to each other both ways"
+                )
+            runs.append((lo, hi))
+        spans.append(runs)
+    return spans
+
+
 def build_positions(seqs: Sequence[Any], device: torch.device | str | None = None) -> torch.Tensor:
     """[T] int64 positions of the step's tokens, in the same order as the metadata's token axis."""
     pos: list[int] = []

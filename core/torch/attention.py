@@ -41,6 +41,10 @@ class AttentionMetadata:
     prefill_start_pos: list[int] = field(default_factory=list)  # [P] tokens already cached per chunk
     prefill_seq_lens_host: list[int] = field(default_factory=list)  # [P]
     decode_seq_lens_host: list[int] = field(default_factory=list)  # [D]
+    # [P] per prefill chunk, position runs [lo, hi) inside it whose tokens attend to each other both ways (an
+    # image's placeholders in Gemma 3); the rest stays causal. Empty: causal only. Set by the runner for a model
+    # that asks (`bidirectional_images`) on an attention whose caps allow it (`AttentionCaps.bidirectional_spans`)
+    prefill_bidirectional_spans: list[list[tuple[int, int]]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)  # backend-private data from `prepare`
 
 

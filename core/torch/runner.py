@@ -8,11 +8,19 @@ from typing import TYPE_CHECKING
 import torch
 
 from tgi.core.dtypes import to_torch_dtype
-from tgi.core.interfaces import Collective, KVCacheSpec, ModelInfo, ModelRunner, RunnerCapabilities
+from tgi.core.interfaces import (
+    Collective,
+    KVCacheSpec,
+    ModelInfo,
+    ModelRunner,
+    RunnerCapabilities,
+    RunnerConstraints,
+    UnsupportedError,
+)
 from tgi.core.interfaces.batch import ScheduledBatch, ScheduledSequence, StepOutput
 from tgi.core.loading import iter_weights, load_config
 from tgi.core.loading.block_weights import iter_block_weights
-from tgi.core.models.context import AttentionContext, build_attention_metadata, build_positions
+from tgi.core.models.context import AttentionContext, build_attention_metadata, build_positions, image_spans
 from tgi.core.models.registry import attention_layer_specs, kv_cache_spec, model_class_for
 from tgi.core.quant.quantized_loading import QuantizedLoading
 from tgi.core.tokenization import config_eos_token_ids
@@ -48,6 +56,9 @@ class TorchModelRunner(ModelRunner):
         self.images = None  # `ImageEmbeddings`, when the model has a vision tower
         # each request's positions, when the model's are not one per token (M-RoPE: `RequestPositions`)
         self.request_positions = None
+        # the model's image tokens attend to each other both ways at prefill (Gemma 3): each prefill chunk's
+        # image spans go to the attention, and the scheduler keeps an image in one chunk
+        self.bidirectional_images = False
 
     # -- lifecycle --------------------------------------------------------------------------------------
     def load(self) -> ModelInfo:
@@ -57,6 +68,12 @@ class TorchModelRunner(ModelRunner):
         tp_size = self.collective.world_size
         for layer in attention_layer_specs(self.hf_config, tp_size):
             self.attention.check(layer, self.config.block_size, self.dtype)
+        self.bidirectional_images = bool(getattr(model_cls, "bidirectional_images", False))
+        if self.bidirectional_images and not self.attention.caps().bidirectional_spans:
+            raise UnsupportedError(
+                f"{model_cls.architecture}: its image tokens attend to each other both ways at prefill, which "
+                f"attention '{self.attention.name}' cannot do (the CPU backend's prefill can)"
+            )
         linear = select = None
         if tp_size > 1:  # this rank's shard: parallel layers, and only its slices read from the checkpoint
             from tgi.core.parallel.layers import ParallelLinearFactory, weight_selector
@@ -135,6 +152,9 @@ class TorchModelRunner(ModelRunner):
         """What this runner reads of the checkpoint: `select` (None: everything) as tensor parallelism
         narrows it; a pipeline stage narrows it further to its layers."""
         return select
+
+    def constraints(self) -> RunnerConstraints:
+        return RunnerConstraints(atomic_images=self.bidirectional_images)
 
     def capabilities(self) -> RunnerCapabilities:
         return RunnerCapabilities(
@@ -215,6 +235,8 @@ class TorchModelRunner(ModelRunner):
             self.request_positions.drop(batch.freed_request_ids)
             positions = self.request_positions.build(seqs, device)
         meta = build_attention_metadata(seqs, self.config.block_size, device)
+        if self.bidirectional_images:
+            meta.prefill_bidirectional_spans = image_spans(seqs)
         self.attention.prepare(meta)
         if self.lora is not None:
             self.lora.begin_step(seqs, device)
