@@ -144,7 +144,11 @@ def test_the_model_class_and_its_image_newline(checkpoint):
     from tgi.core.models.registry import model_class_for
 
     config = transformers.AutoConfig.from_pretrained(checkpoint)
-    assert model_class_for(config).__module__ == "tgi.core.models.llava_next"
+    cls = model_class_for(config)
+    assert cls.__module__ == "tgi.core.models.llava_next"
+    # transformers 5's layout and the llava-hf one name the same parameter
+    assert {cls._local_name(n) for n in ("image_newline", "model.image_newline")} == {"image_newline"}
+    assert cls._local_name("model.vision_tower.vision_model.embeddings.x") == "vision_tower.embeddings.x"
     engine = _engine(checkpoint)
     reference = transformers.LlavaNextForConditionalGeneration.from_pretrained(
         checkpoint, dtype=torch.float32
