@@ -33,6 +33,7 @@ _ARCHITECTURES: dict[str, tuple[str, str]] = {
     "Qwen2VLForConditionalGeneration": ("tgi.core.models.qwen2_vl", "Qwen2VLForConditionalGeneration"),
     "Qwen2_5_VLForConditionalGeneration": ("tgi.core.models.qwen2_vl", "Qwen2_5_VLForConditionalGeneration"),
     "Idefics3ForConditionalGeneration": ("tgi.core.models.idefics3", "Idefics3ForConditionalGeneration"),
+    "Gemma3ForConditionalGeneration": ("tgi.core.models.gemma3_vl", "Gemma3ForConditionalGeneration"),
 }
 _MODEL_TYPES: dict[str, str] = {
     "llama": "LlamaForCausalLM",
@@ -53,6 +54,7 @@ _MODEL_TYPES: dict[str, str] = {
     "qwen2_vl": "Qwen2VLForConditionalGeneration",
     "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
     "idefics3": "Idefics3ForConditionalGeneration",
+    "gemma3": "Gemma3ForConditionalGeneration",
 }
 
 

@@ -33,7 +33,12 @@ class ImagePreprocessor:
     def __init__(self, processor: Any) -> None:
         self.processor = processor
         self.image_token: str = processor.image_token
-        self.image_token_id: int = processor.tokenizer.convert_tokens_to_ids(self.image_token)
+        #: the token whose runs are an image's placeholders in the processor's output: the image token, or
+        #: the tokenizer's own where the processor expands its image token into runs of another (Gemma 3:
+        #: `<start_of_image>` becomes `<start_of_image>`, runs of `<image_soft_token>`, `<end_of_image>`)
+        soft = getattr(processor.tokenizer, "image_token", None)
+        run_token = soft if soft and soft != self.image_token else self.image_token
+        self.image_token_id: int = processor.tokenizer.convert_tokens_to_ids(run_token)
         #: the text an image stands for in a prompt the server writes (not a chat template): its placeholder,
         #: wrapped as the model expects it
         self.image_prompt: str = self.image_token

@@ -120,3 +120,16 @@ def test_llava_next_images_are_each_one_input_with_their_crops_and_size(tmp_path
     for k, x in enumerate(images):
         np.testing.assert_array_equal(x.pixel_values, own["pixel_values"][k : k + 1])
         np.testing.assert_array_equal(x.extras["image_sizes"], own["image_sizes"][k : k + 1])
+
+
+def test_gemma3_images_are_their_soft_token_runs_inside_start_and_end_of_image(tmp_path):
+    from tgi.core.testing.tiny_gemma3 import BOI, TOKENS_PER_IMAGE, save_gemma3_processor
+
+    pre = ImagePreprocessor.load(str(save_gemma3_processor(tmp_path / "gemma3")))
+    text = f"w5 {BOI} w6 {BOI} w7"
+    ids, images = pre.prepare(text, [_decoded((255, 0, 0)), _decoded((0, 0, 255))], add_special_tokens=False)
+    # `<start_of_image>` is what a prompt holds; the processor expands it into a run of `<image_soft_token>`
+    # between `<start_of_image>` and `<end_of_image>`: the run is the image's placeholders
+    assert pre.image_token == BOI and pre.image_token_id == pre.processor.tokenizer.image_token_id
+    assert [(x.offset, x.num_tokens) for x in images] == [(2, TOKENS_PER_IMAGE), (9, TOKENS_PER_IMAGE)]
+    assert all(ids[x.offset - 1] == pre.processor.tokenizer.boi_token_id for x in images)
