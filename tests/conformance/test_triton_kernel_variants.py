@@ -105,3 +105,13 @@ def test_mixtral_serves_only_variants_compiled_at_warm_up(tmp_path):
     at_start, serving = started_and_serving(config, InterpretedCudaBackend, serve)
     assert serving - at_start == set(), "compiled while serving"
     assert {"fused_moe._gate_up_kernel", "fused_moe._down_kernel"} <= {v[0] for v in serving}
+
+
+def test_warm_up_row_counts_reach_every_bucket_a_step_can_fall_in():
+    from tgi.backends.triton_common.kernels.quant_int import row_bucket
+    from tgi.backends.triton_common.runner import row_count_buckets
+
+    for most in range(1, 300):
+        rows = row_count_buckets(most)
+        assert max(rows) == most and len(set(rows)) == len(rows)
+        assert {row_bucket(m) for m in range(1, most + 1)} == {row_bucket(n) for n in rows}
