@@ -70,14 +70,14 @@ async def chat_tokenize(req: ChatCompletionRequest, request: Request) -> Respons
         if refs:
             service.image_token(refs)  # refused before templating when the model takes no images
         text = await service.template_text(messages, **kwargs)
-        images = ()
-        if refs:  # the images' tokens counted as the model's processor expands them
-            images = (await service.encode_with_images(text, refs, add_special_tokens=False))[1]
+        prompt_ids = None
+        if refs:  # the prompt's tokens as the model's processor expands its images
+            prompt_ids = (await service.encode_with_images(text, refs, add_special_tokens=False))[0]
         # the template already writes BOS where the model wants one; built and serialised off the loop
         body = await service.token_spans_json(
             text,
             add_special_tokens=False,
             shape=lambda spans: {"tokenize_response": spans, "templated_text": text},
-            images=images,
+            prompt_ids=prompt_ids,
         )
     return Response(body, media_type="application/json")

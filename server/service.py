@@ -4,6 +4,7 @@ generation request to the engine and back (`InferenceService.generate`), with it
 from __future__ import annotations
 
 import asyncio
+import difflib
 import json
 import time
 import uuid
@@ -176,22 +177,23 @@ class InferenceService:
         text: str,
         add_special_tokens: bool = True,
         shape: Callable[[list[dict]], Any] = lambda spans: spans,
-        images: tuple[ImageInput, ...] = (),
+        prompt_ids: list[int] | None = None,
     ) -> bytes:
         """`text`'s tokens as TGI's `/tokenize` lists them (`{id, text, start, stop}`, the characters each
         covers), passed through `shape` and serialised to JSON, all on the validation workers: however long
-        the text, the event loop only awaits. With `images` (`encode_with_images` of `text`), image i's
-        placeholder is its `num_tokens` image tokens, each covering the placeholder's characters. More
+        the text, the event loop only awaits. With `prompt_ids` (the ids `encode_with_images` made of `text`: the
+        model's processor expanded each image placeholder into its tokens, markers and all), those ids are
+        listed, each token the processor added covering the characters of the placeholder it stands for. More
         tokens than `--max-input-tokens` is a 422 naming the limit (TGI's message for an input too long to
         generate from)."""
         tokenizer, limit = self.engine.tokenizer, self.engine.config.max_input_tokens
-        preprocessor = self._preprocessor(self.engine) if images else None
+        preprocessor = self._preprocessor(self.engine) if prompt_ids is not None else None
 
         def run() -> bytes:
             enc = tokenizer(text, return_offsets_mapping=True, add_special_tokens=add_special_tokens)
             pairs = list(zip(enc["input_ids"], enc["offset_mapping"], strict=True))
-            if preprocessor is not None:
-                pairs = _expanded(pairs, preprocessor.image_token_id, [x.num_tokens for x in images])
+            if preprocessor is not None and prompt_ids is not None:
+                pairs = _aligned(pairs, prompt_ids, preprocessor.image_token_id)
             if len(pairs) > limit:
                 raise validation_error(too_many_input_tokens(len(pairs), limit))
             spans = [{"id": i, "text": text[a:b], "start": a, "stop": b} for i, (a, b) in pairs]
@@ -357,11 +359,24 @@ def _validate(engine: ServingEngine, given: SequenceInput) -> EngineRequest:
         raise ApiError(503, f"Grammar compilation is busy: {exc}", "overloaded") from None
 
 
-def _expanded(pairs: list[tuple[int, Any]], placeholder: int, counts: list[int]) -> list[tuple[int, Any]]:
-    """(token id, offsets) pairs with the k-th `placeholder` token repeated `counts[k]` times."""
-    out, images = [], iter(counts)
-    for pair in pairs:
-        out += [pair] * (next(images, 1) if pair[0] == placeholder else 1)
+def _aligned(pairs: list[tuple[int, Any]], ids: list[int], placeholder: int) -> list[tuple[int, Any]]:
+    """`ids` (a prompt as the model's processor expanded it) as (token id, offsets) pairs: a token of the
+    text's own tokenization (`pairs`) keeps its offsets; the run of tokens the processor wrote in place of
+    a `placeholder` token (image tokens, tile markers, newlines) covers that placeholder's characters; a
+    token added elsewhere, the empty span where it stands."""
+    # a placeholder matches nothing, so that its whole expansion is what replaces it
+    text_ids = [-1 if pair[0] == placeholder else pair[0] for pair in pairs]
+    out: list[tuple[int, Any]] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=text_ids, b=ids, autojunk=False).get_opcodes():
+        if tag == "equal":
+            out += pairs[i1:i2]
+            continue
+        if i2 > i1:
+            span = (pairs[i1][1][0], pairs[i2 - 1][1][1])
+        else:
+            at = pairs[i1][1][0] if i1 < len(pairs) else (pairs[-1][1][1] if pairs else 0)
+            span = (at, at)
+        out += [(token, span) for token in ids[j1:j2]]
     return out
 
 

@@ -41,9 +41,9 @@ def served(request, tmp_path_factory, launch_server, stop_server):
     assert stop_server(server) == 0, server.logs()
 
 
-def _reference(model: str, content: list[dict]) -> tuple[list[str], int, int]:
-    """transformers' greedy tokens after the chat prompt of `content` (one image), the prompt's length and
-    how many of its tokens are the image's placeholders."""
+def _reference(model: str, content: list[dict]) -> tuple[list[str], list[int], int]:
+    """transformers' greedy tokens after the chat prompt of `content` (one image), the prompt's ids as the
+    processor expands them and how many of its tokens are the image's placeholders."""
     from transformers import AutoModelForImageTextToText
 
     processor = load_processor(model)
@@ -58,7 +58,7 @@ def _reference(model: str, content: list[dict]) -> tuple[list[str], int, int]:
     ids = inputs["input_ids"][0]
     placeholders = int((ids == hf.config.image_token_id).sum())
     new = out[0, ids.shape[0] :].tolist()
-    return processor.tokenizer.convert_ids_to_tokens(new), ids.shape[0], placeholders
+    return processor.tokenizer.convert_ids_to_tokens(new), ids.tolist(), placeholders
 
 
 PARTS = [
@@ -78,16 +78,15 @@ def test_a_data_url_image_gives_transformers_greedy_tokens_and_counts_its_tokens
         temperature=0,
         logprobs=True,
     )
-    tokens, prompt_tokens, placeholders = _reference(model, CONTENT)
+    tokens, prompt_ids, placeholders = _reference(model, CONTENT)
     assert [t.token for t in reply.choices[0].logprobs.content] == tokens
-    assert placeholders >= 4 and reply.usage.prompt_tokens == prompt_tokens  # the placeholders counted
+    assert placeholders >= 4 and reply.usage.prompt_tokens == len(prompt_ids)  # the placeholders counted
 
 
-def test_chat_tokenize_lists_the_prompt_as_the_processor_expands_it(served, request):
+def test_chat_tokenize_lists_the_prompt_as_the_processor_expands_it(served):
+    """Every token the model gets, in order: the image's placeholders and, for Idefics3, each tile's
+    `<fake_token_around_image><row_r_col_c>` markers and newlines the processor writes around them."""
     _, url, model = served
-    if "idefics3" in request.node.callspec.id:
-        # /chat_tokenize repeats the `<image>` token per placeholder; Idefics3's processor also writes each
-        # tile's `<fake_token_around_image><row_r_col_c>` and newlines around them, which it does not list
-        request.applymarker(pytest.mark.xfail(strict=True, reason="tiles' marker tokens not listed"))
     tokenized = httpx.post(url + "/chat_tokenize", json={"messages": [{"role": "user", "content": PARTS}]})
-    assert len(tokenized.json()["tokenize_response"]) == _reference(model, CONTENT)[1]
+    spans = tokenized.json()["tokenize_response"]
+    assert [span["id"] for span in spans] == _reference(model, CONTENT)[1]
