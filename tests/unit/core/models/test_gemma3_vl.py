@@ -150,3 +150,22 @@ def test_preemption_recomputes_with_the_mask(gemma3, processor, reference):
     expected = [_expected(reference, r[2]) for r in (a, b)]
     assert _run(engine, [(a[0], a[1]), (b[0], b[1])]) == expected
     assert engine.stats().num_preemptions >= 1
+
+
+def test_the_prefix_cache_stops_before_an_image_it_would_end_inside(gemma3, processor, reference):
+    engine = _engine(gemma3)
+    ids, images, enc = _request(processor, f"w5 w6 w7 w8 w9 {BOI} w11", [_picture(8)])
+    assert images[0].offset < 8 < images[0].offset + TOKENS_PER_IMAGE  # two cached blocks would end inside
+    expected = [_expected(reference, enc)]
+    assert _run(engine, [(ids, images)]) == expected
+    before = engine.stats().num_prefix_cache_hit_tokens
+    assert _run(engine, [(ids, images)]) == expected
+    assert engine.stats().num_prefix_cache_hit_tokens - before == 4  # the block before the image only
+
+
+def test_an_attention_that_cannot_mask_the_spans_refuses_the_model_by_name(gemma3):
+    from tgi.core.interfaces import UnsupportedError
+
+    # --deterministic: cpu-native's batch-invariant prefill runs every query as a causal decode row
+    with pytest.raises(UnsupportedError, match="attend to each other both ways at prefill"):
+        _engine(gemma3, deterministic=True)
