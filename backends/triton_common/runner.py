@@ -101,9 +101,10 @@ class TritonModelRunner(TorchModelRunner):
           layer runs in each pass below;
         * the token count: the kernels do not specialise on it (row and pair counts, the block table's width
           and the metadata's alignment are `do_not_specialize`d); the one choice made from it, a quantized
-          GEMM's split along K, is made per power of two (`quant_int.row_bucket`): one prefill of each of
-          `row_count_buckets(max_batch_tokens)` tokens runs every bucket a step can fall in (the prefill
-          attention, KV write, fused norm/rotary/SiLU and MoE kernels with them);
+          GEMM's split along K, is made per power of two (`quant_int.row_bucket`): on a device where it is
+          made (`quant_int.splits_by_rows`) one prefill of each of `row_count_buckets(max_batch_tokens)`
+          tokens runs every bucket a step can fall in, elsewhere one prefill of the most tokens runs (the
+          prefill attention, KV write, fused norm/rotary/SiLU and MoE kernels with them);
         * LoRA: with adapters loaded at start, those passes run under the first of them (the kernels' ranks
           are the stacked ranks of the adapters loaded: one loaded later with a larger rank compiles at its
           first step);
@@ -111,6 +112,7 @@ class TritonModelRunner(TorchModelRunner):
 
         Sampling is torch code (`TorchSampler`): no Triton kernel. Returns what ran: the prefill token counts
         under "rows", the split counts under "decode_splits"."""
+        from tgi.backends.triton_common.kernels.quant_int import splits_by_rows
         from tgi.core.interfaces.batch import ScheduledBatch, ScheduledSequence
         from tgi.core.sampling_params import SamplingParams
 
@@ -118,7 +120,7 @@ class TritonModelRunner(TorchModelRunner):
         most = min(max_batch_tokens, self.kv_cache.num_blocks * bs)
         adapter = self.lora.names[0] if self.lora is not None and self.lora.names else None
         params = SamplingParams(adapter_id=adapter)
-        rows = row_count_buckets(most)
+        rows = row_count_buckets(most) if splits_by_rows(self.device) else (max(1, most),)
         for n in rows:  # written into blocks no request owns yet (the cache is empty before serving)
             seq = ScheduledSequence(
                 "variants", [0] * n, 0, list(range(-(-n // bs))), True, True, params, 0, n, [0] * n

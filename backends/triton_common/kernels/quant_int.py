@@ -52,6 +52,12 @@ def row_bucket(m: int) -> int:
     return triton.next_power_of_2(max(1, m))
 
 
+def splits_by_rows(device: torch.device) -> bool:
+    """Whether `split_k`'s heuristic runs for tensors on `device` (torch.cuda devices: CUDA, ROCm); elsewhere
+    a product is split only when asked, whatever its row count."""
+    return device.type == "cuda"
+
+
 def split_k(m: int, n: int, k: int, device: torch.device, requested: int | None = None) -> int:
     """How many programs share the K dimension of one output tile: 1 where the output tiles already give
     every streaming multiprocessor two programs, else as many as bring it there, at most one per
@@ -61,7 +67,7 @@ def split_k(m: int, n: int, k: int, device: torch.device, requested: int | None 
     k_tiles = triton.cdiv(k, BLOCK_K)
     if requested is not None:
         return max(1, min(int(requested), k_tiles))
-    if device.type != "cuda":
+    if not splits_by_rows(device):
         return 1
     index = device.index if device.index is not None else torch.cuda.current_device()
     if index not in _SM_COUNT:
