@@ -202,7 +202,7 @@ DECODE_IMPLS = {"auto": 0, "vector": 1, "amx": 2}
 #: K-quants' super-blocks of 256 (their weights need K a multiple of 256). AMX: Q4_0, Q4_1, Q8_0 (README)
 BLOCK_TYPES = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2, "Q5_0": 6, "Q5_1": 7, "Q4_K": 3, "Q5_K": 4, "Q6_K": 5}
 #: implementations of `block_linear`
-BLOCK_IMPLS = {"auto": 0, "reference": 1, "avx512-bf16": 2, "amx": 3, "avx512-vnni": 4}
+BLOCK_IMPLS = {"auto": 0, "reference": 1, "avx512-bf16": 2, "amx": 3, "avx512-vnni": 4, "avx2-int8": 5}
 
 
 def block_pack(raw: torch.Tensor, qtype: str, n: int, k: int) -> torch.Tensor:
@@ -241,7 +241,8 @@ def dequantize_impls() -> list[str]:
 
 def block_impls() -> list[str]:
     """The `block_linear` implementations this CPU (and OS) offers: "reference", "avx512-bf16", "amx",
-    "avx512-vnni" (the K-quants on int8 inputs; with AVX512-VNNI, VBMI and BF16)."""
+    "avx512-vnni" (the K-quants on int8 inputs; with AVX512-VNNI, VBMI and BF16), "avx2-int8" (the
+    K-quants on int8 inputs; with AVX2, FMA and F16C)."""
     return list(load().block_impls())
 
 
@@ -265,7 +266,10 @@ def block_linear(
     lacks, "amx" for Q5_0, Q5_1 and the K-quants, "avx512-vnni" for any other type. "auto" computes the
     K-quants on "avx512-vnni" where the CPU has it, else on "avx512-bf16" (also on CPUs with AMX).
     float32 x -> float32 out ("auto" or "reference": AVX2 or plain loops; the K-quants' float32 path is one
-    loop nest compiled for AVX-512, AVX2 and plain x86-64, both names take it).
+    loop nest compiled for AVX-512, AVX2 and plain x86-64, "reference" takes it, and "auto" where the CPU
+    has AVX512-VNNI or lacks AVX2). "avx2-int8" (K-quants, float32 or bfloat16 x): the int8 inputs of
+    "avx512-vnni" multiplied with AVX2's `vpmaddubsw`, same accuracy; "auto" takes it for float32 x where
+    the CPU has AVX2, FMA and F16C and no AVX512-VNNI.
     """
     return load().block_linear(x, packed, BLOCK_TYPES[qtype], int(n), int(k), bias, BLOCK_IMPLS[impl])
 

@@ -19,6 +19,14 @@
 #include "ops.h"
 
 namespace {
+bool has_avx2_int8() {
+#if defined(__x86_64__)
+  return tgi_blocks::has_avx2_fma();
+#else
+  return false;
+#endif
+}
+
 // the block type's check of K, and the packed size of [n, k] (groups of 16 rows)
 int64_t packed_bytes(int64_t qtype, int64_t n, int64_t k) {
   using namespace tgi_blocks;
@@ -71,6 +79,28 @@ std::vector<float> block_sums(const T* x, int64_t count) {
   return sx;
 }
 
+#if defined(__x86_64__)
+// the K-quants on int8 inputs with AVX2 (block_linear_kquant_avx2.cpp): x (float32 or bfloat16 bits) quantized
+// per row and 256 columns, then each group's float32 sums [M, R] handed to `store(g, y)`
+template <typename X, typename Store>
+void kquant_int8_avx2(const X* xp, int64_t M, int64_t k, const uint8_t* wp, int64_t qtype, int64_t groups,
+                      Store store) {
+  using namespace tgi_blocks;
+  const int64_t ns = k / QKK;
+  std::vector<int8_t> xq(M * k);
+  std::vector<float> dx(M * ns);
+  std::vector<int32_t> bsum(M * ns * (QKK / 16));
+  quantize_rows_q8k(xp, M, k, xq.data(), dx.data(), bsum.data());
+  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> y(M * R);
+    for (int64_t g = begin; g < end; ++g) {
+      group_avx2_k(xq.data(), dx.data(), bsum.data(), M, k, wp, qtype, g, y.data());
+      store(g, y.data());
+    }
+  });
+}
+#endif
+
 // x float32 [M, k] -> out float32 [M, n] (see block_linear_f32.cpp)
 torch::Tensor block_linear_f32(const torch::Tensor& x, const torch::Tensor& packed, int64_t qtype, int64_t n,
                                int64_t k, const c10::optional<torch::Tensor>& bias, int64_t impl,
@@ -84,12 +114,21 @@ torch::Tensor block_linear_f32(const torch::Tensor& x, const torch::Tensor& pack
     bias_f = bias->to(at::kFloat).contiguous();
     bp = bias_f.data_ptr<float>();
   }
-  const std::vector<float> sx = block_sums(xp, M * nb);
   float* op = out.data_ptr<float>();
   const uint8_t* wp = packed.data_ptr<uint8_t>();
 #if defined(__x86_64__)
   const bool vector = impl == 0 && has_avx2_fma();  // impl 1: the plain loops, the reference
+  // auto: the K-quants on int8 inputs where the CPU has AVX2 and no AVX512-VNNI (see block_linear_kquant_avx2.cpp)
+  if (is_kquant(qtype) && (impl == 5 || (vector && !has_avx512_vnni()))) {
+    kquant_int8_avx2(xp, M, k, wp, qtype, groups, [&](int64_t g, const float* y) {
+      const int64_t rows = std::min<int64_t>(R, n - g * R);
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t r = 0; r < rows; ++r) op[m * n + g * R + r] = y[m * R + r] + (bp ? bp[g * R + r] : 0.0f);
+    });
+    return out;
+  }
 #endif
+  const std::vector<float> sx = block_sums(xp, M * nb);
   at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> y(M * R);
     for (int64_t g = begin; g < end; ++g) {
@@ -129,7 +168,10 @@ torch::Tensor block_linear(torch::Tensor x, torch::Tensor packed, int64_t qtype,
   auto out = torch::empty({M, n}, x.options());
   if (M == 0) return out;
   if (x.scalar_type() == at::kFloat) {
-    TORCH_CHECK(impl <= 1, "float32 inputs have one implementation (auto)");
+    TORCH_CHECK(impl <= 1 || impl == 5,
+                "float32 inputs have one implementation (auto), besides reference and avx2-int8 (K-quants)");
+    TORCH_CHECK(impl != 5 || (has_avx2_int8() && is_kquant(qtype)),
+                "the avx2-int8 block kernel needs AVX2, FMA and F16C and computes Q4_K, Q5_K and Q6_K");
     return block_linear_f32(x, packed, qtype, n, k, bias, impl, out);
   }
   const uint16_t* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
@@ -142,9 +184,19 @@ torch::Tensor block_linear(torch::Tensor x, torch::Tensor packed, int64_t qtype,
   uint16_t* op = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
   const uint8_t* wp = packed.data_ptr<uint8_t>();
   // impl: 0 the fastest this CPU has, 1 scalar reference, 2 AVX512-BF16, 3 AMX, 4 AVX512-VNNI (K-quants,
-  // int8 inputs)
-  TORCH_CHECK(impl >= 0 && impl <= 4, "unknown implementation ", impl);
+  // int8 inputs), 5 AVX2 (K-quants, int8 inputs; bfloat16 x only when asked for)
+  TORCH_CHECK(impl >= 0 && impl <= 5, "unknown implementation ", impl);
+  TORCH_CHECK(impl != 5 || (has_avx2_int8() && is_kquant(qtype)),
+              "the avx2-int8 block kernel needs AVX2, FMA and F16C and computes Q4_K, Q5_K and Q6_K");
 #if defined(__x86_64__)
+  if (impl == 5) {
+    kquant_int8_avx2(xp, M, k, wp, qtype, groups, [&](int64_t g, const float* y) {
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t r = 0; r < std::min<int64_t>(R, n - g * R); ++r)
+          op[m * n + g * R + r] = float_to_bf16(y[m * R + r] + (bp ? bp[g * R + r] : 0.0f));
+    });
+    return out;
+  }
   TORCH_CHECK(impl != 2 || has_avx512_bf16(), "this CPU has no AVX512-BF16");
   TORCH_CHECK(impl != 3 || amx_ready(), "AMX is not available here");
   // Q5_0, Q5_1 and the K-quants have no AMX path (see backends/cpu/README.md): "auto" takes AVX512-BF16
@@ -234,5 +286,6 @@ std::vector<std::string> block_impls() {
   if (amx_ready()) out.push_back("amx");
   if (has_avx512_vnni()) out.push_back("avx512-vnni");
 #endif
+  if (has_avx2_int8()) out.push_back("avx2-int8");
   return out;
 }

@@ -87,6 +87,8 @@ void group_f32_k(const float* x, int64_t M, int64_t K, const float* sx, const ui
 // (llama.cpp's q8_K): q [M, K] (each 8 columns in the order 0, 1, 4, 5, 2, 3, 6, 7), dx [M, K / 256] the
 // scales, bsum [M, K / 16] the sums of q per 16 columns (in the columns' own order)
 void quantize_rows_q8k(const uint16_t* x, int64_t M, int64_t K, int8_t* q, float* dx, int32_t* bsum);
+// the same of float32 x (the AVX2 int8 path's float32 models)
+void quantize_rows_q8k(const float* x, int64_t M, int64_t K, int8_t* q, float* dx, int32_t* bsum);
 
 #if defined(__x86_64__)
 // AVX-512 BF16 path (block_linear_kquant_avx512_bf16.cpp)
@@ -103,6 +105,11 @@ inline bool has_avx512_vnni() {
   return ok;
 }
 TGI_VNNI_TARGET void group_vnni_k(const int8_t* xq, const float* dx, const int32_t* bsum, int64_t M, int64_t K,
+                                  const uint8_t* packed, int64_t qtype, int64_t g, float* y);
+// AVX2 int8 path (block_linear_kquant_avx2.cpp): the same quantized input as group_vnni_k, float32 sums y [M, R]
+#define TGI_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
+
+TGI_AVX2_TARGET void group_avx2_k(const int8_t* xq, const float* dx, const int32_t* bsum, int64_t M, int64_t K,
                                   const uint8_t* packed, int64_t qtype, int64_t g, float* y);
 #endif
 

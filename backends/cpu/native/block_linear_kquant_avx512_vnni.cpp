@@ -23,26 +23,41 @@
 
 namespace tgi_blocks {
 
-void quantize_rows_q8k(const uint16_t* x, int64_t M, int64_t K, int8_t* q, float* dx, int32_t* bsum) {
+namespace {
+inline float input_float(uint16_t v) { return bf16_to_float(v); }
+inline float input_float(float v) { return v; }
+
+// bfloat16 (the VNNI path) or float32 (the AVX2 path's float32 models) x
+template <typename X>
+void quantize_rows(const X* x, int64_t M, int64_t K, int8_t* q, float* dx, int32_t* bsum) {
   static const int order[8] = {0, 1, 4, 5, 2, 3, 6, 7};
   const int64_t ns = K / QKK;
   for (int64_t m = 0; m < M; ++m)
     for (int64_t s = 0; s < ns; ++s) {
-      const uint16_t* xs = x + m * K + s * QKK;
+      const X* xs = x + m * K + s * QKK;
       float amax = 0.0f;
-      for (int k = 0; k < QKK; ++k) amax = std::fmax(amax, std::fabs(bf16_to_float(xs[k])));
+      for (int k = 0; k < QKK; ++k) amax = std::fmax(amax, std::fabs(input_float(xs[k])));
       const float iscale = amax > 0.0f ? 127.0f / amax : 0.0f;
       dx[m * ns + s] = amax / 127.0f;
       int8_t* qs = q + m * K + s * QKK;
       int32_t* bs = bsum + (m * ns + s) * (QKK / 16);
       for (int b = 0; b < QKK / 16; ++b) bs[b] = 0;
       for (int k = 0; k < QKK; ++k) {
-        const float v = std::nearbyint(bf16_to_float(xs[k]) * iscale);
+        const float v = std::nearbyint(input_float(xs[k]) * iscale);
         const int iv = static_cast<int>(std::fmax(-127.0f, std::fmin(127.0f, v)));
         qs[(k & ~7) + order[k & 7]] = static_cast<int8_t>(iv);
         bs[k / 16] += iv;
       }
     }
+}
+}  // namespace
+
+void quantize_rows_q8k(const uint16_t* x, int64_t M, int64_t K, int8_t* q, float* dx, int32_t* bsum) {
+  quantize_rows(x, M, K, q, dx, bsum);
+}
+
+void quantize_rows_q8k(const float* x, int64_t M, int64_t K, int8_t* q, float* dx, int32_t* bsum) {
+  quantize_rows(x, M, K, q, dx, bsum);
 }
 
 #if defined(__x86_64__)

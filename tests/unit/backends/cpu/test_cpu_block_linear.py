@@ -150,6 +150,11 @@ def test_cpu_backend_asks_for_blocks_for_bfloat16_and_default_float32_models(mon
     backend = cpu_backend.CpuBackend()
     assert backend.default_dtype() == "float32"
     assert backend.block_weight_types("float32") == frozenset(native.BLOCK_TYPES)
-    assert backend.describe_kernels("float32")["gguf block linear"] == "float32 AVX2 up to 16 rows"
+    int8 = (
+        "; K-quants on int8 inputs (avx2-int8) up to 64 rows"
+        if "avx2-int8" in native.block_impls() and "avx512-vnni" not in native.block_impls()
+        else ""
+    )
+    assert backend.describe_kernels("float32")["gguf block linear"] == f"float32 AVX2 up to 16 rows{int8}"
     monkeypatch.setenv("TGI_CPU_BLOCK_KERNELS", "0")
     assert backend.block_weight_types("bfloat16") == backend.block_weight_types("float32") == frozenset()
