@@ -260,7 +260,7 @@ class CpuBackend(TorchBackend):
 
             if self.batch_invariant:
                 return BlockLinearKernel(weight, None, invariant_block_impl(weight.qtype, dtype))
-            return BlockLinearKernel(weight, block_rows(dtype, native.block_impls()))
+            return BlockLinearKernel(weight, block_rows(dtype, native.block_impls(), weight.qtype))
         if self.batch_invariant:
             from tgi.backends.cpu.linear import RowAtATimeKernel
 

@@ -49,6 +49,11 @@ def kernel_plan(
     elif dtype == "float32":
         avx2 = "AVX2" if {"avx2", "fma", "f16c"} <= info.flags else "scalar"
         plan["gguf block linear"] = f"float32 {avx2} up to {max_block_rows} rows"
+        if impl == "auto" and "avx2-int8" in block_impls and "avx512-vnni" not in block_impls:
+            from tgi.backends.cpu.linear import max_block_rows_f32
+
+            rows = max_block_rows_f32(block_impls, "Q4_K")
+            plan["gguf block linear"] += f"; K-quants on int8 inputs (avx2-int8) up to {rows} rows"
     elif max_block_rows <= 0:
         plan["gguf block linear"] = "off (no fast path on this CPU)"
     elif impl != "auto":
@@ -58,7 +63,7 @@ def kernel_plan(
         if "amx" in block_impls:
             plan["gguf block linear"] = f"avx512-bf16 for 1-2 rows, amx up to {max_block_rows} rows{int8}"
         else:
-            bf16 = [i for i in block_impls if i != "avx512-vnni"][-1]
+            bf16 = [i for i in block_impls if i not in ("avx512-vnni", "avx2-int8")][-1]
             plan["gguf block linear"] = f"{bf16} up to {max_block_rows} rows{int8}"
     if attention == "cpu-native":
         decode = os.environ.get("TGI_CPU_DECODE_IMPL", "auto")

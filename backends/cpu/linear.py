@@ -34,20 +34,38 @@ def max_block_rows(impls: list[str]) -> int:
     return 64 if "amx" in impls or "avx512-bf16" in impls else 0
 
 
-def max_block_rows_f32() -> int:
+#: the GGUF formats of llama.cpp's K-quant super-blocks (256 weights)
+K_QUANTS = frozenset({"Q4_K", "Q5_K", "Q6_K"})
+
+
+def int8_f32_k_quants(impls: list[str]) -> bool:
+    """Whether "auto" computes float32 inputs' K-quants on int8 inputs ("avx2-int8": AVX2 and no
+    AVX512-VNNI here, as the native dispatch decides)."""
+    return "avx2-int8" in impls and "avx512-vnni" not in impls
+
+
+def max_block_rows_f32(impls: list[str] | None = None, qtype: str | None = None) -> int:
     """For float32 models (CPUs without bfloat16 arithmetic): inputs of at most this many rows use the
     float32 block kernel (AVX2; `TGI_CPU_BLOCK_ROWS` overrides). Measured on the AMD EPYC, 2 cores, with
     the dense float32 weight still in cache (in the model it is not: 540 MB of float32 weights against
     85 MB of blocks): [M, 576] x [576, 1536] Q4_1 M=1 37 vs 51 us, M=4 79 vs 158, M=16 239 vs 246, M=64
-    901 vs 711; the Q8_0 head [M, 576] x [576, 49152] M=1 1.0 vs 7.0 ms, M=16 7.6 vs 14.7."""
+    901 vs 711; the Q8_0 head [M, 576] x [576, 49152] M=1 1.0 vs 7.0 ms, M=16 7.6 vs 14.7.
+
+    The K-quants on the int8 path ("avx2-int8", `int8_f32_k_quants`) up to 64 rows: on the AMD EPYC family
+    23 model 1 (Zen 1, AVX2 only), one thread, [M, 2048] x [2048, 8192] Q4_K against the dense float32
+    product, medians of interleaved runs on a machine shared with other work: M=1 1.2 vs 4.2 ms, M=16 22 vs
+    50, M=32 40 vs 74, M=64 85 vs 121 (backends/cpu/README.md)."""
     if os.environ.get("TGI_CPU_BLOCK_ROWS"):
         return int(os.environ["TGI_CPU_BLOCK_ROWS"])
+    if qtype in K_QUANTS and impls is not None and int8_f32_k_quants(impls) and BLOCK_IMPL == "auto":
+        return 64
     return 16
 
 
-def block_rows(dtype: str, impls: list[str]) -> int:
-    """The most rows a block kernel takes for a model in `dtype` (see the two functions above)."""
-    return max_block_rows_f32() if dtype == "float32" else max_block_rows(impls)
+def block_rows(dtype: str, impls: list[str], qtype: str | None = None) -> int:
+    """The most rows a block kernel takes for a model in `dtype` (see the two functions above); `qtype`:
+    the weight's GGUF format (None: the formats of 32-weight blocks)."""
+    return max_block_rows_f32(impls, qtype) if dtype == "float32" else max_block_rows(impls)
 
 
 #: the block kernel's implementation (`tgi.backends.cpu.native.BLOCK_IMPLS`): "auto" picks the fastest here
@@ -106,14 +124,17 @@ def invariant_block_impl(qtype: str, dtype: str) -> str:
     row's sums in an order fixed by the weight's shape alone (its threads split the output columns, never
     a row's sum), but "auto" switches between AVX512-BF16 (one or two rows) and AMX (more) on AMX CPUs.
     Here: `TGI_CPU_BLOCK_IMPL` when set; else for bfloat16 AMX where it takes the type (Q4_0, Q4_1, Q8_0),
-    else AVX512-BF16, else the scalar reference; float32 inputs have one implementation ("auto": by the
-    CPU's features, never by the row count)."""
+    else AVX512-BF16, else the scalar reference; float32 inputs: "auto" (by the CPU's features, never by
+    the row count), except the K-quants where "auto" would take the int8 path ("avx2-int8"): they keep the
+    float32 loop nest ("reference" names it), the exact-input product."""
     from tgi.backends.cpu import native
 
     forced = os.environ.get("TGI_CPU_BLOCK_IMPL", "auto")
-    if forced != "auto" or dtype == "float32":
+    if forced != "auto":
         return forced
     impls = native.block_impls()
+    if dtype == "float32":
+        return "reference" if qtype in K_QUANTS and int8_f32_k_quants(impls) else "auto"
     if "amx" in impls and qtype in ("Q4_0", "Q4_1", "Q8_0"):
         return "amx"
     return "avx512-bf16" if "avx512-bf16" in impls else "reference"

@@ -121,7 +121,15 @@ def _max_diff(a: list[list[float]], b: list[list[float]]) -> float:
 
 
 def test_q4_k_m_file_computes_its_k_quants_with_the_dequantized_logits(monkeypatch, q4_k_m, reference):
-    """float32 activations: the dequantized model's logits and greedy tokens."""
+    """float32 activations: the dequantized model's logits and greedy tokens. Where "auto" computes the
+    K-quants on int8 inputs (avx2-int8: AVX2 without AVX512-VNNI), their products carry the int8 inputs'
+    error (llama.cpp's q8_K; here on ffn_down's inputs, the products of SiLU and up): held to the bfloat16
+    blocks' log-prob bar below, and at least half the greedy steps of this requantized model's near-ties
+    (measured on the AMD EPYC, Zen 1: max |log p| difference 0.29, 40 of 64 steps); the float32 loop nest
+    they replace is checked exactly in tests/unit/backends/cpu/test_cpu_block_linear_kquants.py."""
+    from tgi.backends.cpu import native
+
+    int8 = "avx2-int8" in native.block_impls() and "avx512-vnni" not in native.block_impls()
     ref_greedy, ref_forced = reference
     engine = _engine(monkeypatch, q4_k_m, "float32", blocks=True)
     # computed as stored: ffn_down's K-quants, Q5_0 qkv (16 layers), o and gate-up (30), the Q8_0 head;
@@ -129,7 +137,13 @@ def test_q4_k_m_file_computes_its_k_quants_with_the_dequantized_logits(monkeypat
     assert _block_kernels(engine) == {"Q4_K": 16, "Q6_K": 14, "Q5_0": 16 + 30 + 30 + 14 * 2, "Q8_0": 1 + 14}
     greedy, forced = _run(engine, ref_greedy)
     diff = _max_diff(forced, ref_forced)
-    print(f"float32: max |log p| difference {diff:.2e}")
+    agree = _agreement(greedy, ref_greedy)
+    print(f"float32 (K-quants on int8 inputs: {int8}): max |log p| difference {diff:.2e}, greedy steps "
+          f"equal to the reference's {agree} of {NEW * len(PROMPTS)}")  # fmt: skip
+    if int8:
+        assert diff < BF16_TOL
+        assert agree >= NEW * len(PROMPTS) // 2
+        return
     assert diff < F32_TOL
     assert greedy == ref_greedy
 
