@@ -118,8 +118,8 @@ def listening(pid: int) -> set[tuple[str, int]]:
     }
 
 
-def greedy_ids(model: Path, n: int) -> list[int]:
-    """One process, one rank: the engine's own greedy tokens."""
+def one_process(model: Path, prompts: list[str], n: int) -> list[tuple[list[int], list[float]]]:
+    """One process, one rank: the engine's own greedy tokens and their logprobs, for every prompt (one batch)."""
     from tgi.core.config import EngineConfig
     from tgi.core.engine import LLMEngine
     from tgi.core.sampling_params import SamplingParams
@@ -128,10 +128,26 @@ def greedy_ids(model: Path, n: int) -> list[int]:
         EngineConfig(model_id=str(model), dtype="float32", max_batch_total_tokens=2048, max_total_tokens=2048)
     )
     try:
-        [result] = engine.generate([PROMPT], SamplingParams(max_new_tokens=n))
+        results = engine.generate(prompts, SamplingParams(max_new_tokens=n, logprobs=True))
     finally:
         engine.runner.shutdown()
-    return list(result.token_ids)
+    return [(list(r.token_ids), [e.logprob for e in r.events]) for r in results]
+
+
+def greedy_ids(model: Path, n: int) -> list[int]:
+    """One process, one rank: the engine's own greedy tokens for `PROMPT`."""
+    return one_process(model, [PROMPT], n)[0][0]
+
+
+def served(node: Node, prompt: str, n: int) -> tuple[list[int], list[float]]:
+    """Node 0's greedy tokens for `prompt` over `/generate`, and their logprobs."""
+    out = httpx.post(
+        node.url + "/generate",
+        json={"inputs": prompt, "parameters": {"max_new_tokens": n, "details": True}},
+        timeout=60,
+    ).json()
+    tokens = out["details"]["tokens"]
+    return [t["id"] for t in tokens], [t["logprob"] for t in tokens]
 
 
 def test_two_nodes_give_one_process_tokens_and_the_headless_node_serves_nothing(model, start):
