@@ -185,3 +185,27 @@ def test_float32_k_quants_take_64_rows_and_deterministic_mode_keeps_the_float32_
     k_impl = invariant_block_impl("Q4_K", "float32")
     assert k_impl == ("reference" if "avx2-int8" in impls and "avx512-vnni" not in impls else "auto")
     assert invariant_block_impl("Q4_1", "float32") == "auto"
+
+
+def test_the_kernel_plan_names_avx2_int8(monkeypatch):
+    """`tgi backends` and `/info`: float32 K-quants on avx2-int8 where it is auto; a CPU with AVX-512 lists
+    avx2-int8 too, which never stands for its bfloat16 block kernel."""
+    import dataclasses
+
+    from tgi.backends.cpu.kernel_plan import kernel_plan
+
+    for name in ("TGI_CPU_BLOCK_KERNELS", "TGI_CPU_BLOCK_IMPL", "TGI_CPU_BLOCK_ROWS"):
+        monkeypatch.delenv(name, raising=False)
+    avx2 = dataclasses.replace(cpu_info(), flags=frozenset({"avx2", "fma", "f16c", "bmi1", "bmi2", "movbe"}))
+    plan = kernel_plan(avx2, "float32", "cpu-native", True, ["reference", "avx2-int8"], 16, blocks=True)
+    assert (
+        plan["gguf block linear"]
+        == "float32 AVX2 up to 16 rows; K-quants on int8 inputs (avx2-int8) up to 64 rows"
+    )
+    vnni = ["reference", "avx512-bf16", "avx512-vnni", "avx2-int8"]
+    assert kernel_plan(avx2, "float32", "cpu-native", True, vnni, 16, blocks=True)["gguf block linear"] == (
+        "float32 AVX2 up to 16 rows"
+    )
+    assert kernel_plan(avx2, "bfloat16", "cpu-native", True, vnni, 64)["gguf block linear"] == (
+        "avx512-bf16 up to 64 rows; K-quants on int8 inputs (avx512-vnni)"
+    )
