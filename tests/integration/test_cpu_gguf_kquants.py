@@ -151,6 +151,16 @@ def test_q4_k_m_file_computes_its_k_quants_with_the_dequantized_logits(monkeypat
 def test_q4_k_m_file_in_bfloat16_is_as_close_to_the_reference_as_dense_bfloat16(
     monkeypatch, q4_k_m, reference
 ):
+    from tgi.backends.cpu import native
+
+    if "avx512-bf16" not in native.block_impls():
+        # bfloat16 blocks are served only on the AVX512-BF16 / AMX kernels; without them (AVX2 CPUs, which
+        # serve float32) the forced bfloat16 blocks run the scalar reference, and greedy agreement on this
+        # requantized model's near-ties measures that reference against oneDNN's emulated bfloat16, not a
+        # kernel serving uses (on the AMD EPYC Zen 1: blocks 24 of 64 steps, dense 40; log p within the bar)
+        pytest.skip(
+            "this CPU has no bfloat16 block kernel (no AVX512-BF16): bfloat16 GGUF blocks are not served"
+        )
     ref_greedy, ref_forced = reference
     found = {}
     for blocks in (False, True):
