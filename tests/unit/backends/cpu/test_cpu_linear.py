@@ -6,12 +6,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tgi.backends.cpu.cpuinfo import cpu_info
 from tgi.backends.cpu.linear import MAX_PACKED_ROWS, PackedLinearKernel, prepack_linears, prepacking_supported
 from tgi.core.models.layers import Linear, MergedLinear
 
-pytestmark = pytest.mark.skipif(
-    not prepacking_supported(), reason="this torch build has no oneDNN prepacking"
-)
+pytestmark = [
+    pytest.mark.skipif(not prepacking_supported(), reason="this torch build has no oneDNN prepacking"),
+    # oneDNN packs bfloat16 weights only for AVX-512 (or AVX-NE-CONVERT) CPUs; the backend packs only where
+    # the CPU has AVX512-BF16 (CpuBackend.prepare_model), so an AVX2-only CPU never reaches this code
+    pytest.mark.skipif(
+        not cpu_info().has_avx512_bf16,
+        reason="this CPU has no AVX512-BF16: bfloat16 weights are not prepacked",
+    ),
+]
 
 
 @pytest.mark.parametrize("rows", [1, 3, MAX_PACKED_ROWS, MAX_PACKED_ROWS + 1, 300])
