@@ -36,7 +36,10 @@ class ImagePreprocessor:
         #: the token whose runs are an image's placeholders in the processor's output: the image token, or
         #: the tokenizer's own where the processor expands its image token into runs of another (Gemma 3:
         #: `<start_of_image>` becomes `<start_of_image>`, runs of `<image_soft_token>`, `<end_of_image>`)
-        soft = getattr(processor.tokenizer, "image_token", None)
+        try:  # a tokenizer has an `image_token` only where its model's processor defines one
+            soft = processor.tokenizer.image_token
+        except AttributeError:
+            soft = None
         run_token = soft if soft and soft != self.image_token else self.image_token
         self.image_token_id: int = processor.tokenizer.convert_tokens_to_ids(run_token)
         #: the text an image stands for in a prompt the server writes (not a chat template): its placeholder,
