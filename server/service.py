@@ -4,7 +4,6 @@ generation request to the engine and back (`InferenceService.generate`), with it
 from __future__ import annotations
 
 import asyncio
-import difflib
 import json
 import time
 import uuid
@@ -37,6 +36,7 @@ from tgi.server.images.fetch import MediaPolicy, image_bytes
 from tgi.server.images.limits import ImageError, ImageLimits, check_count
 from tgi.server.images.processor import ImagePreprocessor
 from tgi.server.images.sources import ImageRef
+from tgi.server.images.token_spans import aligned_spans
 from tgi.server.metrics import ServerMetrics
 from tgi.server.protocol import ServingEngine
 from tgi.server.settings import ServerSettings
@@ -193,7 +193,7 @@ class InferenceService:
             enc = tokenizer(text, return_offsets_mapping=True, add_special_tokens=add_special_tokens)
             pairs = list(zip(enc["input_ids"], enc["offset_mapping"], strict=True))
             if preprocessor is not None and prompt_ids is not None:
-                pairs = _aligned(pairs, prompt_ids, preprocessor.image_token_id)
+                pairs = aligned_spans(pairs, prompt_ids, preprocessor.image_token_id)
             if len(pairs) > limit:
                 raise validation_error(too_many_input_tokens(len(pairs), limit))
             spans = [{"id": i, "text": text[a:b], "start": a, "stop": b} for i, (a, b) in pairs]
@@ -357,27 +357,6 @@ def _validate(engine: ServingEngine, given: SequenceInput) -> EngineRequest:
         raise validation_error(str(exc)) from None
     except CompilerBusyError as exc:
         raise ApiError(503, f"Grammar compilation is busy: {exc}", "overloaded") from None
-
-
-def _aligned(pairs: list[tuple[int, Any]], ids: list[int], placeholder: int) -> list[tuple[int, Any]]:
-    """`ids` (a prompt as the model's processor expanded it) as (token id, offsets) pairs: a token of the
-    text's own tokenization (`pairs`) keeps its offsets; the run of tokens the processor wrote in place of
-    a `placeholder` token (image tokens, tile markers, newlines) covers that placeholder's characters; a
-    token added elsewhere, the empty span where it stands."""
-    # a placeholder matches nothing, so that its whole expansion is what replaces it
-    text_ids = [-1 if pair[0] == placeholder else pair[0] for pair in pairs]
-    out: list[tuple[int, Any]] = []
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=text_ids, b=ids, autojunk=False).get_opcodes():
-        if tag == "equal":
-            out += pairs[i1:i2]
-            continue
-        if i2 > i1:
-            span = (pairs[i1][1][0], pairs[i2 - 1][1][1])
-        else:
-            at = pairs[i1][1][0] if i1 < len(pairs) else (pairs[-1][1][1] if pairs else 0)
-            span = (at, at)
-        out += [(token, span) for token in ids[j1:j2]]
-    return out
 
 
 def _sampled(request: EngineRequest, n: int) -> list[EngineRequest]:
