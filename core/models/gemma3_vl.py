@@ -15,15 +15,16 @@ from typing import Any
 
 import torch
 
-from tgi.core.interfaces.types import AttentionLayerSpec
 from tgi.core.models.gemma3 import Gemma3ForCausalLM
 from tgi.core.models.registry import UnsupportedModelError
+from tgi.core.models.vision_language import LlavaLayoutDecoder
 
 
-class Gemma3ForConditionalGeneration(Gemma3ForCausalLM):
+class Gemma3ForConditionalGeneration(LlavaLayoutDecoder, Gemma3ForCausalLM):
     architecture = "Gemma3ForConditionalGeneration"
     takes_images = True  # the runner runs `encode_images` on a request's images at prefill
     bidirectional_images = True  # an image's tokens attend to each other both ways at prefill
+    display_name = "Gemma 3"
 
     @classmethod
     def check_config(cls, config: Any) -> None:
@@ -35,13 +36,6 @@ class Gemma3ForConditionalGeneration(Gemma3ForCausalLM):
                 f"Gemma 3 with a {config.vision_config.model_type} vision tower is not supported (SigLIP only)"
             )
         super().check_config(text)
-
-    @classmethod
-    def attention_layer_specs(cls, config: Any, tp_size: int = 1) -> list[AttentionLayerSpec]:
-        cls.check_config(config)
-        if tp_size > 1 and hasattr(config, "vision_config"):
-            raise UnsupportedModelError("Gemma 3's vision tower does not run under tensor parallelism")
-        return super().attention_layer_specs(getattr(config, "text_config", config), tp_size)
 
     def __init__(
         self,
@@ -72,34 +66,3 @@ class Gemma3ForConditionalGeneration(Gemma3ForCausalLM):
             pixel_values=pixel_values.to(self.dtype), return_dict=True
         ).last_hidden_state
         return self.multi_modal_projector(hidden)
-
-    # ---- weights: as transformers 5 saves them (language_model.model.*, vision_tower.*, multi_modal_projector.*)
-    # and its module layout (model.language_model.*, model.vision_tower.vision_model.*, lm_head)
-    @staticmethod
-    def _local_name(name: str) -> str:
-        for prefix, local in (
-            ("model.language_model.", "model."),
-            ("language_model.model.", "model."),
-            ("language_model.lm_head.", "lm_head."),
-            ("model.vision_tower.", "vision_tower."),
-            ("model.multi_modal_projector.", "multi_modal_projector."),
-        ):
-            if name.startswith(prefix):
-                name = local + name[len(prefix) :]
-                break
-        return name.replace("vision_tower.vision_model.", "vision_tower.")
-
-    def skip_weight(self, name: str) -> bool:
-        return super().skip_weight(self._local_name(name))
-
-    def checkpoint_parts(self, name: str, tensor: torch.Tensor) -> list[tuple[str, object, torch.Tensor]]:
-        local = self._local_name(name)
-        if local.startswith(("vision_tower.", "multi_modal_projector.")):
-            return [(local, None, tensor)]  # transformers' modules: no fused q/k/v
-        return super().checkpoint_parts(local, tensor)
-
-    def checkpoint_target(self, name: str) -> tuple[str, object]:
-        local = self._local_name(name)
-        if local.startswith(("vision_tower.", "multi_modal_projector.")):
-            return local, None
-        return super().checkpoint_target(local)

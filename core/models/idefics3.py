@@ -11,38 +11,34 @@ alone, so the server hands each tile to the engine as its own `ImageInput` (its 
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import torch
 
-from tgi.core.interfaces.types import AttentionLayerSpec
 from tgi.core.models.llama import LlamaForCausalLM
 from tgi.core.models.registry import UnsupportedModelError
+from tgi.core.models.vision_language import VisionLanguageDecoder
 
 #: the text models whose checkpoints core's Llama decoder reads as they are
 _TEXT_MODEL_TYPES = ("llama",)
 MASK_KEY = "pixel_attention_mask"
 
 
-def text_config_of(config: Any) -> Any:
-    """The decoder's config (itself for a text config), tied as the whole model says: transformers ties
-    the output head by the outer config's `tie_word_embeddings`."""
-    text = getattr(config, "text_config", None)
-    if text is None:
-        return config
-    text = copy.copy(text)
-    text.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
-    return text
-
-
-class Idefics3ForConditionalGeneration(LlamaForCausalLM):
+class Idefics3ForConditionalGeneration(VisionLanguageDecoder, LlamaForCausalLM):
     """Idefics3 / SmolVLM: image tiles in (`encode_images`, one embedding per placeholder token); the rest
     is Llama."""
 
     architecture = "Idefics3ForConditionalGeneration"
     takes_images = True  # the runner runs `encode_images` on a request's images at prefill
     image_extras = (MASK_KEY,)  # the `ImageInput.extras` `encode_images` takes, as keyword tensors
+    ties_head_by_outer_config = True
+    # weights: transformers' layout (model.text_model.*, model.vision_model.*, model.connector.*, lm_head)
+    checkpoint_prefixes = (
+        ("model.text_model.", "model."),
+        ("model.vision_model.", "vision_model."),
+        ("model.connector.", "connector."),
+    )
+    tower_modules = ("vision_model.", "connector.")
 
     @classmethod
     def check_config(cls, config: Any) -> None:
@@ -60,15 +56,6 @@ class Idefics3ForConditionalGeneration(LlamaForCausalLM):
                 "(idefics3_vision only)"
             )
 
-    @classmethod
-    def attention_layer_specs(cls, config: Any, tp_size: int = 1) -> list[AttentionLayerSpec]:
-        cls.check_config(config)
-        if tp_size > 1 and hasattr(config, "vision_config"):
-            raise UnsupportedModelError(
-                f"{cls.architecture}'s vision tower does not run under tensor parallelism"
-            )
-        return super().attention_layer_specs(text_config_of(config), tp_size)
-
     def __init__(
         self,
         config: Any,
@@ -82,7 +69,7 @@ class Idefics3ForConditionalGeneration(LlamaForCausalLM):
             Idefics3VisionTransformer,
         )
 
-        text = text_config_of(config)
+        text = self.text_config_of(config)
         super().__init__(text, dtype=dtype, device=device, linear=linear)
         self.vl_config = config
         self.text_config = text
@@ -113,31 +100,3 @@ class Idefics3ForConditionalGeneration(LlamaForCausalLM):
         patch_mask = subgrid.sum(dim=(-1, -2)) > 0  # [N, H / p, W / p]: a patch with any real pixel
         out = self.vision_model(pixel_values=pixels, patch_attention_mask=patch_mask, return_dict=True)
         return self.connector(out.last_hidden_state)
-
-    # ---- weights: transformers' layout (model.text_model.*, model.vision_model.*, model.connector.*,
-    # lm_head)
-    @staticmethod
-    def _local_name(name: str) -> str:
-        for prefix, local in (
-            ("model.text_model.", "model."),
-            ("model.vision_model.", "vision_model."),
-            ("model.connector.", "connector."),
-        ):
-            if name.startswith(prefix):
-                return local + name[len(prefix) :]
-        return name
-
-    def skip_weight(self, name: str) -> bool:
-        return super().skip_weight(self._local_name(name))
-
-    def checkpoint_parts(self, name: str, tensor: torch.Tensor) -> list[tuple[str, object, torch.Tensor]]:
-        local = self._local_name(name)
-        if local.startswith(("vision_model.", "connector.")):
-            return [(local, None, tensor)]  # transformers' modules: no fused q/k/v
-        return super().checkpoint_parts(local, tensor)
-
-    def checkpoint_target(self, name: str) -> tuple[str, object]:
-        local = self._local_name(name)
-        if local.startswith(("vision_model.", "connector.")):
-            return local, None
-        return super().checkpoint_target(local)

@@ -14,18 +14,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from tgi.core.interfaces.types import AttentionLayerSpec
 from tgi.core.models.llama import LlamaForCausalLM
 from tgi.core.models.registry import UnsupportedModelError
+from tgi.core.models.vision_language import LlavaLayoutDecoder
 
 #: the text models whose checkpoints core's Llama decoder reads as they are
 _TEXT_MODEL_TYPES = ("llama", "mistral")
 _SELECT_STRATEGIES = ("default", "full")
-
-
-def text_config_of(config: Any) -> Any:
-    """The decoder's config inside a LLaVA config (the decoder's own config: itself)."""
-    return getattr(config, "text_config", config)
 
 
 class LlavaProjector(nn.Module):
@@ -47,11 +42,12 @@ class LlavaProjector(nn.Module):
         return self.linear_2(self.act(self.linear_1(features)))
 
 
-class LlavaForConditionalGeneration(LlamaForCausalLM):
+class LlavaForConditionalGeneration(LlavaLayoutDecoder, LlamaForCausalLM):
     """LLaVA 1.5: images in, one embedding per placeholder token (`encode_images`); the rest is Llama."""
 
     architecture = "LlavaForConditionalGeneration"
     takes_images = True  # the runner runs `encode_images` on a request's images at prefill
+    display_name = "LLaVA"
 
     @classmethod
     def check_config(cls, config: Any) -> None:
@@ -73,13 +69,6 @@ class LlavaForConditionalGeneration(LlamaForCausalLM):
                 f"supported ({', '.join(_SELECT_STRATEGIES)})"
             )
 
-    @classmethod
-    def attention_layer_specs(cls, config: Any, tp_size: int = 1) -> list[AttentionLayerSpec]:
-        cls.check_config(config)
-        if tp_size > 1 and hasattr(config, "vision_config"):
-            raise UnsupportedModelError("LLaVA's vision tower does not run under tensor parallelism")
-        return super().attention_layer_specs(text_config_of(config), tp_size)
-
     def __init__(
         self,
         config: Any,
@@ -90,7 +79,7 @@ class LlavaForConditionalGeneration(LlamaForCausalLM):
     ) -> None:
         from transformers import CLIPVisionModel
 
-        super().__init__(text_config_of(config), dtype=dtype, device=device, linear=linear)
+        super().__init__(self.text_config_of(config), dtype=dtype, device=device, linear=linear)
         self.llava_config = config
         self.text_config = config.text_config
         self.image_token_id = getattr(config, "image_token_id", None) or config.image_token_index
@@ -116,34 +105,3 @@ class LlavaForConditionalGeneration(LlamaForCausalLM):
         if config.vision_feature_select_strategy == "default":
             pool = [h[:, 1:] for h in pool]  # CLIP's class token has no placeholder
         return self.multi_modal_projector(torch.cat(pool, dim=-1))
-
-    # ---- weights: the llava-hf layout (language_model.model.*, vision_tower.vision_model.*) and
-    # transformers 5's (model.language_model.*, model.vision_tower.*, lm_head)
-    @staticmethod
-    def _local_name(name: str) -> str:
-        for prefix, local in (
-            ("model.language_model.", "model."),
-            ("language_model.model.", "model."),
-            ("language_model.lm_head.", "lm_head."),
-            ("model.vision_tower.", "vision_tower."),
-            ("model.multi_modal_projector.", "multi_modal_projector."),
-        ):
-            if name.startswith(prefix):
-                name = local + name[len(prefix) :]
-                break
-        return name.replace("vision_tower.vision_model.", "vision_tower.")
-
-    def skip_weight(self, name: str) -> bool:
-        return super().skip_weight(self._local_name(name))
-
-    def checkpoint_parts(self, name: str, tensor: torch.Tensor) -> list[tuple[str, object, torch.Tensor]]:
-        local = self._local_name(name)
-        if local.startswith(("vision_tower.", "multi_modal_projector.")):
-            return [(local, None, tensor)]  # transformers' modules: no fused q/k/v
-        return super().checkpoint_parts(local, tensor)
-
-    def checkpoint_target(self, name: str) -> tuple[str, object]:
-        local = self._local_name(name)
-        if local.startswith(("vision_tower.", "multi_modal_projector.")):
-            return local, None
-        return super().checkpoint_target(local)

@@ -45,6 +45,12 @@ class LlavaNextForConditionalGeneration(LlavaForConditionalGeneration):
 
     architecture = "LlavaNextForConditionalGeneration"
     image_extras = (SIZES_KEY,)  # the `ImageInput.extras` `encode_images` takes, as keyword tensors
+    # weights: LLaVA's two layouts, with `image_newline` at the top (`model.image_newline` in transformers 5's)
+    checkpoint_prefixes = (
+        ("model.image_newline", "image_newline"),
+        *LlavaForConditionalGeneration.checkpoint_prefixes,
+    )
+    tower_modules = (*LlavaForConditionalGeneration.tower_modules, "image_newline")
 
     def __init__(
         self,
@@ -71,23 +77,3 @@ class LlavaNextForConditionalGeneration(LlavaForConditionalGeneration):
         if pixel_values.dim() == 4:  # one image's crops
             pixel_values = pixel_values.unsqueeze(0)
         return side.features(pixel_values.to(self.dtype), image_sizes.reshape(-1, 2).to(torch.int64))
-
-    # ---- weights: LLaVA's two layouts, with `image_newline` at the top (`model.image_newline` in
-    # transformers 5's)
-    @staticmethod
-    def _local_name(name: str) -> str:
-        if name in ("image_newline", "model.image_newline"):
-            return "image_newline"
-        return LlavaForConditionalGeneration._local_name(name)
-
-    def checkpoint_parts(self, name: str, tensor: torch.Tensor) -> list[tuple[str, object, torch.Tensor]]:
-        local = self._local_name(name)
-        if local == "image_newline":
-            return [(local, None, tensor)]
-        return super().checkpoint_parts(name, tensor)
-
-    def checkpoint_target(self, name: str) -> tuple[str, object]:
-        local = self._local_name(name)
-        if local == "image_newline":
-            return local, None
-        return super().checkpoint_target(name)

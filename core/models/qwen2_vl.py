@@ -12,37 +12,25 @@ of its placeholder tokens.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import torch
 
-from tgi.core.interfaces.types import AttentionLayerSpec
 from tgi.core.models.llama import Qwen2ForCausalLM
 from tgi.core.models.mrope_positions import GRID_KEY, RequestPositions
 from tgi.core.models.registry import UnsupportedModelError
 from tgi.core.models.rotary import MRotaryEmbedding, compute_inv_freq, rope_parameters
+from tgi.core.models.vision_language import VisionLanguageDecoder
 
 #: transformers' default when a config names no `mrope_section`
 DEFAULT_MROPE_SECTION = (16, 24, 24)
-
-
-def text_config_of(config: Any) -> Any:
-    """The decoder's config (itself for a text config), tied as the whole model says: transformers ties
-    the output head by the outer config's `tie_word_embeddings`."""
-    text = getattr(config, "text_config", None)
-    if text is None:
-        return config
-    text = copy.copy(text)
-    text.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
-    return text
 
 
 def mrope_section_of(text_config: Any) -> list[int]:
     return list(rope_parameters(text_config).get("mrope_section") or DEFAULT_MROPE_SECTION)
 
 
-class Qwen2VLForConditionalGeneration(Qwen2ForCausalLM):
+class Qwen2VLForConditionalGeneration(VisionLanguageDecoder, Qwen2ForCausalLM):
     """Qwen2-VL: images in (`encode_images`, one embedding per placeholder token), M-RoPE positions
     (`request_positions`); the rest is Qwen2."""
 
@@ -51,6 +39,11 @@ class Qwen2VLForConditionalGeneration(Qwen2ForCausalLM):
     image_extras = (GRID_KEY,)  # the `ImageInput.extras` `encode_images` takes, as keyword tensors
     text_model_type = "qwen2_vl_text"
     vision_model_type = "qwen2_vl_vision"
+    ties_head_by_outer_config = True
+    # weights: transformers 5's layout (model.language_model.*, model.visual.*, lm_head) and the earlier one
+    # (model.*, visual.*, lm_head)
+    checkpoint_prefixes = (("model.language_model.", "model."), ("model.visual.", "visual."))
+    tower_modules = ("visual.",)
 
     @classmethod
     def vision_class(cls) -> type:
@@ -81,15 +74,6 @@ class Qwen2VLForConditionalGeneration(Qwen2ForCausalLM):
                 f"({half})"
             )
 
-    @classmethod
-    def attention_layer_specs(cls, config: Any, tp_size: int = 1) -> list[AttentionLayerSpec]:
-        cls.check_config(config)
-        if tp_size > 1 and hasattr(config, "vision_config"):
-            raise UnsupportedModelError(
-                f"{cls.architecture}'s vision tower does not run under tensor parallelism"
-            )
-        return super().attention_layer_specs(text_config_of(config), tp_size)
-
     def __init__(
         self,
         config: Any,
@@ -98,7 +82,7 @@ class Qwen2VLForConditionalGeneration(Qwen2ForCausalLM):
         device: torch.device | str = "cpu",
         linear: Any = None,
     ) -> None:
-        text = text_config_of(config)
+        text = self.text_config_of(config)
         super().__init__(text, dtype=dtype, device=device, linear=linear)
         self.vl_config = config
         self.text_config = text
@@ -124,30 +108,6 @@ class Qwen2VLForConditionalGeneration(Qwen2ForCausalLM):
     def request_positions(self) -> RequestPositions:
         """Each request's M-RoPE positions, for the runner to keep (see `tgi.core.models.mrope_positions`)."""
         return RequestPositions(self.spatial_merge_size)
-
-    # ---- weights: transformers 5's layout (model.language_model.*, model.visual.*, lm_head) and the
-    # earlier one (model.*, visual.*, lm_head)
-    @staticmethod
-    def _local_name(name: str) -> str:
-        for prefix, local in (("model.language_model.", "model."), ("model.visual.", "visual.")):
-            if name.startswith(prefix):
-                return local + name[len(prefix) :]
-        return name
-
-    def skip_weight(self, name: str) -> bool:
-        return super().skip_weight(self._local_name(name))
-
-    def checkpoint_parts(self, name: str, tensor: torch.Tensor) -> list[tuple[str, object, torch.Tensor]]:
-        local = self._local_name(name)
-        if local.startswith("visual."):
-            return [(local, None, tensor)]  # transformers' module: no fused q/k/v
-        return super().checkpoint_parts(local, tensor)
-
-    def checkpoint_target(self, name: str) -> tuple[str, object]:
-        local = self._local_name(name)
-        if local.startswith("visual."):
-            return local, None
-        return super().checkpoint_target(local)
 
 
 class Qwen2_5_VLForConditionalGeneration(Qwen2VLForConditionalGeneration):
