@@ -8,19 +8,15 @@ from __future__ import annotations
 
 import hashlib
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from tgi.core.config import EngineConfig  # noqa: E402
-from tgi.core.engine import LLMEngine  # noqa: E402
-from tgi.core.request import ImageInput  # noqa: E402
-from tgi.core.sampling_params import SamplingParams  # noqa: E402
-from tgi.core.testing.tiny_gemma3 import BOI, TOKENS_PER_IMAGE, save_random_gemma3  # noqa: E402
+import vlm_parity as vlm  # noqa: E402
 
-NEW_TOKENS = 6
+from tgi.core.request import ImageInput  # noqa: E402
+from tgi.core.testing.tiny_gemma3 import BOI, TOKENS_PER_IMAGE, save_random_gemma3  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -39,10 +35,7 @@ def reference(gemma3):
 
 
 def _picture(seed: int):
-    from PIL import Image
-
-    rng = np.random.default_rng(seed)
-    return Image.fromarray(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8))
+    return vlm.pil_picture(seed, 40, 40)
 
 
 def _request(processor, text: str, pictures: list):
@@ -66,32 +59,13 @@ def _request(processor, text: str, pictures: list):
 
 
 def _expected(reference, enc, mask: bool = True) -> list[int]:
-    inputs = dict(enc) if mask else {k: v for k, v in enc.items() if k != "token_type_ids"}
-    out = reference.generate(**inputs, max_new_tokens=NEW_TOKENS, do_sample=False, min_new_tokens=NEW_TOKENS)
-    return out[0, enc["input_ids"].shape[1] :].tolist()
-
-
-def _engine(gemma3, **kwargs) -> LLMEngine:
-    settings = dict(
-        model_id=str(gemma3), backend="cpu", dtype="float32", max_total_tokens=128,
-        max_batch_total_tokens=512, max_batch_prefill_tokens=64, block_size=4,
-    )  # fmt: skip
-    return LLMEngine.from_config(EngineConfig(**(settings | kwargs)))
-
-
-def _run(engine: LLMEngine, requests) -> list[list[int]]:
-    params = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True)
-    order = [engine.add_validated_request(engine.validate(ids, params, images)) for ids, images in requests]
-    tokens: dict[str, list[int]] = {rid: [] for rid in order}
-    while engine.has_unfinished():
-        for event in engine.step():
-            tokens[event.request_id].append(event.token_id)
-    return [tokens[rid] for rid in order]
+    """transformers' tokens, its image tokens' mask left out (so causal) where not `mask`."""
+    return vlm.expected(reference, enc if mask else {k: v for k, v in enc.items() if k != "token_type_ids"})
 
 
 @pytest.fixture(scope="module")
 def engine(gemma3):
-    return _engine(gemma3)
+    return vlm.engine(gemma3)
 
 
 def test_one_image_two_images_and_a_mixed_batch_match_transformers(engine, processor, reference):
@@ -101,12 +75,12 @@ def test_one_image_two_images_and_a_mixed_batch_match_transformers(engine, proce
     two = _request(processor, f"w10 {BOI} w11 w12 {BOI} w13", [_picture(1), _picture(2)])
     text = _request(processor, "w5 w6 w7 w8 w9 w20", [])
     expected = [_expected(reference, r[2]) for r in (one, two, text)]
-    assert _run(engine, [(one[0], one[1])]) == expected[:1]
-    assert _run(engine, [(one[0], one[1]), (two[0], two[1]), (text[0], ())]) == expected
+    assert vlm.run(engine, [(one[0], one[1])]) == expected[:1]
+    assert vlm.run(engine, [(one[0], one[1]), (two[0], two[1]), (text[0], ())]) == expected
 
 
 def test_without_the_bidirectional_mask_the_tokens_differ(gemma3, processor, reference):
-    engine = _engine(gemma3)
+    engine = vlm.engine(gemma3)
     requests = [
         _request(processor, f"w5 w6 {BOI} w7 w8 w9", [_picture(0)]),
         _request(processor, f"w10 {BOI} w11 w12 {BOI} w13", [_picture(1), _picture(2)]),
@@ -115,11 +89,11 @@ def test_without_the_bidirectional_mask_the_tokens_differ(gemma3, processor, ref
     causal = [_expected(reference, r[2], mask=False) for r in requests]
     assert masked != causal  # the mask shows in the greedy tokens of these prompts
     engine.runner.bidirectional_images = False  # the image's tokens then attend causally
-    assert _run(engine, [(r[0], r[1]) for r in requests]) == causal
+    assert vlm.run(engine, [(r[0], r[1]) for r in requests]) == causal
 
 
 def test_a_chunk_that_would_split_the_image_is_cut_before_it(gemma3, processor, reference):
-    engine = _engine(gemma3, max_batch_prefill_tokens=TOKENS_PER_IMAGE + 1, prefix_caching=False)
+    engine = vlm.engine(gemma3, max_batch_prefill_tokens=TOKENS_PER_IMAGE + 1, prefix_caching=False)
     ids, images, enc = _request(processor, f"w5 w6 w7 {BOI} w8 w9", [_picture(3)])
     offset = images[0].offset
     assert offset % (TOKENS_PER_IMAGE + 1) and offset + TOKENS_PER_IMAGE > TOKENS_PER_IMAGE + 1  # it would
@@ -131,14 +105,14 @@ def test_a_chunk_that_would_split_the_image_is_cut_before_it(gemma3, processor, 
         return step(batch)
 
     engine.runner.execute = spy
-    assert _run(engine, [(ids, images)]) == [_expected(reference, enc)]
+    assert vlm.run(engine, [(ids, images)]) == [_expected(reference, enc)]
     assert (offset, TOKENS_PER_IMAGE + 1) in chunks  # the first chunk stopped at the image, the next holds it
     assert chunks[0] == (0, offset)
 
 
 def test_preemption_recomputes_with_the_mask(gemma3, processor, reference):
     # room for one request's prompt and output at a time: the second preempts and recomputes the first
-    engine = _engine(
+    engine = vlm.engine(
         gemma3,
         max_batch_total_tokens=28,
         max_total_tokens=20,
@@ -148,18 +122,18 @@ def test_preemption_recomputes_with_the_mask(gemma3, processor, reference):
     a = _request(processor, f"w5 w6 {BOI} w7 w8 w9 w20", [_picture(6)])
     b = _request(processor, f"w30 {BOI} w31 w32 w33", [_picture(7)])
     expected = [_expected(reference, r[2]) for r in (a, b)]
-    assert _run(engine, [(a[0], a[1]), (b[0], b[1])]) == expected
+    assert vlm.run(engine, [(a[0], a[1]), (b[0], b[1])]) == expected
     assert engine.stats().num_preemptions >= 1
 
 
 def test_the_prefix_cache_stops_before_an_image_it_would_end_inside(gemma3, processor, reference):
-    engine = _engine(gemma3)
+    engine = vlm.engine(gemma3)
     ids, images, enc = _request(processor, f"w5 w6 w7 w8 w9 {BOI} w11", [_picture(8)])
     assert images[0].offset < 8 < images[0].offset + TOKENS_PER_IMAGE  # two cached blocks would end inside
     expected = [_expected(reference, enc)]
-    assert _run(engine, [(ids, images)]) == expected
+    assert vlm.run(engine, [(ids, images)]) == expected
     before = engine.stats().num_prefix_cache_hit_tokens
-    assert _run(engine, [(ids, images)]) == expected
+    assert vlm.run(engine, [(ids, images)]) == expected
     assert engine.stats().num_prefix_cache_hit_tokens - before == 4  # the block before the image only
 
 
@@ -168,4 +142,4 @@ def test_an_attention_that_cannot_mask_the_spans_refuses_the_model_by_name(gemma
 
     # --deterministic: cpu-native's batch-invariant prefill runs every query as a causal decode row
     with pytest.raises(UnsupportedError, match="attend to each other both ways at prefill"):
-        _engine(gemma3, deterministic=True)
+        vlm.engine(gemma3, deterministic=True)

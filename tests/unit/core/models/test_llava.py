@@ -6,19 +6,16 @@ from __future__ import annotations
 
 import hashlib
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from tgi.core.config import EngineConfig  # noqa: E402
-from tgi.core.engine import LLMEngine  # noqa: E402
+import vlm_parity as vlm  # noqa: E402
+
 from tgi.core.request import ImageInput, ValidationError  # noqa: E402
 from tgi.core.sampling_params import SamplingParams  # noqa: E402
 from tgi.core.testing.tiny_vlm import save_random_llava  # noqa: E402
-
-NEW_TOKENS = 6
 
 
 @pytest.fixture(scope="module")
@@ -37,10 +34,7 @@ def reference(llava):
 
 
 def _picture(seed: int):
-    from PIL import Image
-
-    rng = np.random.default_rng(seed)
-    return Image.fromarray(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8))
+    return vlm.pil_picture(seed, 40, 40)
 
 
 def _request(processor, text: str, pictures: list):
@@ -66,32 +60,9 @@ def _request(processor, text: str, pictures: list):
     return ids, images, enc
 
 
-def _expected(reference, enc) -> list[int]:
-    out = reference.generate(**enc, max_new_tokens=NEW_TOKENS, do_sample=False, min_new_tokens=NEW_TOKENS)
-    return out[0, enc["input_ids"].shape[1] :].tolist()
-
-
-def _engine(llava, **kwargs) -> LLMEngine:
-    settings = dict(
-        model_id=str(llava), backend="cpu", dtype="float32", max_total_tokens=128,
-        max_batch_total_tokens=512, max_batch_prefill_tokens=64, block_size=4,
-    )  # fmt: skip
-    return LLMEngine.from_config(EngineConfig(**(settings | kwargs)))
-
-
-def _run(engine: LLMEngine, requests) -> list[list[int]]:
-    params = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True)
-    order = [engine.add_validated_request(engine.validate(ids, params, images)) for ids, images in requests]
-    tokens: dict[str, list[int]] = {rid: [] for rid in order}
-    while engine.has_unfinished():
-        for event in engine.step():
-            tokens[event.request_id].append(event.token_id)
-    return [tokens[rid] for rid in order]
-
-
 @pytest.fixture(scope="module")
 def engine(llava):
-    return _engine(llava)
+    return vlm.engine(llava)
 
 
 def test_the_runner_takes_images_for_a_model_with_a_vision_tower(engine):
@@ -103,46 +74,40 @@ def test_one_image_two_images_and_a_mixed_batch_match_transformers(engine, proce
     one = _request(processor, "w5 w6 <image> w7 w8 w9", [_picture(0)])
     two = _request(processor, "w10 <image> w11 w12 <image> w13", [_picture(1), _picture(2)])
     text = _request(processor, "w5 w6 w7 w8 w9 w20", [])
-    expected = [_expected(reference, r[2]) for r in (one, two, text)]
+    expected = [vlm.expected(reference, r[2]) for r in (one, two, text)]
     encoded = engine.runner.images.num_encoded
-    assert _run(engine, [(one[0], one[1])]) == expected[:1]
-    assert _run(engine, [(one[0], one[1]), (two[0], two[1]), (text[0], ())]) == expected
+    assert vlm.run(engine, [(one[0], one[1])]) == expected[:1]
+    assert vlm.run(engine, [(one[0], one[1]), (two[0], two[1]), (text[0], ())]) == expected
     # once per image per request, and not at all for the repeated one: its placeholders' blocks were cached
     assert engine.runner.images.num_encoded - encoded == 1 + 2
     assert engine.runner.images.num_kept_requests == 0  # dropped once their placeholders were prefilled
 
 
 def test_an_image_split_by_chunked_prefill_is_encoded_once(llava, processor, reference):
-    engine = _engine(llava, max_batch_prefill_tokens=4, prefix_caching=False)
+    engine = vlm.engine(llava, max_batch_prefill_tokens=4, prefix_caching=False)
     ids, images, enc = _request(processor, "w5 w6 w7 <image> w8 w9", [_picture(3)])
     assert images[0].offset % 4 and images[0].offset // 4 != (images[0].offset + 3) // 4  # across chunks
-    assert _run(engine, [(ids, images)]) == [_expected(reference, enc)]
+    assert vlm.run(engine, [(ids, images)]) == [vlm.expected(reference, enc)]
     assert engine.runner.images.num_encoded == 1
     assert engine.runner.images.num_kept_requests == 0
 
 
 def test_the_prefix_cache_shares_blocks_of_the_same_image_only(llava, processor):
-    engine = _engine(llava)
+    engine = vlm.engine(llava)
     text = "w5 w6 w7 w8 w9 w10 w11 w12 <image> w13 w14 w15 w16 w17 w18 w19"
     cat = _request(processor, text, [_picture(4)])
     dog = _request(processor, text, [_picture(5)])
     assert cat[0] == dog[0]  # the same prompt tokens
-    _run(engine, [(cat[0], cat[1])])
-
-    def hits() -> int:
-        return engine.stats().num_prefix_cache_hit_tokens
-
-    before = hits()
-    _run(engine, [(dog[0], dog[1])])
-    assert hits() - before == 8  # the two blocks of text before the image, not one block more
-    before = hits()
-    _run(engine, [(cat[0], cat[1])])
-    assert hits() - before == 4 * ((len(cat[0]) - 1) // 4)  # every full block but the last token's
+    vlm.run(engine, [(cat[0], cat[1])])
+    _, hits = vlm.run_counting_hits(engine, dog)
+    assert hits == 8  # the two blocks of text before the image, not one block more
+    _, hits = vlm.run_counting_hits(engine, cat)
+    assert hits == 4 * ((len(cat[0]) - 1) // 4)  # every full block but the last token's
 
 
 def test_preemption_recomputes_the_image_embeddings(llava, processor, reference):
     # room for one request's prompt and output at a time: the second preempts and recomputes the first
-    engine = _engine(
+    engine = vlm.engine(
         llava,
         max_batch_total_tokens=24,
         max_total_tokens=16,
@@ -151,20 +116,16 @@ def test_preemption_recomputes_the_image_embeddings(llava, processor, reference)
     )
     a = _request(processor, "w5 w6 <image> w7 w8 w9 w20", [_picture(6)])
     b = _request(processor, "w30 <image> w31 w32 w33", [_picture(7)])
-    expected = [_expected(reference, r[2]) for r in (a, b)]
-    assert _run(engine, [(a[0], a[1]), (b[0], b[1])]) == expected
+    expected = [vlm.expected(reference, r[2]) for r in (a, b)]
+    assert vlm.run(engine, [(a[0], a[1]), (b[0], b[1])]) == expected
     assert engine.stats().num_preemptions >= 1
     assert engine.runner.images.num_encoded >= 3 and engine.runner.images.num_kept_requests == 0
 
 
 def test_what_the_llava_model_does_not_implement_is_refused_by_name(llava):
-    from tgi.core.models.registry import UnsupportedModelError, attention_layer_specs, model_class_for
+    from tgi.core.models.registry import UnsupportedModelError, attention_layer_specs
 
-    config = transformers.AutoConfig.from_pretrained(llava)
-    assert model_class_for(config).__module__ == "tgi.core.models.llava"
-    assert len(attention_layer_specs(config)) == config.text_config.num_hidden_layers
-    with pytest.raises(UnsupportedModelError, match="tensor parallelism"):
-        attention_layer_specs(config, tp_size=2)
+    config = vlm.checked_config(llava, "tgi.core.models.llava")
     qwen = transformers.LlavaConfig(
         vision_config=config.vision_config, text_config=transformers.Qwen2Config(num_attention_heads=4)
     )
@@ -175,12 +136,12 @@ def test_what_the_llava_model_does_not_implement_is_refused_by_name(llava):
 def test_a_small_encoder_budget_spreads_the_images_over_steps_with_transformers_tokens(
     llava, processor, reference
 ):
-    engine = _engine(llava, max_encoder_tokens_per_step=4)  # one 4-token image a step
+    engine = vlm.engine(llava, max_encoder_tokens_per_step=4)  # one 4-token image a step
     one = _request(processor, "w5 w6 <image> w7 w8 w9", [_picture(8)])
     two = _request(processor, "w10 <image> w11 w12 <image> w13", [_picture(9), _picture(10)])
     text = _request(processor, "w5 w6 w7 w8 w9 w20", [])
-    expected = [_expected(reference, r[2]) for r in (one, two, text)]
-    params = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True)
+    expected = [vlm.expected(reference, r[2]) for r in (one, two, text)]
+    params = SamplingParams(max_new_tokens=vlm.NEW_TOKENS, ignore_eos=True)
     order = [engine.add_validated_request(engine.validate(r[0], params, r[1])) for r in (one, two, text)]
     tokens: dict[str, list[int]] = {rid: [] for rid in order}
     per_step = []
@@ -194,7 +155,7 @@ def test_a_small_encoder_budget_spreads_the_images_over_steps_with_transformers_
 
 
 def test_an_image_larger_than_the_encoder_budget_is_refused_by_name(llava, processor):
-    engine = _engine(llava, max_encoder_tokens_per_step=3)
+    engine = vlm.engine(llava, max_encoder_tokens_per_step=3)
     ids, images, _ = _request(processor, "w5 w6 <image> w7", [_picture(11)])
     with pytest.raises(
         ValidationError, match="image 0 has 4 image tokens; --max-encoder-tokens-per-step allows 3"

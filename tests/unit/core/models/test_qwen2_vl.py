@@ -6,20 +6,16 @@ itself. The tiny models' tokens depend on their positions: plain RoPE positions 
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from tgi.core.config import EngineConfig  # noqa: E402
-from tgi.core.engine import LLMEngine  # noqa: E402
-from tgi.core.sampling_params import SamplingParams  # noqa: E402
+import vlm_parity as vlm  # noqa: E402
+
 from tgi.core.testing.tiny_qwen2_vl import save_random_qwen2_vl  # noqa: E402
-from tgi.server.images.decode import DecodedImage  # noqa: E402
 from tgi.server.images.processor import ImagePreprocessor, load_processor  # noqa: E402
 
-NEW_TOKENS = 6
 VISION = "<|vision_start|><|image_pad|><|vision_end|>"
 
 
@@ -38,128 +34,75 @@ def reference(checkpoint):
     return transformers.AutoModelForImageTextToText.from_pretrained(checkpoint, dtype=torch.float32).eval()
 
 
-def _picture(seed: int, height: int = 40, width: int = 60) -> DecodedImage:
-    from PIL import Image
-
-    rng = np.random.default_rng(seed)
-    pixels = rng.integers(0, 255, (height, width, 3), dtype=np.uint8)
-    return DecodedImage(Image.fromarray(pixels), bytes([seed]) * 32)
-
-
-def _request(processor, text: str, pictures: list[DecodedImage]):
-    """(prompt token ids, the `ImageInput`s as the server makes them, transformers' expected tokens)."""
-    ids, images = processor.prepare(text, pictures, add_special_tokens=False) if pictures else (None, ())
-    enc = processor.processor(
-        text=[text], images=[p.image for p in pictures] or None, return_tensors="pt", add_special_tokens=False
-    )
-    assert ids is None or enc["input_ids"][0].tolist() == ids
-    return enc["input_ids"][0].tolist(), images, enc
-
-
-def _expected(reference, enc) -> list[int]:
-    out = reference.generate(**enc, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
-    return out[0, enc["input_ids"].shape[1] :].tolist()
-
-
-def _engine(checkpoint, **kwargs) -> LLMEngine:
-    settings = dict(
-        model_id=checkpoint, backend="cpu", dtype="float32", max_total_tokens=128,
-        max_batch_total_tokens=512, max_batch_prefill_tokens=64, block_size=4,
-    )  # fmt: skip
-    return LLMEngine.from_config(EngineConfig(**(settings | kwargs)))
-
-
-def _run(engine: LLMEngine, requests) -> list[list[int]]:
-    params = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True)
-    order = [engine.add_validated_request(engine.validate(r[0], params, r[1])) for r in requests]
-    tokens: dict[str, list[int]] = {rid: [] for rid in order}
-    while engine.has_unfinished():
-        for event in engine.step():
-            tokens[event.request_id].append(event.token_id)
-    return [tokens[rid] for rid in order]
-
-
-def _nothing_kept(engine: LLMEngine) -> bool:
-    """Whether the runner keeps no image embeddings and no positions once the requests are done (their ids
-    reach it with the next step's batch: one more request runs first)."""
-    _run(engine, [([3, 4], ())])
-    runner = engine.runner
-    return runner.images.num_kept_requests == 0 and runner.request_positions.num_kept_requests == 0
-
-
 def test_one_image_two_images_and_a_mixed_batch_match_transformers(checkpoint, processor, reference):
-    engine = _engine(checkpoint)
+    engine = vlm.engine(checkpoint)
     assert engine.runner.capabilities().image_inputs
-    one = _request(processor, f"w5 w6 {VISION} w7 w8 w9", [_picture(0)])
+    one = vlm.server_request(processor, f"w5 w6 {VISION} w7 w8 w9", [vlm.picture(0)])
     # two grids: 4 x 6 patches (2 x 3 merged) and 6 x 4 (3 x 2)
-    two = _request(processor, f"w10 {VISION} w11 w12 {VISION} w13", [_picture(1), _picture(2, 90, 40)])
+    two = vlm.server_request(
+        processor, f"w10 {VISION} w11 w12 {VISION} w13", [vlm.picture(1), vlm.picture(2, 90, 40)]
+    )
     assert [tuple(x.extras["image_grid_thw"][0]) for x in two[1]] == [(1, 4, 6), (1, 6, 4)]
-    text = _request(processor, "w5 w6 w7 w8 w9 w20", [])
-    expected = [_expected(reference, r[2]) for r in (one, two, text)]
-    assert _run(engine, [one]) == expected[:1]
-    assert _run(engine, [one, two, text]) == expected  # `one` again: its blocks come from the prefix cache
-    assert _nothing_kept(engine)
+    text = vlm.server_request(processor, "w5 w6 w7 w8 w9 w20", [])
+    expected = [vlm.expected(reference, r[2]) for r in (one, two, text)]
+    assert vlm.run(engine, [one]) == expected[:1]
+    assert vlm.run(engine, [one, two, text]) == expected  # `one` again: its blocks come from the prefix cache
+    assert vlm.nothing_kept(engine, positions=True)
 
 
 def test_an_image_split_by_chunked_prefill_matches_transformers(checkpoint, processor, reference):
-    engine = _engine(checkpoint, max_batch_prefill_tokens=4, prefix_caching=False)
-    request = _request(processor, f"w5 w6 {VISION} w8 w9", [_picture(3)])
+    engine = vlm.engine(checkpoint, max_batch_prefill_tokens=4, prefix_caching=False)
+    request = vlm.server_request(processor, f"w5 w6 {VISION} w8 w9", [vlm.picture(3)])
     (image,) = request[1]
     assert image.offset % 4 and image.num_tokens > 4  # across three chunks
-    assert _run(engine, [request]) == [_expected(reference, request[2])]
+    assert vlm.run(engine, [request]) == [vlm.expected(reference, request[2])]
     assert engine.runner.images.num_encoded == 1
-    assert _nothing_kept(engine)
+    assert vlm.nothing_kept(engine, positions=True)
 
 
 def test_preemption_recomputes_the_positions(checkpoint, processor, reference):
     # room for one request's prompt and output at a time: the second preempts and recomputes the first
-    engine = _engine(
+    engine = vlm.engine(
         checkpoint, max_batch_total_tokens=28, max_total_tokens=20, max_batch_prefill_tokens=20,
         prefix_caching=False,
     )  # fmt: skip
-    a = _request(processor, f"w5 w6 {VISION} w7 w8 w9 w20", [_picture(6)])
-    b = _request(processor, f"w30 {VISION} w31 w32 w33", [_picture(7)])
-    expected = [_expected(reference, r[2]) for r in (a, b)]
-    assert _run(engine, [a, b]) == expected
+    a = vlm.server_request(processor, f"w5 w6 {VISION} w7 w8 w9 w20", [vlm.picture(6)])
+    b = vlm.server_request(processor, f"w30 {VISION} w31 w32 w33", [vlm.picture(7)])
+    expected = [vlm.expected(reference, r[2]) for r in (a, b)]
+    assert vlm.run(engine, [a, b]) == expected
     assert engine.stats().num_preemptions >= 1
     assert engine.runner.images.num_encoded >= 3
-    assert _nothing_kept(engine)
+    assert vlm.nothing_kept(engine, positions=True)
 
 
 def test_the_prefix_cache_shares_blocks_of_the_same_image_only(checkpoint, processor, reference):
-    engine = _engine(checkpoint)
+    engine = vlm.engine(checkpoint)
     text = f"w5 w6 w7 w8 w9 w10 w11 w12 {VISION} w13 w14 w15 w16 w17 w18 w19"
-    cat = _request(processor, text, [_picture(4)])
-    dog = _request(processor, text, [_picture(5)])
+    cat = vlm.server_request(processor, text, [vlm.picture(4)])
+    dog = vlm.server_request(processor, text, [vlm.picture(5)])
     assert cat[0] == dog[0]  # the same prompt tokens
-    _run(engine, [cat])
-
-    def hits() -> int:
-        return engine.stats().num_prefix_cache_hit_tokens
-
-    before = hits()
-    assert _run(engine, [dog]) == [_expected(reference, dog[2])]
-    assert hits() - before == 8  # the two blocks of text before the vision start token
-    before = hits()
-    assert _run(engine, [cat]) == [_expected(reference, cat[2])]  # decodes continue from the delta
-    assert hits() - before == 4 * ((len(cat[0]) - 1) // 4)
+    vlm.run(engine, [cat])
+    tokens, hits = vlm.run_counting_hits(engine, dog)
+    assert tokens == vlm.expected(reference, dog[2])
+    assert hits == 8  # the two blocks of text before the vision start token
+    tokens, hits = vlm.run_counting_hits(engine, cat)
+    assert tokens == vlm.expected(reference, cat[2])  # decodes continue from the delta
+    assert hits == 4 * ((len(cat[0]) - 1) // 4)
 
 
 def test_plain_positions_would_give_other_tokens(checkpoint, processor, reference):
-    engine = _engine(checkpoint)
-    request = _request(processor, f"w10 {VISION} w11 w12 {VISION} w13", [_picture(1), _picture(2, 90, 40)])
+    engine = vlm.engine(checkpoint)
+    request = vlm.server_request(
+        processor, f"w10 {VISION} w11 w12 {VISION} w13", [vlm.picture(1), vlm.picture(2, 90, 40)]
+    )
     engine.runner.request_positions = None  # the runner's plain [T] positions
-    assert _run(engine, [request]) != [_expected(reference, request[2])]
+    assert vlm.run(engine, [request]) != [vlm.expected(reference, request[2])]
 
 
 def test_what_the_model_does_not_implement_is_refused_by_name(checkpoint):
-    from tgi.core.models.registry import UnsupportedModelError, attention_layer_specs, model_class_for
+    from tgi.core.models.registry import UnsupportedModelError, attention_layer_specs
 
-    config = transformers.AutoConfig.from_pretrained(checkpoint)
-    assert model_class_for(config).__module__ == "tgi.core.models.qwen2_vl"
-    assert len(attention_layer_specs(config)) == config.text_config.num_hidden_layers
-    with pytest.raises(UnsupportedModelError, match="tensor parallelism"):
-        attention_layer_specs(config, tp_size=2)
+    config = vlm.checked_config(checkpoint, "tgi.core.models.qwen2_vl")
     config.text_config.rope_parameters = dict(config.text_config.rope_parameters, mrope_section=[2, 2, 2])
     with pytest.raises(UnsupportedModelError, match=r"mrope_section \[2, 2, 2\] must be three runs summing"):
         attention_layer_specs(config)
