@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 IMAGE_TOKEN = "<image>"
 
@@ -23,10 +24,24 @@ def save_llava_processor(folder: Path | str, *, vocab_size: int = 250, image_siz
     """Save a `LlavaProcessor` to `folder` (returned): a CLIP image processor resizing to `image_size`
     square, patches of 14 (so `(image_size // 14) ** 2` placeholder tokens per image), and a word-level
     tokenizer of `vocab_size` words (`<unk>`=0, `</s>`=1, `w2`...; `<image>` is the last id)."""
+    from transformers import CLIPImageProcessor, LlavaProcessor
+
+    images = CLIPImageProcessor(
+        size={"shortest_edge": image_size},
+        crop_size={"height": image_size, "width": image_size},
+    )
+    return save_clip_processor(folder, LlavaProcessor, images, vocab_size=vocab_size)
+
+
+def save_clip_processor(folder: Path | str, processor_class: type, images: Any, *, vocab_size: int) -> Path:
+    """Save a LLaVA-style `processor_class` (`LlavaProcessor`, `LlavaNextProcessor`) on image processor
+    `images` to `folder` (returned): CLIP's patches of 14 and its class token dropped (the "default"
+    strategy), the word-level tokenizer of `vocab_size` words (`<unk>`=0, `</s>`=1, `w2`...; `<image>` is the
+    last id) and `CHAT_TEMPLATE`."""
     from tokenizers import Tokenizer
     from tokenizers.models import WordLevel
     from tokenizers.pre_tokenizers import Whitespace
-    from transformers import CLIPImageProcessor, LlavaProcessor, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     folder = Path(folder)
     vocab = {"<unk>": 0, "</s>": 1, **{f"w{i}": i for i in range(2, vocab_size - 1)}}
@@ -36,11 +51,7 @@ def save_llava_processor(folder: Path | str, *, vocab_size: int = 250, image_siz
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="</s>", unk_token="<unk>")
     tokenizer.add_special_tokens({"additional_special_tokens": [IMAGE_TOKEN]})
     tokenizer.chat_template = CHAT_TEMPLATE
-    images = CLIPImageProcessor(
-        size={"shortest_edge": image_size},
-        crop_size={"height": image_size, "width": image_size},
-    )
-    processor = LlavaProcessor(
+    processor = processor_class(
         image_processor=images,
         tokenizer=tokenizer,
         patch_size=14,
@@ -51,6 +62,53 @@ def save_llava_processor(folder: Path | str, *, vocab_size: int = 250, image_siz
     processor.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def llava_configs(
+    *,
+    vocab_size: int,
+    image_size: int,
+    hidden_size: int,
+    num_layers: int,
+    vision_hidden_size: int,
+    vision_layers: int,
+    **text_settings: Any,
+) -> tuple[Any, Any]:
+    """The text config (a tiny Llama of `core.testing.tiny_models`' shape; `text_settings` added) and the
+    vision config (a tiny CLIP tower on `image_size` pixels, patches of 14) of a random LLaVA."""
+    from transformers import CLIPVisionConfig, LlamaConfig
+
+    text = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        bos_token_id=0,
+        eos_token_id=1,
+        **text_settings,
+    )
+    vision = CLIPVisionConfig(
+        image_size=image_size,
+        patch_size=14,
+        hidden_size=vision_hidden_size,
+        intermediate_size=2 * vision_hidden_size,
+        num_hidden_layers=vision_layers,
+        num_attention_heads=2,
+        projection_dim=vision_hidden_size,
+    )
+    return text, vision
+
+
+def save_random_weights(model_class: type, config: Any, folder: Path | str, *, dtype: str, seed: int) -> None:
+    """Save `model_class(config)`, initialised from `seed`, in `dtype` as safetensors to `folder`."""
+    import torch
+
+    torch.manual_seed(seed)
+    model = model_class(config)
+    model.to(getattr(torch, dtype)).save_pretrained(folder, safe_serialization=True)
 
 
 def save_random_llava(
@@ -67,29 +125,12 @@ def save_random_llava(
 ) -> Path:
     """Save a randomly initialised `LlavaForConditionalGeneration` (a tiny CLIP vision tower, a tiny Llama
     of `core.testing.tiny_models`' shape) with its processor (`save_llava_processor`) to `folder`."""
-    import torch
-    from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
+    from transformers import LlavaConfig, LlavaForConditionalGeneration
 
-    text = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=hidden_size,
-        intermediate_size=2 * hidden_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=8,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        bos_token_id=0,
-        eos_token_id=1,
-    )
-    vision = CLIPVisionConfig(
-        image_size=image_size,
-        patch_size=14,
-        hidden_size=vision_hidden_size,
-        intermediate_size=2 * vision_hidden_size,
-        num_hidden_layers=vision_layers,
-        num_attention_heads=2,
-        projection_dim=vision_hidden_size,
-    )
+    text, vision = llava_configs(
+        vocab_size=vocab_size, image_size=image_size, hidden_size=hidden_size, num_layers=num_layers,
+        vision_hidden_size=vision_hidden_size, vision_layers=vision_layers,
+    )  # fmt: skip
     config = LlavaConfig(
         vision_config=vision,
         text_config=text,
@@ -97,7 +138,5 @@ def save_random_llava(
         vision_feature_select_strategy="default",
         vision_feature_layer=-1,
     )
-    torch.manual_seed(seed)
-    model = LlavaForConditionalGeneration(config)
-    model.to(getattr(torch, dtype)).save_pretrained(folder, safe_serialization=True)
+    save_random_weights(LlavaForConditionalGeneration, config, folder, dtype=dtype, seed=seed)
     return save_llava_processor(folder, vocab_size=vocab_size, image_size=image_size)
