@@ -2,11 +2,12 @@
 whole model's config and checkpoint, with transformers' vision tower and projector beside it.
 
 `VisionLanguageDecoder` is a mixin put before the decoder class in a model's bases
-(`class LlavaForConditionalGeneration(VisionLanguageDecoder, LlamaForCausalLM)`). It gives the decoder's
+(`class Idefics3ForConditionalGeneration(VisionLanguageDecoder, LlamaForCausalLM)`). It gives the decoder's
 hooks (`tgi.core.models.base.CausalLM`) the text config inside the whole one, refuses tensor parallelism
 (the vision tower does not run sharded), and translates the checkpoint's weight names into the module's
 local ones. A model states only its tables (`checkpoint_prefixes`, `checkpoint_renames`, `tower_modules`),
-whose entries ending in "." are prefixes of names and whose others are whole names.
+whose entries ending in "." are prefixes of names and whose others are whole names. `LlavaLayoutDecoder` holds
+the tables of transformers' LLaVA layout, which LLaVA, LLaVA-NeXT and Gemma 3 share.
 """
 
 from __future__ import annotations
