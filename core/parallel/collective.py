@@ -19,6 +19,20 @@ def collective_timeout() -> datetime.timedelta:
     return datetime.timedelta(seconds=dist_timeout_s())
 
 
+def number_groups_afresh() -> None:
+    """Number this process's next default group as a fresh process does. torch.distributed names a group
+    by a per-process counter and keys its rendezvous by that name ("0/" for a fresh process's default
+    group); only `destroy_process_group` resets the counter, so an earlier group that failed to form here
+    (a rank that died on the way, an abandoned join) left it raised, and rank 0 would then wait under "1/"
+    for ranks writing under "0/" until the rendezvous timeout. Called only while no group is initialised."""
+    world = getattr(dist.distributed_c10d, "_world", None)
+    if world is None or not hasattr(world, "group_count"):  # a torch that no longer numbers groups so
+        raise RuntimeError(
+            "torch.distributed no longer keeps `_world.group_count`: check how it names the default group"
+        )
+    world.group_count = 0
+
+
 class TorchDistributedCollective(Collective):
     """All ranks of one tensor-parallel group, on torch.distributed's default process group.
 
@@ -50,6 +64,7 @@ class TorchDistributedCollective(Collective):
         # rank 0's store binds to the rendezvous address only; gloo to loopback for a local group, else to
         # the interface that reaches the rendezvous address
         store = create_store(init_method, rank, world_size, timeout) if init_method else None
+        number_groups_afresh()
         with gloo_interface(process_group_backend, init_method):
             dist.init_process_group(
                 backend=process_group_backend,
