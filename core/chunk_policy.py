@@ -33,6 +33,7 @@ from tgi.core.block_manager import NO_PREFIX, BlockManager, CachedPrefix
 from tgi.core.config import ConfigError
 from tgi.core.interfaces.types import RunnerConstraints
 from tgi.core.sequence import Sequence
+from tgi.core.validation import check_atomic_images
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,12 @@ class ChunkPolicy:
                 )
             self.max_chunk_tokens = min(self.max_chunk_tokens, alone)
 
+    @property
+    def atomic_image_limit(self) -> int | None:
+        """The most placeholder tokens an image may have where images are atomic (the longest chunk); None
+        where images may be split across chunks."""
+        return self.max_chunk_tokens if self.constraints.atomic_images else None
+
     def check_admissible(self, seq: Sequence) -> None:
         """`ValueError` for a sequence that could never run: more KV blocks at its peak than the cache has
         (the last sampled token is never fed), or a prompt longer than one prefill where the runner cannot
@@ -80,13 +87,7 @@ class ChunkPolicy:
                 f"{seq.request_id}: prompt + max_new_tokens needs {peak} KV blocks, the cache has "
                 f"{self.block_manager.num_blocks}"
             )
-        if self.constraints.atomic_images:
-            for image in seq.images:
-                if image.num_tokens > self.max_chunk_tokens:
-                    raise ValueError(
-                        f"{seq.request_id}: an image of {image.num_tokens} tokens exceeds the largest prefill "
-                        f"chunk ({self.max_chunk_tokens} tokens), and this model feeds an image in one chunk"
-                    )
+        check_atomic_images(seq.images, self.atomic_image_limit)
         if not self.constraints.chunked_prefill and seq.num_prompt_tokens > self.max_chunk_tokens:
             raise ValueError(
                 f"{seq.request_id}: a {seq.num_prompt_tokens}-token prompt exceeds the largest prefill "

@@ -41,6 +41,7 @@ from tgi.core.speculative import Proposer
 from tgi.core.tokenization import eos_token_ids
 from tgi.core.validation import (
     RequestLimits,
+    check_atomic_images,
     check_image_budget,
     check_image_spans,
     check_images,
@@ -156,6 +157,7 @@ class LLMEngine:
         params = validate_request(prompt_token_ids, params, self.limits)
         check_image_spans(images, len(prompt_token_ids))
         check_image_budget(images, self.config.max_encoder_tokens_per_step)
+        check_atomic_images(images, self.scheduler.chunks.atomic_image_limit)
         grammar = None if params.grammar is None else self.compile_grammar(params.grammar)
         return EngineRequest(tuple(prompt_token_ids), params, grammar, images)
 

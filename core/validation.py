@@ -135,6 +135,20 @@ def check_image_budget(images: Sequence[ImageInput], max_encoder_tokens_per_step
             )
 
 
+def check_atomic_images(images: Sequence[ImageInput], max_chunk_tokens: int | None) -> None:
+    """`ValidationError` when an image has more placeholder tokens than the largest prefill chunk of a model
+    that feeds each image in one chunk (`RunnerConstraints.atomic_images`; `max_chunk_tokens` None: images
+    may be split across chunks): the scheduler could never feed it."""
+    if max_chunk_tokens is None:
+        return
+    for i, image in enumerate(images):
+        if image.num_tokens > max_chunk_tokens:
+            raise ValidationError(
+                f"image {i} has {image.num_tokens} image tokens; this model feeds an image in one prefill "
+                f"chunk, and the largest is {max_chunk_tokens} tokens (--max-batch-prefill-tokens)"
+            )
+
+
 def check_token_masks(features: RunnerCapabilities, backend: str) -> None:
     """`UnusableGrammarError` when the `backend`'s runner applies no grammar masks."""
     if not features.token_masks:

@@ -62,7 +62,10 @@ def test_a_chunk_budget_cut_falls_before_the_image(constraints) -> None:
 def test_an_image_longer_than_a_chunk_is_refused() -> None:
     sched = Scheduler(BlockManager(64, 4), 8, 8, ATOMIC)
     seq = Sequence("a", list(range(1, 21)), SamplingParams(max_new_tokens=1), images=(image(2, 9),))
-    with pytest.raises(ValueError, match="image of 9 tokens exceeds the largest prefill chunk"):
+    with pytest.raises(
+        ValueError,
+        match="image 0 has 9 image tokens; this model feeds an image in one prefill chunk, and the largest is 8",
+    ):
         sched.add(seq)
 
 

@@ -174,3 +174,16 @@ def test_an_image_larger_than_the_encoder_budget_per_step_is_refused_naming_the_
         ValidationError, match="image 1 has 577 image tokens; --max-encoder-tokens-per-step allows 576"
     ):
         check_image_budget([image(4), image(577)], 576)
+
+
+def test_an_image_longer_than_the_largest_chunk_is_refused_where_images_are_atomic():
+    from tgi.core.request import ImageInput
+    from tgi.core.validation import check_atomic_images
+
+    def image(n):
+        return ImageInput(pixel_values=None, offset=0, num_tokens=n, content_hash=b"x")
+
+    check_atomic_images([image(4096)], None)  # images split across chunks: any length
+    check_atomic_images([image(64), image(64)], 64)
+    with pytest.raises(ValidationError, match=r"image 1 has 65 image tokens; .* the largest is 64 tokens"):
+        check_atomic_images([image(4), image(65)], 64)

@@ -15,7 +15,8 @@ transformers = pytest.importorskip("transformers")
 
 import vlm_parity as vlm  # noqa: E402
 
-from tgi.core.request import ImageInput  # noqa: E402
+from tgi.core.request import ImageInput, ValidationError  # noqa: E402
+from tgi.core.sampling_params import SamplingParams  # noqa: E402
 from tgi.core.testing.tiny_gemma3 import BOI, TOKENS_PER_IMAGE, save_random_gemma3  # noqa: E402
 
 
@@ -108,6 +109,18 @@ def test_a_chunk_that_would_split_the_image_is_cut_before_it(gemma3, processor, 
     assert vlm.run(engine, [(ids, images)]) == [_expected(reference, enc)]
     assert (offset, TOKENS_PER_IMAGE + 1) in chunks  # the first chunk stopped at the image, the next holds it
     assert chunks[0] == (0, offset)
+
+
+def test_an_image_longer_than_the_largest_chunk_is_a_validation_error(gemma3, processor):
+    """Gemma 3 feeds an image in one chunk: one longer than the largest is refused when the request is
+    validated (TGI's 422), before anything is queued."""
+    engine = vlm.engine(gemma3, max_batch_prefill_tokens=TOKENS_PER_IMAGE - 1, prefix_caching=False)
+    ids, images, _ = _request(processor, f"w5 {BOI} w8", [_picture(3)])
+    with pytest.raises(
+        ValidationError, match=f"image 0 has {TOKENS_PER_IMAGE} image tokens; this model feeds"
+    ):
+        engine.validate(ids, SamplingParams(max_new_tokens=2), images)
+    assert not engine.has_unfinished()
 
 
 def test_preemption_recomputes_with_the_mask(gemma3, processor, reference):
