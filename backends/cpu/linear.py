@@ -38,10 +38,20 @@ def max_block_rows(impls: list[str]) -> int:
 K_QUANTS = frozenset({"Q4_K", "Q5_K", "Q6_K"})
 
 
+#: the GGUF formats "avx2-int8" computes: the K-quants, and of the 32-weight blocks Q4_0, Q4_1, Q8_0 (not Q5_0
+#: or Q5_1, which keep the float32 AVX2 kernel)
+INT8_F32_TYPES = K_QUANTS | frozenset({"Q4_0", "Q4_1", "Q8_0"})
+
+
 def int8_f32_k_quants(impls: list[str]) -> bool:
-    """Whether "auto" computes float32 inputs' K-quants on int8 inputs ("avx2-int8": AVX2 and no
-    AVX512-VNNI here, as the native dispatch decides)."""
+    """Whether "auto" computes float32 inputs of `INT8_F32_TYPES` (the K-quants, Q4_0, Q4_1, Q8_0) on int8
+    inputs ("avx2-int8": AVX2 and no AVX512-VNNI here, as the native dispatch decides)."""
     return "avx2-int8" in impls and "avx512-vnni" not in impls
+
+
+#: Q4_0, Q4_1 and Q8_0 on the int8 path ("avx2-int8"): the most rows of float32 inputs they take (see
+#: `max_block_rows_f32`)
+INT8_Q32_ROWS = 16
 
 
 def max_block_rows_f32(impls: list[str] | None = None, qtype: str | None = None) -> int:
@@ -59,6 +69,8 @@ def max_block_rows_f32(impls: list[str] | None = None, qtype: str | None = None)
         return int(os.environ["TGI_CPU_BLOCK_ROWS"])
     if qtype in K_QUANTS and impls is not None and int8_f32_k_quants(impls) and BLOCK_IMPL == "auto":
         return 64
+    if qtype in INT8_F32_TYPES and impls is not None and int8_f32_k_quants(impls) and BLOCK_IMPL == "auto":
+        return INT8_Q32_ROWS
     return 16
 
 
@@ -125,8 +137,8 @@ def invariant_block_impl(qtype: str, dtype: str) -> str:
     a row's sum), but "auto" switches between AVX512-BF16 (one or two rows) and AMX (more) on AMX CPUs.
     Here: `TGI_CPU_BLOCK_IMPL` when set; else for bfloat16 AMX where it takes the type (Q4_0, Q4_1, Q8_0),
     else AVX512-BF16, else the scalar reference; float32 inputs: "auto" (by the CPU's features, never by
-    the row count), except the K-quants where "auto" would take the int8 path ("avx2-int8"): they keep the
-    float32 loop nest ("reference" names it), the exact-input product."""
+    the row count), except the formats where "auto" would take the int8 path ("avx2-int8": the K-quants,
+    Q4_0, Q4_1, Q8_0): they keep the float32 loop nest ("reference" names it), the exact-input product."""
     from tgi.backends.cpu import native
 
     forced = os.environ.get("TGI_CPU_BLOCK_IMPL", "auto")
@@ -134,7 +146,7 @@ def invariant_block_impl(qtype: str, dtype: str) -> str:
         return forced
     impls = native.block_impls()
     if dtype == "float32":
-        return "reference" if qtype in K_QUANTS and int8_f32_k_quants(impls) else "auto"
+        return "reference" if qtype in INT8_F32_TYPES and int8_f32_k_quants(impls) else "auto"
     if "amx" in impls and qtype in ("Q4_0", "Q4_1", "Q8_0"):
         return "amx"
     return "avx512-bf16" if "avx512-bf16" in impls else "reference"

@@ -242,7 +242,7 @@ def dequantize_impls() -> list[str]:
 def block_impls() -> list[str]:
     """The `block_linear` implementations this CPU (and OS) offers: "reference", "avx512-bf16", "amx",
     "avx512-vnni" (the K-quants on int8 inputs; with AVX512-VNNI, VBMI and BF16), "avx2-int8" (the
-    K-quants on int8 inputs; with AVX2, FMA and F16C)."""
+    K-quants, Q4_0, Q4_1 and Q8_0 on int8 inputs; with AVX2, FMA and F16C)."""
     return list(load().block_impls())
 
 
@@ -267,9 +267,12 @@ def block_linear(
     K-quants on "avx512-vnni" where the CPU has it, else on "avx512-bf16" (also on CPUs with AMX).
     float32 x -> float32 out ("auto" or "reference": AVX2 or plain loops; the K-quants' float32 path is one
     loop nest compiled for AVX-512, AVX2 and plain x86-64, "reference" takes it, and "auto" where the CPU
-    has AVX512-VNNI or lacks AVX2). "avx2-int8" (K-quants, float32 or bfloat16 x): the int8 inputs of
-    "avx512-vnni" multiplied with AVX2's `vpmaddubsw`, same accuracy; "auto" takes it for float32 x where
-    the CPU has AVX2, FMA and F16C and no AVX512-VNNI.
+    has AVX512-VNNI or lacks AVX2). "avx2-int8" (K-quants, Q4_0, Q4_1, Q8_0; float32 or bfloat16 x): the
+    K-quants on the int8 inputs of "avx512-vnni" multiplied with AVX2's `vpmaddubsw`, same accuracy; Q4_0,
+    Q4_1 and Q8_0 on x quantized per row and 32 columns (llama.cpp's q8_0 / q8_1, scales in float32), each
+    output off the exact-input product by at most half an input step per column, summed over |w|; "auto"
+    takes it for float32 x where the CPU has AVX2, FMA and F16C and no AVX512-VNNI (Q5_0, Q5_1 keep the
+    float32 AVX2 kernel).
     """
     return load().block_linear(x, packed, BLOCK_TYPES[qtype], int(n), int(k), bias, BLOCK_IMPLS[impl])
 

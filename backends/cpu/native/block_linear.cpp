@@ -27,6 +27,15 @@ bool has_avx2_int8() {
 #endif
 }
 
+// the formats of 32-weight blocks the avx2-int8 path takes (block_linear_q8_avx2.cpp); it takes the K-quants too
+bool int8_q32(int64_t qtype) {
+  using namespace tgi_blocks;
+  return qtype == kQ4_0 || qtype == kQ4_1 || qtype == kQ8_0;
+}
+bool avx2_int8_type(int64_t qtype) { return int8_q32(qtype) || tgi_blocks::is_kquant(qtype); }
+constexpr const char* kAvx2Int8Refusal =
+    "the avx2-int8 block kernel needs AVX2, FMA and F16C and computes Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K";
+
 // the block type's check of K, and the packed size of [n, k] (groups of 16 rows)
 int64_t packed_bytes(int64_t qtype, int64_t n, int64_t k) {
   using namespace tgi_blocks;
@@ -99,6 +108,34 @@ void kquant_int8_avx2(const X* xp, int64_t M, int64_t k, const uint8_t* wp, int6
     }
   });
 }
+
+// Q4_0, Q4_1 and Q8_0 on int8 inputs with AVX2 (block_linear_q8_avx2.cpp): x (float32 or bfloat16 bits)
+// quantized per row and block of 32 columns, then each group's float32 sums [M, R] handed to `store(g, y)`
+template <typename X, typename Store>
+void q32_int8_avx2(const X* xp, int64_t M, int64_t k, const uint8_t* wp, int64_t qtype, int64_t groups,
+                   Store store) {
+  using namespace tgi_blocks;
+  const int64_t nb = k / QK;
+  std::vector<uint32_t> xw(M * k / 2);
+  std::vector<float> dx(M * nb);
+  std::vector<int32_t> bsum(M * nb);
+  quantize_rows_q8_32(xp, M, k, qtype, xw.data(), dx.data(), bsum.data());
+  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> y(M * R);
+    for (int64_t g = begin; g < end; ++g) {
+      group_q8_avx2(xw.data(), dx.data(), bsum.data(), M, k, wp, qtype, g, y.data());
+      store(g, y.data());
+    }
+  });
+}
+
+// either int8 path on AVX2, by the block type
+template <typename X, typename Store>
+void int8_avx2(const X* xp, int64_t M, int64_t k, const uint8_t* wp, int64_t qtype, int64_t groups,
+               Store store) {
+  if (tgi_blocks::is_kquant(qtype)) kquant_int8_avx2(xp, M, k, wp, qtype, groups, store);
+  else q32_int8_avx2(xp, M, k, wp, qtype, groups, store);
+}
 #endif
 
 // x float32 [M, k] -> out float32 [M, n] (see block_linear_f32.cpp)
@@ -118,9 +155,10 @@ torch::Tensor block_linear_f32(const torch::Tensor& x, const torch::Tensor& pack
   const uint8_t* wp = packed.data_ptr<uint8_t>();
 #if defined(__x86_64__)
   const bool vector = impl == 0 && has_avx2_fma();  // impl 1: the plain loops, the reference
-  // auto: the K-quants on int8 inputs where the CPU has AVX2 and no AVX512-VNNI (see block_linear_kquant_avx2.cpp)
-  if (is_kquant(qtype) && (impl == 5 || (vector && !has_avx512_vnni()))) {
-    kquant_int8_avx2(xp, M, k, wp, qtype, groups, [&](int64_t g, const float* y) {
+  // auto: the K-quants, Q4_0, Q4_1 and Q8_0 on int8 inputs where the CPU has AVX2 and no AVX512-VNNI (see
+  // block_linear_kquant_avx2.cpp, block_linear_q8_avx2.cpp; the row limits are linear.py's)
+  if (avx2_int8_type(qtype) && (impl == 5 || (vector && !has_avx512_vnni()))) {
+    int8_avx2(xp, M, k, wp, qtype, groups, [&](int64_t g, const float* y) {
       const int64_t rows = std::min<int64_t>(R, n - g * R);
       for (int64_t m = 0; m < M; ++m)
         for (int64_t r = 0; r < rows; ++r) op[m * n + g * R + r] = y[m * R + r] + (bp ? bp[g * R + r] : 0.0f);
@@ -169,9 +207,8 @@ torch::Tensor block_linear(torch::Tensor x, torch::Tensor packed, int64_t qtype,
   if (M == 0) return out;
   if (x.scalar_type() == at::kFloat) {
     TORCH_CHECK(impl <= 1 || impl == 5,
-                "float32 inputs have one implementation (auto), besides reference and avx2-int8 (K-quants)");
-    TORCH_CHECK(impl != 5 || (has_avx2_int8() && is_kquant(qtype)),
-                "the avx2-int8 block kernel needs AVX2, FMA and F16C and computes Q4_K, Q5_K and Q6_K");
+                "float32 inputs have one implementation (auto), besides reference and avx2-int8 (int8 inputs)");
+    TORCH_CHECK(impl != 5 || (has_avx2_int8() && avx2_int8_type(qtype)), kAvx2Int8Refusal);
     return block_linear_f32(x, packed, qtype, n, k, bias, impl, out);
   }
   const uint16_t* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
@@ -184,13 +221,12 @@ torch::Tensor block_linear(torch::Tensor x, torch::Tensor packed, int64_t qtype,
   uint16_t* op = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
   const uint8_t* wp = packed.data_ptr<uint8_t>();
   // impl: 0 the fastest this CPU has, 1 scalar reference, 2 AVX512-BF16, 3 AMX, 4 AVX512-VNNI (K-quants,
-  // int8 inputs), 5 AVX2 (K-quants, int8 inputs; bfloat16 x only when asked for)
+  // int8 inputs), 5 AVX2 (K-quants, Q4_0, Q4_1, Q8_0; int8 inputs; bfloat16 x only when asked for)
   TORCH_CHECK(impl >= 0 && impl <= 5, "unknown implementation ", impl);
-  TORCH_CHECK(impl != 5 || (has_avx2_int8() && is_kquant(qtype)),
-              "the avx2-int8 block kernel needs AVX2, FMA and F16C and computes Q4_K, Q5_K and Q6_K");
+  TORCH_CHECK(impl != 5 || (has_avx2_int8() && avx2_int8_type(qtype)), kAvx2Int8Refusal);
 #if defined(__x86_64__)
   if (impl == 5) {
-    kquant_int8_avx2(xp, M, k, wp, qtype, groups, [&](int64_t g, const float* y) {
+    int8_avx2(xp, M, k, wp, qtype, groups, [&](int64_t g, const float* y) {
       for (int64_t m = 0; m < M; ++m)
         for (int64_t r = 0; r < std::min<int64_t>(R, n - g * R); ++r)
           op[m * n + g * R + r] = float_to_bf16(y[m * R + r] + (bp ? bp[g * R + r] : 0.0f));

@@ -18,6 +18,7 @@
 //   AMX.
 // - block_linear_reference.cpp: a scalar path over the same layout (what a CPU without AVX512-BF16 takes).
 // - block_linear_f32.cpp: float32 x (the float32 models of CPUs without bfloat16 arithmetic), float32 out.
+// - block_linear_q8_avx2.cpp: Q4_0, Q4_1, Q8_0 on int8 inputs with AVX2 ("avx2-int8", as llama.cpp computes).
 // The packing is in block_linear_pack.cpp.
 #pragma once
 
@@ -98,6 +99,21 @@ bool has_avx2_fma();
 __attribute__((target("avx2,fma,f16c"))) void group_f32_avx2(const float* x, int64_t M, int64_t K,
                                                              const float* sx, const uint8_t* packed,
                                                              int64_t qtype, int64_t g, float* y);
+#endif
+
+// int8 inputs (block_linear_q8_avx2.cpp): x quantized per row and block of 32 columns to int8 for Q4_0, Q4_1,
+// Q8_0: xw [M, K / 2] one uint32 per pair of columns (Q8_0: the two as int16; Q4: the two bytes twice), dx
+// [M, K / 32] the scales, bsum [M, K / 32] the blocks' integer sums
+void quantize_rows_q8_32(const float* x, int64_t M, int64_t K, int64_t qtype, uint32_t* xw, float* dx,
+                         int32_t* bsum);
+void quantize_rows_q8_32(const uint16_t* x, int64_t M, int64_t K, int64_t qtype, uint32_t* xw, float* dx,
+                         int32_t* bsum);
+#if defined(__x86_64__)
+// y [M, R] float32 sums of one group (AVX2, FMA, F16C)
+__attribute__((target("avx2,fma,f16c"))) void group_q8_avx2(const uint32_t* xw, const float* dx,
+                                                            const int32_t* bsum, int64_t M, int64_t K,
+                                                            const uint8_t* packed, int64_t qtype, int64_t g,
+                                                            float* y);
 #endif
 
 // reference path (block_linear_reference.cpp)
