@@ -14,6 +14,7 @@ import torch
 from helpers.image_files import data_url, image_bytes
 from PIL import Image
 
+from tgi.core.testing.tiny_gemma3 import save_random_gemma3
 from tgi.core.testing.tiny_idefics3 import save_random_idefics3
 from tgi.core.testing.tiny_llava_next import save_random_llava_next
 from tgi.core.testing.tiny_qwen2_vl import save_random_qwen2_vl
@@ -27,6 +28,7 @@ CHECKPOINTS = {
     "qwen2-vl": save_random_qwen2_vl,
     "idefics3": save_random_idefics3,
     "llava-next": save_random_llava_next,
+    "gemma3": save_random_gemma3,  # an image's tokens attend to each other both ways
 }
 
 
