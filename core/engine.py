@@ -73,6 +73,10 @@ class EngineStats:
     # speculative decoding: guesses verified and accepted, since start
     num_draft_tokens: int = 0
     num_accepted_draft_tokens: int = 0
+    # seconds since start in the runner's steps (`execute`, sampling included) and, of those, in the vision
+    # encoder (`StepOutput.encoder_seconds`): the encoder's share of the steps
+    step_seconds: float = 0.0
+    encoder_seconds: float = 0.0
 
 
 class LLMEngine:
@@ -123,6 +127,8 @@ class LLMEngine:
         self._rng = random.SystemRandom() if config.seed is None else random.Random(config.seed)
         self.num_batch_tokens = 0
         self.num_prefill_tokens = 0
+        self.step_seconds = 0.0  # in `runner.execute`, since start (`EngineStats`)
+        self.encoder_seconds = 0.0  # of which in the vision encoder
         self.guided = GuidedDecoding(info.vocab_size)
         self.proposer = choose_proposer(config, runner, constraints) if proposer is None else proposer
         # compiles nothing until a grammar comes (llguidance is imported then)
@@ -259,6 +265,8 @@ class LLMEngine:
             num_prefix_cache_miss_tokens=self.scheduler.num_cache_miss_tokens,
             num_draft_tokens=self.scheduler.num_draft_tokens,
             num_accepted_draft_tokens=self.scheduler.num_accepted_draft_tokens,
+            step_seconds=self.step_seconds,
+            encoder_seconds=self.encoder_seconds,
         )
 
     # -- the step ---------------------------------------------------------------------------------------
@@ -287,7 +295,10 @@ class LLMEngine:
                 out.first_scheduled = now
         if len(self.guided):
             batch.token_masks = self.guided.masks([s for s in batch.sequences if s.sample])
+        started = time.perf_counter()
         output: StepOutput = self.runner.execute(batch)
+        self.step_seconds += time.perf_counter() - started
+        self.encoder_seconds += output.encoder_seconds
         for request_id, logprobs in output.prompt_logprobs.items():
             if request_id in self._outputs:
                 self._outputs[request_id].prompt_logprobs.extend(logprobs)

@@ -89,6 +89,11 @@ class _EngineGauges:
             ("accepted", "Draft tokens accepted (each skips a decode step)", s.num_accepted_draft_tokens),
         ):
             yield CounterMetricFamily(f"tgi_speculative_{name}_tokens", doc, value=value)
+        for name, doc, value in (
+            ("step", "Time in the model's steps (forward and sampling), s", s.step_seconds),
+            ("encoder", "Time in the vision encoder, part of the steps' (images), s", s.encoder_seconds),
+        ):
+            yield CounterMetricFamily(f"tgi_{name}_seconds", doc, value=value)
 
 
 class ServerMetrics:

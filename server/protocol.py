@@ -30,6 +30,8 @@ class EngineStatsLike(Protocol):
     num_prefix_cache_miss_tokens: int  # prompt tokens computed (not found in the cache) since start
     num_draft_tokens: int  # speculative decoding: guesses verified since start
     num_accepted_draft_tokens: int  # of which accepted
+    step_seconds: float  # time in the model's steps since start
+    encoder_seconds: float  # of which in the vision encoder
 
 
 @runtime_checkable

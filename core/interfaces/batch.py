@@ -131,3 +131,6 @@ class StepOutput:
     prompt_logprobs: dict[str, list[float]] = field(default_factory=dict)
     # Medusa heads (speculative decoding): per row, the heads' guesses of the tokens after the drawn one
     guesses: list[list[int]] | None = None
+    # seconds this step spent in the vision encoder (images whose placeholders it started feeding), the
+    # device's work included; 0.0 for a step that encoded no image or a runner without a vision tower
+    encoder_seconds: float = 0.0

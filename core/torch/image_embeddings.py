@@ -8,6 +8,7 @@ cancelled or is preempted (`ScheduledBatch.freed_request_ids`: a recomputation e
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 
 import torch
@@ -30,6 +31,7 @@ class ImageEmbeddings:
         self._extras = None if extras is None else frozenset(extras)  # the names `encode` takes (None: all)
         self._kept: dict[str, dict[int, torch.Tensor]] = {}  # request id -> image index -> [tokens, hidden]
         self.num_encoded = 0  # images run through the tower since start
+        self.encoder_seconds = 0.0  # time in the tower since start (the device's work waited for)
 
     @property
     def num_kept_requests(self) -> int:
@@ -74,7 +76,13 @@ class ImageEmbeddings:
                 for k, v in image.extras.items()
                 if self._extras is None or k in self._extras
             }
+            started = time.perf_counter()
             encoded = self._encode(pixels, **extras)
+            # an asynchronous device: wait for the tower, so that the time is its work, not its launch (one
+            # wait per image, on the steps that encode one only)
+            if encoded.device.type != "cpu":
+                torch.accelerator.synchronize(encoded.device)
+            self.encoder_seconds += time.perf_counter() - started
             features = encoded.reshape(-1, encoded.shape[-1])
             self.num_encoded += 1
             if features.shape[0] != image.num_tokens:

@@ -241,6 +241,7 @@ class TorchModelRunner(ModelRunner):
         if self.lora is not None:
             self.lora.begin_step(seqs, device)
         embeds = None
+        encoder_before = 0.0 if self.images is None else self.images.encoder_seconds
         if self.images is not None:
             self.images.drop(batch.freed_request_ids)
             if any(s.images for s in seqs):
@@ -254,7 +255,10 @@ class TorchModelRunner(ModelRunner):
             hidden = self.model(input_ids, positions, ctx, inputs_embeds=embeds)
         if self.lora is not None:
             self.lora.end_step()  # the logits head and Medusa heads are not adapted
-        return self.step_output(batch, hidden)
+        output = self.step_output(batch, hidden)
+        if self.images is not None:
+            output.encoder_seconds = self.images.encoder_seconds - encoder_before
+        return output
 
     def step_output(self, batch: ScheduledBatch, hidden: torch.Tensor) -> StepOutput:
         """The step's sampled tokens (and prompt logprobs) from the final hidden states [T, H] of all its

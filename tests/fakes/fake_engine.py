@@ -141,6 +141,8 @@ class FakeEngine:
             num_prefix_cache_miss_tokens=0,
             num_draft_tokens=0,
             num_accepted_draft_tokens=0,
+            step_seconds=0.0,
+            encoder_seconds=0.0,
             num_free_blocks=64 - used,
             num_total_blocks=64,
             block_size=16,

@@ -63,6 +63,8 @@ def test_metrics_count_what_was_sent_and_apps_do_not_clash():
         assert metric(text, "tgi_kv_free_blocks") == metric(text, "tgi_kv_total_blocks") == 64
         for name in ("hit", "miss"):  # read from the engine's counters (the fake's are 0)
             assert metric(text, f"tgi_prefix_cache_{name}_tokens_total") == 0
+        for name in ("step", "encoder"):  # the vision encoder's share of the steps' time
+            assert metric(text, f"tgi_{name}_seconds_total") == 0
         assert metric(other.get("/metrics").text, "tgi_request_count") == 0
         assert "tgi_request_count_total" not in text
 

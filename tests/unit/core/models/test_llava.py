@@ -81,6 +81,9 @@ def test_one_image_two_images_and_a_mixed_batch_match_transformers(engine, proce
     # once per image per request, and not at all for the repeated one: its placeholders' blocks were cached
     assert engine.runner.images.num_encoded - encoded == 1 + 2
     assert engine.runner.images.num_kept_requests == 0  # dropped once their placeholders were prefilled
+    stats = engine.stats()  # the encoder's time is counted, as a part of the steps'
+    assert 0 < stats.encoder_seconds < stats.step_seconds
+    assert stats.encoder_seconds == pytest.approx(engine.runner.images.encoder_seconds)
 
 
 def test_an_image_split_by_chunked_prefill_is_encoded_once(llava, processor, reference):

@@ -94,3 +94,14 @@ def test_only_the_extras_the_encoder_names_reach_it() -> None:
     embeds = torch.zeros(2, HIDDEN)
     assert cache.place([_chunk("r", 0, 2, (image,))], embeds)
     assert embeds[:, 0].tolist() == [2, 4]
+
+
+def test_the_encoders_time_is_counted_once_per_image() -> None:
+    cache = ImageEmbeddings(_encode, torch.device("cpu"))
+    assert cache.encoder_seconds == 0.0
+    embeds = torch.zeros(len(PROMPT), HIDDEN)
+    cache.place([_chunk("r", 0, len(PROMPT), _images())], embeds)
+    spent = cache.encoder_seconds
+    assert spent > 0.0 and cache.num_encoded == 2
+    cache.place([_chunk("r", 0, len(PROMPT), _images())], embeds)  # dropped after its last placeholder:
+    assert cache.num_encoded == 4 and cache.encoder_seconds > spent  # encoded, and timed, again
