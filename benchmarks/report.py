@@ -116,6 +116,10 @@ def machine_info() -> dict:
     return info
 
 
+def _pct(share: float | None) -> float | None:
+    return None if share is None else 100 * share
+
+
 def _f(value, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
@@ -126,6 +130,7 @@ def one_line(row: dict) -> str:
         f"{row['server']} {row['level_label']}: {_f(row['output_tok_s'])} output tok/s, "
         f"TTFT p50 {_f(row['ttft_ms']['p50'], 0)} ms, ITL p50 {_f(row['itl_ms']['p50'])} ms "
         f"({row['num_ok']}/{row['num_requests']} ok in {row['duration_s']:.1f}s{err})"
+        + (f", encoder {100 * share:.0f}% of step time" if (share := row.get("encoder_share")) else "")
     )
 
 
@@ -171,6 +176,8 @@ def format_markdown(report: dict) -> str:
         "",
         table("TTFT p50 (ms)", lambda r: _f(r["ttft_ms"]["p50"], 0)),
     ]
+    if any(r.get("encoder_share") for r in report["results"]):  # the image workload on our server
+        out += ["", table("vision encoder, % of step time", lambda r: _f(_pct(r.get("encoder_share")), 0))]
     if report.get("ratios"):
         out += ["", "| ratio (output tok/s) | level | × |", "|---|---|---|"]
         out += [

@@ -26,6 +26,7 @@ from tgi.benchmarks.report import (
     one_line,
     summarize_level,
 )
+from tgi.benchmarks.step_share import encoder_share, step_times
 from tgi.benchmarks.synthetic_images import png_data_url
 
 
@@ -167,13 +168,16 @@ async def run_benchmark(targets: Sequence[Target], options: Options) -> dict:
                         )
                     else:
                         requester = _requester(client, t, options, progress.tick)
+                        before = await step_times(client, t.url)
                         if options.mode == "concurrency":
                             results, duration = await run_closed_loop(requester, prompts, int(level))
                         else:
                             results, duration = await run_poisson(
                                 requester, prompts, level, options.seed, options.max_concurrency
                             )
+                        after = await step_times(client, t.url)
                     row = summarize_level(t.name, options.mode, level, results, duration)
+                    row["encoder_share"] = None if t.offline is not None else encoder_share(before, after)
                     rows.append(row)
                     progress.note(one_line(row))
     finally:

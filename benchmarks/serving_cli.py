@@ -73,7 +73,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=(0, 1),
         default=0,
         help="synthetic PNG images per request (0 or 1; OpenAI: a chat message's image_url part, TGI: a "
-        "markdown image); the servers report no encoder share of a step, so TTFT shows its cost",
+        "markdown image); our server's /metrics give the vision encoder's share of the step time",
     )
     a("--image-size", type=int, default=448, help="with --images: the square image's side in pixels")
     a("--request-timeout", type=float, default=600.0, help="seconds before a request is abandoned")
