@@ -101,19 +101,18 @@ __attribute__((target("avx2,fma,f16c"))) void group_f32_avx2(const float* x, int
                                                              int64_t qtype, int64_t g, float* y);
 #endif
 
-// int8 inputs (block_linear_q8_avx2.cpp): x quantized per row and block of 32 columns to int8 for Q4_0, Q4_1,
-// Q8_0: xw [M, K / 2] one uint32 per pair of columns (Q8_0: the two as int16; Q4: the two bytes twice), dx
-// [M, K / 32] the scales, bsum [M, K / 32] the blocks' integer sums
-void quantize_rows_q8_32(const float* x, int64_t M, int64_t K, int64_t qtype, uint32_t* xw, float* dx,
-                         int32_t* bsum);
-void quantize_rows_q8_32(const uint16_t* x, int64_t M, int64_t K, int64_t qtype, uint32_t* xw, float* dx,
-                         int32_t* bsum);
 #if defined(__x86_64__)
-// y [M, R] float32 sums of one group (AVX2, FMA, F16C)
-__attribute__((target("avx2,fma,f16c"))) void group_q8_avx2(const uint32_t* xw, const float* dx,
-                                                            const int32_t* bsum, int64_t M, int64_t K,
-                                                            const uint8_t* packed, int64_t qtype, int64_t g,
-                                                            float* y);
+// int8 inputs with AVX2, FMA and F16C (block_linear_q8_avx2.cpp): x quantized per row and block of 32 columns
+// to int8 for Q4_0, Q4_1, Q8_0: xw [M, K / 2] one uint32 per pair of columns (Q8_0: the two as int16; Q4: the
+// two bytes twice), dx [M, K / 32] the scales, bsum [M, K / 32] the blocks' integer sums
+#define TGI_Q8_AVX2_DECL __attribute__((target("avx2,fma,f16c")))
+TGI_Q8_AVX2_DECL void quantize_rows_q8_32(const float* x, int64_t M, int64_t K, int64_t qtype, uint32_t* xw,
+                                          float* dx, int32_t* bsum);
+TGI_Q8_AVX2_DECL void quantize_rows_q8_32(const uint16_t* x, int64_t M, int64_t K, int64_t qtype, uint32_t* xw,
+                                          float* dx, int32_t* bsum);
+// y [M, R] float32 sums of one group
+TGI_Q8_AVX2_DECL void group_q8_avx2(const uint32_t* xw, const float* dx, const int32_t* bsum, int64_t M,
+                                    int64_t K, const uint8_t* packed, int64_t qtype, int64_t g, float* y);
 #endif
 
 // reference path (block_linear_reference.cpp)

@@ -20,7 +20,6 @@
 //
 // Accuracy: each output is within half an input step per column weighted by |w| of the exact-input product
 // (sum over blocks of dx / 2 * sum |w|); each row is quantized alone, so rows do not depend on the batch.
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -28,56 +27,83 @@
 
 namespace tgi_blocks {
 
-namespace {
-inline float input_value(float v) { return v; }
-inline float input_value(uint16_t v) { return bf16_to_float(v); }
+#if defined(__x86_64__)
 
+#define TGI_Q8_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+namespace {
+// 8 values of x as float32 (float32, or bfloat16 bits widened exactly)
+TGI_Q8_AVX2 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+TGI_Q8_AVX2 inline __m256 load8(const uint16_t* p) {
+  const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+TGI_Q8_AVX2 inline float hmax8(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+  return _mm_cvtss_f32(m);
+}
+
+// per block: amax (NaN ignored, as fmax does), iscale = 127 / amax (0 for a block of zeros), x8 = the nearest
+// even integer of x * iscale clamped to [-127, 127] (a NaN to 127), dx = amax / 127. The scalar model the tests
+// hold it to is exactly this (one float32 product, round-half-even: `_mm256_round_ps` in nearest mode).
 template <typename X>
-void quantize_rows(const X* x, int64_t M, int64_t K, int64_t qtype, uint32_t* xw, float* dx, int32_t* bsum) {
+TGI_Q8_AVX2 void quantize_rows(const X* x, int64_t M, int64_t K, int64_t qtype, uint32_t* xw, float* dx,
+                               int32_t* bsum) {
   const int64_t nb = K / QK;
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
   for (int64_t m = 0; m < M; ++m)
     for (int64_t b = 0; b < nb; ++b) {
       const X* xs = x + m * K + b * QK;
-      float amax = 0.0f;
-      for (int k = 0; k < QK; ++k) amax = std::fmax(amax, std::fabs(input_value(xs[k])));
-      const float iscale = amax > 0.0f ? 127.0f / amax : 0.0f;
-      dx[m * nb + b] = amax / 127.0f;
-      int q[QK];
-      int32_t sum = 0;
-      for (int k = 0; k < QK; ++k) {
-        const float v = std::nearbyint(input_value(xs[k]) * iscale);
-        q[k] = static_cast<int>(std::fmax(-127.0f, std::fmin(127.0f, v)));
-        sum += q[k];
+      __m256 v[4];
+      __m256 amax = _mm256_setzero_ps();
+      for (int i = 0; i < 4; ++i) {
+        v[i] = load8(xs + 8 * i);
+        amax = _mm256_max_ps(_mm256_and_ps(v[i], abs_mask), amax);  // a NaN lane keeps amax
       }
-      bsum[m * nb + b] = sum;
+      const float a = hmax8(amax);
+      const float iscale = a > 0.0f ? 127.0f / a : 0.0f;
+      dx[m * nb + b] = a / 127.0f;
+      const __m256 is = _mm256_set1_ps(iscale);
+      alignas(32) int32_t q[QK];
+      __m256i sum = _mm256_setzero_si256();
+      for (int i = 0; i < 4; ++i) {
+        const __m256 r = _mm256_round_ps(_mm256_mul_ps(v[i], is), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        const __m256i qi = _mm256_cvtps_epi32(_mm256_max_ps(_mm256_min_ps(r, hi), lo));  // min(NaN, 127) = 127
+        sum = _mm256_add_epi32(sum, qi);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(q + 8 * i), qi);
+      }
+      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+      bsum[m * nb + b] = _mm_cvtsi128_si32(s4);
       uint32_t* w = xw + (m * K + b * QK) / 2;
       for (int p = 0; p < QK / 2; ++p) {
-        const uint32_t a = static_cast<uint8_t>(q[2 * p]), c = static_cast<uint8_t>(q[2 * p + 1]);
+        const uint32_t a0 = static_cast<uint8_t>(q[2 * p]), a1 = static_cast<uint8_t>(q[2 * p + 1]);
         if (qtype == kQ8_0) {  // int16 pair
-          w[p] = (static_cast<uint32_t>(static_cast<uint16_t>(q[2 * p]))) |
+          w[p] = static_cast<uint32_t>(static_cast<uint16_t>(q[2 * p])) |
                  (static_cast<uint32_t>(static_cast<uint16_t>(q[2 * p + 1])) << 16);
         } else {  // the byte pair twice
-          w[p] = a | (c << 8) | (a << 16) | (c << 24);
+          w[p] = a0 | (a1 << 8) | (a0 << 16) | (a1 << 24);
         }
       }
     }
 }
 }  // namespace
 
-void quantize_rows_q8_32(const float* x, int64_t M, int64_t K, int64_t qtype, uint32_t* xw, float* dx,
-                         int32_t* bsum) {
+TGI_Q8_AVX2 void quantize_rows_q8_32(const float* x, int64_t M, int64_t K, int64_t qtype, uint32_t* xw,
+                                     float* dx, int32_t* bsum) {
   quantize_rows(x, M, K, qtype, xw, dx, bsum);
 }
-void quantize_rows_q8_32(const uint16_t* x, int64_t M, int64_t K, int64_t qtype, uint32_t* xw, float* dx,
-                         int32_t* bsum) {
+TGI_Q8_AVX2 void quantize_rows_q8_32(const uint16_t* x, int64_t M, int64_t K, int64_t qtype, uint32_t* xw,
+                                     float* dx, int32_t* bsum) {
   quantize_rows(x, M, K, qtype, xw, dx, bsum);
 }
-
-#if defined(__x86_64__)
 
 namespace {
-
-#define TGI_Q8_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 TGI_Q8_AVX2 inline __m256i bcast32(const uint32_t* p) { return _mm256_set1_epi32(static_cast<int>(*p)); }
 
