@@ -20,6 +20,12 @@
 //
 // Accuracy: each output is within half an input step per column weighted by |w| of the exact-input product
 // (sum over blocks of dx / 2 * sum |w|); each row is quantized alone, so rows do not depend on the batch.
+//
+// Measured on the AMD EPYC family 23 model 1 (Zen 1: AVX2, FMA, F16C; no AVX-512), one thread, a machine
+// shared with other work, medians of 7 interleaved runs against the float32 AVX2 kernel it replaces
+// (block_linear_f32.cpp) and the dense float32 product: [M, 576] x [576, 1536] Q4_1 M=1 69 us (float32 kernel
+// 337, dense 142), M=4 177 (620, 511), M=16 717 (1865, 1210); the Q8_0 head [M, 576] x [576, 49152] M=1
+// 2.68 ms (11.3, 10.2), M=4 7.78 (21.2, 36.2), M=16 29.1 (57.4, 54.5) (backends/cpu/README.md).
 #include <cstdint>
 #include <cstring>
 
