@@ -52,11 +52,8 @@ def kernel_plan(
         if impl == "auto" and "avx2-int8" in block_impls and "avx512-vnni" not in block_impls:
             from tgi.backends.cpu.linear import max_block_rows_f32
 
-            q32, rows = max_block_rows_f32(block_impls, "Q4_1"), max_block_rows_f32(block_impls, "Q4_K")
-            plan["gguf block linear"] += (
-                f" (Q5_0, Q5_1); Q4_0, Q4_1, Q8_0 on int8 inputs (avx2-int8) up to {q32} rows, K-quants up to "
-                f"{rows} rows"
-            )
+            rows = max_block_rows_f32(block_impls, "Q4_K")
+            plan["gguf block linear"] += f"; K-quants on int8 inputs (avx2-int8) up to {rows} rows"
     elif max_block_rows <= 0:
         plan["gguf block linear"] = "off (no fast path on this CPU)"
     elif impl != "auto":

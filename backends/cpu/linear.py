@@ -38,20 +38,11 @@ def max_block_rows(impls: list[str]) -> int:
 K_QUANTS = frozenset({"Q4_K", "Q5_K", "Q6_K"})
 
 
-#: the GGUF formats "avx2-int8" computes: the K-quants, and of the 32-weight blocks Q4_0, Q4_1, Q8_0 (not Q5_0
-#: or Q5_1, which keep the float32 AVX2 kernel)
-INT8_F32_TYPES = K_QUANTS | frozenset({"Q4_0", "Q4_1", "Q8_0"})
-
-
 def int8_f32_k_quants(impls: list[str]) -> bool:
-    """Whether "auto" computes float32 inputs of `INT8_F32_TYPES` (the K-quants, Q4_0, Q4_1, Q8_0) on int8
-    inputs ("avx2-int8": AVX2 and no AVX512-VNNI here, as the native dispatch decides)."""
+    """Whether "auto" computes float32 inputs' K-quants on int8 inputs ("avx2-int8": AVX2 and no
+    AVX512-VNNI here, as the native dispatch decides). Q4_0, Q4_1 and Q8_0 take the int8 path only when
+    asked (`TGI_CPU_BLOCK_IMPL=avx2-int8`): "auto" keeps their exact-input product (`max_block_rows_f32`)."""
     return "avx2-int8" in impls and "avx512-vnni" not in impls
-
-
-#: Q4_0, Q4_1 and Q8_0 on the int8 path ("avx2-int8"): the most rows of float32 inputs they take (see
-#: `max_block_rows_f32`; measured up to 16 rows, where it still beats the dense product ~1.7x)
-INT8_Q32_ROWS = 16
 
 
 def max_block_rows_f32(impls: list[str] | None = None, qtype: str | None = None) -> int:
@@ -66,17 +57,17 @@ def max_block_rows_f32(impls: list[str] | None = None, qtype: str | None = None)
     product, medians of interleaved runs on a machine shared with other work: M=1 1.2 vs 4.2 ms, M=16 22 vs
     50, M=32 40 vs 74, M=64 85 vs 121 (backends/cpu/README.md).
 
-    Q4_0, Q4_1 and Q8_0 on the int8 path up to `INT8_Q32_ROWS` (16) rows: same CPU, one thread, shared
-    machine, medians of 7 interleaved runs, against the float32 AVX2 kernel and the dense float32 product:
-    [M, 576] x [576, 1536] Q4_1 M=1 69 vs 337 vs 142 us, M=4 177 vs 620 vs 511, M=16 717 vs 1865 vs 1210;
-    the Q8_0 head [M, 576] x [576, 49152] M=1 2.7 vs 11.3 vs 10.2 ms, M=16 29.1 vs 57.4 vs 54.5. It wins at
-    16 rows still; more rows were not measured, so the limit stays the float32 kernel's."""
+    Q4_0, Q4_1 and Q8_0 on the int8 path, when asked (`TGI_CPU_BLOCK_IMPL=avx2-int8`, up to 16 rows): same
+    CPU, one thread, shared machine, medians of 7 interleaved runs, against the float32 AVX2 kernel and the
+    dense float32 product: [M, 576] x [576, 1536] Q4_1 M=1 69 vs 337 vs 142 us, M=4 177 vs 620 vs 511, M=16
+    717 vs 1865 vs 1210; the Q8_0 head [M, 576] x [576, 49152] M=1 2.7 vs 11.3 vs 10.2 ms, M=16 29.1 vs 57.4
+    vs 54.5. Not "auto": int8 inputs move the default model's log-probabilities by up to ~0.3 (its greedy
+    tokens agree with the exact product on 60 of 64 steps), past the float32 parity with transformers
+    (1e-4) that "auto" keeps."""
     if os.environ.get("TGI_CPU_BLOCK_ROWS"):
         return int(os.environ["TGI_CPU_BLOCK_ROWS"])
     if qtype in K_QUANTS and impls is not None and int8_f32_k_quants(impls) and BLOCK_IMPL == "auto":
         return 64
-    if qtype in INT8_F32_TYPES and impls is not None and int8_f32_k_quants(impls) and BLOCK_IMPL == "auto":
-        return INT8_Q32_ROWS
     return 16
 
 
@@ -143,8 +134,8 @@ def invariant_block_impl(qtype: str, dtype: str) -> str:
     a row's sum), but "auto" switches between AVX512-BF16 (one or two rows) and AMX (more) on AMX CPUs.
     Here: `TGI_CPU_BLOCK_IMPL` when set; else for bfloat16 AMX where it takes the type (Q4_0, Q4_1, Q8_0),
     else AVX512-BF16, else the scalar reference; float32 inputs: "auto" (by the CPU's features, never by
-    the row count), except the formats where "auto" would take the int8 path ("avx2-int8": the K-quants,
-    Q4_0, Q4_1, Q8_0): they keep the float32 loop nest ("reference" names it), the exact-input product."""
+    the row count), except the K-quants where "auto" would take the int8 path ("avx2-int8"): they keep the
+    float32 loop nest ("reference" names it), the exact-input product."""
     from tgi.backends.cpu import native
 
     forced = os.environ.get("TGI_CPU_BLOCK_IMPL", "auto")
@@ -152,7 +143,7 @@ def invariant_block_impl(qtype: str, dtype: str) -> str:
         return forced
     impls = native.block_impls()
     if dtype == "float32":
-        return "reference" if qtype in INT8_F32_TYPES and int8_f32_k_quants(impls) else "auto"
+        return "reference" if qtype in K_QUANTS and int8_f32_k_quants(impls) else "auto"
     if "amx" in impls and qtype in ("Q4_0", "Q4_1", "Q8_0"):
         return "amx"
     return "avx512-bf16" if "avx512-bf16" in impls else "reference"

@@ -122,13 +122,11 @@ def _max_diff(a: list[list[float]], b: list[list[float]]) -> float:
 
 def test_q4_k_m_file_computes_its_k_quants_with_the_dequantized_logits(monkeypatch, q4_k_m, reference):
     """float32 activations: the dequantized model's logits and greedy tokens. Where "auto" computes the
-    K-quants and the Q8_0 blocks on int8 inputs (avx2-int8: AVX2 without AVX512-VNNI), their products carry
-    the int8 inputs' error (llama.cpp's q8_K on ffn_down's inputs, the products of SiLU and up; q8_0 on the
-    head's and the 14 Q8_0 v projections'): held to the bfloat16 blocks' log-prob bar below, and at least
-    half the greedy steps of this requantized model's near-ties (measured on the AMD EPYC, Zen 1: max |log p|
-    difference 0.38, 46 of 64 steps; 0.29 and 40 with the K-quants alone on int8); the float32 loops they
-    replace are checked exactly in tests/unit/backends/cpu/test_cpu_block_linear_kquants.py and
-    test_cpu_block_linear.py."""
+    K-quants on int8 inputs (avx2-int8: AVX2 without AVX512-VNNI), their products carry the int8 inputs'
+    error (llama.cpp's q8_K; here on ffn_down's inputs, the products of SiLU and up): held to the bfloat16
+    blocks' log-prob bar below, and at least half the greedy steps of this requantized model's near-ties
+    (measured on the AMD EPYC, Zen 1: max |log p| difference 0.29, 40 of 64 steps); the float32 loop nest
+    they replace is checked exactly in tests/unit/backends/cpu/test_cpu_block_linear_kquants.py."""
     from tgi.backends.cpu import native
 
     int8 = "avx2-int8" in native.block_impls() and "avx512-vnni" not in native.block_impls()

@@ -155,9 +155,12 @@ torch::Tensor block_linear_f32(const torch::Tensor& x, const torch::Tensor& pack
   const uint8_t* wp = packed.data_ptr<uint8_t>();
 #if defined(__x86_64__)
   const bool vector = impl == 0 && has_avx2_fma();  // impl 1: the plain loops, the reference
-  // auto: the K-quants, Q4_0, Q4_1 and Q8_0 on int8 inputs where the CPU has AVX2 and no AVX512-VNNI (see
-  // block_linear_kquant_avx2.cpp, block_linear_q8_avx2.cpp; the row limits are linear.py's)
-  if (avx2_int8_type(qtype) && (impl == 5 || (vector && !has_avx512_vnni()))) {
+  // auto: the K-quants on int8 inputs where the CPU has AVX2 and no AVX512-VNNI (block_linear_kquant_avx2.cpp;
+  // the row limits are linear.py's). Q4_0, Q4_1 and Q8_0 take int8 inputs only when asked (impl 5,
+  // block_linear_q8_avx2.cpp): "auto" keeps their exact-input product, the float32 parity with transformers
+  // that the default model (Q4_1) is held to
+  const bool auto_int8 = vector && !has_avx512_vnni() && tgi_blocks::is_kquant(qtype);
+  if (avx2_int8_type(qtype) && (impl == 5 || auto_int8)) {
     int8_avx2(xp, M, k, wp, qtype, groups, [&](int64_t g, const float* y) {
       const int64_t rows = std::min<int64_t>(R, n - g * R);
       for (int64_t m = 0; m < M; ++m)

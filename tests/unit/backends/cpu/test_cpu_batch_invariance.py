@@ -94,11 +94,7 @@ def test_one_implementation_for_every_row_count(monkeypatch):
     q4 = invariant_block_impl("Q4_1", "bfloat16")
     assert q4 == ("amx" if "amx" in impls else "avx512-bf16" if "avx512-bf16" in impls else "reference")
     assert invariant_block_impl("Q4_K", "bfloat16") in ("avx512-bf16", "reference")
-    # float32: "auto" unless it would be the int8 path (avx2-int8: AVX2 without AVX512-VNNI), whose inputs
-    # are rounded to int8; there the exact-input float32 loops ("reference")
-    int8 = "avx2-int8" in impls and "avx512-vnni" not in impls
-    assert invariant_block_impl("Q4_1", "float32") == ("reference" if int8 else "auto")
-    assert invariant_block_impl("Q5_0", "float32") == "auto"
+    assert invariant_block_impl("Q4_1", "float32") == "auto"
     monkeypatch.setenv("TGI_CPU_BLOCK_IMPL", "reference")
     assert invariant_block_impl("Q4_1", "bfloat16") == "reference"
 

@@ -79,15 +79,11 @@ def test_block_linear_equals_the_dequantized_product(qtype, rows, cols, m, impl)
 @pytest.mark.parametrize("impl", ["auto", "reference"])
 def test_float32_block_linear_equals_the_dequantized_product(qtype, rows, cols, m, impl):
     """The float32 path (CPUs without bfloat16 arithmetic): "auto" is the AVX2 kernel where the CPU has
-    AVX2, FMA and F16C (and AVX512-VNNI: without it "auto" is avx2-int8, checked in
-    test_cpu_block_linear_q8_avx2.py), "reference" the plain loops (x86-64 clones)."""
+    AVX2, FMA and F16C, "reference" the plain loops (x86-64 clones)."""
     if impl == "auto":
         missing = [f for f in ("avx2", "fma", "f16c") if f not in cpu_info().flags]
         if missing:
             pytest.skip(f"{MISSING_CPU_FEATURE}: {', '.join(missing)}")
-        impls = native.block_impls()
-        if "avx2-int8" in impls and "avx512-vnni" not in impls:
-            pytest.skip("auto computes float32 Q4_0, Q4_1, Q8_0 on int8 inputs here (avx2-int8)")
     block = random_blocks(qtype, rows, cols, seed=rows + m)
     w = block.dequantize().double()
     torch.manual_seed(m)
@@ -155,7 +151,7 @@ def test_cpu_backend_asks_for_blocks_for_bfloat16_and_default_float32_models(mon
     assert backend.default_dtype() == "float32"
     assert backend.block_weight_types("float32") == frozenset(native.BLOCK_TYPES)
     int8 = (
-        " (Q5_0, Q5_1); Q4_0, Q4_1, Q8_0 on int8 inputs (avx2-int8) up to 16 rows, K-quants up to 64 rows"
+        "; K-quants on int8 inputs (avx2-int8) up to 64 rows"
         if "avx2-int8" in native.block_impls() and "avx512-vnni" not in native.block_impls()
         else ""
     )

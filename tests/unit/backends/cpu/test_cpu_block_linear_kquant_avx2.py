@@ -172,25 +172,24 @@ def test_auto_takes_avx2_int8_for_float32_k_quants_here():
 def test_float32_k_quants_take_64_rows_and_deterministic_mode_keeps_the_float32_loop(monkeypatch):
     """The int8 path beats the dense float32 product up to 64 rows ([M, 2048] x [2048, 8192] Q4_K,
     backends/cpu/README.md), so float32 K-quants use the blocks that far; `--deterministic` keeps the
-    exact-input float32 loop nest for them ("reference"), Q5_0 / Q5_1 on "auto" (Q4_0, Q4_1, Q8_0:
-    test_cpu_block_linear_q8_avx2.py)."""
+    exact-input float32 loop nest for them ("reference"), the others on "auto"."""
     from tgi.backends.cpu.linear import block_rows, invariant_block_impl
 
     monkeypatch.delenv("TGI_CPU_BLOCK_ROWS", raising=False)
     monkeypatch.delenv("TGI_CPU_BLOCK_IMPL", raising=False)
     int8 = ["reference", "avx2-int8"]
     assert block_rows("float32", int8, "Q4_K") == 64
-    assert block_rows("float32", int8, "Q5_1") == block_rows("float32", int8) == 16
+    assert block_rows("float32", int8, "Q4_1") == block_rows("float32", int8) == 16
     assert block_rows("float32", [*int8[:1], "avx512-bf16", "avx512-vnni", "avx2-int8"], "Q4_K") == 16
     impls = native.block_impls()
     k_impl = invariant_block_impl("Q4_K", "float32")
     assert k_impl == ("reference" if "avx2-int8" in impls and "avx512-vnni" not in impls else "auto")
-    assert invariant_block_impl("Q5_1", "float32") == "auto"
+    assert invariant_block_impl("Q4_1", "float32") == "auto"
 
 
 def test_the_kernel_plan_names_avx2_int8(monkeypatch):
-    """`tgi backends` and `/info`: float32 Q4_0, Q4_1, Q8_0 and K-quants on avx2-int8 where it is auto; a CPU
-    with AVX-512 lists avx2-int8 too, which never stands for its bfloat16 block kernel."""
+    """`tgi backends` and `/info`: float32 K-quants on avx2-int8 where it is auto; a CPU with AVX-512 lists
+    avx2-int8 too, which never stands for its bfloat16 block kernel."""
     import dataclasses
 
     from tgi.backends.cpu.kernel_plan import kernel_plan
@@ -201,8 +200,7 @@ def test_the_kernel_plan_names_avx2_int8(monkeypatch):
     plan = kernel_plan(avx2, "float32", "cpu-native", True, ["reference", "avx2-int8"], 16, blocks=True)
     assert (
         plan["gguf block linear"]
-        == "float32 AVX2 up to 16 rows (Q5_0, Q5_1); Q4_0, Q4_1, Q8_0 on int8 inputs (avx2-int8) up to 16 rows, "
-        "K-quants up to 64 rows"
+        == "float32 AVX2 up to 16 rows; K-quants on int8 inputs (avx2-int8) up to 64 rows"
     )
     vnni = ["reference", "avx512-bf16", "avx512-vnni", "avx2-int8"]
     assert kernel_plan(avx2, "float32", "cpu-native", True, vnni, 16, blocks=True)["gguf block linear"] == (

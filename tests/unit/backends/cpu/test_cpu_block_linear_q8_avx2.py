@@ -3,7 +3,7 @@ input quantized per row and block of 32 columns to int8 with a float32 scale (ll
 block sum for Q4_1's offset term), integer products with `vpmaddubsw` / `vpmaddwd`. Checked bit for bit
 against an integer model of that arithmetic (the weights' integers and fp16 scales read from the raw
 blocks), against the exact-input product within the stated bound, for rows that do not depend on the rows
-beside them or on the thread count, and for `auto`'s choice, by the features `native.block_impls()` reports."""
+beside them or on the thread count; "auto" keeps the exact-input product (the int8 path is asked for by name)."""
 
 from __future__ import annotations
 
@@ -34,12 +34,6 @@ def require_avx2() -> None:
     if missing:
         pytest.skip(f"{MISSING_CPU_FEATURE}: {', '.join(missing)}")
     assert "avx2-int8" in native.block_impls(), "this CPU has AVX2, FMA and F16C, the kernels miss avx2-int8"
-
-
-def int8_auto() -> bool:
-    """Whether "auto" takes avx2-int8 for float32 x here (AVX2 and no AVX512-VNNI, as the kernels report)."""
-    impls = native.block_impls()
-    return "avx2-int8" in impls and "avx512-vnni" not in impls
 
 
 def q8_32(x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -176,10 +170,10 @@ def test_avx2_int8_threads_split_the_groups_not_the_sums(qtype):
 
 
 @pytest.mark.parametrize("qtype", QTYPES)
-def test_auto_takes_avx2_int8_for_float32_x_where_the_cpu_lacks_vnni(qtype):
-    """float32 x: "auto" is avx2-int8 where the kernels report avx2-int8 and no avx512-vnni (the AVX2-only
-    AMD EPYC Zen 1); elsewhere (Intel Xeons with AVX-512 / AMX, AMD with AVX512-BF16) the float32 AVX2
-    kernel, the exact-input product. bfloat16 x never goes to it under "auto". Q5_0 is refused by name."""
+def test_auto_keeps_the_exact_input_product_and_int8_is_taken_when_asked(qtype):
+    """float32 x: "auto" is the exact-input product on every CPU (the float32 parity with transformers that
+    the default model, Q4_1 with a Q8_0 head, is held to); avx2-int8 only when named
+    (`TGI_CPU_BLOCK_IMPL=avx2-int8`). bfloat16 x never goes to it under "auto". Q5_0 is refused by name."""
     require_avx2()
     rows, cols = 48, 576
     block = random_blocks(qtype, rows, cols, seed=1)
@@ -187,12 +181,9 @@ def test_auto_takes_avx2_int8_for_float32_x_where_the_cpu_lacks_vnni(qtype):
     x = torch.randn(2, cols, generator=torch.Generator().manual_seed(6))
     auto = native.block_linear(x, packed, qtype, rows, cols, impl="auto")
     int8 = native.block_linear(x, packed, qtype, rows, cols, impl="avx2-int8")
-    if int8_auto():
-        assert torch.equal(auto, int8)
-    else:
-        exact = x.double() @ block.dequantize().double().T
-        torch.testing.assert_close(auto.double(), exact, rtol=1e-5, atol=1e-5 * exact.abs().max().item())
-        assert not torch.equal(auto, int8)
+    exact = x.double() @ block.dequantize().double().T
+    torch.testing.assert_close(auto.double(), exact, rtol=1e-5, atol=1e-5 * exact.abs().max().item())
+    assert not torch.equal(auto, int8)
     xb = x.bfloat16()
     bf16 = "avx512-bf16" if "avx512-bf16" in native.block_impls() else "reference"  # 2 rows: never AMX
     assert torch.equal(
@@ -205,19 +196,15 @@ def test_auto_takes_avx2_int8_for_float32_x_where_the_cpu_lacks_vnni(qtype):
         native.block_linear(torch.randn(1, 64), q5_packed, "Q5_0", 32, 64, impl="avx2-int8")
 
 
-def test_row_limits_and_deterministic_mode_follow_the_int8_choice(monkeypatch):
-    """Float32 models take their Q4_0 / Q4_1 / Q8_0 blocks up to `INT8_Q32_ROWS` rows on avx2-int8 (Q5_0,
-    Q5_1: 16 on the float32 kernel); `--deterministic` keeps the exact-input float32 loops for them
-    ("reference") where "auto" would be avx2-int8, else "auto"."""
-    from tgi.backends.cpu.linear import INT8_Q32_ROWS, block_rows, invariant_block_impl
+def test_row_limits_and_deterministic_mode_are_the_exact_products(monkeypatch):
+    """Float32 models take their 32-weight blocks up to 16 rows on the exact-input kernel, whatever the CPU;
+    `--deterministic` keeps "auto" for them (the K-quants alone go to "reference" where "auto" is int8)."""
+    from tgi.backends.cpu.linear import block_rows, invariant_block_impl
 
     monkeypatch.delenv("TGI_CPU_BLOCK_ROWS", raising=False)
     monkeypatch.delenv("TGI_CPU_BLOCK_IMPL", raising=False)
     int8 = ["reference", "avx2-int8"]
-    for qtype in QTYPES:
-        assert block_rows("float32", int8, qtype) == INT8_Q32_ROWS
+    for qtype in (*QTYPES, "Q5_0"):
+        assert block_rows("float32", int8, qtype) == 16
         assert block_rows("float32", ["reference", "avx512-bf16", "avx512-vnni", "avx2-int8"], qtype) == 16
-    assert block_rows("float32", int8, "Q5_0") == block_rows("float32", int8) == 16
-    for qtype in QTYPES:
-        assert invariant_block_impl(qtype, "float32") == ("reference" if int8_auto() else "auto")
-    assert invariant_block_impl("Q5_1", "float32") == "auto"
+        assert invariant_block_impl(qtype, "float32") == "auto"
