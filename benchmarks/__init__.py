@@ -8,6 +8,6 @@ TGI API), `serving` (sweeps), `serving_cli` (its command line), `load_patterns` 
 baseline), `engine_bench` (prefill and decode step timings straight on `LLMEngine`), `plot` (PNG), `cli`
 (the `tgi benchmark` command), `bench_model` (`tgi benchmark make-model`: the 1B/8B-class random Llama, by
 `make_model`'s writer or by llama.cpp's tools through `llama_cpp_tools`; `hf_random_model` its safetensors
-folder), `perplexity` and `perplexity_cli` (`tgi benchmark perplexity`). `cuda_bench.py` and `tp_memory.py`
+folder; `vlm_model` the SmolVLM-256M-shaped Idefics3 for image requests), `perplexity` and `perplexity_cli` (`tgi benchmark perplexity`). `cuda_bench.py` and `tp_memory.py`
 are scripts of their own.
 """

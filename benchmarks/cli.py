@@ -23,7 +23,7 @@ def add_benchmark_command(subparsers) -> None:
         ("engine", engine_bench, "prefill and decode step latency and throughput straight on the engine (no HTTP)"),
         ("multiturn", multiturn, "multi-turn chat sharing a system prompt, our server with prefix caching on and off"),
         ("guided", guided_bench, "guided decoding's cost: grammar compile times, decode steps with and without a JSON schema"),
-        ("make-model", bench_model, "make (or reuse) the serving benchmark's random-weight 1B/8B-class Llama, with llama.cpp's own tools where found"),
+        ("make-model", bench_model, "make (or reuse) the serving benchmark's random-weight 1B/8B-class Llama (llama.cpp's own tools where found) or SmolVLM-256M-shaped Idefics3"),
         ("perplexity", perplexity_cli, "perplexity of a fixed text per weight format: ours against llama-perplexity, --quantize against float32"),
     ):  # fmt: skip
         command = sub.add_parser(

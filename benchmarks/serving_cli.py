@@ -2,7 +2,8 @@
 servers on this machine, given (`--server NAME=URL`) or started for the run (`--start ours|llama.cpp|
 transformers`), reported as a table, JSON and a PNG plot (the sweep itself is `serving.py`'s). With
 `--model-shape 1b|8b` the started peers serve a random-weight Llama of real size, made for the run (or taken
-from the cache) by llama.cpp's own tools where they are found (`bench_model.py`).
+from the cache) by llama.cpp's own tools where they are found (`bench_model.py`); with `--model-shape
+smolvlm-256m` (a SmolVLM-256M-shaped Idefics3, for `--images`) only `--start ours` is taken.
 
 Per level: output tokens/s = completion tokens of all requests ÷ the level's wall time (first request sent to
 last response ended); total tokens/s adds the prompt tokens the servers report; TTFT at the first streamed
@@ -16,7 +17,7 @@ import asyncio
 import json
 import sys
 
-from tgi.benchmarks.bench_model import FORMATS, add_model_arguments, prepare
+from tgi.benchmarks.bench_model import FORMATS, add_model_arguments, default_format, is_vlm, prepare
 from tgi.benchmarks.client import APIS
 from tgi.benchmarks.llama_cpp_tools import find_tools
 from tgi.benchmarks.prompts import PROMPT_SETS
@@ -99,9 +100,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     made.add_argument(
         "--model-format",
         choices=FORMATS,
-        default="Q4_K_M",
+        default=None,
         help="with --model-shape: the file both servers load (safetensors: ours the bfloat16 folder, "
-        "llama.cpp the bf16 GGUF; default Q4_K_M)",
+        "llama.cpp the bf16 GGUF; default Q4_K_M; smolvlm-256m: safetensors, float32)",
     )
 
 
@@ -148,6 +149,14 @@ def run(args: argparse.Namespace) -> int:
     if args.model_shape and (args.model_id or not args.start):
         why = "give one of --model-shape and --model-id" if args.model_id else "it is for --start peers"
         print(f"error: --model-shape: {why}", file=sys.stderr)
+        return 2
+    others = [which for which in args.start if which != "ours"]
+    if is_vlm(args.model_shape) and others:
+        why = "it would need an mmproj file" if others[0] == "llama.cpp" else "it loads GGUF files only"
+        print(
+            f"error: --model-shape {args.model_shape} is served by --start ours only, not {others[0]} ({why})",
+            file=sys.stderr,
+        )
         return 2
     started: list[peers.ManagedServer] = []
     try:
@@ -225,7 +234,8 @@ def _made_model(args: argparse.Namespace):
     server = peers.find_llama_server(args.llama_server)
     tools = find_tools(args.llama_cpp_dir, server)
     note = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
-    return prepare(args.model_format, tools, args.model_cache_dir, args.model_shape, log=note)
+    fmt = args.model_format or default_format(args.model_shape)
+    return prepare(fmt, tools, args.model_cache_dir, args.model_shape, log=note)
 
 
 def main(argv: list[str] | None = None) -> int:
