@@ -46,10 +46,12 @@ def kernel_plan(
     blocks = dtype == "bfloat16" if blocks is None else blocks
     if not blocks or not native or os.environ.get("TGI_CPU_BLOCK_KERNELS", "1") == "0":
         plan["gguf block linear"] = "off (dense weights)"
+    elif dtype == "float32" and impl != "auto":
+        plan["gguf block linear"] = f"{impl} up to {max_block_rows} rows (TGI_CPU_BLOCK_IMPL)"
     elif dtype == "float32":
         avx2 = "AVX2" if {"avx2", "fma", "f16c"} <= info.flags else "scalar"
         plan["gguf block linear"] = f"float32 {avx2} up to {max_block_rows} rows"
-        if impl == "auto" and "avx2-int8" in block_impls and "avx512-vnni" not in block_impls:
+        if "avx2-int8" in block_impls and "avx512-vnni" not in block_impls:
             from tgi.backends.cpu.linear import max_block_rows_f32
 
             rows = max_block_rows_f32(block_impls, "Q4_K")

@@ -209,3 +209,7 @@ def test_the_kernel_plan_names_avx2_int8(monkeypatch):
     assert kernel_plan(avx2, "bfloat16", "cpu-native", True, vnni, 64)["gguf block linear"] == (
         "avx512-bf16 up to 64 rows; K-quants on int8 inputs (avx512-vnni)"
     )
+    # asked for by name (Q4_0, Q4_1, Q8_0 on int8 inputs too): the plan says so, not "float32 AVX2"
+    monkeypatch.setenv("TGI_CPU_BLOCK_IMPL", "avx2-int8")
+    plan = kernel_plan(avx2, "float32", "cpu-native", True, ["reference", "avx2-int8"], 16, blocks=True)
+    assert plan["gguf block linear"] == "avx2-int8 up to 16 rows (TGI_CPU_BLOCK_IMPL)"
