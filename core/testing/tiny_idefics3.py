@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tgi.core.testing.tiny_vlm import save_random_weights
+
 IMAGE_TOKEN = "<image>"
 #: the processor's own tokens around an image's runs of placeholders: one `<row_r_col_c>` per tile
 IMAGE_TOKENS = (
@@ -168,12 +170,9 @@ def idefics3_config(
 def write_idefics3_model(folder: Path | str, config: Any, *, dtype: str = "float32", seed: int = 0) -> None:
     """Save a randomly initialised (`seed`) `Idefics3ForConditionalGeneration` of `config` to `folder` as
     safetensors in `dtype` (the weights only: no processor)."""
-    import torch
     from transformers import Idefics3ForConditionalGeneration
 
-    torch.manual_seed(seed)
-    model = Idefics3ForConditionalGeneration(config)
-    model.to(getattr(torch, dtype)).save_pretrained(folder, safe_serialization=True)
+    save_random_weights(Idefics3ForConditionalGeneration, config, folder, dtype=dtype, seed=seed)
 
 
 def save_random_idefics3(
