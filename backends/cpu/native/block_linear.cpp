@@ -89,6 +89,19 @@ std::vector<float> block_sums(const T* x, int64_t count) {
 }
 
 #if defined(__x86_64__)
+// the threads split the output groups (never a row's sums): each thread computes a group's float32 sums
+// [M, R] into its own buffer with `compute(g, y)` and hands them to `store(g, y)`
+template <typename Store, typename Compute>
+void for_each_group(int64_t M, int64_t groups, Store& store, Compute compute) {
+  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> y(M * tgi_blocks::R);
+    for (int64_t g = begin; g < end; ++g) {
+      compute(g, y.data());
+      store(g, y.data());
+    }
+  });
+}
+
 // the K-quants on int8 inputs with AVX2 (block_linear_kquant_avx2.cpp): x (float32 or bfloat16 bits) quantized
 // per row and 256 columns, then each group's float32 sums [M, R] handed to `store(g, y)`
 template <typename X, typename Store>
@@ -100,12 +113,8 @@ void kquant_int8_avx2(const X* xp, int64_t M, int64_t k, const uint8_t* wp, int6
   std::vector<float> dx(M * ns);
   std::vector<int32_t> bsum(M * ns * (QKK / 16));
   quantize_rows_q8k(xp, M, k, xq.data(), dx.data(), bsum.data());
-  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> y(M * R);
-    for (int64_t g = begin; g < end; ++g) {
-      group_avx2_k(xq.data(), dx.data(), bsum.data(), M, k, wp, qtype, g, y.data());
-      store(g, y.data());
-    }
+  for_each_group(M, groups, store, [&](int64_t g, float* y) {
+    group_avx2_k(xq.data(), dx.data(), bsum.data(), M, k, wp, qtype, g, y);
   });
 }
 
@@ -120,12 +129,8 @@ void q32_int8_avx2(const X* xp, int64_t M, int64_t k, const uint8_t* wp, int64_t
   std::vector<float> dx(M * nb);
   std::vector<int32_t> bsum(M * nb);
   quantize_rows_q8_32(xp, M, k, qtype, xw.data(), dx.data(), bsum.data());
-  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> y(M * R);
-    for (int64_t g = begin; g < end; ++g) {
-      group_q8_avx2(xw.data(), dx.data(), bsum.data(), M, k, wp, qtype, g, y.data());
-      store(g, y.data());
-    }
+  for_each_group(M, groups, store, [&](int64_t g, float* y) {
+    group_q8_avx2(xw.data(), dx.data(), bsum.data(), M, k, wp, qtype, g, y);
   });
 }
 
