@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from cpu_features import MISSING_CPU_FEATURE
+from avx2_int8_checks import assert_integer_product, assert_rows_do_not_depend_on_the_batch, require_avx2
 from test_cpu_block_linear_kquant_int8 import q8k
 from test_cpu_block_linear_kquants import k_blocks
 
@@ -24,18 +24,10 @@ pytestmark = pytest.mark.skipif(
 )
 
 #: the /proc/cpuinfo flags the path needs
-AVX2_FLAGS = ("avx2", "fma", "f16c")
 #: (rows, cols): rows not a multiple of 16, groups not a multiple of the threads, 1 to 9 super-blocks
 SHAPES = [(16, 256), (40, 512), (200, 1536), (33, 2304)]
 #: byte offsets of fp16 d (and dmin) in each raw super-block
 D_OFFSET = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208, None)}
-
-
-def require_avx2() -> None:
-    missing = [flag for flag in AVX2_FLAGS if flag not in cpu_info().flags]
-    if missing:
-        pytest.skip(f"{MISSING_CPU_FEATURE}: {', '.join(missing)}")
-    assert "avx2-int8" in native.block_impls(), "this CPU has AVX2, FMA and F16C, the kernels miss avx2-int8"
 
 
 def integer_parts(block: BlockWeight) -> tuple[np.ndarray, ...]:
@@ -89,16 +81,7 @@ def test_avx2_int8_is_the_integer_product(qtype, rows, cols, m):
     require_avx2()
     block = k_blocks(qtype, rows, cols, seed=rows + m)
     x = torch.randn(m, cols, generator=torch.Generator().manual_seed(m))
-    bias = torch.randn(rows)
-    packed = native.block_pack(block.data, qtype, rows, cols)
-    y = native.block_linear(x, packed, qtype, rows, cols, bias, impl="avx2-int8")
-    assert y.dtype == torch.float32 and y.shape == (m, rows)
-    expected = torch.from_numpy(int8_model(x, block)) + bias
-    assert torch.equal(y, expected), (y - expected).abs().max()
-    xb = x.bfloat16()
-    yb = native.block_linear(xb, packed, qtype, rows, cols, bias.bfloat16(), impl="avx2-int8")
-    expected_b = (torch.from_numpy(int8_model(xb, block)) + bias.bfloat16().float()).bfloat16()
-    assert torch.equal(yb, expected_b)
+    assert_integer_product(x, block, torch.randn(rows), int8_model)
 
 
 @pytest.mark.parametrize("rows,cols", SHAPES)
@@ -128,15 +111,8 @@ def test_avx2_int8_rows_do_not_depend_on_the_batch(qtype):
     require_avx2()
     rows, cols = 40, 512
     block = k_blocks(qtype, rows, cols, seed=5)
-    packed = native.block_pack(block.data, qtype, rows, cols)
     x = torch.randn(19, cols, generator=torch.Generator().manual_seed(3))
-    whole = native.block_linear(x, packed, qtype, rows, cols, None, impl="avx2-int8")
-    for i in range(x.shape[0]):
-        alone = native.block_linear(x[i : i + 1], packed, qtype, rows, cols, None, impl="avx2-int8")
-        assert torch.equal(whole[i : i + 1], alone), i
-    assert torch.equal(
-        whole[3:6], native.block_linear(x[3:6], packed, qtype, rows, cols, None, impl="avx2-int8")
-    )
+    assert_rows_do_not_depend_on_the_batch(x, block, ((3, 3),))
 
 
 def test_auto_takes_avx2_int8_for_float32_k_quants_here():

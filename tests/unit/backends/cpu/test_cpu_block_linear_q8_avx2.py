@@ -10,11 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from cpu_features import MISSING_CPU_FEATURE
+from avx2_int8_checks import assert_integer_product, assert_rows_do_not_depend_on_the_batch, require_avx2
 from test_cpu_block_linear import random_blocks
 
 from tgi.backends.cpu import native
-from tgi.backends.cpu.cpuinfo import cpu_info
 from tgi.core.loading.block_weights import BLOCK_BYTES, BlockWeight
 
 pytestmark = pytest.mark.skipif(
@@ -23,17 +22,9 @@ pytestmark = pytest.mark.skipif(
 
 QTYPES = ["Q4_0", "Q4_1", "Q8_0"]
 #: the /proc/cpuinfo flags the path needs
-AVX2_FLAGS = ("avx2", "fma", "f16c")
 #: (rows, cols): one group and one block; rows not a multiple of 16; 13 groups (not a multiple of the
 #: threads) over the default model's width of 576
 SHAPES = [(16, 32), (40, 96), (200, 576)]
-
-
-def require_avx2() -> None:
-    missing = [flag for flag in AVX2_FLAGS if flag not in cpu_info().flags]
-    if missing:
-        pytest.skip(f"{MISSING_CPU_FEATURE}: {', '.join(missing)}")
-    assert "avx2-int8" in native.block_impls(), "this CPU has AVX2, FMA and F16C, the kernels miss avx2-int8"
 
 
 def q8_32(x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -95,16 +86,7 @@ def test_avx2_int8_is_the_integer_product(qtype, rows, cols, m):
     block = random_blocks(qtype, rows, cols, seed=rows + m)
     x = torch.randn(m, cols, generator=torch.Generator().manual_seed(m))
     x[0, :32] = 0.0
-    bias = torch.randn(rows)
-    packed = native.block_pack(block.data, qtype, rows, cols)
-    y = native.block_linear(x, packed, qtype, rows, cols, bias, impl="avx2-int8")
-    assert y.dtype == torch.float32 and y.shape == (m, rows)
-    expected = torch.from_numpy(int8_model(x, block)) + bias
-    assert torch.equal(y, expected), (y - expected).abs().max()
-    xb = x.bfloat16()
-    yb = native.block_linear(xb, packed, qtype, rows, cols, bias.bfloat16(), impl="avx2-int8")
-    expected_b = (torch.from_numpy(int8_model(xb, block)) + bias.bfloat16().float()).bfloat16()
-    assert torch.equal(yb, expected_b)
+    assert_integer_product(x, block, torch.randn(rows), int8_model)
 
 
 @pytest.mark.parametrize("rows,cols", SHAPES)
@@ -135,17 +117,8 @@ def test_avx2_int8_rows_do_not_depend_on_the_batch(qtype):
     require_avx2()
     rows, cols = 40, 576
     block = random_blocks(qtype, rows, cols, seed=5)
-    packed = native.block_pack(block.data, qtype, rows, cols)
     x = torch.randn(19, cols, generator=torch.Generator().manual_seed(3))
-    whole = native.block_linear(x, packed, qtype, rows, cols, None, impl="avx2-int8")
-    for i in range(x.shape[0]):
-        alone = native.block_linear(x[i : i + 1], packed, qtype, rows, cols, None, impl="avx2-int8")
-        assert torch.equal(whole[i : i + 1], alone), i
-    for start, count in ((3, 2), (3, 3), (6, 5)):
-        part = native.block_linear(
-            x[start : start + count], packed, qtype, rows, cols, None, impl="avx2-int8"
-        )
-        assert torch.equal(whole[start : start + count], part), (start, count)
+    assert_rows_do_not_depend_on_the_batch(x, block, ((3, 2), (3, 3), (6, 5)))
 
 
 @pytest.mark.parametrize("qtype", QTYPES)
