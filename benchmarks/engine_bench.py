@@ -374,6 +374,7 @@ def run(args: argparse.Namespace) -> int:
         with open(args.json_path, "w") as f:
             json.dump(report, f, indent=2)
         say(f"JSON report: {args.json_path}")
+    engine.runner.shutdown()  # the last one too: its rank processes end with it, not with this process
     return 0
 
 

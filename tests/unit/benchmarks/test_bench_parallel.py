@@ -3,6 +3,8 @@ table with a ranks column."""
 
 from __future__ import annotations
 
+import multiprocessing
+
 import pytest
 
 from tgi.benchmarks import engine_bench
@@ -26,3 +28,4 @@ def test_one_process_and_two_stages_time_into_one_table(tmp_path, capsys):
     assert engine_bench.main(argv) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].split()[0] == "ranks" and [ln.split()[0] for ln in lines[2:]] == ["1", "pp2"]
+    assert not multiprocessing.active_children()  # the last layout's ranks stopped with the run
