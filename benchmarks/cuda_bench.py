@@ -69,6 +69,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--attention", default="triton", help="attention implementation (TGI_ATTENTION)")
     p.add_argument("--cuda-graphs", action="store_true", help="capture decode steps as CUDA graphs")
     p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument(
+        "--compare-waited", action="store_true",
+        help="section 'throughput' runs twice on one engine: steps overlapped (--async-scheduling, the "
+        "default) and every step waited for",
+    )  # fmt: skip
     p.add_argument("--skip-transformers", action="store_true")
     p.add_argument(
         "--quantize", choices=("eetq", "fp8"), default=None,
@@ -229,17 +234,34 @@ def bench_throughput(args, engine, device: Device, figures: dict) -> None:
     engine.generate(warm, SamplingParams(max_new_tokens=min(4, args.output_len), ignore_eos=True))
     params = SamplingParams(max_new_tokens=args.output_len, ignore_eos=True)
     prompts = random_prompts(args.num_requests, args.input_len, vocab, 2)
-    device.synchronize()
-    t0 = time.perf_counter()
-    results = engine.generate(prompts, params)
-    device.synchronize()
-    elapsed = time.perf_counter() - t0
-    out_tokens = sum(len(r.token_ids) for r in results)
-    figures["tgi_throughput_output_tokens_per_s"] = out_tokens / elapsed
-    print(
-        f"tgi {args.num_requests} x ({args.input_len} in, {args.output_len} out): "
-        f"{out_tokens / elapsed:.0f} output tokens/s in {elapsed:.1f}s"
+    figures["async_scheduling"] = engine.steps.overlapping
+    overlapping = [engine.steps.overlapping] + (
+        [False] if args.compare_waited and engine.steps.overlapping else []
     )
+    for overlap in overlapping:
+        engine.steps.overlapping = overlap  # the same engine and prompts, steps waited for the second time
+        device.synchronize()
+        t0 = time.perf_counter()
+        results = engine.generate(prompts, params)
+        device.synchronize()
+        elapsed = time.perf_counter() - t0
+        out_tokens = sum(len(r.token_ids) for r in results)
+        key = (
+            "tgi_throughput_output_tokens_per_s"
+            if overlap == overlapping[0]
+            else "tgi_throughput_waited_output_tokens_per_s"
+        )
+        figures[key] = out_tokens / elapsed
+        print(
+            f"tgi {args.num_requests} x ({args.input_len} in, {args.output_len} out), steps "
+            f"{'overlapped' if overlap else 'waited for'}: {out_tokens / elapsed:.0f} output tokens/s in {elapsed:.1f}s"
+        )
+    engine.steps.overlapping = overlapping[0]
+    if len(overlapping) == 2:
+        figures["async_scheduling_speedup"] = (
+            figures["tgi_throughput_output_tokens_per_s"]
+            / figures["tgi_throughput_waited_output_tokens_per_s"]
+        )
 
 
 def bench_tgi(args: argparse.Namespace, device: Device, figures: dict) -> None:

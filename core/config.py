@@ -80,6 +80,10 @@ class EngineConfig:
     # --deterministic (DETERMINISTIC): batch-invariant kernels, so that a request's tokens (greedy, or sampled
     # with a seed) are the same whatever else runs beside it; a backend without them is refused at start
     deterministic: bool = False
+    # --async-scheduling: where the runner starts steps without waiting for the device
+    # (`RunnerCapabilities.async_steps`), the engine schedules step N+1 and starts it before it settles step N
+    # on the host (detokenization, stop checks, streaming); False: every step waits for the one before
+    async_scheduling: bool = True
 
     def __post_init__(self) -> None:
         self.validate()

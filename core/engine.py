@@ -38,6 +38,7 @@ from tgi.core.sampling_params import SamplingParams
 from tgi.core.scheduler import Scheduler
 from tgi.core.sequence import Sequence
 from tgi.core.speculative import Proposer
+from tgi.core.step_overlap import StepOverlap
 from tgi.core.tokenization import eos_token_ids
 from tgi.core.validation import (
     RequestLimits,
@@ -135,6 +136,10 @@ class LLMEngine:
         self._grammars = GrammarCompiler(tokenizer, info.vocab_size, self.eos_token_ids)
         # the LoRA adapters requests may name, loaded and unloaded at run time, and their prefix-cache keys
         self.lora = ServedAdapters(self, info.lora_adapters)
+        # steps one after another, or each started before the last is settled (the runner's async_steps)
+        self.steps = StepOverlap(
+            self, config.async_scheduling and runner.capabilities().async_steps and self.proposer is None
+        )
 
     @classmethod
     def from_config(
@@ -231,6 +236,7 @@ class LLMEngine:
 
     def abort_all(self) -> list[str]:
         """Cancel every request in flight (after a failed step); returns their ids."""
+        self.steps.drop_in_flight()
         ids = list(self._outputs)
         for request_id in ids:
             self.abort(request_id)
@@ -248,7 +254,7 @@ class LLMEngine:
         self.backend.release_memory()
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished()
+        return self.scheduler.has_unfinished() or self.steps.in_flight is not None
 
     def stats(self) -> EngineStats:
         return EngineStats(
@@ -272,22 +278,33 @@ class LLMEngine:
     # -- the step ---------------------------------------------------------------------------------------
     def step(self) -> list[TokenEvent]:
         """Schedule, run the model, sample, and turn new tokens into events (finishing sequences that
-        stop). Returns the events of this step, in batch order."""
+        stop). Returns the events of this step, in batch order; with overlapped steps
+        (`--async-scheduling`), those of the step before, settled while this one runs on the device."""
         if self.proposer is not None:
             self._propose()
         batch = self.scheduler.schedule()
         self.num_batch_tokens = batch.num_tokens
         self.num_prefill_tokens += batch.num_prefill_tokens
-        if batch.is_empty:
-            return []
         try:
+            if batch.is_empty:
+                return self.steps.settle_in_flight()
+            if self.steps.overlapping:
+                return self.steps.run_overlapped(batch)
             return self._run_step(batch)
         except Exception as exc:
             if getattr(exc, "fatal", False):  # e.g. a tensor-parallel rank died: no step can run
                 raise
-            raise StepError([seq.request_id for seq in batch.sequences]) from exc
+            raise StepError([s.request_id for s in batch.sequences] + self.steps.drop_in_flight()) from exc
 
     def _run_step(self, batch) -> list[TokenEvent]:
+        self.prepare_step(batch)
+        started = time.perf_counter()
+        output: StepOutput = self.runner.execute(batch)
+        self.step_seconds += time.perf_counter() - started
+        return self.emit(batch, output, self.scheduler.update(batch, output))
+
+    def prepare_step(self, batch) -> None:
+        """Before a batch runs: its requests' first-scheduled times, its grammar masks."""
         now = time.monotonic()
         for s in batch.sequences:
             out = self._outputs.get(s.request_id)
@@ -295,15 +312,17 @@ class LLMEngine:
                 out.first_scheduled = now
         if len(self.guided):
             batch.token_masks = self.guided.masks([s for s in batch.sequences if s.sample])
-        started = time.perf_counter()
-        output: StepOutput = self.runner.execute(batch)
-        self.step_seconds += time.perf_counter() - started
+
+    def emit(self, batch, output: StepOutput, new_tokens: list[Sequence]) -> list[TokenEvent]:
+        """A step's results as events: prompt logprobs kept, each new token through its request's output
+        pipeline, sequences that stop finished and released. `new_tokens`: the scheduler's `update` (or
+        `settle`) of `output`."""
         self.encoder_seconds += output.encoder_seconds
         for request_id, logprobs in output.prompt_logprobs.items():
             if request_id in self._outputs:
                 self._outputs[request_id].prompt_logprobs.extend(logprobs)
         events = []
-        for seq in self.scheduler.update(batch, output):
+        for seq in new_tokens:
             out = self._outputs[seq.request_id]
             for i in seq.new_token_rows:
                 tops = None

@@ -21,7 +21,9 @@ Rank: higher `params.priority` first, then arrival order (FIFO within a priority
 
 Engine contract, once per step: `batch = schedule()` -> `out = runner.execute(batch)` (skip when
 `batch.is_empty`) -> `new = update(batch, out)` -> stop checks on `new` -> `finish(id, reason)`. `abort`
-may be called between steps. `update` must be called for a batch before the next `schedule`.
+may be called between steps. `update` must be called for a batch before the next `schedule`. Overlapped
+steps instead: `schedule` -> start the step -> `settle` the step before -> `advance(batch)`, so that the next
+`schedule` runs while the device runs this one (`advance`, `settle`).
 """
 
 from __future__ import annotations
@@ -34,52 +36,17 @@ from collections import deque
 from tgi.core.block_manager import BlockManager
 from tgi.core.chunk_policy import ChunkPolicy
 from tgi.core.config import ConfigError, EngineConfig
-from tgi.core.interfaces.batch import ScheduledBatch, ScheduledSequence, StepOutput
+from tgi.core.interfaces.batch import PENDING_TOKEN, ScheduledBatch, ScheduledSequence, StepOutput
 from tgi.core.interfaces.types import RunnerConstraints
 from tgi.core.request import FinishReason
 from tgi.core.sequence import MAX_SPEC_BACKOFF, Sequence, SequenceStatus
+from tgi.core.step_rows import SchedulerError, accepted_drafts, rows_by_request
 
-
-class SchedulerError(RuntimeError):
-    """The scheduler cannot make progress (a request larger than the KV cache); the engine refuses such
-    requests up front, so this means a sizing bug."""
+__all__ = ["Scheduler", "SchedulerError", "accepted_drafts", "rows_by_request"]
 
 
 def _rank(seq: Sequence) -> tuple[int, int]:
     return (-seq.priority, seq.arrival_index)
-
-
-def accepted_drafts(drafts: list[int], drawn: list[int]) -> int:
-    """How many leading guesses equal the tokens the request drew at their positions. The draw at each
-    position is the request's own (its seed and step, the guesses before it as history), so the kept
-    tokens are exactly those decoding one token at a time would give: greedy and sampled requests alike."""
-    accepted = 0
-    for guess, token in zip(drafts, drawn, strict=False):
-        if guess != token:
-            break
-        accepted += 1
-    return accepted
-
-
-def rows_by_request(output: StepOutput) -> dict[str, range]:
-    """The rows of `output` each request's tokens are in (one per sampled position, consecutive);
-    `SchedulerError` when a request's rows are not consecutive."""
-    if len(output.request_ids) != len(output.token_ids):
-        raise SchedulerError(
-            f"the runner returned {len(output.token_ids)} tokens for {len(output.request_ids)} rows"
-        )
-    rows: dict[str, range] = {}
-    for i, request_id in enumerate(output.request_ids):
-        first = rows.get(request_id)
-        if first is None:
-            rows[request_id] = range(i, i + 1)
-        elif first.stop == i:
-            rows[request_id] = range(first.start, i + 1)
-        else:
-            raise SchedulerError(
-                f"{request_id}: the runner returned its sampled rows apart ({first.stop - 1}, {i})"
-            )
-    return rows
 
 
 class Scheduler:
@@ -261,6 +228,45 @@ class Scheduler:
                 seq.prompt_logprobs_upto = s.start_pos + s.num_tokens
         return new_tokens
 
+    # ---- overlapped steps (the runner's `async_steps`) -------------------------------------------------
+    def advance(self, batch: ScheduledBatch) -> None:
+        """Take `batch` as run before its output is back, so that the next `schedule` can follow it: every
+        chunk's keys/values count as computed, and each sampled sequence gets `PENDING_TOKEN` as its next
+        token, filled by `settle`; a sequence that ended since `schedule` is skipped. For batches without
+        guesses only; `settle` must follow before the next `advance`. Blocks are entered in the prefix cache by `settle`, once their tokens are known."""
+        for s in batch.sequences:
+            seq = self._seqs.get(s.request_id)
+            if seq is None:
+                continue  # ended when the step before was settled (after this one was scheduled)
+            if seq.num_computed_tokens != s.start_pos or s.num_draft_tokens:
+                raise SchedulerError(f"{s.request_id}: advance out of order, or over guesses")
+            seq.num_computed_tokens += s.num_tokens
+            if s.sample:
+                seq.append_token(PENDING_TOKEN)
+            if s.want_prompt_logprobs:
+                seq.prompt_logprobs_upto = s.start_pos + s.num_tokens
+
+    def settle(self, batch: ScheduledBatch, output: StepOutput) -> list[Sequence]:
+        """Fill the tokens `advance(batch)` left pending with `output`'s; returns the sequences that got one,
+        in batch order (`update`'s contract). A sequence finished or aborted since is skipped; one preempted
+        since gets its token too (it recomputes with it)."""
+        rows = rows_by_request(output)
+        new_tokens: list[Sequence] = []
+        for s in batch.sequences:
+            seq = self._seqs.get(s.request_id)
+            if seq is None:
+                continue
+            if s.sample:
+                row, at = rows[s.request_id].start, s.start_pos + s.num_tokens
+                if len(rows[s.request_id]) != 1 or seq.token_ids[at] != PENDING_TOKEN:
+                    raise SchedulerError(f"{s.request_id}: settled twice, or not advanced")
+                seq.token_ids[at] = output.token_ids[row]
+                seq.new_token_rows = range(row, row + 1)
+                new_tokens.append(seq)
+            if seq.status is SequenceStatus.RUNNING:
+                self.block_manager.cache_computed(seq)
+        return new_tokens
+
     # ---- internals ------------------------------------------------------------------------------------
     def _enqueue(self, seq: Sequence) -> None:
         # Ranking by original arrival puts a preempted sequence ahead of every later arrival of its priority.
@@ -284,6 +290,10 @@ class Scheduler:
             is_decode = seq.is_decode
             if not (allow_decode if is_decode else allow_prefill):
                 continue
+            if seq.token_ids[-1] == PENDING_TOKEN and seq.num_output_tokens >= (
+                seq.params.max_new_tokens or 0
+            ):
+                continue  # its last token, still on the device (overlapped steps), is its last: it ends settled
             n = self.chunks.chunk_len(
                 seq, budget if is_decode else self.chunks.prefill_budget(budget, prefills)
             )

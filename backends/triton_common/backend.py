@@ -51,6 +51,7 @@ class TritonBackend(TorchBackend):
 
     process_group_backend: ClassVar[str] = "nccl"  # RCCL under the same name on ROCm
     captures_graphs: ClassVar[bool] = True  # decode steps, at --cuda-graphs sizes (`graphs.py`)
+    overlaps_steps: ClassVar[bool] = True  # kernels queue on the device's stream: steps overlap the host
     #: the torch device type, and the name of the torch module that drives it (`torch.cuda`, `torch.xpu`)
     device_type: ClassVar[str] = "cuda"
     #: the graph class of that module (`torch.cuda.CUDAGraph`, `torch.xpu.XPUGraph`)

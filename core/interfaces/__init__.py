@@ -19,7 +19,7 @@ from tgi.core.interfaces.quantization import (
     QuantizationInfo,
     QuantizationSpec,
 )
-from tgi.core.interfaces.runner import ModelInfo, ModelRunner
+from tgi.core.interfaces.runner import DoneStep, ModelInfo, ModelRunner, StepHandle
 from tgi.core.interfaces.types import (
     DTYPES,
     AttentionCaps,
@@ -47,6 +47,7 @@ __all__ = [
     "Backend",
     "Collective",
     "DeviceInfo",
+    "DoneStep",
     "KVCacheSpec",
     "MemoryInfo",
     "ModelInfo",
@@ -57,5 +58,6 @@ __all__ = [
     "RunnerCapabilities",
     "RunnerConstraints",
     "SingleProcessCollective",
+    "StepHandle",
     "UnsupportedError",
 ]

@@ -18,6 +18,13 @@ if TYPE_CHECKING:
     from tgi.core.request import ImageInput
 
 
+#: the token id of a decode whose token was sampled by the step before and is not on the host yet (overlapped
+#: steps, `RunnerCapabilities.async_steps`): the runner feeds the token it sampled for that request in its
+#: previous step. Only ever the last of a sequence's tokens, and only for sampling that reads no token history
+#: (no penalties, watermark, grammar or guesses), so `all_token_ids` may end with it.
+PENDING_TOKEN = -1
+
+
 @dataclass(frozen=True)
 class ScheduledSequence:
     """One sequence's share of a step: a prompt chunk (prefill) or one decode token."""

@@ -10,6 +10,25 @@ from tgi.core.interfaces.quantization import QuantizationInfo
 from tgi.core.interfaces.types import KVCacheSpec, MemoryInfo, RunnerCapabilities, RunnerConstraints
 
 
+class StepHandle(ABC):
+    """A step a runner has started (`ModelRunner.execute_async`) and the host has not read yet."""
+
+    @abstractmethod
+    def result(self) -> StepOutput:
+        """Wait for the step and return what `execute` would have returned for it. Called once, in the order
+        the steps were started."""
+
+
+class DoneStep(StepHandle):
+    """A step that ran to the end before its handle was made (a runner with nothing to overlap)."""
+
+    def __init__(self, output: StepOutput) -> None:
+        self._output = output
+
+    def result(self) -> StepOutput:
+        return self._output
+
+
 @dataclass(frozen=True)
 class ModelInfo:
     """What the engine and server need to know of a loaded model."""
@@ -73,6 +92,14 @@ class ModelRunner(ABC):
         `sample=True` (applying `batch.token_masks` when `capabilities().token_masks`). Must not keep
         references to `batch` past the call, except per-request state it
         drops when the request id appears in a later batch's `freed_request_ids`."""
+
+    def execute_async(self, batch: ScheduledBatch) -> StepHandle:
+        """Start one step and return before the device has run it (only where `capabilities().async_steps`):
+        the engine settles the step before on the host meanwhile and reads this one with `result()`. Steps
+        run in the order they are started. A decode whose token is `PENDING_TOKEN` is fed the token this
+        runner sampled for that request in the step started just before (taken on the device, never copied
+        back first). `execute(batch)` must equal `execute_async(batch).result()`. Default: `execute` now."""
+        return DoneStep(self.execute(batch))
 
     def load_lora_adapter(self, name: str, path: str) -> tuple[str, ...]:
         """Serve the PEFT adapter in folder `path` as `name` from the next step on (called between steps, by

@@ -176,3 +176,7 @@ class RunnerCapabilities:
     # runs the model's vision tower on a request's images (`EngineRequest.images`, `ImageInput`) at prefill and
     # puts its output in place of the placeholder tokens' embeddings; False: validation refuses an image by name
     image_inputs: bool = False
+    # overlapped steps (`ModelRunner.execute_async`): the runner starts a step and returns before the device has
+    # run it, so that the engine settles the previous step on the host meanwhile; it takes a decode whose token
+    # is `PENDING_TOKEN` (the token it sampled for that request in the step before, still on the device)
+    async_steps: bool = False

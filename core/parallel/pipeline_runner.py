@@ -83,7 +83,7 @@ class PipelineStageRunner(TorchModelRunner):
 
     def capabilities(self) -> RunnerCapabilities:
         return dataclasses.replace(
-            super().capabilities(), draft_verification=False, lora_runtime_loading=False
+            super().capabilities(), draft_verification=False, lora_runtime_loading=False, async_steps=False
         )
 
     def kv_cache_spec(self) -> KVCacheSpec:

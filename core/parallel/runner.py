@@ -316,7 +316,8 @@ class TensorParallelRunner(ModelRunner):
         return self.local.constraints()
 
     def capabilities(self) -> RunnerCapabilities:
-        return self.local.capabilities()  # rank 0 (this process) samples
+        # rank 0 (this process) samples; the other ranks never see its sampled tokens: no overlapped steps
+        return dataclasses.replace(self.local.capabilities(), async_steps=False)
 
     def execute(self, batch: ScheduledBatch) -> StepOutput:
         return self._call("execute", batch)

@@ -1,6 +1,7 @@
 """The capability checks of the runner-level conformance suite (`runner_conformance.RunnerConformance`
 says what each one asserts): a runner either honours what its `capabilities()` claim (grammar masks,
-prompt logprobs, LoRA adapters at run time, batch invariance) or has requests for it refused by name."""
+prompt logprobs, LoRA adapters at run time, batch invariance, overlapped steps) or has requests for it
+refused by name."""
 
 from __future__ import annotations
 
@@ -176,3 +177,33 @@ class CapabilityChecks(ConformanceEngines):
         if small.scheduler.num_preemptions == 0:
             pytest.skip("nothing was preempted: the check of tokens after a preemption did not happen")
         self._assert_all_blocks_free(small)
+
+    def test_overlapped_steps_give_the_tokens_of_waited_ones(self, tiny_llama, batches_checked):
+        from tgi.core.sampling_params import SamplingParams
+
+        backend = self.make_backend()
+        overlapped = self.make_engine(backend, tiny_llama, batches_checked)
+        if not overlapped.runner.capabilities().async_steps:
+            assert not overlapped.steps.overlapping  # every step waited for, as the contract's default
+            return
+        waited = self.make_engine(backend, tiny_llama, batches_checked, async_scheduling=False)
+        greedy = self._params()
+        [reference] = waited.generate([list(PROMPTS[1])], greedy)
+        params = [
+            greedy,
+            # ends at its third token: the step it ran too many is dropped
+            SamplingParams(
+                max_new_tokens=MAX_NEW_TOKENS, ignore_eos=True, stop_token_ids=(reference.token_ids[2],)
+            ),
+            SamplingParams(
+                max_new_tokens=MAX_NEW_TOKENS, ignore_eos=True, do_sample=True, seed=5, temperature=0.7
+            ),
+            SamplingParams(max_new_tokens=MAX_NEW_TOKENS, ignore_eos=True, repetition_penalty=1.3),  # waited
+        ]
+        prompts = [list(PROMPTS[0]), list(PROMPTS[1]), list(PROMPTS[2]), list(PROMPTS[1])]
+        got = overlapped.generate(prompts, params)
+        want = waited.generate(prompts, params)
+        assert [r.token_ids for r in got] == [r.token_ids for r in want]
+        assert [r.finish_reason for r in got] == [r.finish_reason for r in want]
+        assert overlapped.steps.num_overlapped > 0, "the runner claims async_steps, but no step overlapped"
+        self._assert_all_blocks_free(overlapped)

@@ -132,6 +132,15 @@ class ConformanceEngines:
             return execute(batch)
 
         engine.runner.execute = checked_execute  # the instance's, for this engine only
+        if engine.steps.overlapping:  # overlapped steps start through `execute_async`
+            execute_async: Callable = engine.runner.execute_async
+
+            def checked_execute_async(batch: ScheduledBatch):
+                checked["count"] += 1
+                checked["violations"] += constraint_violations(batch, constraints, block_size)
+                return execute_async(batch)
+
+            engine.runner.execute_async = checked_execute_async
         return engine
 
     @staticmethod

@@ -27,6 +27,11 @@ On a small random-weight Llama (`model.write_tiny_llama`), loaded through `LLMEn
   say `batch_invariant`, and then a greedy and a seeded sampled request give the same tokens alone, beside
   1 and 7 other requests of other lengths (prefills chunked differently), continued from the prefix cache,
   and after a preemption;
+* `test_overlapped_steps_give_the_tokens_of_waited_ones`: a runner whose `capabilities()` say `async_steps`
+  (`execute_async`, decodes fed `PENDING_TOKEN`) gives, with steps overlapped, the tokens and finish reasons of
+  the same engine with every step waited for (greedy, a request that stops early, seeded sampling, a
+  penalty whose steps are waited for), and at least one step did overlap; one that does not is never
+  overlapped;
 * `test_runner_constraints_are_honoured`: every batch the engine hands the runner, in all the tests above,
   fits what the runner's `constraints()` declare (batch size, tokens per step, mixed batches, chunked
   prefill, prefill buckets, block size).

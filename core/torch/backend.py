@@ -47,6 +47,10 @@ class TorchBackend(Backend):
     #: set by `use_batch_invariant_kernels` once the backend serves with batch-invariant kernels only; the
     #: torch runner reports it as `RunnerCapabilities.batch_invariant`
     batch_invariant: bool = False
+    #: the device runs queued work while the host goes on (CUDA, ROCm, XPU streams): the torch runner then
+    #: starts steps without waiting for them (`RunnerCapabilities.async_steps`, `--async-scheduling`); on the
+    #: CPU the kernels run as they are called, so there is nothing to overlap
+    overlaps_steps: ClassVar[bool] = False
 
     @abstractmethod
     def create_attention(self, name: str) -> AttentionBackend:

@@ -8,6 +8,7 @@ pageable copy makes it wait for the device. On the CPU the host tensor is the re
 `to_host(*tensors)`: device tensors back as Python lists in one copy and one wait (the step's only
 synchronisation): they are flattened into one float64 tensor (exact for int64 values below 2**53 and for
 every float32), read with one `.tolist()` and split again; integer tensors come back as ints.
+`start_to_host(*tensors)` queues that copy and returns at once; its `wait()` is the wait (overlapped steps).
 """
 
 from __future__ import annotations
@@ -29,19 +30,46 @@ def to_device(values: Sequence[Any], dtype: torch.dtype, device: torch.device | 
 def to_host(*tensors: torch.Tensor) -> list[list]:
     """Each tensor's `.tolist()`, read back in one copy (see the module). Integer values must lie within
     +-2**53 (token ids, counts); nested shapes are kept."""
+    return start_to_host(*tensors).wait()
+
+
+class HostCopy:
+    """A copy back `start_to_host` has queued: `wait()` gives what `to_host` would have."""
+
+    def __init__(self, tensors: tuple[torch.Tensor, ...], flat: torch.Tensor | None, done: Any) -> None:
+        self._shapes = [(t.dtype.is_floating_point, t.numel(), list(t.shape)) for t in tensors]
+        self._flat = flat
+        self._done = done  # the device's event recorded after the copy; None: the copy has run
+
+    def wait(self) -> list[list]:
+        if self._flat is None:
+            return []
+        if self._done is not None:
+            self._done.synchronize()
+        values = self._flat.tolist()
+        out, start = [], 0
+        for floating, n, shape in self._shapes:
+            part = values[start : start + n]
+            start += n
+            if not floating:
+                part = [int(v) for v in part]
+            out.append(_reshape(part, shape))
+        return out
+
+
+def start_to_host(*tensors: torch.Tensor) -> HostCopy:
+    """Queue the one copy back of `to_host` without waiting for it (off the CPU: into pinned host memory,
+    an event recorded after it), so that the host can go on while the device computes the tensors."""
     if not tensors:
-        return []
+        return HostCopy((), None, None)
     flat = torch.cat([t.reshape(-1).to(torch.float64) for t in tensors])
-    values = flat.tolist()
-    out, start = [], 0
-    for t in tensors:
-        n = t.numel()
-        part = values[start : start + n]
-        start += n
-        if not t.dtype.is_floating_point:
-            part = [int(v) for v in part]
-        out.append(_reshape(part, list(t.shape)))
-    return out
+    if flat.device.type == "cpu":
+        return HostCopy(tensors, flat, None)
+    host = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
+    host.copy_(flat, non_blocking=True)
+    done = torch.get_device_module(flat.device.type).Event()
+    done.record()
+    return HostCopy(tensors, host, done)
 
 
 def _reshape(flat: list, shape: list[int]) -> Any:

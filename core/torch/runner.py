@@ -18,13 +18,15 @@ from tgi.core.interfaces import (
     UnsupportedError,
 )
 from tgi.core.interfaces.batch import ScheduledBatch, ScheduledSequence, StepOutput
+from tgi.core.interfaces.runner import StepHandle
 from tgi.core.loading import iter_weights, load_config
 from tgi.core.loading.block_weights import iter_block_weights
 from tgi.core.models.context import AttentionContext, build_attention_metadata, build_positions, image_spans
 from tgi.core.models.registry import attention_layer_specs, kv_cache_spec, model_class_for
 from tgi.core.quant.quantized_loading import QuantizedLoading
 from tgi.core.tokenization import config_eos_token_ids
-from tgi.core.torch.host_transfer import to_device, to_host
+from tgi.core.torch.host_transfer import HostCopy, start_to_host, to_device
+from tgi.core.torch.pending_tokens import LastSampled
 
 if TYPE_CHECKING:
     from tgi.core.config import EngineConfig
@@ -56,6 +58,7 @@ class TorchModelRunner(ModelRunner):
         self.images = None  # `ImageEmbeddings`, when the model has a vision tower
         # each request's positions, when the model's are not one per token (M-RoPE: `RequestPositions`)
         self.request_positions = None
+        self.last_sampled = LastSampled()  # the last step's tokens on the device (overlapped steps)
         # the model's image tokens attend to each other both ways at prefill (Gemma 3): each prefill chunk's
         # image spans go to the attention, and the scheduler keeps an image in one chunk
         self.bidirectional_images = False
@@ -165,6 +168,8 @@ class TorchModelRunner(ModelRunner):
             # the backend switched to its batch-invariant kernels before this runner took them
             batch_invariant=getattr(self.backend, "batch_invariant", False),
             image_inputs=self.images is not None,  # the model has a vision tower
+            # the backend's device runs queued work while the host goes on; one process (no rank to tell)
+            async_steps=self.backend.overlaps_steps and self.collective.world_size == 1,
         )
 
     def check_lora_adapter(self, name: str, path: str) -> None:
@@ -223,11 +228,15 @@ class TorchModelRunner(ModelRunner):
         self.backend.synchronize()
 
     # -- one step ---------------------------------------------------------------------------------------
-    @torch.inference_mode()
     def execute(self, batch: ScheduledBatch) -> StepOutput:
+        return self.execute_async(batch).result()
+
+    @torch.inference_mode()
+    def execute_async(self, batch: ScheduledBatch) -> StepHandle:
         seqs = batch.sequences
         device = self.device
         input_ids = to_device([t for s in seqs for t in s.token_ids], torch.int64, device)
+        self.last_sampled.fill(seqs, input_ids)  # decodes fed the token the step before left on the device
         self.backend.begin_step(input_ids.numel())
         if self.request_positions is None:
             positions = build_positions(seqs, device)  # [T]
@@ -255,14 +264,18 @@ class TorchModelRunner(ModelRunner):
             hidden = self.model(input_ids, positions, ctx, inputs_embeds=embeds)
         if self.lora is not None:
             self.lora.end_step()  # the logits head and Medusa heads are not adapted
-        output = self.step_output(batch, hidden)
+        handle = self.start_output(batch, hidden)
         if self.images is not None:
-            output.encoder_seconds = self.images.encoder_seconds - encoder_before
-        return output
+            handle.output.encoder_seconds = self.images.encoder_seconds - encoder_before
+        return handle
 
     def step_output(self, batch: ScheduledBatch, hidden: torch.Tensor) -> StepOutput:
         """The step's sampled tokens (and prompt logprobs) from the final hidden states [T, H] of all its
         tokens, in batch order."""
+        return self.start_output(batch, hidden).result()
+
+    def start_output(self, batch: ScheduledBatch, hidden: torch.Tensor) -> SampledStep:
+        """`step_output`, with the sampled tokens' copy back queued and not waited for."""
         seqs, device = batch.sequences, self.device
         ends, starts, end = [], [], 0
         for s in seqs:
@@ -290,22 +303,20 @@ class TorchModelRunner(ModelRunner):
                 masks = masks.at_positions([seqs[i] for i in sampled])
             result = self.sampler.sample(logits, rows, masks)
             output.request_ids = [s.request_id for s in rows]
+            self.last_sampled.remember(output.request_ids, result.token_ids)
             # everything the host reads of the step in one copy back: the step's only wait for the device
             fetched = [result.token_ids, result.logprobs]
             if result.top_token_ids is not None:
                 fetched += [result.top_token_ids, result.top_logprobs]
             if self.medusa is not None:
                 fetched.append(guesses)
-            host = to_host(*fetched)
-            output.token_ids, output.logprobs = host[0], host[1]
-            if result.top_token_ids is not None:
-                output.top_token_ids, output.top_logprobs = host[2], host[3]
-            if self.medusa is not None:
-                output.guesses = host[-1]
+            copy, top = start_to_host(*fetched), result.top_token_ids is not None
+        else:
+            copy, top = start_to_host(), False
         for i, s in enumerate(seqs):
             if s.want_prompt_logprobs and s.is_prefill:
                 output.prompt_logprobs[s.request_id] = self._prompt_logprobs(hidden[starts[i] : ends[i]], s)
-        return output
+        return SampledStep(output, copy, top=top, guesses=self.medusa is not None)
 
     def _prompt_logprobs(self, hidden: torch.Tensor, seq: ScheduledSequence) -> list[float]:
         """Logprobs of prompt tokens start_pos+1 .. min(start_pos+len, num_prompt-1) (see StepOutput)."""
@@ -318,3 +329,22 @@ class TorchModelRunner(ModelRunner):
             return []
         logprobs = torch.log_softmax(logits.float(), dim=-1)
         return logprobs.gather(1, targets[:, None]).squeeze(1).tolist()
+
+
+class SampledStep(StepHandle):
+    """A step whose sampled tokens are on their way back to the host: `result()` waits for the copy and
+    fills `output` with them."""
+
+    def __init__(self, output: StepOutput, copy: HostCopy, top: bool, guesses: bool) -> None:
+        self.output, self._copy, self._top, self._guesses = output, copy, top, guesses
+
+    def result(self) -> StepOutput:
+        host = self._copy.wait()
+        if host:
+            output = self.output
+            output.token_ids, output.logprobs = host[0], host[1]
+            if self._top:
+                output.top_token_ids, output.top_logprobs = host[2], host[3]
+            if self._guesses:
+                output.guesses = host[-1]
+        return self.output

@@ -267,6 +267,20 @@ MODEL_FLAGS = (
         example="1152",
     ),
     Flag(
+        ("--async-scheduling",),
+        "on a backend whose runner starts steps without waiting for the device (CUDA, ROCm, XPU), schedule "
+        "and start the next step before the last one is settled on the host (vLLM's async scheduling); steps "
+        "that need the last token on the host (grammars, penalties, watermark, speculation) wait as before; "
+        "default: true",
+        BATCHING,
+        Engine("async_scheduling"),
+        env=("ASYNC_SCHEDULING",),
+        parse=on_off,
+        default="true",
+        metavar="{true,false}",
+        example="false",
+    ),
+    Flag(
         ("--prefix-caching",),
         "reuse the KV blocks of prompts already seen; default: true",
         BATCHING,
