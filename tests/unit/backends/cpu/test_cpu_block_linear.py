@@ -96,6 +96,22 @@ def test_float32_block_linear_equals_the_dequantized_product(qtype, rows, cols, 
     torch.testing.assert_close(y.double(), expected, rtol=1e-5, atol=1e-5 * expected.abs().max().item())
 
 
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1", "Q5_0", "Q8_0"])
+def test_float32_decode_rows_equal_those_rows_of_a_larger_product_bit_for_bit(qtype):
+    """Up to 4 rows (decode steps) the AVX2 kernel feeds each column straight into the sums, above it through
+    a table of widened weights: the same operations in the same order, so the same bits."""
+    missing = [f for f in ("avx2", "fma", "f16c") if f not in cpu_info().flags]
+    if missing:
+        pytest.skip(f"{MISSING_CPU_FEATURE}: {', '.join(missing)}")
+    block = random_blocks(qtype, 40, 576, seed=5)
+    packed = native.block_pack(block.data, qtype, 40, 576)
+    torch.manual_seed(0)
+    x = torch.randn(12, 576)
+    whole = native.block_linear(x, packed, qtype, 40, 576)
+    for m in (1, 2, 3, 4):
+        assert torch.equal(native.block_linear(x[:m], packed, qtype, 40, 576), whole[:m]), m
+
+
 def test_packed_layout_is_the_size_of_the_blocks_padded_to_16_rows():
     block = random_blocks("Q4_1", 20, 64, seed=0)
     packed = native.block_pack(block.data, "Q4_1", 20, 64)
