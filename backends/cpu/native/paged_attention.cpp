@@ -18,39 +18,12 @@
 #include "ops.h"
 #include "paged_attention.h"
 
+#include <type_traits>
+
 namespace {
 
 using tgi_common::exp_nonpos;
 using namespace tgi_attention;  // load_f, store_f, the AVX-512 load16 and value pass, decode_all_amx
-
-// Soft-capping (when `softcap` > 0), then the softmax of each of the G query heads' n scores, in place and
-// left unnormalised: `scores` gets the exponentials, the returned array 1 / each head's sum (the caller divides
-// it out at the end). The array is `small` for up to 64 heads, else `large`.
-inline const float* softmax_unnormalised(float* __restrict scores, int64_t g_heads, int64_t n, float softcap,
-                                         float (&small)[64], std::vector<float>& large) {
-  if (softcap > 0.0f)
-    for (int64_t i = 0; i < g_heads * n; ++i) scores[i] = softcap * std::tanh(scores[i] / softcap);
-  float* inv_p = small;
-  if (g_heads > 64) {
-    large.resize(g_heads);
-    inv_p = large.data();
-  }
-  for (int64_t g = 0; g < g_heads; ++g) {
-    float* sg = scores + g * n;
-    float m = -INFINITY;
-#pragma omp simd reduction(max : m)
-    for (int64_t j = 0; j < n; ++j) m = sg[j] > m ? sg[j] : m;
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < n; ++j) {
-      float e = exp_nonpos(sg[j] - m);
-      sg[j] = e;
-      sum += e;
-    }
-    inv_p[g] = 1.0f / sum;
-  }
-  return inv_p;
-}
 
 // One (sequence, kv head) pair: the G query heads sharing the kv head attend to its keys/values, read once.
 template <typename T>
@@ -153,10 +126,6 @@ __attribute__((target("avx512f"))) void decode_one_avx512(
 #endif
 
 template <typename T>
-using DecodeFn = void (*)(const T*, const T*, const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t,
-                          int64_t, int64_t, int64_t, float, float, T*, float*, float*, float*, float*);
-
-template <typename T>
 DecodeFn<T> pick_kernel(int64_t dh) {
 #ifdef TGI_AVX512_PATH
   static const bool avx512 = __builtin_cpu_supports("avx512f");
@@ -172,6 +141,12 @@ DecodeFn<T> pick_kernel(int64_t dh) {
     }
   }
 #endif
+  if (has_avx2_fma_attention()) {  // no AVX-512: 8 lanes
+    DecodeFn<T> avx2 = nullptr;
+    if constexpr (std::is_same_v<T, float>) avx2 = pick_avx2_float(dh);
+    else avx2 = pick_avx2_bf16(dh);
+    if (avx2 != nullptr) return avx2;
+  }
   return &decode_one<T>;
 }
 

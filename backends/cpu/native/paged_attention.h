@@ -3,8 +3,10 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -30,6 +32,51 @@ inline void store_f(uint16_t* p, int64_t i, float v) {
   u += 0x7FFFu + ((u >> 16) & 1u);
   p[i] = static_cast<uint16_t>(u >> 16);
 }
+
+
+// One (sequence, kv head) pair's decode: q [G, Dh] of the group's query heads, the caches [NB, BS, Hkv, Dh],
+// the block table, seq_len, the first key (window), bs, hkv, the kv head, G, Dh, scale, softcap, out [G, Dh],
+// and scratch: qf [G * Dh], kf [Dh], scores [G * (seq_len - start)], acc [G * Dh].
+template <typename T>
+using DecodeFn = void (*)(const T*, const T*, const T*, const int32_t*, int64_t, int64_t, int64_t, int64_t,
+                          int64_t, int64_t, int64_t, float, float, T*, float*, float*, float*, float*);
+
+using tgi_common::exp_nonpos;
+
+// Soft-capping (when `softcap` > 0), then the softmax of each of the G query heads' n scores, in place and
+// left unnormalised: `scores` gets the exponentials, the returned array 1 / each head's sum (the caller divides
+// it out at the end). The array is `small` for up to 64 heads, else `large`.
+inline const float* softmax_unnormalised(float* __restrict scores, int64_t g_heads, int64_t n, float softcap,
+                                         float (&small)[64], std::vector<float>& large) {
+  if (softcap > 0.0f)
+    for (int64_t i = 0; i < g_heads * n; ++i) scores[i] = softcap * std::tanh(scores[i] / softcap);
+  float* inv_p = small;
+  if (g_heads > 64) {
+    large.resize(g_heads);
+    inv_p = large.data();
+  }
+  for (int64_t g = 0; g < g_heads; ++g) {
+    float* sg = scores + g * n;
+    float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+    for (int64_t j = 0; j < n; ++j) m = sg[j] > m ? sg[j] : m;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < n; ++j) {
+      float e = exp_nonpos(sg[j] - m);
+      sg[j] = e;
+      sum += e;
+    }
+    inv_p[g] = 1.0f / sum;
+  }
+  return inv_p;
+}
+
+// The AVX2 + FMA path (paged_attention_avx2.cpp): the kernel for head size `dh` (a multiple of 8 it has a
+// variant for), else nullptr; callers check `has_avx2_fma_attention()` first.
+bool has_avx2_fma_attention();
+DecodeFn<float> pick_avx2_float(int64_t dh);
+DecodeFn<uint16_t> pick_avx2_bf16(int64_t dh);
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define TGI_AVX512_PATH 1

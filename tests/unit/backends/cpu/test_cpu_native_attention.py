@@ -64,7 +64,8 @@ LENGTHS = [1, 2, 17, 5, 64, 33, 1, 100, 16]
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)], ids=["f32", "bf16"])
 @pytest.mark.parametrize("heads", [(4, 4), (6, 2), (8, 2)], ids=["mha", "gqa3", "gqa4"])
-@pytest.mark.parametrize("head_dim", [32, 64, 80, 48])
+# every head size the AVX2 path has a variant for, and 48 (none: the plain loops)
+@pytest.mark.parametrize("head_dim", [32, 64, 80, 48, 96, 128, 256])
 @pytest.mark.parametrize("block_size", [1, 4, 16])
 def test_native_decode_matches_dense(dtype, tol, heads, head_dim, block_size):
     layer = AttentionLayerSpec(heads[0], heads[1], head_dim, head_dim**-0.5)
