@@ -168,8 +168,11 @@ class TorchModelRunner(ModelRunner):
             # the backend switched to its batch-invariant kernels before this runner took them
             batch_invariant=getattr(self.backend, "batch_invariant", False),
             image_inputs=self.images is not None,  # the model has a vision tower
-            # the backend's device runs queued work while the host goes on; one process (no rank to tell)
-            async_steps=self.backend.overlaps_steps and self.collective.world_size == 1,
+            # the backend's device runs queued work while the host goes on; one process (no rank to tell); a
+            # subclass with its own `execute` (static shapes) would be bypassed by `execute_async`
+            async_steps=self.backend.overlaps_steps
+            and self.collective.world_size == 1
+            and type(self).execute is TorchModelRunner.execute,
         )
 
     def check_lora_adapter(self, name: str, path: str) -> None:
