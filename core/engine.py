@@ -140,6 +140,13 @@ class LLMEngine:
         self.steps = StepOverlap(
             self, config.async_scheduling and runner.capabilities().async_steps and self.proposer is None
         )
+        if config.async_scheduling and not self.steps.overlapping:  # asked for (the default), said why not
+            why = (
+                "speculation guesses from each step's tokens"
+                if self.proposer is not None
+                else (f"the {backend.name} backend's runner waits for each step (no asynchronous device)")
+            )
+            log.info("steps are not overlapped (--async-scheduling): %s", why)
 
     @classmethod
     def from_config(

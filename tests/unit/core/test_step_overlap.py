@@ -5,6 +5,8 @@ for, and frees every block."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from tgi.backends.cpu.backend import CpuBackend
@@ -80,14 +82,16 @@ def assert_same(overlapped, waited):
 
 
 def test_a_torch_backend_whose_device_overlaps_the_host_overlaps_steps_unless_asked_not_to(
-    engines, tiny_llama
+    engines, tiny_llama, caplog
 ):
     overlapped, waited = engines
     assert overlapped.runner.capabilities().async_steps and overlapped.steps.overlapping
     assert not waited.steps.overlapping  # --async-scheduling false
     config = EngineConfig(model_id=str(tiny_llama), backend="cpu", dtype="float32", **LIMITS)
-    cpu = LLMEngine.from_config(config, registry=backend_registry("cpu", CpuBackend))
+    with caplog.at_level(logging.INFO, logger="tgi.core.engine"):
+        cpu = LLMEngine.from_config(config, registry=backend_registry("cpu", CpuBackend))
     assert not cpu.runner.capabilities().async_steps and not cpu.steps.overlapping  # nothing to overlap
+    assert "steps are not overlapped (--async-scheduling): the cpu backend's runner waits" in caplog.text
 
 
 def test_greedy_sampled_and_top_tokens_equal_the_waited_engines(engines):
