@@ -14,6 +14,7 @@ from avx2_int8_checks import assert_integer_product, assert_rows_do_not_depend_o
 from test_cpu_block_linear import random_blocks
 
 from tgi.backends.cpu import native
+from tgi.backends.cpu.cpuinfo import cpu_info
 from tgi.core.loading.block_weights import BLOCK_BYTES, BlockWeight
 
 pytestmark = pytest.mark.skipif(
@@ -170,7 +171,8 @@ def test_auto_keeps_the_exact_input_product_and_int8_is_taken_when_asked(qtype):
 
 
 def test_row_limits_and_deterministic_mode_are_the_exact_products(monkeypatch):
-    """Float32 models take their 32-weight blocks up to 16 rows on the exact-input kernel, whatever the CPU;
+    """Float32 models take their 32-weight blocks on the exact-input kernel up to 256 rows where the CPU has no
+    AVX-512 (the dense float32 product is AVX2 there too), else 16;
     `--deterministic` keeps "auto" for them (the K-quants alone go to "reference" where "auto" is int8)."""
     from tgi.backends.cpu.linear import block_rows, invariant_block_impl
 
@@ -178,6 +180,6 @@ def test_row_limits_and_deterministic_mode_are_the_exact_products(monkeypatch):
     monkeypatch.delenv("TGI_CPU_BLOCK_IMPL", raising=False)
     int8 = ["reference", "avx2-int8"]
     for qtype in (*QTYPES, "Q5_0"):
-        assert block_rows("float32", int8, qtype) == 16
+        assert block_rows("float32", int8, qtype) == (16 if "avx512f" in cpu_info().flags else 256)
         assert block_rows("float32", ["reference", "avx512-bf16", "avx512-vnni", "avx2-int8"], qtype) == 16
         assert invariant_block_impl(qtype, "float32") == "auto"
