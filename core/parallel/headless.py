@@ -92,11 +92,28 @@ class _Heartbeat(threading.Thread):
             self.gone = str(exc) or type(exc).__name__
 
 
+#: seconds of one attempt to reach node 0's store: a client's own retries back off further and further (a
+#: node 0 that took 40 s to listen was reached after 64 s), so attempts stay short and follow each other
+CONNECT_ATTEMPT_S = 2.0
+
+
 def _connect(host: str, port: int) -> Any:
+    """A client of node 0's store, tried until it listens or --dist-timeout has passed; its operations then
+    wait up to --dist-timeout."""
     import torch.distributed as dist
 
     timeout = datetime.timedelta(seconds=dist_timeout_s())
-    return dist.TCPStore(host, port, None, False, timeout)  # retries until node 0 listens, or the timeout
+    deadline = time.monotonic() + timeout.total_seconds()
+    while True:
+        attempt = min(CONNECT_ATTEMPT_S, max(deadline - time.monotonic(), 0.1))
+        try:
+            store = dist.TCPStore(host, port, None, False, datetime.timedelta(seconds=attempt))
+        except dist.DistNetworkError:  # nobody listens yet (or the address is wrong: said at the deadline)
+            if time.monotonic() >= deadline:
+                raise
+            continue
+        store.set_timeout(timeout)
+        return store
 
 
 def _join(store: Any, node: int, record: dict[str, Any]) -> Any:
