@@ -86,7 +86,7 @@ class CpuBackend(TorchBackend):
         built = native.available()
         impls = native.block_impls() if built else []
         blocks = self.blocks_for(dtype)
-        rows = block_rows(dtype, impls) if blocks else 0
+        rows = block_rows(dtype, impls, flags=self._info.flags) if blocks else 0
         plan = kernel_plan(self._info, dtype, self.attention_name, built, impls, rows, blocks)
         if self.batch_invariant:
             plan.update(_invariant_plan(plan, dtype, blocks))

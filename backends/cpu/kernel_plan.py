@@ -54,7 +54,7 @@ def kernel_plan(
         if "avx2-int8" in block_impls and "avx512-vnni" not in block_impls:
             from tgi.backends.cpu.linear import max_block_rows_f32
 
-            rows = max_block_rows_f32(block_impls, "Q4_K")
+            rows = max_block_rows_f32(block_impls, "Q4_K", info.flags)
             plan["gguf block linear"] += f"; K-quants on int8 inputs (avx2-int8) up to {rows} rows"
     elif max_block_rows <= 0:
         plan["gguf block linear"] = "off (no fast path on this CPU)"
