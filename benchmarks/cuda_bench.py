@@ -238,7 +238,8 @@ def bench_throughput(args, engine, device: Device, figures: dict) -> None:
     overlapping = [engine.steps.overlapping] + (
         [False] if args.compare_waited and engine.steps.overlapping else []
     )
-    for overlap in overlapping:
+    keys = ("tgi_throughput_output_tokens_per_s", "tgi_throughput_waited_output_tokens_per_s")
+    for key, overlap in zip(keys, overlapping, strict=False):
         engine.steps.overlapping = overlap  # the same engine and prompts, steps waited for the second time
         device.synchronize()
         t0 = time.perf_counter()
@@ -246,11 +247,6 @@ def bench_throughput(args, engine, device: Device, figures: dict) -> None:
         device.synchronize()
         elapsed = time.perf_counter() - t0
         out_tokens = sum(len(r.token_ids) for r in results)
-        key = (
-            "tgi_throughput_output_tokens_per_s"
-            if overlap == overlapping[0]
-            else "tgi_throughput_waited_output_tokens_per_s"
-        )
         figures[key] = out_tokens / elapsed
         print(
             f"tgi {args.num_requests} x ({args.input_len} in, {args.output_len} out), steps "

@@ -144,7 +144,7 @@ class LLMEngine:
             why = (
                 "speculation guesses from each step's tokens"
                 if self.proposer is not None
-                else (f"the {backend.name} backend's runner waits for each step (no asynchronous device)")
+                else f"the {backend.name} backend's runner waits for each step (no asynchronous device)"
             )
             log.info("steps are not overlapped (--async-scheduling): %s", why)
 

@@ -233,7 +233,8 @@ class Scheduler:
         """Take `batch` as run before its output is back, so that the next `schedule` can follow it: every
         chunk's keys/values count as computed, and each sampled sequence gets `PENDING_TOKEN` as its next
         token, filled by `settle`; a sequence that ended since `schedule` is skipped. For batches without
-        guesses only; `settle` must follow before the next `advance`. Blocks are entered in the prefix cache by `settle`, once their tokens are known."""
+        guesses only; `settle` must follow before the next `advance`. Blocks are entered in the prefix cache
+        by `settle`, once their tokens are known."""
         for s in batch.sequences:
             seq = self._seqs.get(s.request_id)
             if seq is None:
@@ -290,9 +291,8 @@ class Scheduler:
             is_decode = seq.is_decode
             if not (allow_decode if is_decode else allow_prefill):
                 continue
-            if seq.token_ids[-1] == PENDING_TOKEN and seq.num_output_tokens >= (
-                seq.params.max_new_tokens or 0
-            ):
+            limit = seq.params.max_new_tokens
+            if seq.token_ids[-1] == PENDING_TOKEN and limit is not None and seq.num_output_tokens >= limit:
                 continue  # its last token, still on the device (overlapped steps), is its last: it ends settled
             n = self.chunks.chunk_len(
                 seq, budget if is_decode else self.chunks.prefill_budget(budget, prefills)

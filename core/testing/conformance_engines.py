@@ -124,23 +124,18 @@ class ConformanceEngines:
         config = EngineConfig(**{**settings, **limits})
         engine = LLMEngine.from_config(config, registry=backend_registry(backend.name, lambda: backend))
         constraints, block_size = engine.runner.constraints(), engine.config.block_size
-        execute: Callable = engine.runner.execute
 
-        def checked_execute(batch: ScheduledBatch):
-            checked["count"] += 1
-            checked["violations"] += constraint_violations(batch, constraints, block_size)
-            return execute(batch)
-
-        engine.runner.execute = checked_execute  # the instance's, for this engine only
-        if engine.steps.overlapping:  # overlapped steps start through `execute_async`
-            execute_async: Callable = engine.runner.execute_async
-
-            def checked_execute_async(batch: ScheduledBatch):
+        def checking(run: Callable) -> Callable:
+            def checked_run(batch: ScheduledBatch):
                 checked["count"] += 1
                 checked["violations"] += constraint_violations(batch, constraints, block_size)
-                return execute_async(batch)
+                return run(batch)
 
-            engine.runner.execute_async = checked_execute_async
+            return checked_run
+
+        engine.runner.execute = checking(engine.runner.execute)  # the instance's, for this engine only
+        if engine.steps.overlapping:  # overlapped steps start through `execute_async`
+            engine.runner.execute_async = checking(engine.runner.execute_async)
         return engine
 
     @staticmethod

@@ -22,7 +22,6 @@
 
 namespace {
 
-using tgi_common::exp_nonpos;
 using namespace tgi_attention;  // load_f, store_f, the AVX-512 load16 and value pass, decode_all_amx
 
 // One (sequence, kv head) pair: the G query heads sharing the kv head attend to its keys/values, read once.
