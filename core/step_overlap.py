@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -56,10 +57,12 @@ class InFlightStep:
 
 
 class StepOverlap:
-    """The engine's overlapped steps: at most one started and not settled (`in_flight`)."""
+    """The engine's overlapped steps: at most one started and not settled (`in_flight`). It holds its engine
+    weakly, as `ServedAdapters` does: the engine owns it, and a cycle between them would keep a swapped-out
+    model alive once the server has frozen its start-up objects (`gc.freeze`)."""
 
     def __init__(self, engine: LLMEngine, overlapping: bool) -> None:
-        self.engine = engine
+        self.engine = weakref.proxy(engine)
         self.overlapping = overlapping  # --async-scheduling, and a runner with `async_steps`
         self.in_flight: InFlightStep | None = None
         self.num_overlapped = 0  # steps left in flight while the next was scheduled, since start

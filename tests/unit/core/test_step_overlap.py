@@ -5,7 +5,9 @@ for, and frees every block."""
 
 from __future__ import annotations
 
+import gc
 import logging
+import weakref
 
 import pytest
 
@@ -208,3 +210,18 @@ def test_a_step_that_fails_while_the_next_runs_fails_the_requests_of_both(tiny_l
         not engine.has_unfinished()
         and engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
     )
+
+
+@pytest.mark.parametrize("async_scheduling", [True, False])
+def test_an_engine_is_freed_by_reference_counting_alone(tiny_llama, async_scheduling):
+    # the server freezes its start-up objects (`gc.freeze`): a cycle through the engine would keep a
+    # swapped-out model alive (tests/integration/test_model_swap_release.py runs the server's path)
+    engine = start(tiny_llama, async_scheduling=async_scheduling)
+    run(engine, PROMPTS[:2], [SamplingParams(max_new_tokens=3, ignore_eos=True)] * 2)
+    gone = weakref.ref(engine)
+    gc.disable()
+    try:
+        del engine
+        assert gone() is None, [type(r).__name__ for r in gc.get_referrers(gone())]
+    finally:
+        gc.enable()
