@@ -55,7 +55,8 @@ def kernel_plan(
             from tgi.backends.cpu.linear import max_block_rows_f32
 
             rows = max_block_rows_f32(block_impls, "Q4_K", info.flags)
-            plan["gguf block linear"] += f"; K-quants on int8 inputs (avx2-int8) up to {rows} rows"
+            limit = "for every row count (no dense copy)" if rows is None else f"up to {rows} rows"
+            plan["gguf block linear"] += f"; K-quants on int8 inputs (avx2-int8) {limit}"
     elif max_block_rows <= 0:
         plan["gguf block linear"] = "off (no fast path on this CPU)"
     elif impl != "auto":

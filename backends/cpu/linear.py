@@ -47,7 +47,7 @@ def int8_f32_k_quants(impls: list[str]) -> bool:
 
 def max_block_rows_f32(
     impls: list[str] | None = None, qtype: str | None = None, flags: frozenset[str] | None = None
-) -> int:
+) -> int | None:
     """For float32 models (CPUs without bfloat16 arithmetic): inputs of at most this many rows use the
     float32 block kernel (AVX2; `TGI_CPU_BLOCK_ROWS` overrides): `F32_AVX2_ROWS` for 32-weight blocks where
     the CPU has no AVX-512, else 16. Measured before the kernel took 4 rows at a time, on the AMD EPYC, 2 cores, with
@@ -55,7 +55,8 @@ def max_block_rows_f32(
     85 MB of blocks): [M, 576] x [576, 1536] Q4_1 M=1 37 vs 51 us, M=4 79 vs 158, M=16 239 vs 246, M=64
     901 vs 711; the Q8_0 head [M, 576] x [576, 49152] M=1 1.0 vs 7.0 ms, M=16 7.6 vs 14.7.
 
-    The K-quants on the int8 path ("avx2-int8", `int8_f32_k_quants`) up to 64 rows: on the AMD EPYC family
+    The K-quants on the int8 path ("avx2-int8", `int8_f32_k_quants`) up to 64 rows where the CPU has AVX-512,
+    every row count where it has not (None, `K_INT8_AVX2_ROWS`): on the AMD EPYC family
     23 model 1 (Zen 1, AVX2 only), one thread, [M, 2048] x [2048, 8192] Q4_K against the dense float32
     product, medians of interleaved runs on a machine shared with other work: M=1 1.2 vs 4.2 ms, M=16 22 vs
     50, M=32 40 vs 74, M=64 85 vs 121 (backends/cpu/README.md).
@@ -76,11 +77,14 @@ def max_block_rows_f32(
     return 16
 
 
-#: the K-quants' row limit on int8 inputs where the CPU has no AVX-512: their integer products beat the dense
-#: float32 product at every size measured. AMD EPYC Zen 1, 2 threads, [M, 2048] x [2048, 8192] Q4_K against the
-#: dense float32 weight: M=64 29.5 vs 56.6 ms, M=128 56.2 vs 87.3, M=256 113 vs 151, M=512 232 vs 288, M=1024
-#: 514 vs 554, M=2048 1042 vs 1103 (a CPU with AVX-512 but no VNNI keeps 64: its dense product is twice as wide)
-K_INT8_AVX2_ROWS = 2048
+#: the K-quants' row limit on int8 inputs where the CPU has no AVX-512: none (every row count), as their integer
+#: products beat the dense float32 product at every size measured, and the time of both grows with the rows
+#: alike. AMD EPYC Zen 1, 2 threads, [M, 2048] x [2048, 8192] Q4_K against the dense float32 weight: M=64 29.5
+#: vs 56.6 ms, M=128 56.2 vs 87.3, M=256 113 vs 151, M=512 232 vs 288, M=1024 514 vs 554, M=2048 1042 vs 1103.
+#: With no limit the seam drops each layer's dense float32 copy: the 1B-class Q4_K_M file's engine holds 2.4
+#: GB after start-up instead of 6.1 (a CPU with AVX-512 but no VNNI keeps 64 rows: its dense product is twice
+#: as wide)
+K_INT8_AVX2_ROWS: int | None = None
 
 #: the float32 AVX2 kernel's row limit for 32-weight blocks on CPUs without AVX-512 (whose dense float32
 #: product is AVX2 too): since it multiplies 4 input rows at a time it beats the dense product up to about
@@ -104,8 +108,9 @@ def avx2_only(impls: list[str], flags: frozenset[str] | None = None) -> bool:
 
 def block_rows(
     dtype: str, impls: list[str], qtype: str | None = None, flags: frozenset[str] | None = None
-) -> int:
-    """The most rows a block kernel takes for a model in `dtype` (see the two functions above); `qtype`:
+) -> int | None:
+    """The most rows a block kernel takes for a model in `dtype` (see the two functions above; None: every
+    row count, and the layer keeps no dense copy); `qtype`:
     the weight's GGUF format (None: the formats of 32-weight blocks); `flags`: the CPU's (default: this one's)."""
     return max_block_rows_f32(impls, qtype, flags) if dtype == "float32" else max_block_rows(impls)
 

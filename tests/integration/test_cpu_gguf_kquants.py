@@ -58,10 +58,15 @@ def q4_k_m(tmp_path_factory) -> str:
     return path
 
 
-def _engine(monkeypatch, path: str, dtype: str, blocks: bool) -> LLMEngine:
+def _engine(monkeypatch, path: str, dtype: str, blocks: bool, rows: str | None = "100000") -> LLMEngine:
+    """`rows`: `TGI_CPU_BLOCK_ROWS` (default: every product on the blocks, prefill included; None: the
+    backend's own limits)."""
     monkeypatch.setenv("TGI_CPU_BLOCK_KERNELS", "1" if blocks else "0")
     monkeypatch.setenv("TGI_CPU_BLOCK_KERNELS_F32", "1")
-    monkeypatch.setenv("TGI_CPU_BLOCK_ROWS", "100000")  # every product on the blocks, prefill included
+    if rows is None:
+        monkeypatch.delenv("TGI_CPU_BLOCK_ROWS", raising=False)
+    else:
+        monkeypatch.setenv("TGI_CPU_BLOCK_ROWS", rows)
     return LLMEngine.from_config(
         EngineConfig(
             model_id=path, dtype=dtype, max_batch_total_tokens=2048, max_total_tokens=512,
@@ -175,3 +180,21 @@ def test_q4_k_m_file_in_bfloat16_is_as_close_to_the_reference_as_dense_bfloat16(
           f"to the float32 reference's: blocks {agree} of {total}, dense {dense_agree}")  # fmt: skip
     assert diff < BF16_TOL
     assert agree >= dense_agree - NEW // 4
+
+
+def test_k_quants_on_int8_inputs_keep_no_dense_copy_where_the_cpu_has_no_avx512(
+    monkeypatch, q4_k_m, reference
+):
+    """With the default row limits, a CPU whose K-quants run on int8 inputs and which has no AVX-512 takes
+    them for every row count (`K_INT8_AVX2_ROWS`), so their layers (ffn_down) drop the dense float32 copy;
+    elsewhere they keep it for the rows the blocks leave. The tokens are the blocks' as above."""
+    from tgi.backends.cpu import native
+    from tgi.backends.cpu.linear import avx2_only, int8_f32_k_quants
+
+    monkeypatch.delenv("TGI_CPU_BLOCK_IMPL", raising=False)
+    engine = _engine(monkeypatch, q4_k_m, "float32", blocks=True, rows=None)
+    unbounded = int8_f32_k_quants(native.block_impls()) and avx2_only(native.block_impls())
+    downs = [layer.mlp.down_proj for layer in engine.runner.model.model.layers]
+    assert [d.weight.is_meta for d in downs] == [unbounded] * 30
+    greedy, _ = _run(engine, None)
+    assert _agreement(greedy, reference[0]) >= NEW * len(PROMPTS) // 2

@@ -146,8 +146,9 @@ def test_auto_takes_avx2_int8_for_float32_k_quants_here():
 
 
 def test_float32_k_quants_take_their_rows_and_deterministic_mode_keeps_the_float32_loop(monkeypatch):
-    """The int8 path beats the dense float32 product up to 2048 rows where the CPU has no AVX-512 (64 where it
-    has: [M, 2048] x [2048, 8192] Q4_K, backends/cpu/linear.py), so float32 K-quants use the blocks that far;
+    """The int8 path beats the dense float32 product at every size measured where the CPU has no AVX-512 (up
+    to 64 rows where it has: [M, 2048] x [2048, 8192] Q4_K, backends/cpu/linear.py), so float32 K-quants use
+    the blocks for every row count there (None: no dense copy kept), up to 64 rows elsewhere;
     `--deterministic` keeps the exact-input float32 loop nest for them ("reference"), the others on "auto"."""
     from tgi.backends.cpu.linear import block_rows, invariant_block_impl
 
@@ -155,7 +156,7 @@ def test_float32_k_quants_take_their_rows_and_deterministic_mode_keeps_the_float
     monkeypatch.delenv("TGI_CPU_BLOCK_IMPL", raising=False)
     int8 = ["reference", "avx2-int8"]
     avx512 = "avx512f" in cpu_info().flags
-    assert block_rows("float32", int8, "Q4_K") == (64 if avx512 else 2048)
+    assert block_rows("float32", int8, "Q4_K") == (64 if avx512 else None)
     f32_rows = 16 if avx512 else 256  # the float32 AVX2 kernel's, without AVX-512
     assert block_rows("float32", int8, "Q4_1") == block_rows("float32", int8) == f32_rows
     assert block_rows("float32", [*int8[:1], "avx512-bf16", "avx512-vnni", "avx2-int8"], "Q4_K") == 16
@@ -178,7 +179,7 @@ def test_the_kernel_plan_names_avx2_int8(monkeypatch):
     plan = kernel_plan(avx2, "float32", "cpu-native", True, ["reference", "avx2-int8"], 16, blocks=True)
     assert (
         plan["gguf block linear"]
-        == "float32 AVX2 up to 16 rows; K-quants on int8 inputs (avx2-int8) up to 2048 rows"  # no AVX-512
+        == "float32 AVX2 up to 16 rows; K-quants on int8 inputs (avx2-int8) for every row count (no dense copy)"
     )
     vnni = ["reference", "avx512-bf16", "avx512-vnni", "avx2-int8"]
     assert kernel_plan(avx2, "float32", "cpu-native", True, vnni, 16, blocks=True)["gguf block linear"] == (
