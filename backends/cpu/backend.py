@@ -39,9 +39,12 @@ class CpuBackend(TorchBackend):
     # cache takes a quarter of the available memory (on 24 GiB, ~5 GiB: ~220k tokens of the default model)
     kv_cache_memory_fraction = 0.25
     # the KV cache is a share of host memory, not sized by profiling the warm-up: a prefill of the whole
-    # step budget would only cost start-up time (2,048 tokens: ~5 s for the default model on 2 cores);
-    # this many tokens take the dense (oneDNN) and block kernels' paths and the prefill attention
-    warmup_prefill_tokens = 256
+    # step budget, or a decode of --max-num-seqs sequences, would only cost start-up time (on 2 Zen 1
+    # cores the 1B-class Q4_K_M file took 8.0 s for a 256-token prefill and 9.3 s for 256 decodes). 80
+    # tokens take the dense (oneDNN) products above the AVX-512 CPUs' 64 block rows, the block kernels and
+    # the prefill attention; 16 decodes the block kernels' many-row loops and the decode attention
+    warmup_prefill_tokens = 80
+    warmup_decode_seqs = 16
 
     def __init__(self, num_threads: int | None = None) -> None:
         self._info = cpu_info()

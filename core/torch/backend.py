@@ -36,6 +36,9 @@ class TorchBackend(Backend):
     #: that the largest step's memory peak is met at start-up, not by a request. A backend whose memory is
     #: not profiled that way (host memory: the KV cache is a share of it) may warm its kernels on less
     warmup_prefill_tokens: ClassVar[int | None] = None
+    #: sequences of the warm-up's decode step; None: `--max-num-seqs` (the largest decode's memory peak met
+    #: at start-up); a backend whose memory is not profiled that way may warm its kernels on fewer
+    warmup_decode_seqs: ClassVar[int | None] = None
 
     @abstractmethod
     def torch_device(self) -> torch.device:

@@ -138,14 +138,25 @@ class TorchModelRunner(ModelRunner):
                 dict.fromkeys(config_eos_token_ids(self.hf_config) + config_eos_token_ids(text_config))
             ),
             dtype=self.dtype,
-            # quantized linears keep their dense weight's shape on the meta device: counted too
-            num_parameters=sum(p.numel() for p in self.model.parameters())
-            + sum(
-                m.weight.numel() for m in self.model.modules() if m.__dict__.get("quant_device") is not None
-            ),
+            num_parameters=self._num_parameters(),
             lora_adapters=self.lora.names if self.lora is not None else (),
             quantization=quantization,
         )
+
+    def _num_parameters(self) -> int:
+        """The model's parameters; quantized linears keep their dense weight's shape on the meta device:
+        counted too, but not a head tied to the embeddings (counted with them)."""
+        tied = (
+            getattr(self.model, "lm_head", None)
+            if getattr(self.model, "tie_word_embeddings", False)
+            else None
+        )
+        dropped = (
+            m.weight.numel()
+            for m in self.model.modules()
+            if m.__dict__.get("quant_device") is not None and m is not tied
+        )
+        return sum(p.numel() for p in self.model.parameters()) + sum(dropped)
 
     def build_model(self, model_cls: type, dtype: torch.dtype, linear: object) -> torch.nn.Module:
         """The model, its parameters empty on this runner's device (a pipeline stage builds its part)."""
@@ -211,8 +222,8 @@ class TorchModelRunner(ModelRunner):
 
     def warmup(self, max_batch_tokens: int, max_num_seqs: int) -> None:
         """One prefill of `max_batch_tokens` tokens (at most the backend's `warmup_prefill_tokens`) and one
-        decode of `max_num_seqs` sequences, written into blocks that no request owns yet (the cache is
-        empty before serving)."""
+        decode of `max_num_seqs` sequences (at most its `warmup_decode_seqs`), written into blocks that no
+        request owns yet (the cache is empty before serving)."""
         from tgi.core.sampling_params import SamplingParams
 
         bs = self.config.block_size
@@ -225,7 +236,7 @@ class TorchModelRunner(ModelRunner):
         self.execute(ScheduledBatch(0, [prefill], 1))
         decodes = [
             ScheduledSequence(f"w{i}", [0], 0, [i % blocks], False, True, params, 0, 1, [0])
-            for i in range(min(max_num_seqs, blocks))
+            for i in range(min(max_num_seqs, blocks, self.backend.warmup_decode_seqs or max_num_seqs))
         ]
         self.execute(ScheduledBatch(0, decodes, 0))
         self.backend.synchronize()
