@@ -282,6 +282,18 @@ class CpuBackend(TorchBackend):
 
         return frozenset(native.BLOCK_TYPES) if native.available() else frozenset()
 
+    def standalone_block_types(self, dtype: str) -> frozenset[str]:
+        # the types `quantized_linear` gives an unbounded kernel: every one in --deterministic mode, else
+        # those whose row limit is None (the K-quants on int8 inputs where the CPU has no AVX-512)
+        qtypes = self.block_weight_types(dtype)
+        if not qtypes or self.batch_invariant:
+            return qtypes
+        from tgi.backends.cpu import native
+        from tgi.backends.cpu.linear import block_rows
+
+        impls = native.block_impls()
+        return frozenset(q for q in qtypes if block_rows(dtype, impls, q) is None)
+
     def blocks_for(self, dtype: str) -> bool:
         """Whether a model in `dtype` computes with the GGUF blocks (see `block_weight_types`)."""
         if dtype == "bfloat16":

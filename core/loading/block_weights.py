@@ -98,6 +98,16 @@ def iter_block_weights(source, config, qtypes: Iterable[str]) -> Iterator[tuple[
     )
 
 
+def stored_block_formats(source) -> dict[str, tuple[str, int, int]]:
+    """Hugging Face name -> (stored format, rows, cols) of the checkpoint's 2-D weights where the format
+    stores blocks (GGUF: its type names, block formats or not); {} for other formats."""
+    if source.format != "gguf":
+        return {}
+    from tgi.core.loading.gguf_loader import gguf_stored_formats
+
+    return gguf_stored_formats(source.path)
+
+
 def _mapped_tensor(data) -> torch.Tensor:
     """A tensor over `data`'s bytes, not copied (a read-only view of the file's memory map: the kernels
     read it once to pack or fuse it and nothing writes to it)."""

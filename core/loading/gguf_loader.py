@@ -337,6 +337,17 @@ def iter_gguf_weights(
         yield name, w if spec is None else w[spec].contiguous()
 
 
+def gguf_stored_formats(path: str) -> dict[str, tuple[str, int, int]]:
+    """Hugging Face name -> (GGUF type name, rows, cols) of the file's 2-D tensors, from its metadata alone
+    (nothing dequantized)."""
+    formats = {}
+    for tensor in open_reader(path).tensors:
+        name = hf_tensor_name(tensor.name)
+        if name is not None and len(tensor.shape) == 2:
+            formats[name] = (tensor.tensor_type.name, int(tensor.shape[1]), int(tensor.shape[0]))
+    return formats
+
+
 def iter_gguf_blocks(path: str, config: PretrainedConfig, qtypes: frozenset[str]):
     """Yield `(hf_name, qtype, data, rows, cols)` for the 2-D tensors stored in one of `qtypes`: `data` is
     uint8 [rows, bytes per row], rows in Hugging Face order (Q/K rows un-permuted like `iter_gguf_arrays`

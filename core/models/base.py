@@ -21,6 +21,7 @@ from tgi.core.interfaces.types import AttentionLayerSpec, KVCacheSpec
 from tgi.core.models.context import AttentionContext, token_seq_lens
 from tgi.core.models.layers import LinearFactory, default_weight_loader
 from tgi.core.models.rotary import head_dim_of, rotary_embedding
+from tgi.core.quant.kernels import drop_dense_weight
 from tgi.core.quant.weights import QuantizedWeight, RowParts
 
 #: checkpoint name part -> (fused module name part, shard id): separate q/k/v and gate/up tensors
@@ -196,10 +197,14 @@ class CausalLM(nn.Module):
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load Hugging Face-named tensors (as in the checkpoint), cast to the model dtype. A missing
-        `lm_head.weight` ties the head to the embeddings. Raises on unknown or missing names."""
+        `lm_head.weight` ties the head to the embeddings. Raises on unknown or missing names. A meta tensor
+        stands for a weight loaded without its dense copy (`tgi.core.torch.dense_free_loading`): its module's
+        dense weight is dropped (every part of it must come so)."""
         params = dict(self.named_parameters(remove_duplicate=False))
         modules = dict(self.named_modules())
         loaded: set[str] = set()
+        dense_free: dict[str, nn.Module] = {}  # modules whose weight came as meta parts
+        dense_parts: set[str] = set()  # modules that got a dense part
         for name, tensor in weights:
             if self.skip_weight(name):
                 continue
@@ -207,13 +212,18 @@ class CausalLM(nn.Module):
                 param = params.get(target)
                 if param is None:
                     raise ValueError(f"{self.architecture}: unexpected weight '{name}' in the checkpoint")
-                module = modules[target.rpartition(".")[0]]
-                loader = getattr(module, "weight_loader", default_weight_loader)
-                try:
-                    with torch.no_grad():
-                        loader(param, part, shard)
-                except ValueError as e:
-                    raise ValueError(f"{self.architecture}: weight '{name}': {e}") from None
+                module_name = target.rpartition(".")[0]
+                module = modules[module_name]
+                if part.is_meta:
+                    dense_free[module_name] = module
+                else:
+                    dense_parts.add(module_name)
+                    loader = getattr(module, "weight_loader", default_weight_loader)
+                    try:
+                        with torch.no_grad():
+                            loader(param, part, shard)
+                    except ValueError as e:
+                        raise ValueError(f"{self.architecture}: weight '{name}': {e}") from None
                 loaded.add(target if shard is None else f"{target}:{shard}")
         # (a pipeline stage without the output head has no `lm_head.weight` to tie)
         head = getattr(self.lm_head, "weight", None)
@@ -230,6 +240,10 @@ class CausalLM(nn.Module):
             raise ValueError(
                 f"{self.architecture}: weights missing from the checkpoint: {', '.join(missing)}"
             )
+        for module_name, module in dense_free.items():
+            if module_name in dense_parts:
+                raise ValueError(f"{self.architecture}: {module_name} came partly without its dense weight")
+            drop_dense_weight(module)
 
     def attach_quantized_weights(
         self, weights: Iterable[tuple[str, QuantizedWeight]], required: bool = False

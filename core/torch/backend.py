@@ -111,6 +111,13 @@ class TorchBackend(Backend):
         Default: none."""
         return frozenset()
 
+    def standalone_block_types(self, dtype: str) -> frozenset[str]:
+        """The block formats of `block_weight_types(dtype)` whose kernel (`quantized_linear`) takes every
+        row count (`max_rows` None): a linear stored wholly in them is loaded without its dense copy
+        (`tgi.core.torch.dense_free_loading`), and a kernel that then takes fewer rows fails the load.
+        Default: none (every dense weight is dequantized and kept until the kernels are attached)."""
+        return frozenset()
+
     def gguf_dequantizer(self, dtype: str):
         """A dequantizer of a GGUF file's stored tensors for a model in `dtype`
         (`tgi.core.loading.gguf_loader.GGUFDequantizer`: the file's bytes of one tensor -> its dense torch

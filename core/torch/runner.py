@@ -20,11 +20,17 @@ from tgi.core.interfaces import (
 from tgi.core.interfaces.batch import ScheduledBatch, ScheduledSequence, StepOutput
 from tgi.core.interfaces.runner import StepHandle
 from tgi.core.loading import iter_weights, load_config
-from tgi.core.loading.block_weights import iter_block_weights
+from tgi.core.loading.block_weights import iter_block_weights, stored_block_formats
 from tgi.core.models.context import AttentionContext, build_attention_metadata, build_positions, image_spans
 from tgi.core.models.registry import attention_layer_specs, kv_cache_spec, model_class_for
 from tgi.core.quant.quantized_loading import QuantizedLoading
 from tgi.core.tokenization import config_eos_token_ids
+from tgi.core.torch.dense_free_loading import (
+    check_dense_free_linears,
+    dense_free_weights,
+    skipping,
+    with_placeholders,
+)
 from tgi.core.torch.host_transfer import HostCopy, start_to_host, to_device
 from tgi.core.torch.pending_tokens import LastSampled
 
@@ -90,15 +96,27 @@ class TorchModelRunner(ModelRunner):
         quant = QuantizedLoading(self.backend, self.hf_config, self.config.quantize, self.source, self.dtype)
         quant.check(self.model, tp_size)  # refuses what this backend cannot compute, before reading weights
         dequantize = self.backend.gguf_dequantizer(self.dtype) if self.source.format == "gguf" else None
-        weights = iter_weights(self.source, self.hf_config, select=select, dequantize=dequantize)
-        self.model.load_weights(quant.split_checkpoint(self.model, weights))
-        quant.attach_weights(self.model)
         qtypes = self.backend.block_weight_types(self.dtype)
-        if qtypes and tp_size == 1 and hasattr(self.model, "attach_quantized_weights"):
+        blocks = bool(qtypes) and tp_size == 1 and hasattr(self.model, "attach_quantized_weights")
+        dense_free = {}  # weights loaded without their dense copy (their blocks' kernel takes every row count)
+        if blocks and not self.config.quantize:
+            standalone = self.backend.standalone_block_types(self.dtype)
+            if standalone:
+                stored = stored_block_formats(self.source)
+                dense_free = dense_free_weights(self.model, stored, standalone)
+        weights = iter_weights(
+            self.source, self.hf_config, select=skipping(select, dense_free), dequantize=dequantize
+        )
+        self.model.load_weights(
+            quant.split_checkpoint(self.model, with_placeholders(weights, dense_free, select))
+        )
+        quant.attach_weights(self.model)
+        if blocks:
             self.model.attach_quantized_weights(iter_block_weights(self.source, self.hf_config, qtypes))
         self.model.eval()
         self.backend.prepare_model(self.model)
         quantization = quant.attach_kernels(self.model)
+        check_dense_free_linears(self.model)
         self.lora = None  # LoRA adapters (--lora-adapters): deltas added on top of the prepared linears
         if self.config.lora_adapters:
             from tgi.core.lora import load_lora

@@ -186,15 +186,53 @@ def test_k_quants_on_int8_inputs_keep_no_dense_copy_where_the_cpu_has_no_avx512(
     monkeypatch, q4_k_m, reference
 ):
     """With the default row limits, a CPU whose K-quants run on int8 inputs and which has no AVX-512 takes
-    them for every row count (`K_INT8_AVX2_ROWS`), so their layers (ffn_down) drop the dense float32 copy;
+    them for every row count (`K_INT8_AVX2_ROWS`), so their layers (ffn_down) are loaded without a dense
+    float32 copy (never dequantized: no K-quant tensor is, in this file whose narrower tensors are not);
     elsewhere they keep it for the rows the blocks leave. The tokens are the blocks' as above."""
     from tgi.backends.cpu import native
+    from tgi.backends.cpu.gguf_dequant import NativeGGUFDequantizer
     from tgi.backends.cpu.linear import avx2_only, int8_f32_k_quants
 
+    dequantized = collections.Counter()
+    call = NativeGGUFDequantizer.__call__
+
+    def recording(self, raw, qtype, rows, cols):
+        dequantized[qtype] += 1
+        return call(self, raw, qtype, rows, cols)
+
+    monkeypatch.setattr(NativeGGUFDequantizer, "__call__", recording)
     monkeypatch.delenv("TGI_CPU_BLOCK_IMPL", raising=False)
     engine = _engine(monkeypatch, q4_k_m, "float32", blocks=True, rows=None)
     unbounded = int8_f32_k_quants(native.block_impls()) and avx2_only(native.block_impls())
     downs = [layer.mlp.down_proj for layer in engine.runner.model.model.layers]
     assert [d.weight.is_meta for d in downs] == [unbounded] * 30
+    k_quants = dequantized["Q4_K"] + dequantized["Q6_K"]
+    assert k_quants == (0 if unbounded else 30)  # the 30 ffn_down, where kept
+    assert dequantized["Q8_0"] >= 1  # the embedding table (and the others' dense copies) still are
     greedy, _ = _run(engine, None)
     assert _agreement(greedy, reference[0]) >= NEW * len(PROMPTS) // 2
+
+
+def test_a_backend_whose_kernel_leaves_rows_to_a_dense_copy_it_said_it_needs_not_fails_the_load(
+    monkeypatch, q4_k_m
+):
+    """`standalone_block_types` is a promise: a linear loaded without its dense copy whose kernel then takes
+    fewer rows than all fails the load, naming the layer, rather than meet an empty weight later."""
+    from tgi.backends.cpu.backend import CpuBackend
+    from tgi.core.interfaces.types import UnsupportedError
+    from tgi.core.testing.model import backend_registry
+
+    class Overpromising(CpuBackend):
+        name = "overpromising-cpu"
+
+        def standalone_block_types(self, dtype: str) -> frozenset[str]:
+            return frozenset({"Q5_0"}) & self.block_weight_types(dtype)  # a kernel of <= 256 rows here
+
+    monkeypatch.setenv("TGI_CPU_BLOCK_KERNELS_F32", "1")
+    monkeypatch.delenv("TGI_CPU_BLOCK_ROWS", raising=False)
+    config = EngineConfig(model_id=q4_k_m, backend=Overpromising.name, dtype="float32", max_total_tokens=64,
+                          max_batch_total_tokens=256, max_batch_prefill_tokens=64, max_num_seqs=2)  # fmt: skip
+    with pytest.raises(
+        UnsupportedError, match=r"self_attn\.\w+: .* takes at most \d+ rows and this layer has no dense"
+    ):
+        LLMEngine.from_config(config, registry=backend_registry(Overpromising.name, Overpromising))

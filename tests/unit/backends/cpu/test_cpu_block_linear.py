@@ -167,15 +167,15 @@ def test_cpu_backend_asks_for_blocks_for_bfloat16_and_default_float32_models(mon
     assert backend.default_dtype() == "float32"
     assert backend.block_weight_types("float32") == frozenset(native.BLOCK_TYPES)
     # where the CPU has no AVX-512 (the dense float32 product is AVX2 too) the blocks go further: 256 rows for
-    # 32-weight blocks (else 16), 2048 for the K-quants on int8 inputs (else 64)
+    # 32-weight blocks (else 16), every row count for the K-quants on int8 inputs (else 64), which are then
+    # loaded without a dense copy
     impls = native.block_impls()
     avx512 = "avx512f" in cpu_info().flags or any(i.startswith("avx512") for i in impls)
-    k_rows, rows = (64, 16) if avx512 else (2048, 256)
-    int8 = (
-        f"; K-quants on int8 inputs (avx2-int8) up to {k_rows} rows"
-        if "avx2-int8" in impls and "avx512-vnni" not in impls
-        else ""
-    )
+    k_rows, rows = ("up to 64 rows", 16) if avx512 else ("for every row count (no dense copy)", 256)
+    on_int8 = "avx2-int8" in impls and "avx512-vnni" not in impls
+    int8 = f"; K-quants on int8 inputs (avx2-int8) {k_rows}" if on_int8 else ""
     assert backend.describe_kernels("float32")["gguf block linear"] == f"float32 AVX2 up to {rows} rows{int8}"
+    standalone = {"Q4_K", "Q5_K", "Q6_K"} if on_int8 and not avx512 else set()
+    assert backend.standalone_block_types("float32") == standalone
     monkeypatch.setenv("TGI_CPU_BLOCK_KERNELS", "0")
     assert backend.block_weight_types("bfloat16") == backend.block_weight_types("float32") == frozenset()
