@@ -203,8 +203,8 @@ class CausalLM(nn.Module):
         params = dict(self.named_parameters(remove_duplicate=False))
         modules = dict(self.named_modules())
         loaded: set[str] = set()
-        dense_free: dict[str, nn.Module] = {}  # modules whose weight came as meta parts
-        dense_parts: set[str] = set()  # modules that got a dense part
+        dense_free: dict[str, nn.Module] = {}  # parameter -> its module, for weights that came as meta parts
+        dense_parts: set[str] = set()  # parameters that got a dense part
         for name, tensor in weights:
             if self.skip_weight(name):
                 continue
@@ -212,12 +212,13 @@ class CausalLM(nn.Module):
                 param = params.get(target)
                 if param is None:
                     raise ValueError(f"{self.architecture}: unexpected weight '{name}' in the checkpoint")
-                module_name = target.rpartition(".")[0]
-                module = modules[module_name]
+                module = modules[target.rpartition(".")[0]]
                 if part.is_meta:
-                    dense_free[module_name] = module
+                    if not target.endswith(".weight"):
+                        raise ValueError(f"{self.architecture}: '{name}' came without its values")
+                    dense_free[target] = module
                 else:
-                    dense_parts.add(module_name)
+                    dense_parts.add(target)
                     loader = getattr(module, "weight_loader", default_weight_loader)
                     try:
                         with torch.no_grad():
@@ -240,9 +241,9 @@ class CausalLM(nn.Module):
             raise ValueError(
                 f"{self.architecture}: weights missing from the checkpoint: {', '.join(missing)}"
             )
-        for module_name, module in dense_free.items():
-            if module_name in dense_parts:
-                raise ValueError(f"{self.architecture}: {module_name} came partly without its dense weight")
+        for target, module in dense_free.items():
+            if target in dense_parts:
+                raise ValueError(f"{self.architecture}: {target} came partly without its dense values")
             drop_dense_weight(module)
 
     def attach_quantized_weights(

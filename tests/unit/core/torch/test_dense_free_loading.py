@@ -89,5 +89,33 @@ def test_placeholders_drop_the_dense_weight_and_a_partial_linear_is_refused(mode
     kept = [(n, t) for n, t in dense if n != f"{ATTN}k_proj.weight"] + [
         (f"{ATTN}o_proj.weight", torch.zeros(H, H))
     ]
-    with pytest.raises(ValueError, match="qkv_proj came partly without its dense weight"):
+    with pytest.raises(ValueError, match=r"qkv_proj\.weight came partly without its dense values"):
         fresh.load_weights(with_placeholders(kept, partial, None))
+
+
+def test_a_linear_with_a_bias_loads_its_bias_beside_the_placeholders():
+    """Qwen2's q/k/v carry biases (1-D, stored dense): the weights may still come without a dense copy."""
+    from transformers import Qwen2Config
+
+    config = Qwen2Config(
+        hidden_size=H, intermediate_size=INNER, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=V, tie_word_embeddings=True,
+    )  # fmt: skip
+    model = model_class_for(config)(config, dtype=torch.float32, device="cpu")
+    qkv = {f"{ATTN}{p}_proj.weight": "Q4_K" for p in "qkv"}
+    free = dense_free_weights(model, stored(qkv), frozenset({"Q4_K"}))
+    assert set(free) == set(qkv)
+    dense = [
+        (name, torch.ones(shape))
+        for name, shape in [
+            (f"{ATTN}q_proj.bias", (H,)), (f"{ATTN}k_proj.bias", (H // 2,)), (f"{ATTN}v_proj.bias", (H // 2,)),
+            (f"{ATTN}o_proj.weight", (H, H)),
+            *((f"{MLP}{p}_proj.weight", (INNER, H)) for p in ("gate", "up")),
+            (f"{MLP}down_proj.weight", (H, INNER)), ("model.embed_tokens.weight", (V, H)),
+            ("model.norm.weight", (H,)), ("model.layers.0.input_layernorm.weight", (H,)),
+            ("model.layers.0.post_attention_layernorm.weight", (H,)),
+        ]
+    ]  # fmt: skip
+    model.load_weights(with_placeholders(dense, free, None))
+    qkv_proj = model.model.layers[0].self_attn.qkv_proj
+    assert qkv_proj.weight.is_meta and bool((qkv_proj.bias == 1).all())
