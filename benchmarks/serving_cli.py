@@ -58,7 +58,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="requests per level (default: 2×C, at least 8; rates: 64)",
     )
-    a("--requests-per-client", type=int, default=2, help="closed loop: requests per client per level")
+    a(
+        "--requests-per-client",
+        type=int,
+        default=2,
+        help="closed loop: requests per client per level (a level runs 8 at least)",
+    )
     a("--prompts", choices=sorted(PROMPT_SETS), default="peers", help="prompt set (default peers)")
     a("--seed", type=int, default=0, help="prompt-set seed (default 0)")
     a(
