@@ -258,12 +258,12 @@ class CpuBackend(TorchBackend):
         from tgi.core.loading.block_weights import BlockWeight
 
         if isinstance(weight, BlockWeight):
-            from tgi.backends.cpu import native
-            from tgi.backends.cpu.linear import BlockLinearKernel, block_rows, invariant_block_impl
+            from tgi.backends.cpu.linear import BlockLinearKernel, invariant_block_impl
 
+            rows = self._block_kernel_rows(weight.qtype, dtype)
             if self.batch_invariant:
-                return BlockLinearKernel(weight, None, invariant_block_impl(weight.qtype, dtype))
-            return BlockLinearKernel(weight, block_rows(dtype, native.block_impls(), weight.qtype))
+                return BlockLinearKernel(weight, rows, invariant_block_impl(weight.qtype, dtype))
+            return BlockLinearKernel(weight, rows)
         if self.batch_invariant:
             from tgi.backends.cpu.linear import RowAtATimeKernel
 
@@ -282,17 +282,21 @@ class CpuBackend(TorchBackend):
 
         return frozenset(native.BLOCK_TYPES) if native.available() else frozenset()
 
-    def standalone_block_types(self, dtype: str) -> frozenset[str]:
-        # the types `quantized_linear` gives an unbounded kernel: every one in --deterministic mode, else
-        # those whose row limit is None (the K-quants on int8 inputs where the CPU has no AVX-512)
-        qtypes = self.block_weight_types(dtype)
-        if not qtypes or self.batch_invariant:
-            return qtypes
+    def _block_kernel_rows(self, qtype: str, dtype: str) -> int | None:
+        """The row limit of `quantized_linear`'s block kernel for `qtype` (None: every row count): none in
+        --deterministic mode, else the CPU's (`block_rows`: the K-quants on int8 inputs where the CPU has no
+        AVX-512 take every row count)."""
+        if self.batch_invariant:
+            return None
         from tgi.backends.cpu import native
         from tgi.backends.cpu.linear import block_rows
 
-        impls = native.block_impls()
-        return frozenset(q for q in qtypes if block_rows(dtype, impls, q) is None)
+        return block_rows(dtype, native.block_impls(), qtype)
+
+    def standalone_block_types(self, dtype: str) -> frozenset[str]:
+        return frozenset(
+            q for q in self.block_weight_types(dtype) if self._block_kernel_rows(q, dtype) is None
+        )
 
     def blocks_for(self, dtype: str) -> bool:
         """Whether a model in `dtype` computes with the GGUF blocks (see `block_weight_types`)."""

@@ -62,9 +62,10 @@ def with_placeholders(
     """`weights`, then a meta tensor of each of `shapes` that `select` reads whole."""
     yield from weights
     for name, shape in shapes.items():
-        if selection(select, name) is SKIP:
+        spec = selection(select, name)
+        if spec is SKIP:
             continue
-        if selection(select, name) is not None:
+        if spec is not None:
             raise UnsupportedError(f"{name}: a slice of a weight loaded without its dense copy")
         yield name, torch.empty(shape, device="meta")
 
