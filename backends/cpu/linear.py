@@ -150,7 +150,8 @@ class BlockLinearKernel(QuantizedLinearKernel):
         from tgi.backends.cpu import native
 
         self.qtype, self.rows, self.cols = block.qtype, block.rows, block.cols
-        self.packed = native.block_pack(block.data, block.qtype, block.rows, block.cols)
+        self.layout = native.preferred_layout(block.qtype)
+        self.packed = native.block_pack(block.data, block.qtype, block.rows, block.cols, self.layout)
         self.max_rows = max_rows
         self.impl = impl
         rows = "every row count" if max_rows is None else f"<= {max_rows} rows"
@@ -159,7 +160,7 @@ class BlockLinearKernel(QuantizedLinearKernel):
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         return self._native.block_linear(
-            x, self.packed, self.qtype, self.rows, self.cols, bias, impl=self.impl
+            x, self.packed, self.qtype, self.rows, self.cols, bias, impl=self.impl, layout=self.layout
         )
 
     def release_source(self) -> bool:

@@ -205,11 +205,39 @@ BLOCK_TYPES = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2, "Q5_0": 6, "Q5_1": 7, "Q4_K": 3,
 BLOCK_IMPLS = {"auto": 0, "reference": 1, "avx512-bf16": 2, "amx": 3, "avx512-vnni": 4, "avx2-int8": 5}
 
 
-def block_pack(raw: torch.Tensor, qtype: str, n: int, k: int) -> torch.Tensor:
+#: how `block_pack` stores the high bits of Q5_K and Q6_K (native/block_linear_kquant.h): "masks" (lane
+#: masks, which every implementation reads) or "fields" (which the AVX2 int8 path sets in place with a shift
+#: and a mask per 32 weights; "avx512-bf16" and "avx512-vnni" refuse it, "auto" takes "reference" there)
+KQUANT_LAYOUTS = ("masks", "fields")
+#: the native type ids of Q5_K and Q6_K packed with fields
+_FIELDS_TYPES = {"Q5_K": 8, "Q6_K": 9}
+
+
+def _packed_type(qtype: str, layout: str) -> int:
+    if layout not in KQUANT_LAYOUTS:
+        raise ValueError(f"unknown packed layout {layout!r} (known: {', '.join(KQUANT_LAYOUTS)})")
+    if layout == "masks":
+        return BLOCK_TYPES[qtype]
+    if qtype not in _FIELDS_TYPES:
+        raise ValueError(f"{qtype} has no high bits to pack as fields (Q5_K and Q6_K have)")
+    return _FIELDS_TYPES[qtype]
+
+
+def preferred_layout(qtype: str) -> str:
+    """The layout `block_pack` should use for `qtype` on this CPU: "fields" for Q5_K and Q6_K where it has no
+    AVX512-BF16 (no kernel that reads only lane masks runs here, and the AVX2 int8 path reads fields ~2x
+    faster), else "masks"."""
+    if qtype in _FIELDS_TYPES and "avx512-bf16" not in block_impls():
+        return "fields"
+    return "masks"
+
+
+def block_pack(raw: torch.Tensor, qtype: str, n: int, k: int, layout: str = "masks") -> torch.Tensor:
     """Repack a [n, k] weight's GGUF blocks (uint8 [n, k / 32 * block bytes], llama.cpp's layout; K-quants
     [n, k / 256 * super-block bytes]) into the layout `block_linear` reads (groups of 16 rows; the same size,
-    K-quants 1-3 % more: their 6-bit scales unpacked to bytes). Returns a flat uint8 tensor."""
-    return load().block_pack(raw, BLOCK_TYPES[qtype], int(n), int(k))
+    K-quants 1-3 % more: their 6-bit scales unpacked to bytes), the high bits of Q5_K and Q6_K as `layout`
+    (`KQUANT_LAYOUTS`; pass the same to `block_linear`). Returns a flat uint8 tensor."""
+    return load().block_pack(raw, _packed_type(qtype, layout), int(n), int(k))
 
 
 #: implementations of `block_dequantize`: "auto" takes "avx512" where the CPU has AVX-512 F and BW
@@ -254,8 +282,9 @@ def block_linear(
     k: int,
     bias: torch.Tensor | None = None,
     impl: str = "auto",
+    layout: str = "masks",
 ) -> torch.Tensor:
-    """`x @ W.T (+ bias)` with W [n, k] given as `block_pack(...)` of its GGUF blocks.
+    """`x @ W.T (+ bias)` with W [n, k] given as `block_pack(..., layout)` of its GGUF blocks.
 
     x [M, k] bfloat16 -> [M, n] bfloat16. Products of x with the exact weight values (not rounded to
     bfloat16) accumulate in float32, then round once. `impl`: "auto" (the fastest this CPU has), "amx"
@@ -274,7 +303,9 @@ def block_linear(
     takes it for float32 x where the CPU has AVX2, FMA and F16C and no AVX512-VNNI (Q5_0, Q5_1 keep the
     float32 AVX2 kernel).
     """
-    return load().block_linear(x, packed, BLOCK_TYPES[qtype], int(n), int(k), bias, BLOCK_IMPLS[impl])
+    return load().block_linear(
+        x, packed, _packed_type(qtype, layout), int(n), int(k), bias, BLOCK_IMPLS[impl]
+    )
 
 
 def fused():

@@ -232,6 +232,10 @@ torch::Tensor block_linear(torch::Tensor x, torch::Tensor packed, int64_t qtype,
   // int8 inputs), 5 AVX2 (K-quants, Q4_0, Q4_1, Q8_0; int8 inputs; bfloat16 x only when asked for)
   TORCH_CHECK(impl >= 0 && impl <= 5, "unknown implementation ", impl);
   TORCH_CHECK(impl != 5 || (has_avx2_int8() && avx2_int8_type(qtype)), kAvx2Int8Refusal);
+  // the AVX-512 K-quant paths read the high bits as lane masks; weights packed with fields (for CPUs without
+  // them) take the scalar reference there under "auto"
+  TORCH_CHECK((impl != 2 && impl != 4) || !kq_fields(qtype), "the AVX-512 K-quant kernels read weights packed "
+              "with lane masks, not fields (block_pack's layout for CPUs without AVX512-BF16)");
 #if defined(__x86_64__)
   if (impl == 5) {
     int8_avx2(xp, M, k, wp, qtype, groups, [&](int64_t g, const float* y) {
@@ -273,7 +277,7 @@ torch::Tensor block_linear(torch::Tensor x, torch::Tensor packed, int64_t qtype,
   TORCH_CHECK(impl != 4 || is_kquant(qtype), "the int8 (AVX512-VNNI) block kernel computes Q4_K, Q5_K and Q6_K");
   // auto: the K-quants on int8 inputs, as llama.cpp computes them, where the CPU has VNNI (a decode step of
   // the 1B-class Q4_K_M model reads its weights 2-5x faster per core than on the bfloat16 path)
-  if (is_kquant(qtype) && (impl == 4 || (impl == 0 && has_avx512_vnni()))) {
+  if (is_kquant(qtype) && !kq_fields(qtype) && (impl == 4 || (impl == 0 && has_avx512_vnni()))) {
     const int64_t ns = k / QKK;
     std::vector<int8_t> xq(M * k);
     std::vector<float> dx(M * ns);
@@ -288,7 +292,7 @@ torch::Tensor block_linear(torch::Tensor x, torch::Tensor packed, int64_t qtype,
     });
     return out;
   }
-  const bool fast = impl == 2 || (impl == 0 && has_avx512_bf16());
+  const bool fast = (impl == 2 || (impl == 0 && has_avx512_bf16())) && !kq_fields(qtype);
 #else
   TORCH_CHECK(impl < 2, "no vector implementation on this architecture");
   const bool fast = false;

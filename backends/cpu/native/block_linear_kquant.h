@@ -13,9 +13,16 @@
 // - [0, 2048): per 32-weight sub-block j, 256 bytes of low nibbles in the layout of Q4_0/Q4_1 (chunk c,
 //   byte 2r + i: row r, low nibble column 4c + i, high nibble column 4c + 2 + i). Q6_K's sub-blocks of 16
 //   are the chunks 0-3 and 4-7 of one 32-wide sub-block.
-// - high bits as lane masks of those chunks: the 32 16-bit lanes a chunk widens to (lane 2r + i) for its
-//   "a" columns (4c + i) and its "b" columns (4c + 2 + i). Q5_K: per sub-block 64 bytes, chunk c at 8c:
-//   uint32 mask a, mask b (bit 4 of q). Q6_K: 128 bytes, chunk c at 16c: a bit 4, b bit 4, a bit 5, b bit 5.
+// - the high bits of Q5_K (bit 4 of q) and Q6_K (bits 4-5), per sub-block 64 (Q5_K) or 128 (Q6_K) bytes, in
+//   one of two layouts, each a packed type of its own (the type ids below):
+//   - lane masks (kQ5_K, kQ6_K; every path reads them, the AVX-512 ones set each mask register from one):
+//     the 32 lanes of a chunk (lane 2r + i) for its "a" columns (4c + i) and its "b" columns (4c + 2 + i) as
+//     uint32 masks. Q5_K: chunk c at 8c: mask a, mask b. Q6_K: chunk c at 16c: a bit 4, b bit 4, a bit 5, b bit 5.
+//   - fields (kQ5_KF, kQ6_KF; not the AVX-512 paths): per 32-byte vector, byte `lane` holds that lane's high
+//     bits for several chunk halves, so a vector shift and mask put them in place beside 32 low nibbles
+//     (AVX2: 1-2 operations per 32 weights, against ~6 per lane mask). Q5_K: vector v = chunks 4v..4v + 3,
+//     bit 2(c - 4v) + h (h 0: a, 1: b). Q6_K: vector v = chunks 2v, 2v + 1, bits 2f, 2f + 1 with
+//     f = 2(c - 2v) + h.
 // - the header at kq_header(qtype): fp16 d[16], fp16 dmin[16] (zero for Q6_K), then Q4_K/Q5_K uint8
 //   sc[8][16] and m[8][16]; Q6_K int8 sc[16][16]. (Scales unpacked to bytes: 148 / 180 / 212 bytes per row
 //   and super-block against the file's 144 / 176 / 210.)
@@ -30,37 +37,54 @@
 
 namespace tgi_blocks {
 
-enum KQType : int64_t { kQ4_K = 3, kQ5_K = 4, kQ6_K = 5 };
+// the GGUF formats (their raw super-blocks; packed with lane masks), and Q5_K / Q6_K packed with fields
+enum KQType : int64_t { kQ4_K = 3, kQ5_K = 4, kQ6_K = 5, kQ5_KF = 8, kQ6_KF = 9 };
 constexpr int64_t QKK = 256;  // weights per super-block
 constexpr int64_t kLowBytes = 8 * 256;
 
-inline bool is_kquant(int64_t t) { return t == kQ4_K || t == kQ5_K || t == kQ6_K; }
-inline int64_t kq_raw_bytes(int64_t t) { return t == kQ4_K ? 144 : t == kQ5_K ? 176 : 210; }
-inline int64_t kq_high_bytes(int64_t t) { return t == kQ4_K ? 0 : t == kQ5_K ? 8 * 64 : 8 * 128; }
+inline bool is_kquant(int64_t t) { return t == kQ4_K || t == kQ5_K || t == kQ6_K || t == kQ5_KF || t == kQ6_KF; }
+// whether a packed K-quant type holds its high bits as fields (else lane masks)
+constexpr bool kq_fields(int64_t t) { return t == kQ5_KF || t == kQ6_KF; }
+// the GGUF format of a packed K-quant type
+constexpr int64_t kq_format(int64_t t) { return t == kQ5_KF ? kQ5_K : t == kQ6_KF ? kQ6_K : t; }
+inline int64_t kq_raw_bytes(int64_t t) { t = kq_format(t); return t == kQ4_K ? 144 : t == kQ5_K ? 176 : 210; }
+inline int64_t kq_high_bytes(int64_t t) { t = kq_format(t); return t == kQ4_K ? 0 : t == kQ5_K ? 8 * 64 : 8 * 128; }
 inline int64_t kq_header(int64_t t) { return kLowBytes + kq_high_bytes(t); }
 inline int64_t kq_stride(int64_t t) { return kq_header(t) + 2 * R * 2 + 16 * R; }
 
+// the high bits (0, 16, 32 or 48: what they add to q) of lane `lane` of chunk c's half h (0: the "a"
+// columns, its low nibbles; 1: the "b" columns) in sub-block j of a packed super-block `o`
+inline int kq_high(const uint8_t* o, int64_t t, int j, int c, int lane, int h) {
+  const uint8_t* p = o + kLowBytes;
+  uint32_t m4, m5;
+  switch (t) {
+    case kQ5_K:
+      std::memcpy(&m4, p + 64 * j + 8 * c + 4 * h, 4);
+      return static_cast<int>((m4 >> lane) & 1u) << 4;
+    case kQ6_K:
+      std::memcpy(&m4, p + 128 * j + 16 * c + 4 * h, 4);
+      std::memcpy(&m5, p + 128 * j + 16 * c + 8 + 4 * h, 4);
+      return static_cast<int>((((m4 >> lane) & 1u) << 4) | (((m5 >> lane) & 1u) << 5));
+    case kQ5_KF:
+      return ((p[64 * j + 32 * (c / 4) + lane] >> (2 * (c % 4) + h)) & 1) << 4;
+    case kQ6_KF:
+      return ((p[128 * j + 32 * (c / 2) + lane] >> (2 * (2 * (c % 2) + h))) & 3) << 4;
+    default:
+      return 0;
+  }
+}
+
 // the integer q of row r, column k (0..255) of a packed super-block `o` (Q6_K's without its -32)
 inline int kq_value(const uint8_t* o, int64_t t, int r, int k) {
-  const int j = k / 32, kk = k % 32, c = kk / 4, lane = 2 * r + kk % 2, b = (kk % 4) >= 2;
+  const int j = k / 32, kk = k % 32, c = kk / 4, lane = 2 * r + kk % 2, h = (kk % 4) >= 2;
   const uint8_t byte = o[256 * j + 32 * c + lane];
-  int q = b ? (byte >> 4) : (byte & 0x0F);
-  if (t == kQ5_K) {
-    uint32_t mask;
-    std::memcpy(&mask, o + kLowBytes + 64 * j + 8 * c + 4 * b, 4);
-    q |= ((mask >> lane) & 1u) << 4;
-  } else if (t == kQ6_K) {
-    uint32_t m4, m5;
-    std::memcpy(&m4, o + kLowBytes + 128 * j + 16 * c + 4 * b, 4);
-    std::memcpy(&m5, o + kLowBytes + 128 * j + 16 * c + 8 + 4 * b, 4);
-    q |= (((m4 >> lane) & 1u) << 4) | (((m5 >> lane) & 1u) << 5);
-  }
-  return q;
+  return (h ? (byte >> 4) : (byte & 0x0F)) | kq_high(o, t, j, c, lane, h);
 }
 
 // the scale and min (to subtract) of row r's sub-block i (of 32 weights; Q6_K: of 16) of super-block `o`
 inline void kq_scale(const uint8_t* o, int64_t t, int r, int i, float* scale, float* min) {
   const uint8_t* h = o + kq_header(t);
+  t = kq_format(t);
   uint16_t dh, mh;
   std::memcpy(&dh, h + 2 * r, 2);
   std::memcpy(&mh, h + 2 * R + 2 * r, 2);
@@ -74,7 +98,7 @@ inline void kq_scale(const uint8_t* o, int64_t t, int r, int i, float* scale, fl
   }
 }
 
-// packing (block_linear_kquant_pack.cpp)
+// packing (block_linear_kquant_pack.cpp): qtype a packed type (its GGUF format's raw super-blocks in `raw`)
 void pack_k(const uint8_t* raw, int64_t qtype, int64_t N, int64_t K, uint8_t* out);
 
 // reference (bfloat16 x) and float32 paths (block_linear_kquant_ref.cpp); sx: sums of x per 32 columns
@@ -90,8 +114,11 @@ void quantize_rows_q8k(const uint16_t* x, int64_t M, int64_t K, int8_t* q, float
 // the same of float32 x (the AVX2 int8 path's float32 models)
 void quantize_rows_q8k(const float* x, int64_t M, int64_t K, int8_t* q, float* dx, int32_t* bsum);
 
+// the loop quantize_rows_q8k runs where the CPU has no AVX2 (its vector version gives the same bits)
+void quantize_rows_q8k_scalar(const float* x, int64_t M, int64_t K, int8_t* q, float* dx, int32_t* bsum);
+
 #if defined(__x86_64__)
-// AVX-512 BF16 path (block_linear_kquant_avx512_bf16.cpp)
+// AVX-512 BF16 path (block_linear_kquant_avx512_bf16.cpp); lane masks only (the op refuses fields there)
 TGI_BF16_TARGET void group_avx512_k(const uint16_t* x, int64_t M, int64_t K, const float* sx,
                                     const uint8_t* packed, int64_t qtype, int64_t g, float* y);
 
@@ -106,9 +133,15 @@ inline bool has_avx512_vnni() {
 }
 TGI_VNNI_TARGET void group_vnni_k(const int8_t* xq, const float* dx, const int32_t* bsum, int64_t M, int64_t K,
                                   const uint8_t* packed, int64_t qtype, int64_t g, float* y);
-// AVX2 int8 path (block_linear_kquant_avx2.cpp): the same quantized input as group_vnni_k, float32 sums y [M, R]
+// AVX2 int8 path (block_linear_kquant_avx2.cpp): the same quantized input as group_vnni_k, float32 sums y [M, R];
+// either layout
 #define TGI_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
 
+// quantize_rows_q8k on AVX2 (block_linear_kquant_avx2.cpp): the same bits as its scalar loop
+TGI_AVX2_TARGET void quantize_rows_q8k_avx2(const float* x, int64_t M, int64_t K, int8_t* q, float* dx,
+                                            int32_t* bsum);
+TGI_AVX2_TARGET void quantize_rows_q8k_avx2(const uint16_t* x, int64_t M, int64_t K, int8_t* q, float* dx,
+                                            int32_t* bsum);
 TGI_AVX2_TARGET void group_avx2_k(const int8_t* xq, const float* dx, const int32_t* bsum, int64_t M, int64_t K,
                                   const uint8_t* packed, int64_t qtype, int64_t g, float* y);
 #endif

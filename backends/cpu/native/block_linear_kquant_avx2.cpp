@@ -15,6 +15,11 @@
 // multiplies them by their scales in one step. Rows are thus held as even and odd halves (E: rows 0, 2, ..,
 // 14; O: rows 1, 3, .., 15) until the end of a group.
 //
+// The high bits (Q5_K, Q6_K) are set into each chunk's bytes before the products: from lane masks (the layout
+// the AVX-512 paths read) each mask takes ~6 operations to widen into bytes, so a Q6_K chunk spends ~28 on
+// its four masks; from fields (the layout packed for CPUs without AVX512-BF16) a shift and a mask per half.
+// Zen 1, one thread, [1, 8192] x [8192, 2048] Q6_K: see backends/cpu/README.md.
+//
 // Its accuracy is the AVX512-VNNI path's (same q8_K input): each output within half an input step per column
 // weighted by |w| of the exact-input product; each row is quantized alone, so rows do not depend on the batch.
 //
@@ -55,6 +60,12 @@ TGI_AVX2_TARGET inline __m256i mask_bytes(const uint8_t* p, __m256i spread, __m2
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, select), select), bit);
 }
 
+// the field at bit `at` of each byte of the fields vector `v` moved to bit `to` (the bits around it are
+// masked off by the caller: 16-bit shifts of at most 4 never carry another byte's bits into the field)
+TGI_AVX2_TARGET inline __m256i field_at(__m256i v, int at, int to) {
+  return at < to ? _mm256_slli_epi16(v, to - at) : at > to ? _mm256_srli_epi16(v, at - to) : v;
+}
+
 TGI_AVX2_TARGET inline __m256i bcast_pair(const int8_t* p) {
   int16_t v;
   std::memcpy(&v, p, 2);
@@ -66,13 +77,14 @@ template <int MT, int64_t T>
 TGI_AVX2_TARGET void group_tile_avx2(const int8_t* xq, const float* dx, const int32_t* bsum, int64_t K,
                                      const uint8_t* packed, int64_t g, float* y) {
   // chunks whose 16-bit sums are added before widening (see the top of the file)
-  constexpr int RUN = T == kQ4_K ? 4 : T == kQ5_K ? 2 : 1;
+  constexpr int64_t F = kq_format(T);
+  constexpr int RUN = F == kQ4_K ? 4 : F == kQ5_K ? 2 : 1;
   const int64_t ns = K / QKK, S = kq_stride(T), H = kq_header(T);
   const __m256i low4 = _mm256_set1_epi8(0x0F), even = _mm256_set1_epi32(0xFFFF);
   const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2,
                                           3, 3, 3, 3, 3, 3, 3, 3);
   const __m256i select = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
-  const __m256i bit4 = _mm256_set1_epi8(16), bit5 = _mm256_set1_epi8(32);
+  const __m256i bit4 = _mm256_set1_epi8(16), bit5 = _mm256_set1_epi8(32), bits45 = _mm256_set1_epi8(48);
   __m256 ye[MT], yo[MT];
   for (int m = 0; m < MT; ++m) ye[m] = yo[m] = _mm256_setzero_ps();
   for (int64_t s = 0; s < ns; ++s) {
@@ -82,8 +94,15 @@ TGI_AVX2_TARGET void group_tile_avx2(const int8_t* xq, const float* dx, const in
     for (int m = 0; m < MT; ++m) acc_e[m] = acc_o[m] = _mm256_setzero_si256();
     for (int j = 0; j < 8; ++j) {
       const int8_t* xs = xq + s * QKK + 32 * j;
-      __m256i sc = T == kQ6_K ? _mm256_setzero_si256() : scales16(scales + j * R, false);
+      // the sub-block's scales in the even and odd 16-bit lanes (Q6_K: set at chunks 0 and 4, its sub-blocks of 16)
+      __m256i sc_e = _mm256_setzero_si256(), sc_o = sc_e, fields = sc_e;
+      if (F != kQ6_K) {
+        const __m256i sc = scales16(scales + j * R, false);
+        sc_e = _mm256_and_si256(sc, even);
+        sc_o = _mm256_andnot_si256(even, sc);
+      }
       __m256i run[MT];
+#pragma GCC unroll 8
       for (int c = 0; c < 8; ++c) {
         // 4 KiB ahead of the stream of groups, as on the AVX512-VNNI path (one line per two chunks)
         if (c % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(o + 256 * j + 32 * c + 4096), _MM_HINT_T0);
@@ -99,7 +118,21 @@ TGI_AVX2_TARGET void group_tile_avx2(const int8_t* xq, const float* dx, const in
           hi = _mm256_or_si256(hi, mask_bytes(h + 4, spread, select, bit4));
           lo = _mm256_or_si256(lo, mask_bytes(h + 8, spread, select, bit5));
           hi = _mm256_or_si256(hi, mask_bytes(h + 12, spread, select, bit5));
-          if (c % 4 == 0) sc = scales16(scales + (2 * j + c / 4) * R, true);  // Q6_K's sub-blocks of 16
+        } else if (T == kQ5_KF) {  // bits 2(c % 4) (a) and 2(c % 4) + 1 (b) of the vector of chunks 4v..4v + 3
+          if (c % 4 == 0)
+            fields = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + kLowBytes + 64 * j + 32 * (c / 4)));
+          lo = _mm256_or_si256(lo, _mm256_and_si256(field_at(fields, 2 * (c % 4), 4), bit4));
+          hi = _mm256_or_si256(hi, _mm256_and_si256(field_at(fields, 2 * (c % 4) + 1, 4), bit4));
+        } else if (T == kQ6_KF) {  // bits 4(c % 2) (a) and 4(c % 2) + 2 (b), two each, of chunks 2v, 2v + 1
+          if (c % 2 == 0)
+            fields = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + kLowBytes + 128 * j + 32 * (c / 2)));
+          lo = _mm256_or_si256(lo, _mm256_and_si256(field_at(fields, 4 * (c % 2), 4), bits45));
+          hi = _mm256_or_si256(hi, _mm256_and_si256(field_at(fields, 4 * (c % 2) + 2, 4), bits45));
+        }
+        if (F == kQ6_K && c % 4 == 0) {
+          const __m256i sc = scales16(scales + (2 * j + c / 4) * R, true);
+          sc_e = _mm256_and_si256(sc, even);
+          sc_o = _mm256_andnot_si256(even, sc);
         }
         // the input's column order: each 8 columns as 0, 1, 4, 5, 2, 3, 6, 7 (quantize_rows_q8k)
         const int64_t xo = 8 * (c / 2) + 2 * (c % 2);
@@ -109,7 +142,6 @@ TGI_AVX2_TARGET void group_tile_avx2(const int8_t* xq, const float* dx, const in
           run[m] = c % RUN == 0 ? p : _mm256_add_epi16(run[m], p);
         }
         if (c % RUN == RUN - 1) {
-          const __m256i sc_e = _mm256_and_si256(sc, even), sc_o = _mm256_andnot_si256(even, sc);
           for (int m = 0; m < MT; ++m) {
             acc_e[m] = _mm256_add_epi32(acc_e[m], _mm256_madd_epi16(run[m], sc_e));
             acc_o[m] = _mm256_add_epi32(acc_o[m], _mm256_madd_epi16(run[m], sc_o));
@@ -124,21 +156,21 @@ TGI_AVX2_TARGET void group_tile_avx2(const int8_t* xq, const float* dx, const in
     for (int m = 0; m < MT; ++m) {
       const int32_t* bs = bsum + (m * ns + s) * (QKK / 16);
       __m256i min_e = _mm256_setzero_si256(), min_o = _mm256_setzero_si256();
-      for (int i = 0; i < (T == kQ6_K ? 16 : 8); ++i) {
-        const __m256i mi = T == kQ6_K ? scales16(scales + i * R, true) : scales16(scales + (8 + i) * R, false);
+      for (int i = 0; i < (F == kQ6_K ? 16 : 8); ++i) {
+        const __m256i mi = F == kQ6_K ? scales16(scales + i * R, true) : scales16(scales + (8 + i) * R, false);
         // |sum of 16 or 32 x8| <= 4064: one 16-bit lane
-        const __m256i b = _mm256_set1_epi16(static_cast<int16_t>(T == kQ6_K ? bs[i] : bs[2 * i] + bs[2 * i + 1]));
+        const __m256i b = _mm256_set1_epi16(static_cast<int16_t>(F == kQ6_K ? bs[i] : bs[2 * i] + bs[2 * i + 1]));
         min_e = _mm256_add_epi32(min_e, _mm256_madd_epi16(_mm256_and_si256(mi, even), b));
         min_o = _mm256_add_epi32(min_o, _mm256_madd_epi16(_mm256_andnot_si256(even, mi), b));
       }
       const __m256 dxs = _mm256_set1_ps(dx[m * ns + s]);
-      if (T == kQ6_K) {  // sc (q - 32): |sum| < 2^29
+      if (F == kQ6_K) {  // sc (q - 32): |sum| < 2^29
         acc_e[m] = _mm256_sub_epi32(acc_e[m], _mm256_slli_epi32(min_e, 5));
         acc_o[m] = _mm256_sub_epi32(acc_o[m], _mm256_slli_epi32(min_o, 5));
       }
       ye[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc_e[m]), _mm256_mul_ps(d_e, dxs), ye[m]);
       yo[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc_o[m]), _mm256_mul_ps(d_o, dxs), yo[m]);
-      if (T != kQ6_K) {
+      if (F != kQ6_K) {
         ye[m] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(min_e), _mm256_mul_ps(dmin_e, dxs), ye[m]);
         yo[m] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(min_o), _mm256_mul_ps(dmin_o, dxs), yo[m]);
       }
@@ -170,13 +202,80 @@ TGI_AVX2_TARGET void group_rows_avx2(const int8_t* xq, const float* dx, const in
   }
 }
 
+// 8 inputs as float32
+TGI_AVX2_TARGET inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+TGI_AVX2_TARGET inline __m256 load8(const uint16_t* p) {  // bfloat16 bits: the high half of a float32
+  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+// quantize_rows (block_linear_kquant_avx512_vnni.cpp) with 8 columns per operation: the same float32
+// products, rounded to nearest even as `nearbyint` does, clamped, the same column order and sums
+template <typename X>
+TGI_AVX2_TARGET void quantize_rows_avx2(const X* x, int64_t M, int64_t K, int8_t* q, float* dx, int32_t* bsum) {
+  const int64_t ns = K / QKK;
+  const __m256 sign = _mm256_set1_ps(-0.0f), hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
+  // within each 8 columns (4 pairs of bytes): pairs 0, 2, 1, 3, i.e. columns 0, 1, 4, 5, 2, 3, 6, 7
+  const __m256i order = _mm256_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15, 0, 1, 4, 5, 2, 3, 6,
+                                         7, 8, 9, 12, 13, 10, 11, 14, 15);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t s = 0; s < ns; ++s) {
+      const X* xs = x + m * K + s * QKK;
+      __m256 amax = _mm256_setzero_ps();
+      for (int k = 0; k < QKK; k += 8) amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, load8(xs + k)));
+      __m128 a4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+      a4 = _mm_max_ps(a4, _mm_movehl_ps(a4, a4));
+      a4 = _mm_max_ss(a4, _mm_shuffle_ps(a4, a4, 1));
+      const float am = _mm_cvtss_f32(a4);
+      const __m256 iscale = _mm256_set1_ps(am > 0.0f ? 127.0f / am : 0.0f);
+      dx[m * ns + s] = am / 127.0f;
+      int8_t* qs = q + m * K + s * QKK;
+      int32_t* bs = bsum + (m * ns + s) * (QKK / 16);
+      for (int k = 0; k < QKK; k += 32) {
+        __m256i v[4];
+        for (int i = 0; i < 4; ++i) {
+          const __m256 r = _mm256_round_ps(_mm256_mul_ps(load8(xs + k + 8 * i), iscale),
+                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+          v[i] = _mm256_cvtps_epi32(_mm256_min_ps(hi, _mm256_max_ps(lo, r)));
+        }
+        // the sums of columns k..k + 15 and k + 16..k + 31
+        for (int h = 0; h < 2; ++h) {
+          const __m256i t = _mm256_add_epi32(v[2 * h], v[2 * h + 1]);
+          __m128i t4 = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+          t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, 0x4E));
+          t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, 0xB1));
+          bs[k / 16 + h] = _mm_cvtsi128_si32(t4);
+        }
+        // int32 -> int8: the packs work per 128-bit lane, leaving columns 4i..4i + 3 in dword (0, 2, 4, 6, 1,
+        // 3, 5, 7)[i]; one permutation puts them in order
+        const __m256i w8 = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+        const __m256i bytes = _mm256_permutevar8x32_epi32(w8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs + k), _mm256_shuffle_epi8(bytes, order));
+      }
+    }
+}
+
 }  // namespace
+
+TGI_AVX2_TARGET void quantize_rows_q8k_avx2(const float* x, int64_t M, int64_t K, int8_t* q, float* dx,
+                                            int32_t* bsum) {
+  quantize_rows_avx2(x, M, K, q, dx, bsum);
+}
+
+TGI_AVX2_TARGET void quantize_rows_q8k_avx2(const uint16_t* x, int64_t M, int64_t K, int8_t* q, float* dx,
+                                            int32_t* bsum) {
+  quantize_rows_avx2(x, M, K, q, dx, bsum);
+}
 
 TGI_AVX2_TARGET void group_avx2_k(const int8_t* xq, const float* dx, const int32_t* bsum, int64_t M, int64_t K,
                                   const uint8_t* packed, int64_t qtype, int64_t g, float* y) {
-  if (qtype == kQ4_K) group_rows_avx2<kQ4_K>(xq, dx, bsum, M, K, packed, g, y);
-  else if (qtype == kQ5_K) group_rows_avx2<kQ5_K>(xq, dx, bsum, M, K, packed, g, y);
-  else group_rows_avx2<kQ6_K>(xq, dx, bsum, M, K, packed, g, y);
+  switch (qtype) {
+    case kQ4_K: group_rows_avx2<kQ4_K>(xq, dx, bsum, M, K, packed, g, y); break;
+    case kQ5_K: group_rows_avx2<kQ5_K>(xq, dx, bsum, M, K, packed, g, y); break;
+    case kQ6_K: group_rows_avx2<kQ6_K>(xq, dx, bsum, M, K, packed, g, y); break;
+    case kQ5_KF: group_rows_avx2<kQ5_KF>(xq, dx, bsum, M, K, packed, g, y); break;
+    default: group_rows_avx2<kQ6_KF>(xq, dx, bsum, M, K, packed, g, y); break;
+  }
 }
 #endif
 

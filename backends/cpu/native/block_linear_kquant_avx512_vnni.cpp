@@ -52,11 +52,22 @@ void quantize_rows(const X* x, int64_t M, int64_t K, int8_t* q, float* dx, int32
 }
 }  // namespace
 
+// the same bits on AVX2 where the CPU has it (block_linear_kquant_avx2.cpp), else the loop above
 void quantize_rows_q8k(const uint16_t* x, int64_t M, int64_t K, int8_t* q, float* dx, int32_t* bsum) {
+#if defined(__x86_64__)
+  if (has_avx2_fma()) return quantize_rows_q8k_avx2(x, M, K, q, dx, bsum);
+#endif
   quantize_rows(x, M, K, q, dx, bsum);
 }
 
 void quantize_rows_q8k(const float* x, int64_t M, int64_t K, int8_t* q, float* dx, int32_t* bsum) {
+#if defined(__x86_64__)
+  if (has_avx2_fma()) return quantize_rows_q8k_avx2(x, M, K, q, dx, bsum);
+#endif
+  quantize_rows(x, M, K, q, dx, bsum);
+}
+
+void quantize_rows_q8k_scalar(const float* x, int64_t M, int64_t K, int8_t* q, float* dx, int32_t* bsum) {
   quantize_rows(x, M, K, q, dx, bsum);
 }
 

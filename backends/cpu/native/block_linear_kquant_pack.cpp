@@ -63,10 +63,36 @@ void decode(const uint8_t* blk, int64_t t, Super& out) {
   }
 }
 
+// the high bits of qa (half 0) and qb (half 1) at lane `lane` of chunk c in sub-block j's high bytes `p`
+void pack_high(int64_t t, int c, int lane, int qa, int qb, uint8_t* p) {
+  const int halves[2] = {qa, qb};
+  for (int h = 0; h < 2; ++h) {
+    const int q = halves[h];
+    switch (t) {
+      case kQ5_K:
+        reinterpret_cast<uint32_t*>(p + 8 * c)[h] |= static_cast<uint32_t>((q >> 4) & 1) << lane;
+        break;
+      case kQ6_K:
+        reinterpret_cast<uint32_t*>(p + 16 * c)[h] |= static_cast<uint32_t>((q >> 4) & 1) << lane;
+        reinterpret_cast<uint32_t*>(p + 16 * c + 8)[h] |= static_cast<uint32_t>((q >> 5) & 1) << lane;
+        break;
+      case kQ5_KF:
+        p[32 * (c / 4) + lane] |= static_cast<uint8_t>(((q >> 4) & 1) << (2 * (c % 4) + h));
+        break;
+      case kQ6_KF:
+        p[32 * (c / 2) + lane] |= static_cast<uint8_t>(((q >> 4) & 3) << (2 * (2 * (c % 2) + h)));
+        break;
+      default:
+        break;
+    }
+  }
+}
+
 }  // namespace
 
 void pack_k(const uint8_t* raw, int64_t t, int64_t N, int64_t K, uint8_t* out) {
   const int64_t ns = K / QKK, rb = kq_raw_bytes(t), S = kq_stride(t), H = kq_header(t);
+  const int64_t f = kq_format(t), per = kq_high_bytes(t) / 8;
   const int64_t groups = (N + R - 1) / R;
   at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
     Super sb;
@@ -77,11 +103,11 @@ void pack_k(const uint8_t* raw, int64_t t, int64_t N, int64_t K, uint8_t* out) {
         uint16_t* d = reinterpret_cast<uint16_t*>(o + H);
         uint8_t* scales = o + H + 4 * R;
         for (int64_t r = 0; r < R && g * R + r < N; ++r) {
-          decode(raw + (g * R + r) * (ns * rb) + s * rb, t, sb);
+          decode(raw + (g * R + r) * (ns * rb) + s * rb, f, sb);
           d[r] = sb.d;
           d[R + r] = sb.dmin;
-          for (int i = 0; i < (t == kQ6_K ? 16 : 8); ++i) scales[i * R + r] = sb.sc[i];
-          if (t != kQ6_K)
+          for (int i = 0; i < (f == kQ6_K ? 16 : 8); ++i) scales[i * R + r] = sb.sc[i];
+          if (f != kQ6_K)
             for (int j = 0; j < 8; ++j) scales[8 * R + j * R + r] = sb.m[j];
           for (int j = 0; j < 8; ++j)
             for (int c = 0; c < 8; ++c)
@@ -89,14 +115,7 @@ void pack_k(const uint8_t* raw, int64_t t, int64_t N, int64_t K, uint8_t* out) {
                 const int lane = static_cast<int>(2 * r + i);
                 const int qa = sb.q[32 * j + 4 * c + i], qb = sb.q[32 * j + 4 * c + 2 + i];
                 o[256 * j + 32 * c + lane] = static_cast<uint8_t>((qa & 0x0F) | ((qb & 0x0F) << 4));
-                if (t == kQ4_K) continue;
-                const int64_t per = t == kQ5_K ? 64 : 128, chunk = t == kQ5_K ? 8 : 16;
-                uint8_t* masks = o + kLowBytes + per * j + chunk * c;
-                for (int bit = 4; bit < (t == kQ5_K ? 5 : 6); ++bit) {
-                  uint32_t* ma = reinterpret_cast<uint32_t*>(masks + 8 * (bit - 4));
-                  ma[0] |= static_cast<uint32_t>((qa >> bit) & 1) << lane;
-                  ma[1] |= static_cast<uint32_t>((qb >> bit) & 1) << lane;
-                }
+                pack_high(t, c, lane, qa, qb, o + kLowBytes + per * j);
               }
         }
       }

@@ -9,8 +9,8 @@ namespace tgi_blocks {
 
 void group_ref_k(const uint16_t* x, int64_t M, int64_t K, const float* sx, const uint8_t* packed, int64_t t,
                  int64_t g, float* y /* [M, R] */) {
-  const int64_t ns = K / QKK, nb = K / QK, S = kq_stride(t);
-  const int per = t == kQ6_K ? 16 : 32;  // weights per scale
+  const int64_t ns = K / QKK, nb = K / QK, S = kq_stride(t), f = kq_format(t);
+  const int per = f == kQ6_K ? 16 : 32;  // weights per scale
   for (int64_t m = 0; m < M; ++m)
     for (int r = 0; r < R; ++r) {
       float acc = 0.0f;
@@ -19,13 +19,13 @@ void group_ref_k(const uint16_t* x, int64_t M, int64_t K, const float* sx, const
         for (int i = 0; i < QKK / per; ++i) {
           float dot = 0.0f;
           for (int k = i * per; k < (i + 1) * per; ++k) {
-            const int q = kq_value(o, t, r, k) - (t == kQ6_K ? 32 : 0);
+            const int q = kq_value(o, t, r, k) - (f == kQ6_K ? 32 : 0);
             dot += bf16_to_float(x[m * K + s * QKK + k]) * static_cast<float>(q);
           }
           float scale, min;
           kq_scale(o, t, r, i, &scale, &min);
           acc += scale * dot;
-          if (t != kQ6_K) acc -= min * sx[m * nb + s * 8 + i];
+          if (f != kQ6_K) acc -= min * sx[m * nb + s * 8 + i];
         }
       }
       y[m * R + r] = acc;
@@ -43,38 +43,27 @@ void group_ref_k(const uint16_t* x, int64_t M, int64_t K, const float* sx, const
 // and plain x86-64 (picked at load time): the 16 rows of a group are one AVX-512 vector or two AVX2 ones.
 TGI_KF32_CLONES void group_f32_k(const float* x, int64_t M, int64_t K, const float* sx, const uint8_t* packed,
                                  int64_t t, int64_t g, float* y /* [M, R] */) {
-  const int64_t ns = K / QKK, nb = K / QK, S = kq_stride(t);
+  const int64_t ns = K / QKK, nb = K / QK, S = kq_stride(t), f = kq_format(t);
   for (int64_t i = 0; i < M * R; ++i) y[i] = 0.0f;
   alignas(64) float w[QK][R];
   alignas(64) float sc0[R], sc1[R], mn[R];
-  const float offset = t == kQ6_K ? 32.0f : 0.0f;
+  const float offset = f == kQ6_K ? 32.0f : 0.0f;
   for (int64_t s = 0; s < ns; ++s) {
     const uint8_t* o = packed + (g * ns + s) * S;
     for (int j = 0; j < 8; ++j) {
       for (int c = 0; c < 8; ++c) {  // chunk c: lane 2r + i is row r, columns 4c + i (a) and 4c + 2 + i (b)
-        uint32_t ha = 0, hb = 0, ha5 = 0, hb5 = 0;  // the high bits' lane masks
-        if (t == kQ5_K) {
-          std::memcpy(&ha, o + kLowBytes + 64 * j + 8 * c, 4);
-          std::memcpy(&hb, o + kLowBytes + 64 * j + 8 * c + 4, 4);
-        } else if (t == kQ6_K) {
-          const uint8_t* h = o + kLowBytes + 128 * j + 16 * c;
-          std::memcpy(&ha, h, 4);
-          std::memcpy(&hb, h + 4, 4);
-          std::memcpy(&ha5, h + 8, 4);
-          std::memcpy(&hb5, h + 12, 4);
-        }
         for (int r = 0; r < R; ++r)
           for (int i = 0; i < 2; ++i) {
             const int lane = 2 * r + i;
             const uint8_t byte = o[256 * j + 32 * c + lane];
-            const uint32_t qa = (byte & 0x0Fu) | (((ha >> lane) & 1u) << 4) | (((ha5 >> lane) & 1u) << 5);
-            const uint32_t qb = (byte >> 4) | (((hb >> lane) & 1u) << 4) | (((hb5 >> lane) & 1u) << 5);
+            const int qa = (byte & 0x0F) | kq_high(o, t, j, c, lane, 0);
+            const int qb = (byte >> 4) | kq_high(o, t, j, c, lane, 1);
             w[4 * c + i][r] = static_cast<float>(qa) - offset;
             w[4 * c + 2 + i][r] = static_cast<float>(qb) - offset;
           }
       }
       for (int r = 0; r < R; ++r) {
-        if (t == kQ6_K) {
+        if (f == kQ6_K) {
           kq_scale(o, t, r, 2 * j, &sc0[r], &mn[r]);
           kq_scale(o, t, r, 2 * j + 1, &sc1[r], &mn[r]);
         } else {
@@ -91,7 +80,7 @@ TGI_KF32_CLONES void group_f32_k(const float* x, int64_t M, int64_t K, const flo
           for (int r = 0; r < R; ++r) a1[r] += w[k][r] * xb[k];
         const float sum = sx[m * nb + s * 8 + j];
         float* ym = y + m * R;
-        if (t == kQ6_K) {
+        if (f == kQ6_K) {
           for (int r = 0; r < R; ++r) ym[r] += sc0[r] * a0[r] + sc1[r] * a1[r];
         } else {
           for (int r = 0; r < R; ++r) ym[r] += sc0[r] * (a0[r] + a1[r]) - mn[r] * sum;
