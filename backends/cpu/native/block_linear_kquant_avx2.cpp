@@ -10,10 +10,10 @@
 // two-column sum in 16-bit lane r. `maddubs` saturates its int16 sums: a pair of u8 weights times s8 inputs
 // (|x8| <= 127) is at most 2 * 15 * 127 = 3810 for Q4_K, 2 * 31 * 127 = 7874 for Q5_K and 2 * 63 * 127 =
 // 16002 for Q6_K, so never saturates; the 16-bit sums are added exactly for as many chunks as stay under
-// 32767 (Q4_K four chunks, 30480; Q5_K two, 31496; Q6_K one, 32004), then `vpmaddwd` with the sub-block
-// scale in the even (odd) 16-bit lanes and zeros in the others widens the even (odd) rows to int32 and
-// multiplies them by their scales in one step. Rows are thus held as even and odd halves (E: rows 0, 2, ..,
-// 14; O: rows 1, 3, .., 15) until the end of a group.
+// 32767 (Q4_K four chunks, 30480; Q5_K two, 31496; Q6_K one, 32004). Two such runs of one sub-block are then
+// interleaved (`unpacklo/hi_epi16`: each 32-bit lane one row's two sums) and `vpmaddwd` with the row's scale
+// in both halves widens them to int32, adds them and scales them in one step: two `maddwd` per two runs for
+// 16 rows. Rows are thus held as halves A (rows 0-3, 8-11) and B (4-7, 12-15) until the end of a group.
 //
 // The high bits (Q5_K, Q6_K) are set into each chunk's bytes before the products: from lane masks (the layout
 // the AVX-512 paths read) each mask takes ~6 operations to widen into bytes, so a Q6_K chunk spends ~28 on
@@ -37,16 +37,16 @@ namespace tgi_blocks {
 
 namespace {
 
-// 16 fp16 values (rows 0-15) as float32 even rows (E) and odd rows (O)
-TGI_AVX2_TARGET inline void halves_eo(const uint8_t* p, __m256* e, __m256* o) {
-  const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  const __m256 b = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
-  // shuffle: [a0 a2 b0 b2 | a4 a6 b4 b6]; the 64-bit permutation puts them in row order
-  *e = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8));
-  *o = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8));
+// 16 fp16 values (rows 0-15) as float32 halves A (rows 0-3, 8-11) and B (rows 4-7, 12-15): the order in which
+// `unpacklo/hi_epi16` leave the rows of two 16-lane sums (see group_tile_avx2)
+TGI_AVX2_TARGET inline void halves_ab(const uint8_t* p, __m256* a, __m256* b) {
+  const __m256 lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m256 hi = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
+  *a = _mm256_permute2f128_ps(lo, hi, 0x20);
+  *b = _mm256_permute2f128_ps(lo, hi, 0x31);
 }
 
-// 16 per-row scale bytes as 16-bit lanes, kept in the even (odd) lanes of each 32-bit pair for `maddwd`
+// 16 per-row scale bytes as 16-bit lanes (row r in lane r)
 TGI_AVX2_TARGET inline __m256i scales16(const uint8_t* p, bool is_signed) {
   const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return is_signed ? _mm256_cvtepi8_epi16(v) : _mm256_cvtepu8_epi16(v);
@@ -76,32 +76,34 @@ TGI_AVX2_TARGET inline __m256i bcast_pair(const int8_t* p) {
 template <int MT, int64_t T>
 TGI_AVX2_TARGET void group_tile_avx2(const int8_t* xq, const float* dx, const int32_t* bsum, int64_t K,
                                      const uint8_t* packed, int64_t g, float* y) {
-  // chunks whose 16-bit sums are added before widening (see the top of the file)
+  // chunks whose 16-bit sums are added before widening (see the top of the file); two such runs of one scale
+  // are widened together
   constexpr int64_t F = kq_format(T);
   constexpr int RUN = F == kQ4_K ? 4 : F == kQ5_K ? 2 : 1;
   const int64_t ns = K / QKK, S = kq_stride(T), H = kq_header(T);
-  const __m256i low4 = _mm256_set1_epi8(0x0F), even = _mm256_set1_epi32(0xFFFF);
+  const __m256i low4 = _mm256_set1_epi8(0x0F), zero = _mm256_setzero_si256();
   const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2,
                                           3, 3, 3, 3, 3, 3, 3, 3);
   const __m256i select = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
   const __m256i bit4 = _mm256_set1_epi8(16), bit5 = _mm256_set1_epi8(32), bits45 = _mm256_set1_epi8(48);
-  __m256 ye[MT], yo[MT];
-  for (int m = 0; m < MT; ++m) ye[m] = yo[m] = _mm256_setzero_ps();
+  __m256 ya[MT], yb[MT];
+  for (int m = 0; m < MT; ++m) ya[m] = yb[m] = _mm256_setzero_ps();
   for (int64_t s = 0; s < ns; ++s) {
     const uint8_t* o = packed + (g * ns + s) * S;
     const uint8_t* scales = o + H + 4 * R;
-    __m256i acc_e[MT], acc_o[MT];
-    for (int m = 0; m < MT; ++m) acc_e[m] = acc_o[m] = _mm256_setzero_si256();
+    __m256i acc_a[MT], acc_b[MT];
+    for (int m = 0; m < MT; ++m) acc_a[m] = acc_b[m] = zero;
     for (int j = 0; j < 8; ++j) {
       const int8_t* xs = xq + s * QKK + 32 * j;
-      // the sub-block's scales in the even and odd 16-bit lanes (Q6_K: set at chunks 0 and 4, its sub-blocks of 16)
-      __m256i sc_e = _mm256_setzero_si256(), sc_o = sc_e, fields = sc_e;
+      // the sub-block's scales, each row's in both 16-bit lanes of its 32-bit lane, for rows A and B (Q6_K:
+      // set at chunks 0 and 4, its sub-blocks of 16)
+      __m256i sc_a = zero, sc_b = zero, fields = zero;
       if (F != kQ6_K) {
         const __m256i sc = scales16(scales + j * R, false);
-        sc_e = _mm256_and_si256(sc, even);
-        sc_o = _mm256_andnot_si256(even, sc);
+        sc_a = _mm256_unpacklo_epi16(sc, sc);
+        sc_b = _mm256_unpackhi_epi16(sc, sc);
       }
-      __m256i run[MT];
+      __m256i run[MT], held[MT];
 #pragma GCC unroll 8
       for (int c = 0; c < 8; ++c) {
         // 4 KiB ahead of the stream of groups, as on the AVX512-VNNI path (one line per two chunks)
@@ -131,8 +133,8 @@ TGI_AVX2_TARGET void group_tile_avx2(const int8_t* xq, const float* dx, const in
         }
         if (F == kQ6_K && c % 4 == 0) {
           const __m256i sc = scales16(scales + (2 * j + c / 4) * R, true);
-          sc_e = _mm256_and_si256(sc, even);
-          sc_o = _mm256_andnot_si256(even, sc);
+          sc_a = _mm256_unpacklo_epi16(sc, sc);
+          sc_b = _mm256_unpackhi_epi16(sc, sc);
         }
         // the input's column order: each 8 columns as 0, 1, 4, 5, 2, 3, 6, 7 (quantize_rows_q8k)
         const int64_t xo = 8 * (c / 2) + 2 * (c % 2);
@@ -141,45 +143,48 @@ TGI_AVX2_TARGET void group_tile_avx2(const int8_t* xq, const float* dx, const in
                                              _mm256_maddubs_epi16(hi, bcast_pair(xs + m * K + xo + 4)));
           run[m] = c % RUN == 0 ? p : _mm256_add_epi16(run[m], p);
         }
-        if (c % RUN == RUN - 1) {
+        if (c % RUN == RUN - 1 && (c / RUN) % 2 == 0) {
+          for (int m = 0; m < MT; ++m) held[m] = run[m];
+        } else if (c % RUN == RUN - 1) {
+          // two runs' 16-bit sums interleaved: each 32-bit lane holds one row's two sums, and `maddwd` with
+          // that row's scale in both halves adds them widened (rows A: 0-3, 8-11; B: 4-7, 12-15)
           for (int m = 0; m < MT; ++m) {
-            acc_e[m] = _mm256_add_epi32(acc_e[m], _mm256_madd_epi16(run[m], sc_e));
-            acc_o[m] = _mm256_add_epi32(acc_o[m], _mm256_madd_epi16(run[m], sc_o));
+            acc_a[m] = _mm256_add_epi32(acc_a[m], _mm256_madd_epi16(_mm256_unpacklo_epi16(held[m], run[m]), sc_a));
+            acc_b[m] = _mm256_add_epi32(acc_b[m], _mm256_madd_epi16(_mm256_unpackhi_epi16(held[m], run[m]), sc_b));
           }
         }
       }
     }
     // the mins' (Q6_K: the -32's) term, sum_j m_j * sum(x8 of sub-block j), exact in int32
-    __m256 d_e, d_o, dmin_e, dmin_o;
-    halves_eo(o + H, &d_e, &d_o);
-    halves_eo(o + H + 2 * R, &dmin_e, &dmin_o);
+    __m256 d_a, d_b, dmin_a, dmin_b;
+    halves_ab(o + H, &d_a, &d_b);
+    halves_ab(o + H + 2 * R, &dmin_a, &dmin_b);
     for (int m = 0; m < MT; ++m) {
       const int32_t* bs = bsum + (m * ns + s) * (QKK / 16);
-      __m256i min_e = _mm256_setzero_si256(), min_o = _mm256_setzero_si256();
+      __m256i min_a = zero, min_b = zero;
       for (int i = 0; i < (F == kQ6_K ? 16 : 8); ++i) {
         const __m256i mi = F == kQ6_K ? scales16(scales + i * R, true) : scales16(scales + (8 + i) * R, false);
         // |sum of 16 or 32 x8| <= 4064: one 16-bit lane
         const __m256i b = _mm256_set1_epi16(static_cast<int16_t>(F == kQ6_K ? bs[i] : bs[2 * i] + bs[2 * i + 1]));
-        min_e = _mm256_add_epi32(min_e, _mm256_madd_epi16(_mm256_and_si256(mi, even), b));
-        min_o = _mm256_add_epi32(min_o, _mm256_madd_epi16(_mm256_andnot_si256(even, mi), b));
+        min_a = _mm256_add_epi32(min_a, _mm256_madd_epi16(_mm256_unpacklo_epi16(mi, zero), b));
+        min_b = _mm256_add_epi32(min_b, _mm256_madd_epi16(_mm256_unpackhi_epi16(mi, zero), b));
       }
       const __m256 dxs = _mm256_set1_ps(dx[m * ns + s]);
       if (F == kQ6_K) {  // sc (q - 32): |sum| < 2^29
-        acc_e[m] = _mm256_sub_epi32(acc_e[m], _mm256_slli_epi32(min_e, 5));
-        acc_o[m] = _mm256_sub_epi32(acc_o[m], _mm256_slli_epi32(min_o, 5));
+        acc_a[m] = _mm256_sub_epi32(acc_a[m], _mm256_slli_epi32(min_a, 5));
+        acc_b[m] = _mm256_sub_epi32(acc_b[m], _mm256_slli_epi32(min_b, 5));
       }
-      ye[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc_e[m]), _mm256_mul_ps(d_e, dxs), ye[m]);
-      yo[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc_o[m]), _mm256_mul_ps(d_o, dxs), yo[m]);
+      ya[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc_a[m]), _mm256_mul_ps(d_a, dxs), ya[m]);
+      yb[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc_b[m]), _mm256_mul_ps(d_b, dxs), yb[m]);
       if (F != kQ6_K) {
-        ye[m] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(min_e), _mm256_mul_ps(dmin_e, dxs), ye[m]);
-        yo[m] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(min_o), _mm256_mul_ps(dmin_o, dxs), yo[m]);
+        ya[m] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(min_a), _mm256_mul_ps(dmin_a, dxs), ya[m]);
+        yb[m] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(min_b), _mm256_mul_ps(dmin_b, dxs), yb[m]);
       }
     }
   }
-  for (int m = 0; m < MT; ++m) {  // even and odd rows back to row order
-    const __m256 lo = _mm256_unpacklo_ps(ye[m], yo[m]), hi = _mm256_unpackhi_ps(ye[m], yo[m]);
-    _mm256_storeu_ps(y + m * R, _mm256_permute2f128_ps(lo, hi, 0x20));
-    _mm256_storeu_ps(y + m * R + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+  for (int m = 0; m < MT; ++m) {  // rows A and B back to row order
+    _mm256_storeu_ps(y + m * R, _mm256_permute2f128_ps(ya[m], yb[m], 0x20));
+    _mm256_storeu_ps(y + m * R + 8, _mm256_permute2f128_ps(ya[m], yb[m], 0x31));
   }
 }
 
