@@ -268,6 +268,15 @@ void silu_mul_rows(const T* gu, T* out, int64_t rows, int64_t inter) {
     return;
   }
 #endif
+  if (use_avx2() && inter % 8 == 0) {
+    at::parallel_for(0, rows, grain(inter), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const T* g = gu + r * 2 * inter;
+        silu_mul_row_avx2(g, g + inter, out + r * inter, inter);
+      }
+    });
+    return;
+  }
   at::parallel_for(0, rows, grain(inter), [&](int64_t begin, int64_t end) {
     std::vector<float> g(inter), u(inter);
     for (int64_t r = begin; r < end; ++r) {

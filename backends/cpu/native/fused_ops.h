@@ -40,4 +40,15 @@ TGI_V512 inline void store16(at::BFloat16* p, __m512 v, __mmask16 k) {  // v alr
 }
 #endif
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TGI_V256 __attribute__((target("avx2,fma")))
+#endif
+// AVX2 + FMA present (fused_ops_avx2.cpp's rows run here)
+bool use_avx2();
+// SiLU(g) * u of one row of n (a multiple of 8) on AVX2 (fused_ops_avx2.cpp), float or at::BFloat16
+template <typename T> void silu_mul_row_avx2(const T* g, const T* u, T* out, int64_t n);
+// the greedy pick of one row on AVX2 (fused_ops_avx2.cpp): false, leaving the row to the scalar rules, where
+// it has a NaN or an infinite maximum, or V is not a multiple of 8
+template <typename T> bool greedy_row_avx2(const T* row, int64_t V, int64_t* id, float* logprob);
+
 }  // namespace tgi_fused

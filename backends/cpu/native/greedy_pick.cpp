@@ -90,6 +90,7 @@ void greedy_row(const T* row, int64_t V, int64_t* id, float* logprob) {
     return;
   }
 #endif
+  if (use_avx2() && greedy_row_avx2(row, V, id, logprob)) return;
   greedy_row_scalar(row, V, id, logprob);
 }
 
