@@ -96,10 +96,11 @@ class Attention(nn.Module):
         )
         if fused_rotary:
             self.rotary_kernel(qkv, cos, sin, spec.num_heads + spec.num_kv_heads, spec.head_dim)
-        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = q.reshape(t, spec.num_heads, spec.head_dim)
-        k = k.reshape(t, spec.num_kv_heads, spec.head_dim)
-        v = v.reshape(t, spec.num_kv_heads, spec.head_dim)
+        # slices rather than `split` (a decode step's Python cost: ~20 us a layer against ~5 on two CPU cores)
+        qs, kvs = self.q_size, self.kv_size
+        q = qkv[:, :qs].reshape(t, spec.num_heads, spec.head_dim)
+        k = qkv[:, qs : qs + kvs].reshape(t, spec.num_kv_heads, spec.head_dim)
+        v = qkv[:, qs + kvs : qs + 2 * kvs].reshape(t, spec.num_kv_heads, spec.head_dim)
         if self.has_qk_norm:
             q, k = self.q_norm(q)[0], self.k_norm(k)[0]
         if not fused_rotary:
