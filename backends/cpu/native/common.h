@@ -1,4 +1,4 @@
-// Helpers shared by the CPU's native kernels (tgi_common::...): AVX-512 lanes and exp, CPU feature checks,
+// Helpers shared by the CPU's native kernels (tgi_common::...): AVX-512 lanes, exp on 16 and 8 lanes, CPU feature checks,
 // the AMX tile configuration.
 #pragma once
 #include <cstdint>
@@ -37,6 +37,24 @@ __attribute__((target("avx512f"))) inline __m512 exp16_nonpos(__m512 x) {
   p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(5.0000001201e-1f));
   const __m512 e = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, y), y, y), _mm512_set1_ps(1.0f));
   return _mm512_scalef_ps(e, r);
+}
+// the same on 8 lanes (callers check for AVX2 and FMA at run time)
+__attribute__((target("avx2,fma"))) inline __m256 exp8_nonpos(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+  const __m256 r = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 y = _mm256_fnmadd_ps(r, _mm256_set1_ps(0.693359375f), x);
+  y = _mm256_fmadd_ps(r, _mm256_set1_ps(2.12194440e-4f), y);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, y, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, y, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, y, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, y, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, y, _mm256_set1_ps(5.0000001201e-1f));
+  const __m256 e = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, y), y, y), _mm256_set1_ps(1.0f));
+  // 2^r built in the exponent bits, as exp_nonpos does (r >= -126 after the clamp)
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(r), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(e, _mm256_castsi256_ps(bits));
 }
 #endif
 

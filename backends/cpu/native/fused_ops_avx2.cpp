@@ -37,24 +37,6 @@ template <bool BF16> TGI_V256 inline __m256 rnd8(__m256 v) {
   return _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
 }
 
-// tgi_common::exp_nonpos on 8 lanes: the same range reduction, polynomial and power of two
-TGI_V256 inline __m256 exp8_nonpos(__m256 x) {
-  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
-  const __m256 r = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 y = _mm256_fnmadd_ps(r, _mm256_set1_ps(0.693359375f), x);
-  y = _mm256_fmadd_ps(r, _mm256_set1_ps(2.12194440e-4f), y);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, y, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, y, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, y, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, y, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, y, _mm256_set1_ps(5.0000001201e-1f));
-  const __m256 e = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, y), y, y), _mm256_set1_ps(1.0f));
-  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(r), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(e, _mm256_castsi256_ps(bits));
-}
-
 template <typename T, bool BF16>
 TGI_V256 void silu_mul_row(const T* g, const T* u, T* out, int64_t n) {
   const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
@@ -62,7 +44,7 @@ TGI_V256 void silu_mul_row(const T* g, const T* u, T* out, int64_t n) {
     const __m256 gv = load8(g + i);
     const __m256 pos = _mm256_cmp_ps(gv, zero, _CMP_GE_OQ);
     // sigmoid without overflow: exp(-|g|) / (1 + exp(-|g|)) or 1 / (1 + exp(-|g|))
-    const __m256 e = exp8_nonpos(_mm256_blendv_ps(gv, _mm256_sub_ps(zero, gv), pos));
+    const __m256 e = tgi_common::exp8_nonpos(_mm256_blendv_ps(gv, _mm256_sub_ps(zero, gv), pos));
     const __m256 inv = _mm256_div_ps(one, _mm256_add_ps(one, e));
     const __m256 act = rnd8<BF16>(_mm256_mul_ps(gv, _mm256_blendv_ps(_mm256_mul_ps(e, inv), inv, pos)));
     store8(out + i, rnd8<BF16>(_mm256_mul_ps(act, load8(u + i))));
@@ -112,10 +94,10 @@ TGI_V256 bool greedy_row(const T* row, int64_t V, int64_t* id, float* logprob) {
   __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= V; i += 16) {
-    s0 = _mm256_add_ps(s0, exp8_nonpos(_mm256_sub_ps(load8(row + i), mv)));
-    s1 = _mm256_add_ps(s1, exp8_nonpos(_mm256_sub_ps(load8(row + i + 8), mv)));
+    s0 = _mm256_add_ps(s0, tgi_common::exp8_nonpos(_mm256_sub_ps(load8(row + i), mv)));
+    s1 = _mm256_add_ps(s1, tgi_common::exp8_nonpos(_mm256_sub_ps(load8(row + i + 8), mv)));
   }
-  if (i < V) s0 = _mm256_add_ps(s0, exp8_nonpos(_mm256_sub_ps(load8(row + i), mv)));
+  if (i < V) s0 = _mm256_add_ps(s0, tgi_common::exp8_nonpos(_mm256_sub_ps(load8(row + i), mv)));
   *logprob = m - (m + std::log(hsum8(_mm256_add_ps(s0, s1))));  // row[b] is m
   return true;
 }
