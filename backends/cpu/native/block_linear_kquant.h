@@ -114,9 +114,6 @@ void quantize_rows_q8k(const uint16_t* x, int64_t M, int64_t K, int8_t* q, float
 // the same of float32 x (the AVX2 int8 path's float32 models)
 void quantize_rows_q8k(const float* x, int64_t M, int64_t K, int8_t* q, float* dx, int32_t* bsum);
 
-// the loop quantize_rows_q8k runs where the CPU has no AVX2 (its vector version gives the same bits)
-void quantize_rows_q8k_scalar(const float* x, int64_t M, int64_t K, int8_t* q, float* dx, int32_t* bsum);
-
 #if defined(__x86_64__)
 // AVX-512 BF16 path (block_linear_kquant_avx512_bf16.cpp); lane masks only (the op refuses fields there)
 TGI_BF16_TARGET void group_avx512_k(const uint16_t* x, int64_t M, int64_t K, const float* sx,

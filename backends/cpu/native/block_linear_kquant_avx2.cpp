@@ -207,13 +207,6 @@ TGI_AVX2_TARGET void group_rows_avx2(const int8_t* xq, const float* dx, const in
   }
 }
 
-// 8 inputs as float32
-TGI_AVX2_TARGET inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-TGI_AVX2_TARGET inline __m256 load8(const uint16_t* p) {  // bfloat16 bits: the high half of a float32
-  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-}
-
 // quantize_rows (block_linear_kquant_avx512_vnni.cpp) with 8 columns per operation: the same float32
 // products, rounded to nearest even as `nearbyint` does, clamped, the same column order and sums
 template <typename X>
@@ -227,11 +220,9 @@ TGI_AVX2_TARGET void quantize_rows_avx2(const X* x, int64_t M, int64_t K, int8_t
     for (int64_t s = 0; s < ns; ++s) {
       const X* xs = x + m * K + s * QKK;
       __m256 amax = _mm256_setzero_ps();
-      for (int k = 0; k < QKK; k += 8) amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, load8(xs + k)));
-      __m128 a4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-      a4 = _mm_max_ps(a4, _mm_movehl_ps(a4, a4));
-      a4 = _mm_max_ss(a4, _mm_shuffle_ps(a4, a4, 1));
-      const float am = _mm_cvtss_f32(a4);
+      for (int k = 0; k < QKK; k += 8)
+        amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, tgi_common::load8_ps(xs + k)));
+      const float am = tgi_common::hmax8_ps(amax);
       const __m256 iscale = _mm256_set1_ps(am > 0.0f ? 127.0f / am : 0.0f);
       dx[m * ns + s] = am / 127.0f;
       int8_t* qs = q + m * K + s * QKK;
@@ -239,7 +230,7 @@ TGI_AVX2_TARGET void quantize_rows_avx2(const X* x, int64_t M, int64_t K, int8_t
       for (int k = 0; k < QKK; k += 32) {
         __m256i v[4];
         for (int i = 0; i < 4; ++i) {
-          const __m256 r = _mm256_round_ps(_mm256_mul_ps(load8(xs + k + 8 * i), iscale),
+          const __m256 r = _mm256_round_ps(_mm256_mul_ps(tgi_common::load8_ps(xs + k + 8 * i), iscale),
                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
           v[i] = _mm256_cvtps_epi32(_mm256_min_ps(hi, _mm256_max_ps(lo, r)));
         }

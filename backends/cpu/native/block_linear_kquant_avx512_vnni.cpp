@@ -67,10 +67,6 @@ void quantize_rows_q8k(const float* x, int64_t M, int64_t K, int8_t* q, float* d
   quantize_rows(x, M, K, q, dx, bsum);
 }
 
-void quantize_rows_q8k_scalar(const float* x, int64_t M, int64_t K, int8_t* q, float* dx, int32_t* bsum) {
-  quantize_rows(x, M, K, q, dx, bsum);
-}
-
 #if defined(__x86_64__)
 
 namespace {

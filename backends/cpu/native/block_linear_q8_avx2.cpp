@@ -38,19 +38,9 @@ namespace tgi_blocks {
 #define TGI_Q8_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 namespace {
-// 8 values of x as float32 (float32, or bfloat16 bits widened exactly)
-TGI_Q8_AVX2 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-TGI_Q8_AVX2 inline __m256 load8(const uint16_t* p) {
-  const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-}
-
-TGI_Q8_AVX2 inline float hmax8(__m256 v) {
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
-  return _mm_cvtss_f32(m);
-}
+// 8 values of x as float32 (float32, or bfloat16 bits widened exactly) and a vector's largest lane
+using tgi_common::hmax8_ps;
+using tgi_common::load8_ps;
 
 // per block: amax (NaN ignored, as fmax does), iscale = 127 / amax (0 for a block of zeros), x8 = the nearest
 // even integer of x * iscale clamped to [-127, 127] (a NaN to 127), dx = amax / 127. The scalar model the tests
@@ -67,10 +57,10 @@ TGI_Q8_AVX2 void quantize_rows(const X* x, int64_t M, int64_t K, int64_t qtype, 
       __m256 v[4];
       __m256 amax = _mm256_setzero_ps();
       for (int i = 0; i < 4; ++i) {
-        v[i] = load8(xs + 8 * i);
+        v[i] = load8_ps(xs + 8 * i);
         amax = _mm256_max_ps(_mm256_and_ps(v[i], abs_mask), amax);  // a NaN lane keeps amax
       }
-      const float a = hmax8(amax);
+      const float a = hmax8_ps(amax);
       const float iscale = a > 0.0f ? 127.0f / a : 0.0f;
       dx[m * nb + b] = a / 127.0f;
       const __m256 is = _mm256_set1_ps(iscale);

@@ -1,4 +1,5 @@
-// Helpers shared by the CPU's native kernels (tgi_common::...): AVX-512 lanes, exp on 16 and 8 lanes, CPU feature checks,
+// Helpers shared by the CPU's native kernels (tgi_common::...): AVX-512 lanes, exp on 16 and 8 lanes, AVX2 loads
+// and reductions of 8 lanes, CPU feature checks,
 // the AMX tile configuration.
 #pragma once
 #include <cstdint>
@@ -55,6 +56,26 @@ __attribute__((target("avx2,fma"))) inline __m256 exp8_nonpos(__m256 x) {
   // 2^r built in the exponent bits, as exp_nonpos does (r >= -126 after the clamp)
   const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(r), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(e, _mm256_castsi256_ps(bits));
+}
+#endif
+
+#if defined(__x86_64__)
+// AVX2 lanes of 8 (callers check for AVX2 at run time): 8 float32 values, or 8 bfloat16 widened exactly (a
+// bfloat16 is the top half of a float32), and the maximum or sum of a vector's lanes
+__attribute__((target("avx2"))) inline __m256 load8_ps(const float* p) { return _mm256_loadu_ps(p); }
+__attribute__((target("avx2"))) inline __m256 load8_ps(const uint16_t* p) {
+  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
+__attribute__((target("avx2"))) inline float hmax8_ps(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+__attribute__((target("avx2"))) inline float hsum8_ps(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 #endif
 

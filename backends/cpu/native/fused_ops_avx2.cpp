@@ -16,10 +16,9 @@ namespace tgi_fused {
 
 namespace {
 
-TGI_V256 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+TGI_V256 inline __m256 load8(const float* p) { return tgi_common::load8_ps(p); }
 TGI_V256 inline __m256 load8(const at::BFloat16* p) {
-  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  return tgi_common::load8_ps(reinterpret_cast<const uint16_t*>(p));
 }
 TGI_V256 inline void store8(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
 TGI_V256 inline void store8(at::BFloat16* p, __m256 v) {  // v already bfloat16-exact
@@ -51,18 +50,6 @@ TGI_V256 void silu_mul_row(const T* g, const T* u, T* out, int64_t n) {
   }
 }
 
-// horizontal max / min / sum of 8 lanes
-TGI_V256 inline float hmax8(__m256 v) {
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
-}
-TGI_V256 inline float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-
 template <typename T>
 TGI_V256 bool greedy_row(const T* row, int64_t V, int64_t* id, float* logprob) {
   if (V % 8 != 0 || V >= (int64_t(1) << 31)) return false;
@@ -78,7 +65,7 @@ TGI_V256 bool greedy_row(const T* row, int64_t V, int64_t* id, float* logprob) {
     best_i = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(best_i), _mm256_castsi256_ps(idx), gt));
     idx = _mm256_add_epi32(idx, step);
   }
-  const float m = hmax8(best);
+  const float m = tgi_common::hmax8_ps(best);
   if (_mm256_movemask_ps(nan) != 0 || std::isinf(m)) return false;
   // the first index among the lanes that hold the maximum
   alignas(32) int32_t lanes_i[8];
@@ -98,7 +85,7 @@ TGI_V256 bool greedy_row(const T* row, int64_t V, int64_t* id, float* logprob) {
     s1 = _mm256_add_ps(s1, tgi_common::exp8_nonpos(_mm256_sub_ps(load8(row + i + 8), mv)));
   }
   if (i < V) s0 = _mm256_add_ps(s0, tgi_common::exp8_nonpos(_mm256_sub_ps(load8(row + i), mv)));
-  *logprob = m - (m + std::log(hsum8(_mm256_add_ps(s0, s1))));  // row[b] is m
+  *logprob = m - (m + std::log(tgi_common::hsum8_ps(_mm256_add_ps(s0, s1))));  // row[b] is m
   return true;
 }
 

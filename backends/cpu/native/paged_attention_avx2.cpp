@@ -15,18 +15,7 @@ namespace tgi_attention {
 
 namespace {
 
-TGI_ATTN_AVX2 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-TGI_ATTN_AVX2 inline __m256 load8(const uint16_t* p) {  // bfloat16: the top half of a float32
-  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
-}
-
-TGI_ATTN_AVX2 inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+using tgi_common::load8_ps;
 
 // lane j = the sum of a[j]'s lanes: 8 dot products' partial vectors reduced at once
 TGI_ATTN_AVX2 inline __m256 hsum8(const __m256 (&a)[8]) {
@@ -43,10 +32,10 @@ TGI_ATTN_AVX2 inline void score8(const float* __restrict qf, const T* const (&ke
   for (int64_t g = 0; g < g_heads; ++g) {
     const float* qg = qf + g * C * 8;
     __m256 a[8];
-    for (int j = 0; j < 8; ++j) a[j] = _mm256_mul_ps(_mm256_loadu_ps(qg), load8(keys[j]));
+    for (int j = 0; j < 8; ++j) a[j] = _mm256_mul_ps(_mm256_loadu_ps(qg), load8_ps(keys[j]));
     for (int c = 1; c < C; ++c) {
       const __m256 qc = _mm256_loadu_ps(qg + 8 * c);
-      for (int j = 0; j < 8; ++j) a[j] = _mm256_fmadd_ps(qc, load8(keys[j] + 8 * c), a[j]);
+      for (int j = 0; j < 8; ++j) a[j] = _mm256_fmadd_ps(qc, load8_ps(keys[j] + 8 * c), a[j]);
     }
     _mm256_storeu_ps(scores + g * n + first, hsum8(a));
   }
@@ -57,9 +46,9 @@ TGI_ATTN_AVX2 inline void score1(const float* __restrict qf, const T* key, int64
                                  float* __restrict scores) {
   for (int64_t g = 0; g < g_heads; ++g) {
     const float* qg = qf + g * C * 8;
-    __m256 a = _mm256_mul_ps(_mm256_loadu_ps(qg), load8(key));
-    for (int c = 1; c < C; ++c) a = _mm256_fmadd_ps(_mm256_loadu_ps(qg + 8 * c), load8(key + 8 * c), a);
-    scores[g * n + at] = hsum(a);
+    __m256 a = _mm256_mul_ps(_mm256_loadu_ps(qg), load8_ps(key));
+    for (int c = 1; c < C; ++c) a = _mm256_fmadd_ps(_mm256_loadu_ps(qg + 8 * c), load8_ps(key + 8 * c), a);
+    scores[g * n + at] = tgi_common::hsum8_ps(a);
   }
 }
 
@@ -77,7 +66,7 @@ TGI_ATTN_AVX2 inline void values_part(const T* __restrict vc, const int32_t* __r
     for (int64_t o = t - b * bs; t < stop; ++t, ++o) {
       const __m256 p = _mm256_set1_ps(pg[t - start]);
       const T* vp = vb + o * row;
-      for (int c = 0; c < CB; ++c) a[c] = _mm256_fmadd_ps(p, load8(vp + 8 * c), a[c]);
+      for (int c = 0; c < CB; ++c) a[c] = _mm256_fmadd_ps(p, load8_ps(vp + 8 * c), a[c]);
     }
   }
   for (int c = 0; c < CB; ++c) _mm256_storeu_ps(acc + g * C * 8 + (c0 + c) * 8, a[c]);
