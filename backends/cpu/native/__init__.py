@@ -6,7 +6,8 @@ The build needs a C++ compiler (g++) and ninja (a dependency of tgi); it is cach
 `$TORCH_EXTENSIONS_DIR` (default `~/.cache/torch_extensions`), or under `$TGI_CACHE_DIR/torch_extensions`
 when that is set. The first build takes minutes on 2 cores; later processes load the cached library.
 `make install` and the CPU image build it ahead (`python -m tgi.backends.cpu.native build`); where nothing
-was built, the first process builds it here (and says so in the log).
+was built, the first process builds it here (and says so in the log). Loads and builds take a kernel lock
+on the build folder (`build_lock`), so that a process killed inside one never leaves the others waiting.
 
 A failed build is not retried in the same process: `load()` raises `NativeBuildError` again with the
 compiler's reason.
@@ -24,6 +25,8 @@ import time
 from types import ModuleType
 
 import torch
+
+from tgi.backends.cpu.native.build_lock import build_lock
 
 __all__ = [
     "BLOCK_TYPES",
@@ -111,6 +114,7 @@ def load(ahead: bool = False) -> ModuleType:
             return _module
         if _error is not None:
             raise _error
+        from torch.utils.cpp_extension import _get_build_directory
         from torch.utils.cpp_extension import load as load_extension
 
         _ensure_ninja()
@@ -121,15 +125,22 @@ def load(ahead: bool = False) -> ModuleType:
         start = time.perf_counter()
         try:
             sources, headers_digest = _sources()
-            _module = load_extension(
-                name=_EXT_NAME,
-                sources=sources,
-                extra_cflags=["-O3", "-fopenmp", "-fno-math-errno", f"-DTGI_NATIVE_HEADERS={headers_digest}"],
-                extra_ldflags=["-fopenmp"],
-                extra_include_paths=[str(_SOURCE_DIR)],
-                build_directory=_build_dir(),
-                verbose=False,
-            )
+            build_dir = _build_dir() or _get_build_directory(_EXT_NAME, verbose=False)
+            with build_lock(build_dir):
+                _module = load_extension(
+                    name=_EXT_NAME,
+                    sources=sources,
+                    extra_cflags=[
+                        "-O3",
+                        "-fopenmp",
+                        "-fno-math-errno",
+                        f"-DTGI_NATIVE_HEADERS={headers_digest}",
+                    ],
+                    extra_ldflags=["-fopenmp"],
+                    extra_include_paths=[str(_SOURCE_DIR)],
+                    build_directory=build_dir,
+                    verbose=False,
+                )
         except Exception as e:  # compiler missing, compile error, ninja missing, ...
             _error = NativeBuildError(f"could not build the native CPU kernels: {e}")
             raise _error from e
