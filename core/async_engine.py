@@ -94,6 +94,8 @@ class AsyncEngine:
         cls, config: EngineConfig, progress: Callable[[str], None] | None = None, registry=None
     ) -> AsyncEngine:
         engine = LLMEngine.from_config(config, registry=registry, progress=progress)
+        # this thread loaded and warmed up the model; from `start` on the engine's own thread steps it
+        engine.backend.release_loading_thread()
         return cls(engine, model_id=config.model_id)
 
     # -- what the server reads ----------------------------------------------------------------------------

@@ -67,6 +67,13 @@ class Backend(ABC):
         them some. Offline use (`LLMEngine.generate`) never calls it. Default: nothing."""
         return
 
+    def release_loading_thread(self) -> None:
+        """Called by the thread that loaded and warmed up a model for a server (`AsyncEngine.from_config`, at
+        start-up or for a model swap), once that is done: from then on another thread, the engine's own, steps
+        it. A backend whose kernels keep workers per calling thread may free this thread's here. Default:
+        nothing."""
+        return
+
     def release_memory(self) -> None:
         """Hand the memory that freed tensors left cached (a caching allocator's pool, the C heap's free
         pages) back to the device or the OS. Called after a runner's `shutdown()` (a model swapped out), so

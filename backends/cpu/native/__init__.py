@@ -330,6 +330,15 @@ def fused():
     return load()
 
 
+def release_openmp_threads() -> bool:
+    """Free the OpenMP worker threads that the calling thread's parallel regions made (its pool; they are
+    made again if it runs one later). For the thread that loaded a model before another thread steps it:
+    libgomp counts every thread it manages, idle pools included, and where they outnumber the CPUs it
+    barely spins at a barrier before sleeping, so that every parallel region of the stepping thread ends in
+    a sleep and wake-up of each worker. False where it could not (inside a parallel region)."""
+    return bool(load().release_openmp_threads())
+
+
 #: implementations of `lora_sgmv`
 LORA_IMPLS = {"auto": 0, "reference": 1, "avx512-bf16": 2, "avx2": 3}
 

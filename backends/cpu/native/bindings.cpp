@@ -18,6 +18,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("silu_mul", torch::wrap_pybind_function(silu_mul), "silu_mul");
   m.def("kv_write", torch::wrap_pybind_function(kv_write), "kv_write");
   m.def("greedy_pick", torch::wrap_pybind_function(greedy_pick), "greedy_pick");
+  m.def("release_openmp_threads", &release_openmp_threads, "release_openmp_threads");
   m.def("lora_sgmv", torch::wrap_pybind_function(lora_sgmv), "lora_sgmv");
   m.def("lora_impls", torch::wrap_pybind_function(lora_impls), "lora_impls");
   m.def("fp8_pack", torch::wrap_pybind_function(fp8_pack), "fp8_pack");

@@ -33,3 +33,7 @@ void kv_write(torch::Tensor key_cache, torch::Tensor value_cache, torch::Tensor 
 
 // greedy_pick.cpp
 std::tuple<torch::Tensor, torch::Tensor> greedy_pick(torch::Tensor logits);
+
+// openmp_threads.cpp: frees the OpenMP workers the calling thread's parallel regions made (why: native
+// release_openmp_threads in __init__.py); false inside a parallel region
+bool release_openmp_threads();
