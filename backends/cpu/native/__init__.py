@@ -297,19 +297,20 @@ def block_linear(
 ) -> torch.Tensor:
     """`x @ W.T (+ bias)` with W [n, k] given as `block_pack(..., layout)` of its GGUF blocks.
 
-    x [M, k] bfloat16 -> [M, n] bfloat16. Products of x with the exact weight values (not rounded to
-    bfloat16) accumulate in float32, then round once. `impl`: "auto" (the fastest this CPU has), "amx"
-    (weights dequantized to bfloat16 tiles, as the dense weights are, multiplied on AMX), "avx512-bf16",
-    "avx512-vnni" (K-quants only: x quantized to int8 per row and 256 columns, llama.cpp's q8_K, integer
-    products; each output off the exact-input product by at most half an input step per column, summed
-    over |w|), or "reference" (scalar; what a CPU without AVX512-BF16 takes). Raises for one this CPU
-    lacks, "amx" for Q5_0, Q5_1 and the K-quants, "avx512-vnni" for any other type. "auto" computes the
-    K-quants on "avx512-vnni" where the CPU has it, else on "avx512-bf16" (also on CPUs with AMX).
+    x [M, k] bfloat16 -> [M, n] bfloat16. Products of x with the exact weight values (not rounded to bfloat16)
+    accumulate in float32, then round once. `impl`: "auto" (the fastest this CPU has), "amx" (weights
+    dequantized to bfloat16 tiles, as the dense weights are, multiplied on AMX), "avx512-bf16", "avx512-vnni"
+    (K-quants only: x quantized to int8 per row and 32 columns, integer products, as llama.cpp's q8_K with a
+    scale per sub-block instead of per 256 columns; each output off the exact-input product by at most half an
+    input step per column, summed over |w|), or "reference" (scalar; what a CPU without AVX512-BF16 takes).
+    Raises for one this CPU lacks, "amx" for Q5_0, Q5_1 and the K-quants, "avx512-vnni" for any other type.
+    "auto" computes the K-quants on "avx512-vnni" where the CPU has it, else on "avx512-bf16" (also on CPUs
+    with AMX).
     float32 x -> float32 out ("auto" or "reference": AVX2 or plain loops; the K-quants' float32 path is one
     loop nest compiled for AVX-512, AVX2 and plain x86-64, "reference" takes it, and "auto" where the CPU
     has AVX512-VNNI or lacks AVX2). "avx2-int8" (K-quants, Q4_0, Q4_1, Q8_0; float32 or bfloat16 x): the
-    K-quants on the int8 inputs of "avx512-vnni" multiplied with AVX2's `vpmaddubsw`, same accuracy; Q4_0,
-    Q4_1 and Q8_0 on x quantized per row and 32 columns (llama.cpp's q8_0 / q8_1, scales in float32), each
+    K-quants on int8 inputs scaled per 256 columns (llama.cpp's q8_K) multiplied with AVX2's `vpmaddubsw`;
+    Q4_0, Q4_1 and Q8_0 on x quantized per row and 32 columns (llama.cpp's q8_0 / q8_1, scales in float32), each
     output off the exact-input product by at most half an input step per column, summed over |w|; "auto"
     takes it for float32 x where the CPU has AVX2, FMA and F16C and no AVX512-VNNI (Q5_0, Q5_1 keep the
     float32 AVX2 kernel).

@@ -32,6 +32,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "block_linear.h"
 
@@ -107,14 +108,46 @@ void group_ref_k(const uint16_t* x, int64_t M, int64_t K, const float* sx, const
 void group_f32_k(const float* x, int64_t M, int64_t K, const float* sx, const uint8_t* packed, int64_t qtype,
                  int64_t g, float* y /* [M, R] */);
 
-// int8 inputs (block_linear_kquant_avx512_vnni.cpp): x [M, K] bfloat16 quantized per row and 256 columns
-// (llama.cpp's q8_K): q [M, K] (each 8 columns in the order 0, 1, 4, 5, 2, 3, 6, 7), dx [M, K / 256] the
+// int8 inputs (block_linear_kquant_avx512_vnni.cpp): x [M, K] bfloat16 quantized per row and `G` columns
+// (G 256: llama.cpp's q8_K, the AVX2 path's; G 32: one scale per K-quant sub-block of 32 columns, the
+// AVX512-VNNI path's): q [M, K] (each 8 columns in the order 0, 1, 4, 5, 2, 3, 6, 7), dx [M, K / G] the
 // scales, bsum [M, K / 16] the sums of q per 16 columns (in the columns' own order)
-void quantize_rows_q8k(const uint16_t* x, int64_t M, int64_t K, int8_t* q, float* dx, int32_t* bsum);
+void quantize_rows_int8(const uint16_t* x, int64_t M, int64_t K, int64_t G, int8_t* q, float* dx,
+                        int32_t* bsum);
 // the same of float32 x (the AVX2 int8 path's float32 models)
-void quantize_rows_q8k(const float* x, int64_t M, int64_t K, int8_t* q, float* dx, int32_t* bsum);
+void quantize_rows_int8(const float* x, int64_t M, int64_t K, int64_t G, int8_t* q, float* dx, int32_t* bsum);
+
+// x [M, K] quantized by quantize_rows_int8 with a scale per G columns, in buffers of the sizes it writes
+struct Int8Rows {
+  std::vector<int8_t> q;
+  std::vector<float> dx;
+  std::vector<int32_t> bsum;
+  template <typename X>
+  Int8Rows(const X* x, int64_t M, int64_t K, int64_t G) : q(M * K), dx(M * (K / G)), bsum(M * (K / 16)) {
+    quantize_rows_int8(x, M, K, G, q.data(), dx.data(), bsum.data());
+  }
+};
 
 #if defined(__x86_64__)
+// Software prefetch for the stream of packed super-blocks a thread reads in order (its groups are
+// consecutive), called at step `it` (0-31, eight sub-blocks of four) of super-block `o` (S bytes), by the
+// int8 paths. Q4_K: the line 4 KiB ahead of the one read (one core, [1, 2048] x [2048, 16384] from memory
+// 2.28 -> 1.75 ms; 8 KiB gains no more, nor does the rule below). Q5_K and Q6_K read their high bits from a
+// second region of the super-block, which that rule leaves a third of unfetched: there every line of the
+// super-block two ahead, two lines a step (AMD EPYC Zen 4, AVX512-VNNI path, [1, 8192] x [8192, 2048] from
+// memory, two threads, A/B of builds in one process, six runs: Q6_K 1.26-1.54x (17-20 -> 22-32 GB/s, as noisy
+// as the host), Q5_K 1.46-1.58x; one thread Q6_K 9.7 -> 18.0; one super-block ahead or three no better;
+// backends/cpu/README.md)
+template <int64_t T>
+inline void kq_prefetch_ahead(const uint8_t* o, int64_t S, int it) {
+  if (kq_format(T) == kQ4_K) {
+    _mm_prefetch(reinterpret_cast<const char*>(o + 64 * it + 4096), _MM_HINT_T0);
+  } else if (128 * it < S) {
+    _mm_prefetch(reinterpret_cast<const char*>(o + 2 * S + 128 * it), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(o + 2 * S + 128 * it + 64), _MM_HINT_T0);
+  }
+}
+
 // AVX-512 BF16 path (block_linear_kquant_avx512_bf16.cpp); lane masks only (the op refuses fields there)
 TGI_BF16_TARGET void group_avx512_k(const uint16_t* x, int64_t M, int64_t K, const float* sx,
                                     const uint8_t* packed, int64_t qtype, int64_t g, float* y);
@@ -128,17 +161,19 @@ inline bool has_avx512_vnni() {
                          __builtin_cpu_supports("avx512vbmi");
   return ok;
 }
+// dx: the input's scales per 32 columns (quantize_rows_int8 with G = kVnniScaleCols)
+constexpr int64_t kVnniScaleCols = 32;
 TGI_VNNI_TARGET void group_vnni_k(const int8_t* xq, const float* dx, const int32_t* bsum, int64_t M, int64_t K,
                                   const uint8_t* packed, int64_t qtype, int64_t g, float* y);
-// AVX2 int8 path (block_linear_kquant_avx2.cpp): the same quantized input as group_vnni_k, float32 sums y [M, R];
-// either layout
+// AVX2 int8 path (block_linear_kquant_avx2.cpp): the input quantized per 256 columns (q8_K; its integer sums
+// run through a whole super-block), float32 sums y [M, R]; either layout
 #define TGI_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
 
-// quantize_rows_q8k on AVX2 (block_linear_kquant_avx2.cpp): the same bits as its scalar loop
-TGI_AVX2_TARGET void quantize_rows_q8k_avx2(const float* x, int64_t M, int64_t K, int8_t* q, float* dx,
-                                            int32_t* bsum);
-TGI_AVX2_TARGET void quantize_rows_q8k_avx2(const uint16_t* x, int64_t M, int64_t K, int8_t* q, float* dx,
-                                            int32_t* bsum);
+// quantize_rows_int8 on AVX2 (block_linear_kquant_avx2.cpp): the same bits as its scalar loop
+TGI_AVX2_TARGET void quantize_rows_int8_avx2(const float* x, int64_t M, int64_t K, int64_t G, int8_t* q,
+                                            float* dx, int32_t* bsum);
+TGI_AVX2_TARGET void quantize_rows_int8_avx2(const uint16_t* x, int64_t M, int64_t K, int64_t G, int8_t* q,
+                                            float* dx, int32_t* bsum);
 TGI_AVX2_TARGET void group_avx2_k(const int8_t* xq, const float* dx, const int32_t* bsum, int64_t M, int64_t K,
                                   const uint8_t* packed, int64_t qtype, int64_t g, float* y);
 #endif

@@ -1,7 +1,9 @@
 // The K-quants' int8 path on AVX2 (impl "avx2-int8"), what llama.cpp computes on an AVX2 CPU: the input
-// quantized per row and 256 columns to int8 (`quantize_rows_q8k`, the AVX512-VNNI path's q8_K, stored in its
-// column order), and `vpmaddubsw` multiplies the weights' unsigned integers (4 to 6 bits) with those signed
-// bytes, two per 16-bit lane. Integer sums throughout a super-block (exact), then in float32 per super-block:
+// quantized per row and 256 columns to int8 (`quantize_rows_int8` with G = 256, llama.cpp's q8_K, stored in
+// the AVX512-VNNI path's column order; that path takes a scale per 32 columns, which here would cost a float32
+// conversion and scaling per sub-block instead of one per super-block), and `vpmaddubsw` multiplies the
+// weights' unsigned integers (4 to 6 bits) with those signed bytes, two per 16-bit lane. Integer sums
+// throughout a super-block (exact), then in float32 per super-block:
 // y += (d dx) * sum_j sc_j sum(q x8) - (dmin dx) * sum_j m_j sum(x8) (Q6_K: sc_i (sum(q x8) - 32 sum(x8))).
 //
 // The packed layout is the one every K-quant path reads (block_linear_kquant.h): chunk c's 32 bytes hold, at
@@ -20,8 +22,8 @@
 // its four masks; from fields (the layout packed for CPUs without AVX512-BF16) a shift and a mask per half.
 // Zen 1, one thread, [1, 8192] x [8192, 2048] Q6_K: see backends/cpu/README.md.
 //
-// Its accuracy is the AVX512-VNNI path's (same q8_K input): each output within half an input step per column
-// weighted by |w| of the exact-input product; each row is quantized alone, so rows do not depend on the batch.
+// Its accuracy is int8 inputs': each output within half an input step per column weighted by |w| of the
+// exact-input product; each row is quantized alone, so rows do not depend on the batch.
 //
 // Measured on the AMD EPYC family 23 model 1 (Zen 1: AVX2, FMA, F16C; no AVX-512), one thread, [M, 2048] x
 // [2048, 8192] Q4_K, medians of interleaved runs on a shared machine: M=1 1.23 ms against 76.6 for the float32
@@ -106,8 +108,7 @@ TGI_AVX2_TARGET void group_tile_avx2(const int8_t* xq, const float* dx, const in
       __m256i run[MT], held[MT];
 #pragma GCC unroll 8
       for (int c = 0; c < 8; ++c) {
-        // 4 KiB ahead of the stream of groups, as on the AVX512-VNNI path (one line per two chunks)
-        if (c % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(o + 256 * j + 32 * c + 4096), _MM_HINT_T0);
+        if (c % 2 == 0) kq_prefetch_ahead<T>(o, S, 4 * j + c / 2);  // (one step per two chunks)
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + 256 * j + 32 * c));
         __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
         if (T == kQ5_K) {
@@ -136,7 +137,7 @@ TGI_AVX2_TARGET void group_tile_avx2(const int8_t* xq, const float* dx, const in
           sc_a = _mm256_unpacklo_epi16(sc, sc);
           sc_b = _mm256_unpackhi_epi16(sc, sc);
         }
-        // the input's column order: each 8 columns as 0, 1, 4, 5, 2, 3, 6, 7 (quantize_rows_q8k)
+        // the input's column order: each 8 columns as 0, 1, 4, 5, 2, 3, 6, 7 (quantize_rows_int8)
         const int64_t xo = 8 * (c / 2) + 2 * (c % 2);
         for (int m = 0; m < MT; ++m) {
           const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast_pair(xs + m * K + xo)),
@@ -208,26 +209,28 @@ TGI_AVX2_TARGET void group_rows_avx2(const int8_t* xq, const float* dx, const in
 }
 
 // quantize_rows (block_linear_kquant_avx512_vnni.cpp) with 8 columns per operation: the same float32
-// products, rounded to nearest even as `nearbyint` does, clamped, the same column order and sums
+// products, rounded to nearest even as `nearbyint` does, clamped, the same column order and sums; one scale
+// per G columns (a multiple of 32)
 template <typename X>
-TGI_AVX2_TARGET void quantize_rows_avx2(const X* x, int64_t M, int64_t K, int8_t* q, float* dx, int32_t* bsum) {
-  const int64_t ns = K / QKK;
+TGI_AVX2_TARGET void quantize_rows_avx2(const X* x, int64_t M, int64_t K, int64_t G, int8_t* q, float* dx,
+                                        int32_t* bsum) {
+  const int64_t ng = K / G;
   const __m256 sign = _mm256_set1_ps(-0.0f), hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
   // within each 8 columns (4 pairs of bytes): pairs 0, 2, 1, 3, i.e. columns 0, 1, 4, 5, 2, 3, 6, 7
   const __m256i order = _mm256_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15, 0, 1, 4, 5, 2, 3, 6,
                                          7, 8, 9, 12, 13, 10, 11, 14, 15);
   for (int64_t m = 0; m < M; ++m)
-    for (int64_t s = 0; s < ns; ++s) {
-      const X* xs = x + m * K + s * QKK;
+    for (int64_t s = 0; s < ng; ++s) {
+      const X* xs = x + m * K + s * G;
       __m256 amax = _mm256_setzero_ps();
-      for (int k = 0; k < QKK; k += 8)
+      for (int64_t k = 0; k < G; k += 8)
         amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, tgi_common::load8_ps(xs + k)));
       const float am = tgi_common::hmax8_ps(amax);
       const __m256 iscale = _mm256_set1_ps(am > 0.0f ? 127.0f / am : 0.0f);
-      dx[m * ns + s] = am / 127.0f;
-      int8_t* qs = q + m * K + s * QKK;
-      int32_t* bs = bsum + (m * ns + s) * (QKK / 16);
-      for (int k = 0; k < QKK; k += 32) {
+      dx[m * ng + s] = am / 127.0f;
+      int8_t* qs = q + m * K + s * G;
+      int32_t* bs = bsum + m * (K / 16) + s * (G / 16);
+      for (int64_t k = 0; k < G; k += 32) {
         __m256i v[4];
         for (int i = 0; i < 4; ++i) {
           const __m256 r = _mm256_round_ps(_mm256_mul_ps(tgi_common::load8_ps(xs + k + 8 * i), iscale),
@@ -253,14 +256,14 @@ TGI_AVX2_TARGET void quantize_rows_avx2(const X* x, int64_t M, int64_t K, int8_t
 
 }  // namespace
 
-TGI_AVX2_TARGET void quantize_rows_q8k_avx2(const float* x, int64_t M, int64_t K, int8_t* q, float* dx,
-                                            int32_t* bsum) {
-  quantize_rows_avx2(x, M, K, q, dx, bsum);
+TGI_AVX2_TARGET void quantize_rows_int8_avx2(const float* x, int64_t M, int64_t K, int64_t G, int8_t* q,
+                                            float* dx, int32_t* bsum) {
+  quantize_rows_avx2(x, M, K, G, q, dx, bsum);
 }
 
-TGI_AVX2_TARGET void quantize_rows_q8k_avx2(const uint16_t* x, int64_t M, int64_t K, int8_t* q, float* dx,
-                                            int32_t* bsum) {
-  quantize_rows_avx2(x, M, K, q, dx, bsum);
+TGI_AVX2_TARGET void quantize_rows_int8_avx2(const uint16_t* x, int64_t M, int64_t K, int64_t G, int8_t* q,
+                                            float* dx, int32_t* bsum) {
+  quantize_rows_avx2(x, M, K, G, q, dx, bsum);
 }
 
 TGI_AVX2_TARGET void group_avx2_k(const int8_t* xq, const float* dx, const int32_t* bsum, int64_t M, int64_t K,

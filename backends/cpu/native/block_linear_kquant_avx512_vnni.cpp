@@ -1,7 +1,10 @@
-// The K-quants' int8 path (AVX512-VNNI), what llama.cpp computes on the CPU: the input is quantized per row
-// and super-block of 256 columns to int8 (`quantize_rows_q8k`: scale max|x| / 127, nearest integer, llama.cpp's
-// q8_K), and `vpdpbusd` multiplies the weights' unsigned integers (4 to 6 bits) with those bytes, four per
-// 32-bit lane, summing in int32 (exact: no order, no rounding). Per sub-block, in float32:
+// The K-quants' int8 path (AVX512-VNNI), what llama.cpp computes on the CPU with finer input scales: the input
+// is quantized per row and 32 columns to int8 (`quantize_rows_int8` with G = 32: scale max|x| / 127, nearest
+// integer; llama.cpp's q8_K takes one scale per 256 columns, which a few large columns of an input, as SiLU *
+// up has before ffn_down, make coarse for all the others; the sums below are scaled per sub-block anyway, so a
+// scale per 32 columns costs one load per sub-block), and `vpdpbusd` multiplies the weights' unsigned integers
+// (4 to 6 bits) with those bytes, four per 32-bit lane, summing in int32 (exact: no order, no rounding). Per
+// sub-block, in float32:
 // y += (d sc dx) * sum(q x8) - (dmin m dx) * sum(x8) (Q6_K: (d sc dx) * (sum(q x8) - 32 sum(x8))).
 //
 // The packed layout is the one every K-quant path reads (block_linear_kquant.h): a chunk's 32 bytes hold,
@@ -13,7 +16,7 @@
 // bytes as stored) are added before the permutation.
 //
 // Its error against the product with the exact input is what int8 inputs give: at most half a step of the
-// input's quantization per column, |y - x W^T| <= sum over super-blocks of (dx / 2) sum |w| (plus float32
+// input's quantization per column, |y - x W^T| <= sum over 32-column blocks of (dx / 2) sum |w| (plus float32
 // rounding), tested against that bound; each row is quantized alone, so a row's result does not depend on
 // the rows beside it.
 #include <cmath>
@@ -27,22 +30,22 @@ namespace {
 inline float input_float(uint16_t v) { return bf16_to_float(v); }
 inline float input_float(float v) { return v; }
 
-// bfloat16 (the VNNI path) or float32 (the AVX2 path's float32 models) x
+// bfloat16 (the VNNI path) or float32 (the AVX2 path's float32 models) x, one scale per G columns
 template <typename X>
-void quantize_rows(const X* x, int64_t M, int64_t K, int8_t* q, float* dx, int32_t* bsum) {
+void quantize_rows(const X* x, int64_t M, int64_t K, int64_t G, int8_t* q, float* dx, int32_t* bsum) {
   static const int order[8] = {0, 1, 4, 5, 2, 3, 6, 7};
-  const int64_t ns = K / QKK;
+  const int64_t ng = K / G;
   for (int64_t m = 0; m < M; ++m)
-    for (int64_t s = 0; s < ns; ++s) {
-      const X* xs = x + m * K + s * QKK;
+    for (int64_t s = 0; s < ng; ++s) {
+      const X* xs = x + m * K + s * G;
       float amax = 0.0f;
-      for (int k = 0; k < QKK; ++k) amax = std::fmax(amax, std::fabs(input_float(xs[k])));
+      for (int64_t k = 0; k < G; ++k) amax = std::fmax(amax, std::fabs(input_float(xs[k])));
       const float iscale = amax > 0.0f ? 127.0f / amax : 0.0f;
-      dx[m * ns + s] = amax / 127.0f;
-      int8_t* qs = q + m * K + s * QKK;
-      int32_t* bs = bsum + (m * ns + s) * (QKK / 16);
-      for (int b = 0; b < QKK / 16; ++b) bs[b] = 0;
-      for (int k = 0; k < QKK; ++k) {
+      dx[m * ng + s] = amax / 127.0f;
+      int8_t* qs = q + m * K + s * G;
+      int32_t* bs = bsum + m * (K / 16) + s * (G / 16);
+      for (int64_t b = 0; b < G / 16; ++b) bs[b] = 0;
+      for (int64_t k = 0; k < G; ++k) {
         const float v = std::nearbyint(input_float(xs[k]) * iscale);
         const int iv = static_cast<int>(std::fmax(-127.0f, std::fmin(127.0f, v)));
         qs[(k & ~7) + order[k & 7]] = static_cast<int8_t>(iv);
@@ -53,18 +56,19 @@ void quantize_rows(const X* x, int64_t M, int64_t K, int8_t* q, float* dx, int32
 }  // namespace
 
 // the same bits on AVX2 where the CPU has it (block_linear_kquant_avx2.cpp), else the loop above
-void quantize_rows_q8k(const uint16_t* x, int64_t M, int64_t K, int8_t* q, float* dx, int32_t* bsum) {
+void quantize_rows_int8(const uint16_t* x, int64_t M, int64_t K, int64_t G, int8_t* q, float* dx,
+                        int32_t* bsum) {
 #if defined(__x86_64__)
-  if (has_avx2_fma()) return quantize_rows_q8k_avx2(x, M, K, q, dx, bsum);
+  if (has_avx2_fma()) return quantize_rows_int8_avx2(x, M, K, G, q, dx, bsum);
 #endif
-  quantize_rows(x, M, K, q, dx, bsum);
+  quantize_rows(x, M, K, G, q, dx, bsum);
 }
 
-void quantize_rows_q8k(const float* x, int64_t M, int64_t K, int8_t* q, float* dx, int32_t* bsum) {
+void quantize_rows_int8(const float* x, int64_t M, int64_t K, int64_t G, int8_t* q, float* dx, int32_t* bsum) {
 #if defined(__x86_64__)
-  if (has_avx2_fma()) return quantize_rows_q8k_avx2(x, M, K, q, dx, bsum);
+  if (has_avx2_fma()) return quantize_rows_int8_avx2(x, M, K, G, q, dx, bsum);
 #endif
-  quantize_rows(x, M, K, q, dx, bsum);
+  quantize_rows(x, M, K, G, q, dx, bsum);
 }
 
 #if defined(__x86_64__)
@@ -89,7 +93,7 @@ template <int MT, int64_t T>
 TGI_VNNI_TARGET void group_tile_vnni(const int8_t* xq, const float* dx, const int32_t* bsum, int64_t K,
                                      const uint8_t* packed, int64_t g, float* y /* [MT, R] */) {
   constexpr int NA = MT <= 2 ? 4 : 1;
-  const int64_t ns = K / QKK, S = kq_stride(T), H = kq_header(T);
+  const int64_t ns = K / QKK, nd = K / kVnniScaleCols, nbs = K / 16, S = kq_stride(T), H = kq_header(T);
   alignas(64) uint8_t perm_bytes[64];
   for (int r = 0; r < 16; ++r) {
     perm_bytes[4 * r] = static_cast<uint8_t>(2 * r);
@@ -106,17 +110,15 @@ TGI_VNNI_TARGET void group_tile_vnni(const int8_t* xq, const float* dx, const in
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + H)));
     const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + H + 2 * R)));
     const uint8_t* scales = o + H + 4 * R;
-    float dxs[MT];
-    for (int m = 0; m < MT; ++m) dxs[m] = dx[m * ns + s];
     for (int j = 0; j < 8; ++j) {
+      float dxs[MT];  // the input's scale of these 32 columns
+      for (int m = 0; m < MT; ++m) dxs[m] = dx[m * nd + s * 8 + j];
       __m512i acc[MT][NA];
       for (int m = 0; m < MT; ++m)
         for (int a = 0; a < NA; ++a) acc[m][a] = _mm512_setzero_si512();
       const int8_t* xs = xq + s * QKK + 32 * j;
       for (int p = 0; p < 4; ++p) {
-        // 4 KiB ahead of the stream of groups (a thread reads its groups in order): one core, [1, 2048] x
-        // [2048, 16384] Q4_K from memory, 2.28 -> 1.75 ms (Q6_K 3.5 -> 2.6 ms); 8 KiB gains no more
-        _mm_prefetch(reinterpret_cast<const char*>(o + 256 * j + 64 * p + 4096), _MM_HINT_T0);
+        kq_prefetch_ahead<T>(o, S, 4 * j + p);
         const __m512i v = _mm512_loadu_si512(o + 256 * j + 64 * p);
         __m512i lo = _mm512_and_si512(v, low4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
         if (T == kQ5_K) {
@@ -146,7 +148,7 @@ TGI_VNNI_TARGET void group_tile_vnni(const int8_t* xq, const float* dx, const in
           for (int m = 0; m < MT; ++m) {
             __m512i sum = acc[m][0];
             for (int a = 1; a < NA; ++a) sum = _mm512_add_epi32(sum, acc[m][a]);
-            sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(32 * bsum[(m * ns + s) * (QKK / 16) + i]));
+            sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(32 * bsum[m * nbs + s * (QKK / 16) + i]));
             out[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(sc, _mm512_set1_ps(dxs[m])), out[m]);
             for (int a = 0; a < NA; ++a) acc[m][a] = _mm512_setzero_si512();
           }
@@ -158,7 +160,7 @@ TGI_VNNI_TARGET void group_tile_vnni(const int8_t* xq, const float* dx, const in
         for (int m = 0; m < MT; ++m) {
           __m512i sum = acc[m][0];
           for (int a = 1; a < NA; ++a) sum = _mm512_add_epi32(sum, acc[m][a]);
-          const int32_t* bs = bsum + (m * ns + s) * (QKK / 16) + 2 * j;
+          const int32_t* bs = bsum + m * nbs + s * (QKK / 16) + 2 * j;
           const float xsum = static_cast<float>(bs[0] + bs[1]) * dxs[m];
           out[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(sc, _mm512_set1_ps(dxs[m])), out[m]);
           out[m] = _mm512_fnmadd_ps(mn, _mm512_set1_ps(xsum), out[m]);
@@ -172,12 +174,12 @@ TGI_VNNI_TARGET void group_tile_vnni(const int8_t* xq, const float* dx, const in
 template <int64_t T>
 TGI_VNNI_TARGET void group_rows_vnni(const int8_t* xq, const float* dx, const int32_t* bsum, int64_t M, int64_t K,
                                      const uint8_t* packed, int64_t g, float* y) {
-  const int64_t ns = K / QKK, nbs = ns * (QKK / 16);
+  const int64_t nd = K / kVnniScaleCols, nbs = K / 16;
   int64_t m = 0;
   for (; m + 8 <= M; m += 8)
-    group_tile_vnni<8, T>(xq + m * K, dx + m * ns, bsum + m * nbs, K, packed, g, y + m * R);
+    group_tile_vnni<8, T>(xq + m * K, dx + m * nd, bsum + m * nbs, K, packed, g, y + m * R);
   const int8_t* xm = xq + m * K;
-  const float* dm = dx + m * ns;
+  const float* dm = dx + m * nd;
   const int32_t* bm = bsum + m * nbs;
   float* ym = y + m * R;
   switch (M - m) {

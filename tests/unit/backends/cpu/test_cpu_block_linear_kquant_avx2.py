@@ -1,9 +1,9 @@
 """The K-quants' int8 path on AVX2 (`impl="avx2-int8"`, native/block_linear_kquant_avx2.cpp): the input
-quantized per row and 256 columns to int8 (llama.cpp's q8_K, as on the AVX512-VNNI path), integer products
-with `vpmaddubsw`. Checked bit for bit against an integer model of that arithmetic (the weights' integers
-from `gguf`'s own dequantization of blocks whose d and dmin are set to 1 and 0), against the exact-input
-product within the stated bound, for rows that do not depend on the rows beside them, and for `auto`'s
-choice on this CPU."""
+quantized per row and 256 columns to int8 (llama.cpp's q8_K; the AVX512-VNNI path scales per 32 columns),
+integer products with `vpmaddubsw`. Checked bit for bit against an integer model of that arithmetic (the
+weights' integers from `gguf`'s own dequantization of blocks whose d and dmin are set to 1 and 0), against
+the exact-input product within the stated bound, for rows that do not depend on the rows beside them, and
+for `auto`'s choice on this CPU."""
 
 from __future__ import annotations
 
@@ -87,8 +87,8 @@ def test_avx2_int8_is_the_integer_product(qtype, rows, cols, m):
 @pytest.mark.parametrize("rows,cols", SHAPES)
 @pytest.mark.parametrize("qtype", sorted(K_QUANTS))
 def test_avx2_int8_error_against_the_exact_input_is_bounded(qtype, rows, cols):
-    """The accuracy cost of int8 inputs, as on the AVX512-VNNI path: each output within sum over
-    super-blocks of (dx / 2) * sum |w| of the float32 product x W^T; relative RMS error under 1 %."""
+    """The accuracy cost of int8 inputs: each output within sum over super-blocks of (dx / 2) * sum |w|
+    of the float32 product x W^T; relative RMS error under 1 %."""
     require_avx2()
     m = 8
     block = k_blocks(qtype, rows, cols, seed=rows)

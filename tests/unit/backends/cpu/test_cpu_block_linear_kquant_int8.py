@@ -1,8 +1,9 @@
-"""The K-quants' int8 path of the CPU block linear (`impl="avx512-vnni"`, native/block_linear_kquant_avx512_vnni.cpp):
-the input quantized per row and 256 columns to int8 (llama.cpp's q8_K), integer products with the weights'
-integers. Checked against a float64 model of that arithmetic on `gguf`'s dequantized weights, against the
-exact-input product within the stated bound (half an input step per column, weighted by |w|), for rows
-that do not depend on the rows beside them, and for its refusals."""
+"""The K-quants' int8 path of the CPU block linear (`impl="avx512-vnni"`,
+native/block_linear_kquant_avx512_vnni.cpp): the input quantized per row and 32 columns to int8 (one scale per
+K-quant sub-block of 32; llama.cpp's q8_K takes one per 256), integer products with the weights' integers.
+Checked against a float64 model of that arithmetic on `gguf`'s dequantized weights, against the exact-input
+product within the stated bound (half an input step per column, weighted by |w|), for rows that do not
+depend on the rows beside them, and for its refusals."""
 
 from __future__ import annotations
 
@@ -32,10 +33,15 @@ def require_vnni() -> None:
     assert "avx512-vnni" in native.block_impls(), "this CPU has AVX512-VNNI, the kernels miss the int8 path"
 
 
-def q8k(x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-    """x [m, k] bfloat16 quantized as llama.cpp's q8_K, in float32 as the kernel does: the integers
-    [m, k] and the scale of each row's 256 columns [m, k / 256]."""
-    xs = x.float().numpy().reshape(x.shape[0], -1, 256)
+#: the columns of one input scale on this path (the AVX2 path's q8_K: 256)
+VNNI_SCALE_COLS = 32
+
+
+def q8k(x: torch.Tensor, cols: int = 256) -> tuple[np.ndarray, np.ndarray]:
+    """x [m, k] (bfloat16 or float32) quantized to int8 per row and `cols` columns (256: llama.cpp's
+    q8_K), in float32 as the kernels do: the integers [m, k] and the scale of each row's `cols` columns
+    [m, k / cols]."""
+    xs = x.float().numpy().reshape(x.shape[0], -1, cols)
     amax = np.abs(xs).max(axis=2, keepdims=True)
     iscale = np.where(amax > 0, np.float32(127) / np.where(amax > 0, amax, 1), 0).astype(np.float32)
     q = np.clip(np.rint(xs * iscale), -127, 127)
@@ -46,7 +52,7 @@ def q8k(x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
 @pytest.mark.parametrize("m", [1, 2, 3, 8, 13, 37])
 @pytest.mark.parametrize("qtype", sorted(K_QUANTS))
 def test_int8_k_quant_block_linear_is_the_q8k_product(qtype, rows, cols, m):
-    """Equal, up to float32 sums and the output's bfloat16 rounding, to sum over super-blocks of
+    """Equal, up to float32 sums and the output's bfloat16 rounding, to sum over 32-column blocks of
     dx * (q8 @ W^T) with W gguf's dequantization: the integers and their scales are the ones meant."""
     require_vnni()
     block = k_blocks(qtype, rows, cols, seed=rows + m)
@@ -56,8 +62,8 @@ def test_int8_k_quant_block_linear_is_the_q8k_product(qtype, rows, cols, m):
     packed = native.block_pack(block.data, qtype, rows, cols)
     y = native.block_linear(x, packed, qtype, rows, cols, bias, impl="avx512-vnni")
     assert y.dtype == torch.bfloat16 and y.shape == (m, rows)
-    q, dx = q8k(x)
-    xq = (q.reshape(m, -1, 256) * dx[..., None].astype(np.float64)).reshape(m, cols)
+    q, dx = q8k(x, VNNI_SCALE_COLS)
+    xq = (q.reshape(m, -1, VNNI_SCALE_COLS) * dx[..., None].astype(np.float64)).reshape(m, cols)
     expected = torch.from_numpy(xq @ w.T) + bias.double()
     torch.testing.assert_close(y.double(), expected, rtol=2**-8, atol=1e-4 * expected.abs().max().item())
 
@@ -66,8 +72,8 @@ def test_int8_k_quant_block_linear_is_the_q8k_product(qtype, rows, cols, m):
 @pytest.mark.parametrize("qtype", sorted(K_QUANTS))
 def test_int8_k_quant_error_against_the_exact_input_is_bounded(qtype, rows, cols):
     """The accuracy cost of int8 inputs: each output is off the exact-input product x W^T by at most
-    sum over super-blocks of (dx / 2) * sum |w| (plus the output's bfloat16 rounding); on Gaussian inputs
-    the relative RMS error stays under 1 % (about 4x that of rounding the input to bfloat16)."""
+    sum over 32-column blocks of (dx / 2) * sum |w| (plus the output's bfloat16 rounding); on Gaussian
+    inputs the relative RMS error stays under 1 % (about 4x that of rounding the input to bfloat16)."""
     require_vnni()
     m = 8
     block = k_blocks(qtype, rows, cols, seed=rows)
@@ -76,8 +82,8 @@ def test_int8_k_quant_error_against_the_exact_input_is_bounded(qtype, rows, cols
     packed = native.block_pack(block.data, qtype, rows, cols)
     y = native.block_linear(x, packed, qtype, rows, cols, None, impl="avx512-vnni").double().numpy()
     exact = x.double().numpy() @ w.T
-    _, dx = q8k(x)
-    bound = (np.abs(w).reshape(rows, -1, 256).sum(axis=2) @ (dx.astype(np.float64) / 2).T).T
+    _, dx = q8k(x, VNNI_SCALE_COLS)
+    bound = (np.abs(w).reshape(rows, -1, VNNI_SCALE_COLS).sum(axis=2) @ (dx.astype(np.float64) / 2).T).T
     assert np.all(np.abs(y - exact) <= bound + 2**-8 * np.abs(exact) + 1e-6), np.abs(y - exact).max()
     rms = np.sqrt(((y - exact) ** 2).mean() / (exact**2).mean())
     assert rms < 0.01, rms
