@@ -103,9 +103,11 @@ __attribute__((target("avx512f"))) void decode_one_avx512(
   // pass 1: scores, each key row loaded (and widened) once for the G heads
   for (int64_t b = start / bs, t = start; t < seq_len; ++b) {
     const T* kb = kc + static_cast<int64_t>(table[b]) * bs * row + kh * C * 16;
+    const T* kn = next_block(kc, table, b, seq_len, bs, row, kh * C * 16);
     const int64_t stop = std::min(seq_len, (b + 1) * bs);
     for (int64_t o = t - b * bs; t < stop; ++t, ++o) {
       const T* kp = kb + o * row;
+      prefetch_next_row<T, C * 16>(kn, o, row);
       __m512 kv[C];
       for (int c = 0; c < C; ++c) kv[c] = load16(kp + 16 * c);
       for (int64_t g = 0; g < g_heads; ++g) {
@@ -118,7 +120,7 @@ __attribute__((target("avx512f"))) void decode_one_avx512(
   }
   float inv_small[64];
   std::vector<float> inv_large;
-  const float* inv_p = softmax_unnormalised(scores, g_heads, n, softcap, inv_small, inv_large);
+  const float* inv_p = softmax16_unnormalised(scores, g_heads, n, softcap, inv_small, inv_large);
   pass2_all<T, C>(vc, table, seq_len, start, bs, row, kh, g_heads, n, scores, inv_p, acc);
   for (int64_t i = 0; i < g_heads * C * 16; ++i) store_f(out, i, acc[i]);
 }

@@ -19,7 +19,7 @@
 
 namespace {
 
-using namespace tgi_attention;  // pass2_all
+using namespace tgi_attention;  // pass2_all, exp_sum16
 
 struct AmxScratch {
   std::vector<uint16_t> qt;     // [Dh / 32][16][G][2]
@@ -127,18 +127,7 @@ TGI_ATTN_AMX_TARGET void decode_one_amx(const uint16_t* __restrict q, const uint
     }
   }
   float inv[16];
-  for (int64_t g = 0; g < G; ++g) {
-    float* sg = s.scores.data() + g * n;
-    const __m512 m = _mm512_set1_ps(mx[g]);
-    __m512 sum = _mm512_setzero_ps();
-    for (int64_t j = 0; j < n; j += 16) {
-      const __mmask16 live = tgi_common::lanes16(n - j);
-      const __m512 e = tgi_common::exp16_nonpos(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, sg + j), m));
-      _mm512_mask_storeu_ps(sg + j, live, e);
-      sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(live, e));
-    }
-    inv[g] = 1.0f / _mm512_reduce_add_ps(sum);
-  }
+  for (int64_t g = 0; g < G; ++g) inv[g] = 1.0f / exp_sum16(s.scores.data() + g * n, n, mx[g]);
   // pass 2 on AVX-512 in float32 (as the vector path): bfloat16 probabilities on AMX cost greedy agreement
   // with the float32 model, and their exact two-part form costs more than it saves
   s.acc.resize(G * dh);

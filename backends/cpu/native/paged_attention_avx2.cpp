@@ -56,16 +56,19 @@ TGI_ATTN_AVX2 inline void score1(const float* __restrict qf, const T* key, int64
 template <typename T, int C, int CB>
 TGI_ATTN_AVX2 inline void values_part(const T* __restrict vc, const int32_t* __restrict table, int64_t seq_len,
                                       int64_t start, int64_t bs, int64_t row, int64_t kh, int64_t g, int64_t c0,
-                                      int64_t n, const float* __restrict scores, float* __restrict acc) {
+                                      int64_t n, const float* __restrict scores, float* __restrict acc,
+                                      bool prefetch) {
   __m256 a[CB];
   for (int c = 0; c < CB; ++c) a[c] = _mm256_setzero_ps();
   const float* pg = scores + g * n;
   for (int64_t b = start / bs, t = start; t < seq_len; ++b) {
     const T* vb = vc + static_cast<int64_t>(table[b]) * bs * row + kh * C * 8 + c0 * 8;
+    const T* vn = prefetch ? next_block(vc, table, b, seq_len, bs, row, kh * C * 8) : nullptr;
     const int64_t stop = std::min(seq_len, (b + 1) * bs);
     for (int64_t o = t - b * bs; t < stop; ++t, ++o) {
       const __m256 p = _mm256_set1_ps(pg[t - start]);
       const T* vp = vb + o * row;
+      prefetch_next_row<T, C * 8>(vn, o, row);
       for (int c = 0; c < CB; ++c) a[c] = _mm256_fmadd_ps(p, load8_ps(vp + 8 * c), a[c]);
     }
   }
@@ -92,8 +95,10 @@ TGI_ATTN_AVX2 void decode_one_avx2(const T* __restrict q, const T* __restrict kc
   int gathered = 0;
   for (int64_t b = start / bs, t = start; t < seq_len; ++b) {
     const T* kb = kc + static_cast<int64_t>(table[b]) * bs * row + kh * C * 8;
+    const T* kn = next_block(kc, table, b, seq_len, bs, row, kh * C * 8);
     const int64_t stop = std::min(seq_len, (b + 1) * bs);
     for (int64_t o = t - b * bs; t < stop; ++t, ++o) {
+      prefetch_next_row<T, C * 8>(kn, o, row);
       keys[gathered++] = kb + o * row;
       if (gathered == 8) {
         score8<T, C>(qf, keys, g_heads, n, t - 7 - start, scores);
@@ -104,16 +109,19 @@ TGI_ATTN_AVX2 void decode_one_avx2(const T* __restrict q, const T* __restrict kc
   for (int j = 0; j < gathered; ++j) score1<T, C>(qf, keys[j], g_heads, n, n - gathered + j, scores);
   float inv_small[64];
   std::vector<float> inv_large;
-  const float* inv_p = softmax_unnormalised(scores, g_heads, n, softcap, inv_small, inv_large);
-  // pass 2: each head's weighted sum of values, up to 8 vectors of the row at a time
+  const float* inv_p = softmax8_unnormalised(scores, g_heads, n, softcap, inv_small, inv_large);
+  // pass 2: each head's weighted sum of values, up to 8 vectors of the row at a time (the first reads the rows
+  // from memory, prefetching the next block's; the others find them in cache)
   constexpr int kParts = (C + 7) / 8;
   for (int64_t g = 0; g < g_heads; ++g) {
     for (int part = 0; part < kParts; ++part) {
       constexpr int kRest = C % 8 == 0 ? 8 : C % 8;
+      const bool first = g == 0 && part == 0;
       if (part + 1 < kParts || C % 8 == 0)
-        values_part<T, C, (C < 8 ? C : 8)>(vc, table, seq_len, start, bs, row, kh, g, part * 8, n, scores, acc);
+        values_part<T, C, (C < 8 ? C : 8)>(vc, table, seq_len, start, bs, row, kh, g, part * 8, n, scores, acc,
+                                           first);
       else
-        values_part<T, C, kRest>(vc, table, seq_len, start, bs, row, kh, g, part * 8, n, scores, acc);
+        values_part<T, C, kRest>(vc, table, seq_len, start, bs, row, kh, g, part * 8, n, scores, acc, first);
     }
   }
   for (int64_t g = 0; g < g_heads; ++g)
