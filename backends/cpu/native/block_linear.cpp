@@ -73,16 +73,29 @@ torch::Tensor block_pack(torch::Tensor raw, int64_t qtype, int64_t n, int64_t k)
 }
 
 namespace {
-inline float as_float(float v) { return v; }
-inline float as_float(uint16_t v) { return tgi_blocks::bf16_to_float(v); }
-
-// the sum of each of x's `count` blocks of 32 (float32 or bfloat16 bits), in float32: the Q4_1 mins' term
-template <typename T>
-std::vector<float> block_sums(const T* x, int64_t count) {
+// the sum of each of x's `count` blocks of 32, in float32: the mins' term (Q4_1, Q5_1, Q4_K, Q5_K)
+std::vector<float> block_sums(const float* x, int64_t count) {
   std::vector<float> sx(count);
   for (int64_t i = 0; i < count; ++i) {
     float s = 0.0f;
-    for (int j = 0; j < tgi_blocks::QK; ++j) s += as_float(x[i * tgi_blocks::QK + j]);
+    for (int j = 0; j < tgi_blocks::QK; ++j) s += x[i * tgi_blocks::QK + j];
+    sx[i] = s;
+  }
+  return sx;
+}
+
+// The same for bfloat16 inputs on the vector unit: they run on the calling thread before the products' threads
+// start, and the scalar loop (bfloat16 widened one value at a time) took ~2 ms of the default model's batch-32
+// decode step on the AMD EPYC Zen 4 while the other thread waited.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+std::vector<float> block_sums_bf16(const uint16_t* x, int64_t count) {
+  std::vector<float> sx(count);
+  for (int64_t i = 0; i < count; ++i) {
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int j = 0; j < tgi_blocks::QK; ++j) s += tgi_blocks::bf16_to_float(x[i * tgi_blocks::QK + j]);
     sx[i] = s;
   }
   return sx;
@@ -108,13 +121,9 @@ template <typename X, typename Store>
 void kquant_int8_avx2(const X* xp, int64_t M, int64_t k, const uint8_t* wp, int64_t qtype, int64_t groups,
                       Store store) {
   using namespace tgi_blocks;
-  const int64_t ns = k / QKK;
-  std::vector<int8_t> xq(M * k);
-  std::vector<float> dx(M * ns);
-  std::vector<int32_t> bsum(M * ns * (QKK / 16));
-  quantize_rows_q8k(xp, M, k, xq.data(), dx.data(), bsum.data());
+  const Int8Rows xi(xp, M, k, QKK);
   for_each_group(M, groups, store, [&](int64_t g, float* y) {
-    group_avx2_k(xq.data(), dx.data(), bsum.data(), M, k, wp, qtype, g, y);
+    group_avx2_k(xi.q.data(), xi.dx.data(), xi.bsum.data(), M, k, wp, qtype, g, y);
   });
 }
 
@@ -275,18 +284,15 @@ torch::Tensor block_linear(torch::Tensor x, torch::Tensor packed, int64_t qtype,
   }
   TORCH_CHECK(impl != 4 || has_avx512_vnni(), "this CPU has no AVX512-VNNI with VBMI and BF16 (the int8 path)");
   TORCH_CHECK(impl != 4 || is_kquant(qtype), "the int8 (AVX512-VNNI) block kernel computes Q4_K, Q5_K and Q6_K");
-  // auto: the K-quants on int8 inputs, as llama.cpp computes them, where the CPU has VNNI (a decode step of
-  // the 1B-class Q4_K_M model reads its weights 2-5x faster per core than on the bfloat16 path)
+  // auto: the K-quants on int8 inputs (a scale per 32 columns), as llama.cpp computes them, where the CPU has
+  // VNNI (a decode step of the 1B-class Q4_K_M model reads its weights 2-5x faster per core than on the
+  // bfloat16 path)
   if (is_kquant(qtype) && !kq_fields(qtype) && (impl == 4 || (impl == 0 && has_avx512_vnni()))) {
-    const int64_t ns = k / QKK;
-    std::vector<int8_t> xq(M * k);
-    std::vector<float> dx(M * ns);
-    std::vector<int32_t> bsum(M * ns * (QKK / 16));
-    quantize_rows_q8k(xp, M, k, xq.data(), dx.data(), bsum.data());
+    const Int8Rows xi(xp, M, k, kVnniScaleCols);
     at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> y(M * R);
       for (int64_t g = begin; g < end; ++g) {
-        group_vnni_k(xq.data(), dx.data(), bsum.data(), M, k, wp, qtype, g, y.data());
+        group_vnni_k(xi.q.data(), xi.dx.data(), xi.bsum.data(), M, k, wp, qtype, g, y.data());
         store_rows_bf16(y.data(), R, bp ? bp + g * R : nullptr, M, std::min<int64_t>(R, n - g * R), op + g * R, n);
       }
     });
@@ -297,7 +303,7 @@ torch::Tensor block_linear(torch::Tensor x, torch::Tensor packed, int64_t qtype,
   TORCH_CHECK(impl < 2, "no vector implementation on this architecture");
   const bool fast = false;
 #endif
-  const std::vector<float> sx = block_sums(xp, M * nb);  // (the AMX path needs none)
+  const std::vector<float> sx = block_sums_bf16(xp, M * nb);  // (the AMX path needs none)
   at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> y(M * R);
     for (int64_t g = begin; g < end; ++g) {
