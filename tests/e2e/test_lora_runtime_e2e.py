@@ -106,9 +106,13 @@ def test_unload_waits_for_the_requests_of_the_adapter(runtime_server):
         with httpx.stream("POST", server.url + "/generate_stream", json=body, timeout=120) as r:
             for line in r.iter_lines():
                 if line.startswith("data:"):
-                    tokens.append(json.loads(line[5:])["token"]["id"])
+                    event = json.loads(line[5:])
+                    tokens.append(event["token"]["id"])
                     started.set()
-        times["stream"] = time.monotonic()
+                    if event.get("generated_text") is not None:  # the last token's event
+                        # Timed at the last token, not at the connection's close: the server may write
+                        # the unload's answer between the stream's last event and its end of body.
+                        times["stream"] = time.monotonic()
 
     def unload() -> None:
         times["status"] = _unload(server.url, "beta").status_code
