@@ -247,6 +247,11 @@ class CpuNativeAttention(CpuAttention):
         self._native = native
         #: `native.paged_decode`'s implementation ("auto", "vector", "amx"); `TGI_CPU_DECODE_IMPL` overrides
         self.decode_impl = os.environ.get("TGI_CPU_DECODE_IMPL", "auto")
+        #: prefill: "auto" (the native kernel where `native.prefill_supported`, else torch's SDPA) or "sdpa";
+        #: `TGI_CPU_PREFILL_IMPL` overrides
+        self.prefill_impl = os.environ.get("TGI_CPU_PREFILL_IMPL", "auto")
+        if self.prefill_impl not in ("auto", "sdpa"):
+            raise ValueError(f"TGI_CPU_PREFILL_IMPL must be 'auto' or 'sdpa', not {self.prefill_impl!r}")
 
     def caps(self) -> AttentionCaps:
         # batch-invariant prefill runs each query as a causal decode row: no bidirectional spans
@@ -299,6 +304,24 @@ class CpuNativeAttention(CpuAttention):
         layer: AttentionLayerSpec,
     ) -> torch.Tensor:
         if not self.batch_invariant:
+            key_cache, value_cache = kv_cache.layer(layer_idx)
+            if (
+                self.prefill_impl == "auto"
+                and key_cache.dtype == q.dtype
+                and not any(meta.prefill_bidirectional_spans)
+                and self._native.prefill_supported(q.dtype, q.shape[-1])
+            ):
+                return self._native.paged_prefill(
+                    q,
+                    key_cache,
+                    value_cache,
+                    meta.prefill_block_tables,
+                    meta.query_start_loc,
+                    self._start_positions(meta),
+                    layer.scale,
+                    layer.sliding_window,
+                    layer.softcap,
+                )
             return super().prefill(q, k, v, kv_cache, layer_idx, meta, layer)
         if any(meta.prefill_bidirectional_spans):
             raise UnsupportedError(
@@ -308,6 +331,15 @@ class CpuNativeAttention(CpuAttention):
         # the chunk's keys/values are in the cache already (the model writes them before attention)
         tables, lens = self._queries_as_decodes(meta)
         return self._paged_decode(q, kv_cache, layer_idx, tables, lens, layer)
+
+    def _start_positions(self, meta: AttentionMetadata) -> torch.Tensor:
+        """Each chunk's tokens cached before it, [P] int32; once per step, shared by the layers."""
+        key = "cpu-native/prefill-start-pos"
+        starts = meta.extra.get(key)
+        if starts is None:
+            starts = torch.tensor(meta.prefill_start_pos, dtype=torch.int32)
+            meta.extra[key] = starts
+        return starts
 
     def _queries_as_decodes(self, meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
         """Every prefill query as a decode row: (block tables [Tp, max_blocks] int32, its sequence's row

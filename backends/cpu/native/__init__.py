@@ -49,6 +49,8 @@ __all__ = [
     "lora_impls",
     "lora_sgmv",
     "paged_decode",
+    "paged_prefill",
+    "prefill_supported",
 ]
 
 log = logging.getLogger(__name__)
@@ -207,6 +209,51 @@ def paged_decode(
 
 #: implementations of `paged_decode`
 DECODE_IMPLS = {"auto": 0, "vector": 1, "amx": 2}
+
+
+def prefill_supported(dtype: torch.dtype, head_size: int) -> bool:
+    """Whether `paged_prefill` runs here for these queries: bfloat16, a head size that is a multiple of 32 up
+    to 256, a CPU with AVX512-BF16 (the kernel's only path)."""
+    return (
+        dtype == torch.bfloat16
+        and head_size % 32 == 0
+        and 0 < head_size <= 256
+        and bool(load().paged_prefill_available())
+    )
+
+
+def paged_prefill(
+    q: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    start_pos: torch.Tensor,
+    scale: float,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+) -> torch.Tensor:
+    """Prefill attention straight through the block tables, for chunks whose keys/values are in the cache
+    already (the cached context and the chunk's own).
+
+    q [T, H, Dh] bfloat16 (chunk p's queries are rows query_start_loc[p] .. query_start_loc[p + 1]),
+    key_cache/value_cache [num_blocks, block_size, Hkv, Dh] bfloat16, block_tables [P, max_blocks] int32,
+    query_start_loc [P + 1] int32, start_pos [P] int32 (tokens of each sequence before its chunk) -> [T, H, Dh].
+    The query at position `start_pos[p] + i` sees the keys at positions up to its own (causal), the last
+    `sliding_window` of them when given; `softcap` applies `softcap * tanh(score / softcap)`. Scores, softmax
+    and sums in float32; the probabilities are rounded to bfloat16 for the value product (as torch's CPU
+    flash attention does for bfloat16). Raises where `prefill_supported` is false."""
+    return load().paged_prefill(
+        q,
+        key_cache,
+        value_cache,
+        block_tables,
+        query_start_loc,
+        start_pos,
+        float(scale),
+        -1 if sliding_window is None else int(sliding_window),
+        0.0 if softcap is None else float(softcap),
+    )
 
 
 #: GGUF block formats the block kernels take, by their llama.cpp names: blocks of 32 weights, and the

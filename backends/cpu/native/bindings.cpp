@@ -8,6 +8,8 @@
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("paged_decode", torch::wrap_pybind_function(paged_decode), "paged_decode");
+  m.def("paged_prefill", torch::wrap_pybind_function(paged_prefill), "paged_prefill");
+  m.def("paged_prefill_available", &paged_prefill_available, "paged_prefill_available");
   m.def("block_pack", torch::wrap_pybind_function(block_pack), "block_pack");
   m.def("block_linear", torch::wrap_pybind_function(block_linear), "block_linear");
   m.def("block_dequantize", torch::wrap_pybind_function(block_dequantize), "block_dequantize");

@@ -13,6 +13,12 @@ torch::Tensor paged_decode(torch::Tensor q, torch::Tensor key_cache, torch::Tens
                            torch::Tensor block_tables, torch::Tensor seq_lens, double scale,
                            int64_t sliding_window, double softcap, int64_t impl);
 
+// paged_prefill.cpp
+torch::Tensor paged_prefill(torch::Tensor q, torch::Tensor key_cache, torch::Tensor value_cache,
+                            torch::Tensor block_tables, torch::Tensor query_start_loc, torch::Tensor start_pos,
+                            double scale, int64_t sliding_window, double softcap);
+bool paged_prefill_available();
+
 // block_linear.cpp
 torch::Tensor block_pack(torch::Tensor raw, int64_t qtype, int64_t n, int64_t k);
 torch::Tensor block_linear(torch::Tensor x, torch::Tensor packed, int64_t qtype, int64_t n, int64_t k,
