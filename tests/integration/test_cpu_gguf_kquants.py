@@ -121,6 +121,16 @@ def _agreement(greedy: list[list[int]], ref: list[list[int]]) -> int:
     return sum(_steps_before_difference(g, r) for g, r in zip(greedy, ref, strict=True))
 
 
+def _forced_agreement(engine: LLMEngine, ref: list[list[int]]) -> int:
+    """Steps whose greedy token, after the reference's own tokens before it (teacher forced), is the
+    reference's: a near-tie that bfloat16 rounding flips costs its own step, not every step after it."""
+    tokenizer = engine.tokenizer
+    prefixes = [tokenizer.encode(p) + r[:k] for p, r in zip(PROMPTS, ref, strict=True) for k in range(len(r))]
+    results = engine.generate(prefixes, SamplingParams(max_new_tokens=1, ignore_eos=True))
+    wanted = [r[k] for r in ref for k in range(len(r))]
+    return sum(result.token_ids[0] == token for result, token in zip(results, wanted, strict=True))
+
+
 def _max_diff(a: list[list[float]], b: list[list[float]]) -> float:
     return max(abs(x - y) for ra, rb in zip(a, b, strict=True) for x, y in zip(ra, rb, strict=True))
 
@@ -172,13 +182,19 @@ def test_q4_k_m_file_in_bfloat16_is_as_close_to_the_reference_as_dense_bfloat16(
         engine = _engine(monkeypatch, q4_k_m, "bfloat16", blocks=blocks)
         assert bool(_block_kernels(engine)) == blocks
         greedy, forced = _run(engine, ref_greedy)
-        found[blocks] = (_max_diff(forced, ref_forced), _agreement(greedy, ref_greedy))
+        found[blocks] = (
+            _max_diff(forced, ref_forced), _forced_agreement(engine, ref_greedy), _agreement(greedy, ref_greedy)
+        )  # fmt: skip
         del engine
-    (dense_diff, dense_agree), (diff, agree) = found[False], found[True]
+    (dense_diff, dense_agree, dense_run), (diff, agree, run) = found[False], found[True]
     total = NEW * len(PROMPTS)
     print(f"bfloat16: max |log p| difference blocks {diff:.2e}, dense {dense_diff:.2e}; greedy steps equal "
-          f"to the float32 reference's: blocks {agree} of {total}, dense {dense_agree}")  # fmt: skip
+          f"to the float32 reference's, teacher forced: blocks {agree} of {total}, dense {dense_agree}; "
+          f"free running, up to each prompt's first difference: blocks {run}, dense {dense_run}")  # fmt: skip
     assert diff < BF16_TOL
+    # Teacher forced: free running, one near-tie flipped at a prompt's first token (the float32 reference's
+    # top two 0.25 apart in log p, bfloat16 log p in steps of ~0.06) decided the comparison by 16 steps,
+    # for whichever engine its rounding happened to flip
     assert agree >= dense_agree - NEW // 4
 
 
