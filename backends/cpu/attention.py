@@ -12,7 +12,8 @@ no gather copy, no mask. It supports everything the reference does (any head siz
 sliding window, soft-cap), so it never hands a layer back to the SDPA path. In batch-invariant mode
 (`--deterministic`) it runs prefill on that kernel too, each query of a chunk as one decode row: SDPA blocks
 its sums by the chunk's length and by whether the context came from the cache, the decode kernel sums each
-query's own keys in one order whatever the step.
+query's own keys in one order whatever the step. With `TGI_CPU_PREFILL_IMPL=native` its prefill runs on a C++
+kernel too (`native.paged_prefill`: bfloat16 on AVX512-BF16, 3-4x SDPA), which refuses by name what it cannot run.
 """
 
 from __future__ import annotations
@@ -247,15 +248,23 @@ class CpuNativeAttention(CpuAttention):
         self._native = native
         #: `native.paged_decode`'s implementation ("auto", "vector", "amx"); `TGI_CPU_DECODE_IMPL` overrides
         self.decode_impl = os.environ.get("TGI_CPU_DECODE_IMPL", "auto")
-        #: prefill: "auto" (the native kernel where `native.prefill_supported`, else torch's SDPA) or "sdpa";
-        #: `TGI_CPU_PREFILL_IMPL` overrides
-        self.prefill_impl = os.environ.get("TGI_CPU_PREFILL_IMPL", "auto")
-        if self.prefill_impl not in ("auto", "sdpa"):
-            raise ValueError(f"TGI_CPU_PREFILL_IMPL must be 'auto' or 'sdpa', not {self.prefill_impl!r}")
+        #: prefill: "sdpa" (torch's, the default) or "native" (`native.paged_prefill`, `TGI_CPU_PREFILL_IMPL=
+        #: native`). Not the default yet: its bfloat16 numbers differ from SDPA's by rounding, which flips
+        #: near-ties of the default model that e2e tests hold a server with a warm prefix cache to
+        #: (backends/cpu/README.md, "Prefill attention")
+        self.prefill_impl = os.environ.get("TGI_CPU_PREFILL_IMPL", "sdpa")
+        if self.prefill_impl not in ("sdpa", "native"):
+            raise ValueError(f"TGI_CPU_PREFILL_IMPL must be 'sdpa' or 'native', not {self.prefill_impl!r}")
+        if self.prefill_impl == "native" and not native.load().paged_prefill_available():
+            raise UnsupportedError(
+                "TGI_CPU_PREFILL_IMPL=native: the native prefill attention needs a CPU with AVX512-BF16"
+            )
 
     def caps(self) -> AttentionCaps:
-        # batch-invariant prefill runs each query as a causal decode row: no bidirectional spans
-        return replace(super().caps(), bidirectional_spans=not self.batch_invariant)
+        # batch-invariant prefill runs each query as a causal decode row, the native prefill is causal too:
+        # no bidirectional spans
+        causal_only = self.batch_invariant or self.prefill_impl == "native"
+        return replace(super().caps(), bidirectional_spans=not causal_only)
 
     def decode(
         self,
@@ -304,13 +313,9 @@ class CpuNativeAttention(CpuAttention):
         layer: AttentionLayerSpec,
     ) -> torch.Tensor:
         if not self.batch_invariant:
-            key_cache, value_cache = kv_cache.layer(layer_idx)
-            if (
-                self.prefill_impl == "auto"
-                and key_cache.dtype == q.dtype
-                and not any(meta.prefill_bidirectional_spans)
-                and self._native.prefill_supported(q.dtype, q.shape[-1])
-            ):
+            if self.prefill_impl == "native":
+                key_cache, value_cache = kv_cache.layer(layer_idx)
+                self._check_native_prefill(q, key_cache, meta)
                 return self._native.paged_prefill(
                     q,
                     key_cache,
@@ -331,6 +336,21 @@ class CpuNativeAttention(CpuAttention):
         # the chunk's keys/values are in the cache already (the model writes them before attention)
         tables, lens = self._queries_as_decodes(meta)
         return self._paged_decode(q, kv_cache, layer_idx, tables, lens, layer)
+
+    def _check_native_prefill(
+        self, q: torch.Tensor, key_cache: torch.Tensor, meta: AttentionMetadata
+    ) -> None:
+        """Refuse, by name, a step the native prefill cannot run (it was asked for: no fallback to SDPA)."""
+        if key_cache.dtype != q.dtype or not self._native.prefill_supported(q.dtype, q.shape[-1]):
+            raise UnsupportedError(
+                f"TGI_CPU_PREFILL_IMPL=native takes bfloat16 queries and caches and head sizes that are a "
+                f"multiple of 32 up to 256, not {q.dtype} / {key_cache.dtype} with head size {q.shape[-1]}"
+            )
+        if any(meta.prefill_bidirectional_spans):
+            raise UnsupportedError(
+                "TGI_CPU_PREFILL_IMPL=native runs prefill causally: it cannot let an image's tokens attend to "
+                "each other both ways (Gemma 3)"
+            )
 
     def _start_positions(self, meta: AttentionMetadata) -> torch.Tensor:
         """Each chunk's tokens cached before it, [P] int32; once per step, shared by the layers."""

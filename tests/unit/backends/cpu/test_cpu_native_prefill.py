@@ -2,7 +2,8 @@
 against a float64 reference computed per query from its sequence's keys/values, and through `CpuNativeAttention`
 against the SDPA reference prefill ("cpu-sdpa"): chunks with and without cached context, several chunks in one
 step, scattered block tables, block sizes 1 to 16, GQA ratios, head sizes 32 to 256, windows, soft-caps. And
-where it is not taken: float32, a head size it has no path for, bidirectional spans, `TGI_CPU_PREFILL_IMPL`."""
+how it is asked for (`TGI_CPU_PREFILL_IMPL=native`; SDPA is the default) and what it refuses by name: float32,
+a head size it has no path for, bidirectional spans."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from tgi.backends.cpu import native
 from tgi.backends.cpu.attention import CpuAttention, CpuNativeAttention
 from tgi.backends.cpu.cpuinfo import cpu_info
 from tgi.backends.cpu.kv_cache import CpuKVCache
-from tgi.core.interfaces import AttentionLayerSpec
+from tgi.core.interfaces import AttentionLayerSpec, UnsupportedError
 from tgi.core.interfaces.types import KVCacheSpec
 from tgi.core.models.context import SeqChunk, build_attention_metadata
 
@@ -126,9 +127,10 @@ def chunk_kv(cache, chunks, tables) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @pytest.mark.parametrize("chunks", [[(0, 45)], [(16, 30), (0, 7)]])
-def test_native_attention_prefill_agrees_with_the_sdpa_reference(chunks):
-    """Through the attention backend: `CpuNativeAttention` takes the kernel, `CpuAttention` SDPA."""
+def test_native_attention_prefill_agrees_with_the_sdpa_reference(chunks, monkeypatch):
+    """Through the attention backend: `CpuNativeAttention` asked for the kernel, `CpuAttention` SDPA."""
     require_prefill()
+    monkeypatch.setenv("TGI_CPU_PREFILL_IMPL", "native")
     layer = AttentionLayerSpec(9, 3, 64, 0.125)
     cache, q, meta, tables = make_step(layer, 16, chunks, seed=1)
     k, v = chunk_kv(cache, chunks, tables)
@@ -140,10 +142,10 @@ def test_native_attention_prefill_agrees_with_the_sdpa_reference(chunks):
     assert (native_out.double() - want).abs().max().item() < TOL
 
 
-def test_where_the_kernel_is_not_taken(monkeypatch):
+def test_asked_for_by_name_and_refusing_what_it_cannot_run(monkeypatch):
     require_prefill()
     assert native.prefill_supported(torch.bfloat16, 64)
-    assert not native.prefill_supported(torch.float32, 64)  # float32 models keep SDPA
+    assert not native.prefill_supported(torch.float32, 64)
     assert not native.prefill_supported(torch.bfloat16, 80)  # no path for head sizes not a multiple of 32
     layer = AttentionLayerSpec(2, 1, 64, 0.125)
     cache, q, meta, _ = make_step(layer, 16, [(0, 9)])
@@ -151,17 +153,22 @@ def test_where_the_kernel_is_not_taken(monkeypatch):
         run_kernel(layer, cache, q.float(), meta)
     k = v = torch.zeros(9, 1, 64, dtype=torch.bfloat16)
     calls = []
-    monkeypatch.setattr(native, "paged_prefill", lambda *a, **kw: calls.append(a))
-    CpuNativeAttention().prefill(q, k, v, cache, 0, meta, layer)
+    real = native.paged_prefill
+    monkeypatch.setattr(native, "paged_prefill", lambda *a, **kw: calls.append(a) or real(*a, **kw))
+    default = CpuNativeAttention()  # SDPA unless asked
+    assert default.caps().bidirectional_spans
+    default.prefill(q, k, v, cache, 0, meta, layer)
+    assert calls == []
+    monkeypatch.setenv("TGI_CPU_PREFILL_IMPL", "native")
+    attention = CpuNativeAttention()
+    assert not attention.caps().bidirectional_spans  # so a model with image spans is refused at load
+    attention.prefill(q, k, v, cache, 0, meta, layer)
     assert len(calls) == 1
-    meta.prefill_bidirectional_spans = [[(2, 5)]]  # an image's tokens: SDPA's mask
-    meta.extra.clear()
-    CpuNativeAttention().prefill(q, k, v, cache, 0, meta, layer)
-    assert len(calls) == 1
-    meta.prefill_bidirectional_spans = []
-    monkeypatch.setenv("TGI_CPU_PREFILL_IMPL", "sdpa")
-    CpuNativeAttention().prefill(q, k, v, cache, 0, meta, layer)
-    assert len(calls) == 1
+    with pytest.raises(UnsupportedError, match="float32"):
+        attention.prefill(q.float(), k.float(), v.float(), cache, 0, meta, layer)
+    meta.prefill_bidirectional_spans = [[(2, 5)]]
+    with pytest.raises(UnsupportedError, match="both ways"):
+        attention.prefill(q, k, v, cache, 0, meta, layer)
     monkeypatch.setenv("TGI_CPU_PREFILL_IMPL", "fast")
     with pytest.raises(ValueError, match="TGI_CPU_PREFILL_IMPL"):
         CpuNativeAttention()
