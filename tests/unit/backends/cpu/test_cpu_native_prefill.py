@@ -116,6 +116,29 @@ def test_paged_prefill_matches_float64_reference(
     assert error < TOL, error
 
 
+@pytest.mark.parametrize("window", [None, 11])
+def test_a_query_gets_the_same_bits_however_the_prompt_is_cut(window):
+    """One 40-token prompt prefilled whole, in two chunks (the second on the first's cached keys) and beside
+    another sequence: every query's output is the same bits (each lane's sums run over the same key tiles)."""
+    require_prefill()
+    layer = AttentionLayerSpec(9, 3, 64, 0.125, window)
+    cache, q, meta, tables = make_step(layer, 16, [(0, 40)], seed=3)
+    whole = run_kernel(layer, cache, q, meta)
+    kc, vc = cache.layer(0)
+    table = torch.tensor([tables[0]], dtype=torch.int32)
+    for cut in (1, 17, 33):
+        first = native.paged_prefill(q[:cut], kc, vc, table, torch.tensor([0, cut], dtype=torch.int32),
+                                     torch.tensor([0], dtype=torch.int32), 0.125, window)  # fmt: skip
+        rest = native.paged_prefill(q[cut:], kc, vc, table, torch.tensor([0, 40 - cut], dtype=torch.int32),
+                                    torch.tensor([cut], dtype=torch.int32), 0.125, window)  # fmt: skip
+        assert torch.equal(torch.cat([first, rest]), whole), cut
+    # beside another sequence's chunk (the same blocks read again as a second sequence)
+    both = native.paged_prefill(torch.cat([q[:5], q]), kc, vc, torch.cat([table, table]),
+                                torch.tensor([0, 5, 45], dtype=torch.int32), torch.tensor([0, 0], dtype=torch.int32),
+                                0.125, window)  # fmt: skip
+    assert torch.equal(both[5:], whole) and torch.equal(both[:5], whole[:5])
+
+
 def chunk_kv(cache, chunks, tables) -> tuple[torch.Tensor, torch.Tensor]:
     """The chunks' own keys and values [tokens, Hkv, Dh], read back from the cache."""
     kc, vc = cache.layer(0)
