@@ -322,7 +322,7 @@ class CpuNativeAttention(CpuAttention):
                     value_cache,
                     meta.prefill_block_tables,
                     meta.query_start_loc,
-                    self._start_positions(meta),
+                    meta.prefill_seq_lens,
                     layer.scale,
                     layer.sliding_window,
                     layer.softcap,
@@ -351,15 +351,6 @@ class CpuNativeAttention(CpuAttention):
                 "TGI_CPU_PREFILL_IMPL=native runs prefill causally: it cannot let an image's tokens attend to "
                 "each other both ways (Gemma 3)"
             )
-
-    def _start_positions(self, meta: AttentionMetadata) -> torch.Tensor:
-        """Each chunk's tokens cached before it, [P] int32; once per step, shared by the layers."""
-        key = "cpu-native/prefill-start-pos"
-        starts = meta.extra.get(key)
-        if starts is None:
-            starts = torch.tensor(meta.prefill_start_pos, dtype=torch.int32)
-            meta.extra[key] = starts
-        return starts
 
     def _queries_as_decodes(self, meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
         """Every prefill query as a decode row: (block tables [Tp, max_blocks] int32, its sequence's row

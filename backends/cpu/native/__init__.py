@@ -228,7 +228,7 @@ def paged_prefill(
     value_cache: torch.Tensor,
     block_tables: torch.Tensor,
     query_start_loc: torch.Tensor,
-    start_pos: torch.Tensor,
+    seq_lens: torch.Tensor,
     scale: float,
     sliding_window: int | None = None,
     softcap: float | None = None,
@@ -238,8 +238,9 @@ def paged_prefill(
 
     q [T, H, Dh] bfloat16 (chunk p's queries are rows query_start_loc[p] .. query_start_loc[p + 1]),
     key_cache/value_cache [num_blocks, block_size, Hkv, Dh] bfloat16, block_tables [P, max_blocks] int32,
-    query_start_loc [P + 1] int32, start_pos [P] int32 (tokens of each sequence before its chunk) -> [T, H, Dh].
-    The query at position `start_pos[p] + i` sees the keys at positions up to its own (causal), the last
+    query_start_loc [P + 1] int32, seq_lens [P] int32 (each sequence's tokens up to its chunk's end, as
+    `paged_decode` takes them; the chunk starts at seq_lens[p] - its length) -> [T, H, Dh]. The chunk's i-th
+    query, at position seq_lens[p] - (its length) + i, sees the keys at positions up to its own (causal), the last
     `sliding_window` of them when given; `softcap` applies `softcap * tanh(score / softcap)`. Scores, softmax
     and sums in float32; the probabilities are rounded to bfloat16 for the value product (as torch's CPU
     flash attention does for bfloat16). Raises where `prefill_supported` is false."""
@@ -249,7 +250,7 @@ def paged_prefill(
         value_cache,
         block_tables,
         query_start_loc,
-        start_pos,
+        seq_lens,
         float(scale),
         -1 if sliding_window is None else int(sliding_window),
         0.0 if softcap is None else float(softcap),

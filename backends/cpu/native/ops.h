@@ -15,7 +15,7 @@ torch::Tensor paged_decode(torch::Tensor q, torch::Tensor key_cache, torch::Tens
 
 // paged_prefill.cpp
 torch::Tensor paged_prefill(torch::Tensor q, torch::Tensor key_cache, torch::Tensor value_cache,
-                            torch::Tensor block_tables, torch::Tensor query_start_loc, torch::Tensor start_pos,
+                            torch::Tensor block_tables, torch::Tensor query_start_loc, torch::Tensor seq_lens,
                             double scale, int64_t sliding_window, double softcap);
 bool paged_prefill_available();
 

@@ -28,6 +28,7 @@
 
 #include "common.h"
 #include "ops.h"
+#include "paged_attention.h"
 
 namespace {
 
@@ -206,11 +207,7 @@ TGI_PREFILL_TARGET void prefill_rows(const uint16_t* q, const uint16_t* kc, cons
   _mm512_store_ps(inv_l, _mm512_div_ps(_mm512_set1_ps(1.0f), l));
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t d = 0; d < dh; ++d) {
-      float v = acc[d * kLanes + r] * inv_l[r];
-      uint32_t u;
-      std::memcpy(&u, &v, 4);
-      u += 0x7FFFu + ((u >> 16) & 1u);  // round to nearest even (finite)
-      orow[r][d] = static_cast<uint16_t>(u >> 16);
+      tgi_attention::store_f(orow[r], d, acc[d * kLanes + r] * inv_l[r]);
     }
 }
 #endif
@@ -226,7 +223,7 @@ bool paged_prefill_available() {
 }
 
 torch::Tensor paged_prefill(torch::Tensor q, torch::Tensor key_cache, torch::Tensor value_cache,
-                            torch::Tensor block_tables, torch::Tensor query_start_loc, torch::Tensor start_pos,
+                            torch::Tensor block_tables, torch::Tensor query_start_loc, torch::Tensor seq_lens,
                             double scale, int64_t sliding_window, double softcap) {
   TORCH_CHECK(paged_prefill_available(), "paged_prefill needs a CPU with AVX512-BF16");
   TORCH_CHECK(q.dim() == 3, "q must be [T, H, Dh]");
@@ -237,28 +234,31 @@ torch::Tensor paged_prefill(torch::Tensor q, torch::Tensor key_cache, torch::Ten
               "paged_prefill takes bfloat16 queries and caches");
   TORCH_CHECK(key_cache.is_contiguous() && value_cache.is_contiguous(), "caches must be contiguous");
   TORCH_CHECK(block_tables.scalar_type() == at::kInt && query_start_loc.scalar_type() == at::kInt &&
-                  start_pos.scalar_type() == at::kInt,
-              "block_tables, query_start_loc and start_pos must be int32");
+                  seq_lens.scalar_type() == at::kInt,
+              "block_tables, query_start_loc and seq_lens must be int32");
   const int64_t T = q.size(0), H = q.size(1), dh = q.size(2);
   const int64_t bs = key_cache.size(1), hkv = key_cache.size(2);
   TORCH_CHECK(key_cache.size(3) == dh, "head_dim mismatch");
   TORCH_CHECK(dh % 32 == 0 && dh <= kMaxHeadSize, "paged_prefill takes head sizes that are a multiple of 32, up to ",
               kMaxHeadSize);
   TORCH_CHECK(H % hkv == 0, "query heads must be a multiple of kv heads");
-  const int64_t P = start_pos.numel();
+  const int64_t P = seq_lens.numel();
   TORCH_CHECK(query_start_loc.numel() == P + 1, "query_start_loc must be [P + 1]");
   TORCH_CHECK(block_tables.dim() == 2 && block_tables.size(0) >= P, "block_tables must be [P, max_blocks]");
   q = q.contiguous();
   block_tables = block_tables.contiguous();
-  const int32_t* qsl = query_start_loc.contiguous().data_ptr<int32_t>();
-  const int32_t* starts = start_pos.contiguous().data_ptr<int32_t>();
+  query_start_loc = query_start_loc.contiguous();
+  seq_lens = seq_lens.contiguous();
+  const int32_t* qsl = query_start_loc.data_ptr<int32_t>();
+  const int32_t* lens = seq_lens.data_ptr<int32_t>();
   const int64_t max_blocks = block_tables.size(1);
   std::vector<Chunk> chunks(P);
   for (int64_t p = 0; p < P; ++p) {
     const int64_t n = qsl[p + 1] - qsl[p];
-    TORCH_CHECK(n >= 0 && qsl[p + 1] <= T && starts[p] >= 0, "query_start_loc or start_pos out of range");
-    TORCH_CHECK(starts[p] + n <= max_blocks * bs, "a chunk's keys exceed its block table");
-    chunks[p] = Chunk{qsl[p], starts[p], n, block_tables.data_ptr<int32_t>() + p * max_blocks};
+    TORCH_CHECK(n >= 0 && qsl[p + 1] <= T && lens[p] >= n, "query_start_loc or seq_lens out of range");
+    TORCH_CHECK(lens[p] <= max_blocks * bs, "a chunk's keys exceed its block table");
+    // the chunk's first token sits after the lens[p] - n tokens cached before it
+    chunks[p] = Chunk{qsl[p], lens[p] - n, n, block_tables.data_ptr<int32_t>() + p * max_blocks};
   }
   auto out = torch::empty_like(q);
 #ifdef TGI_PREFILL_PATH

@@ -83,9 +83,8 @@ def reference(layer, cache, q, chunks, tables) -> torch.Tensor:
 
 def run_kernel(layer, cache, q, meta) -> torch.Tensor:
     kc, vc = cache.layer(0)
-    starts = torch.tensor(meta.prefill_start_pos, dtype=torch.int32)
     return native.paged_prefill(
-        q, kc, vc, meta.prefill_block_tables, meta.query_start_loc, starts, layer.scale,
+        q, kc, vc, meta.prefill_block_tables, meta.query_start_loc, meta.prefill_seq_lens, layer.scale,
         layer.sliding_window, layer.softcap,
     )  # fmt: skip
 
@@ -128,13 +127,13 @@ def test_a_query_gets_the_same_bits_however_the_prompt_is_cut(window):
     table = torch.tensor([tables[0]], dtype=torch.int32)
     for cut in (1, 17, 33):
         first = native.paged_prefill(q[:cut], kc, vc, table, torch.tensor([0, cut], dtype=torch.int32),
-                                     torch.tensor([0], dtype=torch.int32), 0.125, window)  # fmt: skip
+                                     torch.tensor([cut], dtype=torch.int32), 0.125, window)  # fmt: skip
         rest = native.paged_prefill(q[cut:], kc, vc, table, torch.tensor([0, 40 - cut], dtype=torch.int32),
-                                    torch.tensor([cut], dtype=torch.int32), 0.125, window)  # fmt: skip
+                                    torch.tensor([40], dtype=torch.int32), 0.125, window)  # fmt: skip
         assert torch.equal(torch.cat([first, rest]), whole), cut
     # beside another sequence's chunk (the same blocks read again as a second sequence)
     both = native.paged_prefill(torch.cat([q[:5], q]), kc, vc, torch.cat([table, table]),
-                                torch.tensor([0, 5, 45], dtype=torch.int32), torch.tensor([0, 0], dtype=torch.int32),
+                                torch.tensor([0, 5, 45], dtype=torch.int32), torch.tensor([5, 40], dtype=torch.int32),
                                 0.125, window)  # fmt: skip
     assert torch.equal(both[5:], whole) and torch.equal(both[:5], whole[:5])
 
