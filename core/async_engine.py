@@ -86,6 +86,11 @@ class AsyncEngine:
         self.error: BaseException | None = None  # set when the engine thread died
         # retired LoRA adapters waiting for their last request (engine thread)
         self._unloading: list[UnloadAdapter] = []
+        # (event loop) the open streams of each adapter's requests, and the unloads waiting for them to end:
+        # an unload returns once its requests' streams have handed out their last event, not only once the
+        # engine has finished them (the server then answers the unload after the streams' last writes)
+        self._adapter_streams: dict[str, set[str]] = {}
+        self._unload_waiters: dict[str, list[asyncio.Future]] = {}
         # called once, on the engine thread, when it dies (a server stops: a dead engine serves nothing)
         self.on_death: Callable[[BaseException], None] | None = None
 
@@ -198,7 +203,7 @@ class AsyncEngine:
         self._streams[request_id] = events
         self._commands.put(AddRequest(request_id, request))
         self._wakeup.set()
-        return self._iterate(request_id, events)
+        return self._iterate(request_id, events, request.params.adapter_id)
 
     # -- LoRA adapters at run time -------------------------------------------------------------------------
     async def load_lora_adapter(self, name: str, path: str) -> None:
@@ -209,8 +214,9 @@ class AsyncEngine:
 
     async def unload_lora_adapter(self, name: str) -> None:
         """Unload adapter `name` without failing a request: from the next step on no new request may name
-        it; the requests admitted before finish with it; then its weights are dropped and this returns.
-        KeyError when it is not loaded."""
+        it; the requests admitted before finish with it; then its weights are dropped, and this returns once
+        those requests' streams (read at least once) have handed out their last event. KeyError when it is
+        not loaded."""
         await self._adapter_command(lambda done: UnloadAdapter(name, done))
 
     async def _adapter_command(self, make) -> None:
@@ -238,11 +244,34 @@ class AsyncEngine:
             try:
                 if command.name in lora.loaded:  # another unload of it may have dropped it already
                     lora.unload(command.name)
-                self._settle(command.done, None)
+                self._loop.call_soon_threadsafe(self._after_streams, command.name, command.done)
             except Exception as exc:
                 self._settle(command.done, exc)
 
-    async def _iterate(self, request_id: str, events: asyncio.Queue) -> AsyncIterator[TokenEvent]:
+    def _after_streams(self, adapter: str, done: asyncio.Future) -> None:
+        """(event loop) `done` gets None once no stream of `adapter`'s requests is open."""
+        if self._adapter_streams.get(adapter):
+            self._unload_waiters.setdefault(adapter, []).append(done)
+        elif not done.done():
+            done.set_result(None)
+
+    def _stream_closed(self, request_id: str, adapter: str) -> None:
+        """(event loop) A stream of `adapter`'s ended: the unloads waiting for its last one may return."""
+        open_ = self._adapter_streams.get(adapter, set())
+        open_.discard(request_id)
+        if open_:
+            return
+        self._adapter_streams.pop(adapter, None)
+        for done in self._unload_waiters.pop(adapter, []):
+            if not done.done():
+                done.set_result(None)
+
+    async def _iterate(
+        self, request_id: str, events: asyncio.Queue, adapter: str | None = None
+    ) -> AsyncIterator[TokenEvent]:
+        # counted from the first read, so that a stream never read cannot hold an unload back
+        if adapter is not None:
+            self._adapter_streams.setdefault(adapter, set()).add(request_id)
         finished = False
         try:
             while True:
@@ -255,6 +284,8 @@ class AsyncEngine:
                     return
         finally:
             self._streams.pop(request_id, None)
+            if adapter is not None:
+                self._stream_closed(request_id, adapter)
             if not finished:  # the consumer went away (client disconnected): free its blocks now
                 self._commands.put(AbortRequest(request_id))
                 self._wakeup.set()
