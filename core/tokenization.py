@@ -133,6 +133,24 @@ def apply_chat_template(
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
+def count_tokens(tokenizer: PreTrainedTokenizerFast, text: str, add_special_tokens: bool = True) -> int:
+    """How many tokens `tokenizer(text, add_special_tokens=...)` gives, counted in the Rust tokenizer: its
+    batch encode runs with the GIL released and nothing is turned into Python objects. A megabyte of text is
+    ~175,000 tokens; building their ids and offsets as Python lists holds the GIL for tens of milliseconds,
+    in which the engine's thread cannot start its next kernel (a stall of every stream), so a route that refuses
+    past a limit counts first and converts only what it keeps.
+
+    The special-token splitting is the one transformers' own call sets (`split_special_tokens`). A truncation
+    stored in the tokenizer file, which transformers turns off at its first plain call, would make this count
+    short, never long: a count past a limit is always a true one."""
+    backend = tokenizer.backend_tokenizer
+    split = bool(getattr(tokenizer, "split_special_tokens", False))
+    if backend.encode_special_tokens != split:
+        backend.encode_special_tokens = split  # what transformers sets before each of its own calls
+    (encoding,) = backend.encode_batch([text], add_special_tokens=add_special_tokens)
+    return len(encoding)
+
+
 def _ids(value: int | Iterable[int] | None) -> list[int]:
     if value is None:
         return []

@@ -27,6 +27,7 @@ from tgi.core.request import (
     ValidationError,
 )
 from tgi.core.sampling_params import SamplingParams
+from tgi.core.tokenization import count_tokens
 from tgi.core.validation import too_many_input_tokens
 from tgi.server import sse
 from tgi.server.errors import ApiError, internal_error, overloaded, validation_error
@@ -190,6 +191,10 @@ class InferenceService:
         preprocessor = self._preprocessor(self.engine) if prompt_ids is not None else None
 
         def run() -> bytes:
+            if preprocessor is None:  # refused past the limit before a Python list of its tokens is built
+                count = count_tokens(tokenizer, text, add_special_tokens)
+                if count > limit:
+                    raise validation_error(too_many_input_tokens(count, limit))
             enc = tokenizer(text, return_offsets_mapping=True, add_special_tokens=add_special_tokens)
             pairs = list(zip(enc["input_ids"], enc["offset_mapping"], strict=True))
             if preprocessor is not None and prompt_ids is not None:

@@ -41,7 +41,18 @@ REPLY = "Hello world!"
 EOS_ID = 0
 
 
+class CharBackend:
+    """What the server uses of a fast tokenizer's `tokenizers.Tokenizer`: a batch encode (to count tokens)."""
+
+    encode_special_tokens = False
+
+    def encode_batch(self, texts: list[str], add_special_tokens: bool = True) -> list[list[int]]:
+        return [[ord(c) for c in text] for text in texts]
+
+
 class CharTokenizer:
+    backend_tokenizer = CharBackend()
+    split_special_tokens = False
     chat_template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}<assistant>"
     eos_token_id = EOS_ID
     name_or_path = ""  # no folder: no image processor
