@@ -62,7 +62,11 @@ def kernel_plan(
     elif impl != "auto":
         plan["gguf block linear"] = f"{impl} up to {max_block_rows} rows (TGI_CPU_BLOCK_IMPL)"
     else:
+        from tgi.backends.cpu.linear import k_int8_every_row
+
         int8 = "; K-quants on int8 inputs (avx512-vnni)" if "avx512-vnni" in block_impls else ""
+        if int8 and k_int8_every_row(block_impls):
+            int8 += " for every row count (no dense copy)"
         if "amx" in block_impls:
             plan["gguf block linear"] = f"avx512-bf16 for 1-2 rows, amx up to {max_block_rows} rows{int8}"
         else:

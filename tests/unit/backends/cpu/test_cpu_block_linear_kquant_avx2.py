@@ -186,7 +186,7 @@ def test_the_kernel_plan_names_avx2_int8(monkeypatch):
         "float32 AVX2 up to 16 rows"
     )
     assert kernel_plan(avx2, "bfloat16", "cpu-native", True, vnni, 64)["gguf block linear"] == (
-        "avx512-bf16 up to 64 rows; K-quants on int8 inputs (avx512-vnni)"
+        "avx512-bf16 up to 64 rows; K-quants on int8 inputs (avx512-vnni) for every row count (no dense copy)"
     )
     # asked for by name (Q4_0, Q4_1, Q8_0 on int8 inputs too): the plan says so, not "float32 AVX2"
     monkeypatch.setenv("TGI_CPU_BLOCK_IMPL", "avx2-int8")

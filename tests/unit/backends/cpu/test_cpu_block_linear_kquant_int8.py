@@ -130,3 +130,38 @@ def test_int8_path_refused_where_the_cpu_lacks_it():
     packed = native.block_pack(block.data, "Q4_K", 16, 256)
     with pytest.raises(RuntimeError, match="no AVX512-VNNI"):
         native.block_linear(torch.randn(1, 256).bfloat16(), packed, "Q4_K", 16, 256, impl="avx512-vnni")
+
+
+def test_bfloat16_k_quants_take_every_row_count_on_vnni_without_amx(monkeypatch):
+    """Where the CPU has AVX512-VNNI and no AMX, bfloat16 models compute their K-quants on int8 inputs at every
+    row count (no dense copy: `standalone_block_types`); the formats of 32-weight blocks, AMX CPUs and a row
+    limit or implementation asked for keep 64 rows and the dense copy above them."""
+    from tgi.backends.cpu import linear
+    from tgi.backends.cpu.linear import block_rows
+
+    monkeypatch.delenv("TGI_CPU_BLOCK_ROWS", raising=False)
+    monkeypatch.setattr(linear, "BLOCK_IMPL", "auto")
+    vnni = ["reference", "avx512-bf16", "avx512-vnni"]
+    amx = ["reference", "avx512-bf16", "amx", "avx512-vnni"]
+    for qtype in K_QUANTS:
+        assert block_rows("bfloat16", vnni, qtype) is None, qtype
+        assert block_rows("bfloat16", amx, qtype) == 64, qtype
+    assert block_rows("bfloat16", vnni, "Q4_1") == block_rows("bfloat16", vnni) == 64
+    assert block_rows("bfloat16", ["reference", "avx512-bf16"], "Q4_K") == 64  # no int8 path
+    monkeypatch.setenv("TGI_CPU_BLOCK_ROWS", "32")
+    assert block_rows("bfloat16", vnni, "Q4_K") == 32
+    monkeypatch.delenv("TGI_CPU_BLOCK_ROWS")
+    monkeypatch.setattr(linear, "BLOCK_IMPL", "avx512-bf16")
+    assert block_rows("bfloat16", vnni, "Q4_K") == 64
+
+
+def test_a_k_quant_model_on_vnni_keeps_no_dense_copy():
+    """The backend's view of the rule above on this CPU: the K-quants are standalone block types in bfloat16
+    exactly where the int8 path takes every row count."""
+    from tgi.backends.cpu.backend import CpuBackend
+    from tgi.backends.cpu.linear import k_int8_every_row
+
+    standalone = CpuBackend().standalone_block_types("bfloat16")
+    every_row = k_int8_every_row(native.block_impls())
+    for qtype in K_QUANTS:
+        assert (qtype in standalone) == every_row, qtype

@@ -46,7 +46,8 @@ AVX2 = {"avx2", "fma", "bmi1", "bmi2", "f16c", "movbe"}
             "gguf block linear": "avx512-bf16 for 1-2 rows, amx up to 64 rows; K-quants on int8 inputs (avx512-vnni)",
         }),
         (EPYC | {"avx512_vnni", "avx512vbmi"}, ["reference", "avx512-bf16", "avx512-vnni"], 64, {
-            "gguf block linear": "avx512-bf16 up to 64 rows; K-quants on int8 inputs (avx512-vnni)",
+            "gguf block linear": "avx512-bf16 up to 64 rows; K-quants on int8 inputs (avx512-vnni) for every "
+            "row count (no dense copy)",
         }),
         (EPYC, ["reference", "avx512-bf16"], 64, {
             "dense linear": "oneDNN bfloat16 (AVX512-BF16)",
