@@ -2,9 +2,10 @@
 next to this module (package data): the paged decode attention, the linear over GGUF block-quantized weights
 and fused elementwise ops, in one library. `bindings.cpp` makes the Python module of the ops in `ops.h`.
 
-The build needs a C++ compiler (g++) and ninja (a dependency of tgi); it is cached by torch under
-`$TORCH_EXTENSIONS_DIR` (default `~/.cache/torch_extensions`), or under `$TGI_CACHE_DIR/torch_extensions`
-when that is set. The first build takes minutes on 2 cores; later processes load the cached library.
+The build needs a C++ compiler (g++) and ninja (a dependency of tgi); it is cached in a folder named by the
+sources' content (`build`: under `$TGI_CACHE_DIR/torch_extensions`, `$TORCH_EXTENSIONS_DIR` or torch's
+default), so every clone of the same sources on a machine loads the same library. The first build takes
+minutes on 2 cores; later processes load the cached library.
 `make install` and the CPU image build it ahead (`python -m tgi.backends.cpu.native build`); where nothing
 was built, the first process builds it here (and says so in the log). Loads and builds take a kernel lock
 on the build folder (`build_lock`), so that a process killed inside one never leaves the others waiting.
@@ -15,18 +16,9 @@ compiler's reason.
 
 from __future__ import annotations
 
-import hashlib
-import logging
-import os
-import pathlib
-import shutil
-import threading
-import time
-from types import ModuleType
-
 import torch
 
-from tgi.backends.cpu.native.build_lock import build_lock
+from tgi.backends.cpu.native.loader import NativeBuildError, available, compiler_found, load
 
 __all__ = [
     "BLOCK_TYPES",
@@ -52,123 +44,6 @@ __all__ = [
     "paged_prefill",
     "prefill_supported",
 ]
-
-log = logging.getLogger(__name__)
-_EXT_NAME = "tgi_cpu_kernels"
-#: the folder of the C++ sources (`*.cpp`, compiled and linked into one library) and their headers (`*.h`)
-_SOURCE_DIR = pathlib.Path(__file__).resolve().parent
-_lock = threading.Lock()
-_module: ModuleType | None = None
-_error: NativeBuildError | None = None
-
-
-class NativeBuildError(RuntimeError):
-    """The native CPU kernels could not be compiled or loaded here."""
-
-
-def _ensure_ninja() -> None:
-    # torch looks for `ninja` on PATH; the `ninja` wheel installs it next to the interpreter, which is not
-    # on PATH when a virtual environment is used without being activated
-    if shutil.which("ninja") is None:
-        try:
-            import ninja
-
-            os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
-        except ImportError:
-            pass
-
-
-def _build_dir() -> str | None:
-    if os.environ.get("TORCH_EXTENSIONS_DIR"):
-        return None  # torch's own setting wins
-    base = os.environ.get("TGI_CACHE_DIR")
-    if not base:
-        return None
-    path = os.path.join(base, "torch_extensions", _EXT_NAME)
-    os.makedirs(path, exist_ok=True)
-    return path
-
-
-def _sources() -> tuple[list[str], str]:
-    """The translation units to compile, and a digest of the headers they include. torch's `load` rebuilds
-    when the content of a source it is given changes, not a header's: the digest goes into the flags."""
-    sources = sorted(str(p) for p in _SOURCE_DIR.glob("*.cpp"))
-    headers = sorted(_SOURCE_DIR.glob("*.h"))
-    if not sources or not headers:
-        raise FileNotFoundError(
-            f"the C++ sources are missing from {_SOURCE_DIR} (package data not installed?)"
-        )
-    digest = hashlib.sha256()
-    for header in headers:
-        digest.update(header.name.encode() + b"\0" + header.read_bytes() + b"\0")
-    return sources, digest.hexdigest()[:16]
-
-
-def load(ahead: bool = False) -> ModuleType:
-    """The compiled extension (built on first call); raises `NativeBuildError` with the reason. `ahead`: the
-    build was asked for (`python -m tgi.backends.cpu.native build`), so a compile is not warned about as one
-    that a serving process had to do at first use."""
-    global _module, _error
-    if _module is not None:
-        return _module
-    with _lock:
-        if _module is not None:
-            return _module
-        if _error is not None:
-            raise _error
-        from torch.utils.cpp_extension import _get_build_directory
-        from torch.utils.cpp_extension import load as load_extension
-
-        _ensure_ninja()
-        log.info(
-            "loading the native CPU kernels, compiling them first if no build of these sources is cached "
-            "(`make install` and `python -m tgi.backends.cpu.native build` build them ahead)"
-        )
-        start = time.perf_counter()
-        try:
-            sources, headers_digest = _sources()
-            build_dir = _build_dir() or _get_build_directory(_EXT_NAME, verbose=False)
-            with build_lock(build_dir):
-                _module = load_extension(
-                    name=_EXT_NAME,
-                    sources=sources,
-                    extra_cflags=[
-                        "-O3",
-                        "-fopenmp",
-                        "-fno-math-errno",
-                        f"-DTGI_NATIVE_HEADERS={headers_digest}",
-                    ],
-                    extra_ldflags=["-fopenmp"],
-                    extra_include_paths=[str(_SOURCE_DIR)],
-                    build_directory=build_dir,
-                    verbose=False,
-                )
-        except Exception as e:  # compiler missing, compile error, ninja missing, ...
-            _error = NativeBuildError(f"could not build the native CPU kernels: {e}")
-            raise _error from e
-        took = time.perf_counter() - start
-        if took > 5 and not ahead:  # a cached library loads in well under a second
-            log.warning(
-                "compiled the native CPU kernels at first use (%.0f s); build them ahead with "
-                "`python -m tgi.backends.cpu.native build` (make install does)",
-                took,
-            )
-        return _module
-
-
-def compiler_found() -> bool:
-    """Whether this machine has a C++ compiler to build the kernels with (`$CXX`, `c++` or `g++`). Where
-    it has one, a failed build is a defect to report, not a missing feature."""
-    return bool(os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++"))
-
-
-def available() -> bool:
-    """Whether the native kernels build (or are built) here; builds them on first call."""
-    try:
-        load()
-    except NativeBuildError:
-        return False
-    return True
 
 
 def paged_decode(

@@ -14,6 +14,7 @@ from tgi.backends.cpu import native
 from tgi.backends.cpu.attention import CpuAttention, CpuNativeAttention
 from tgi.backends.cpu.cpuinfo import cpu_info
 from tgi.backends.cpu.kv_cache import CpuKVCache
+from tgi.backends.cpu.native import loader
 from tgi.core.interfaces import AttentionLayerSpec, UnsupportedError
 from tgi.core.interfaces.types import KVCacheSpec
 from tgi.core.models.context import SeqChunk, build_attention_metadata
@@ -136,8 +137,8 @@ def test_backend_lists_both_and_builds_native_or_says_why(monkeypatch):
     assert b.attention().name == "cpu-native"
 
     # a failed build is reported with its reason and the way out, never replaced by the reference
-    monkeypatch.setattr(native, "_module", None)
-    monkeypatch.setattr(native, "_error", native.NativeBuildError("g++: command not found"))
+    monkeypatch.setattr(loader, "_module", None)
+    monkeypatch.setattr(loader, "_error", native.NativeBuildError("g++: command not found"))
     with pytest.raises(UnsupportedError, match=r"g\+\+: command not found.*--attention cpu-sdpa"):
         cpu_backend.CpuBackend().select_attention("cpu-native")
     fresh = cpu_backend.CpuBackend()
@@ -149,7 +150,7 @@ def test_without_a_compiler_the_default_is_the_reference_and_says_why(monkeypatc
     from tgi.backends.cpu import backend as cpu_backend
 
     monkeypatch.delenv("CXX", raising=False)
-    monkeypatch.setattr(native.shutil, "which", lambda name: None)
+    monkeypatch.setattr(loader.shutil, "which", lambda name: None)
     with caplog.at_level("WARNING"):
         assert cpu_backend.default_attention() == "cpu-sdpa"
     assert "no C++ compiler found" in caplog.text

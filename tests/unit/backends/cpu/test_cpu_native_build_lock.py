@@ -61,9 +61,9 @@ def test_the_kernels_load_although_a_killed_process_left_the_build_folder_locked
     script = textwrap.dedent(
         """
         import pathlib
-        from torch.utils.cpp_extension import _get_build_directory
         from tgi.backends.cpu import native
-        folder = pathlib.Path(native._build_dir() or _get_build_directory(native._EXT_NAME, verbose=False))
+        from tgi.backends.cpu.native import build
+        folder = build.build_dir(build.source_digest())
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "lock").touch()
         native.load()
