@@ -128,12 +128,13 @@ def test_a_stream_past_the_drain_deadline_ends_with_the_reason(server, models):
         t.start()
     started.wait(timeout=120)  # both streams have their first token from the old model
     freed = server.stderr.read_text().count(FREED)
+    asked = time.monotonic()  # before the swap is sent: the server's drain deadline starts after this
     assert swap(server, target)["draining_requests"] == 2
-    swapped = time.monotonic()
     for t in threads:
         t.join(timeout=120)
-    ended = time.monotonic() - swapped
-    assert DRAIN_S - 0.5 <= ended <= DRAIN_S + 15, ended  # at the deadline, not after 1000 tokens
+    ended = time.monotonic() - asked
+    # not before the deadline; after it only by a liveness margin (the errors below say it was the deadline)
+    assert DRAIN_S <= ended <= DRAIN_S + 30, ended
     tgi_events = outcome["tgi"]
     assert "drain deadline" in tgi_events[-1]["error"] and "swapped out" in tgi_events[-1]["error"]
     assert tgi_events[-1]["error_type"] == "generation"

@@ -239,13 +239,13 @@ def test_a_full_compile_queue_is_a_503_with_the_reason(make_engine):
         time.sleep(0.001)
     body = {"inputs": "Hi", "parameters": {"max_new_tokens": 2, "grammar": {"type": "regex", "value": "b+"}}}
     with TestClient(create_app(AsyncEngine(engine, model_id="tgi"))) as client:
-        start = time.monotonic()
         r = client.post("/generate", json=body)
-        waited = time.monotonic() - start
+        # refused at once, not after a wait: the slow grammar is still compiling when the answer is read, and
+        # the reason is the full queue ("being compiled"), not a wait for a free compiler that ran out
         assert compiler.num_pending == 1, "the slow grammar was still compiling"
         assert r.status_code == 503, r.text
         assert r.json()["error"].startswith("Grammar compilation is busy: 1 grammars are being compiled")
-        assert "retry later" in r.json()["error"] and waited < 0.5
+        assert "retry later" in r.json()["error"]
         slow.join()
         assert client.post("/generate", json=body).status_code == 200  # served once the queue drains
 

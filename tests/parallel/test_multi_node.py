@@ -188,8 +188,10 @@ def test_killing_the_headless_node_mid_stream_ends_node_0_naming_it(model, start
                 killed = time.monotonic()
                 worker.proc.send_signal(signal.SIGKILL)
     assert "error" in events[-1], events[-3:]
-    assert leader.proc.wait(15) == 1, leader.logs()
-    assert time.monotonic() - killed < 10
+    # a liveness bound: node 0 names the node once its heartbeat has been still for HEARTBEAT_TIMEOUT_S (4 s);
+    # the log line below, not a clock, says that the heartbeat is how it noticed
+    assert leader.proc.wait(60) == 1, leader.logs()
+    assert time.monotonic() - killed < 60
     assert "node 1 (" in leader.logs() and "no heartbeat" in leader.logs(), leader.logs()
 
 

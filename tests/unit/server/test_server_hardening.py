@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 
 import httpx
 import pytest
@@ -260,11 +259,11 @@ def test_500_body_has_a_request_id_not_the_exception(path, caplog):
 def test_one_failing_sibling_cancels_the_others(path, body):
     engine = FakeEngine(delay=0.02, fail_stream=1)
     with make_client(engine) as c:
-        start = time.monotonic()
         r = c.post(path, json=body)
-        assert time.monotonic() - start < 0.5  # not the 1 s the siblings would take to finish
         assert r.status_code == 500, r.text
         assert "the engine failed while running this request" in error_of(r, path)[0]
+        # the siblings did not run to their end (the fake records a stream closed before its last token):
+        # the failure cancelled them rather than waiting for them
         assert engine.running == 0 and len(engine.cancelled) == len(engine.requests) - 1
         assert c.app.state.service.in_flight == 0
 
@@ -281,9 +280,8 @@ async def test_disconnect_before_the_first_token_cancels_at_once(path):
         "/v1/completions": {"prompt": "x", "stream": True, "max_tokens": 5},
     }[path]
     receive = disconnect_after(json.dumps(payload).encode(), 0.05)
-    start = time.monotonic()
+    # the request ends long before its first token (30 s away): cancelled at the disconnect, not drained
     await asyncio.wait_for(app(http_scope(path), receive, ignore), 5)
-    assert time.monotonic() - start < 1
     assert len(engine.cancelled) == len(engine.requests) >= 1 and engine.running == 0
     assert app.state.service.in_flight == 0
     assert 'tgi_request_failure{err="cancelled"}' in app.state.service.metrics.render().decode()

@@ -9,9 +9,20 @@ from tgi.backends.cpu.kv_cache import CpuKVCache, lazily_zeroed
 from tgi.core.interfaces import KVCacheSpec
 
 
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096
+def _resident_bytes(tensors) -> int:
+    """The resident bytes of the mappings that hold `tensors` (from /proc/self/smaps): what the tensors
+    themselves occupy, whatever else this process (a test worker with threads of earlier tests) allocates."""
+    starts = {t.untyped_storage().data_ptr() for t in tensors}
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):  # a mapping's first line: start-end perms ...
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = any(lo <= p < hi for p in starts)
+            elif inside and head == "Rss:":
+                total += int(line.split()[1]) * 1024
+    return total
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
@@ -26,11 +37,10 @@ def test_lazily_zeroed_is_zero_aligned_and_writable(dtype):
 
 def test_a_large_cache_takes_no_memory_until_written():
     spec = KVCacheSpec(num_layers=4, num_kv_heads=4, head_dim=64, block_size=16, dtype="bfloat16")
-    before = _rss_bytes()
     cache = CpuKVCache(spec, num_blocks=16384)  # 4 layers x 2 x 128 MiB
     assert cache.nbytes() == 1 << 30
-    grown = _rss_bytes() - before
-    assert grown < 64 << 20, f"creating a 1 GiB cache took {grown >> 20} MiB"
+    held = _resident_bytes([*cache.key_caches, *cache.value_caches])
+    assert held < 64 << 20, f"creating a 1 GiB cache took {held >> 20} MiB"
     key, _ = cache.layer(0)
     assert not key[:8].any() and not key[-8:].any()
     k = torch.ones(4, 4, 64, dtype=torch.bfloat16)
