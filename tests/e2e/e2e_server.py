@@ -26,6 +26,11 @@ LAUNCH_ARGS = [
 ]
 
 
+#: the shared server's flags beside LAUNCH_ARGS: float32, so that greedy texts compared with the in-process
+#: reference rest on no bfloat16 near-tie (tests/e2e/conftest.py)
+SHARED_FLAGS = ("--dtype", "float32")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -11,7 +11,7 @@ from e2e_server import launch, reference_for, stop
 pytestmark = pytest.mark.e2e
 
 PROMPT = "The capital of France is"
-N = 12
+N = 10  # new tokens: past the chat answer's end (8 tokens with its EOS), enough for a stop sequence
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 
 
@@ -32,11 +32,11 @@ def deployment(request, tmp_path_factory):
     """The served API must not change with tensor parallelism or the backend: every test here runs against
     the shared single-process server, against `--num-shard 3` (the default model's 9 query / 3 KV heads split
     in 3), and against the TPU backend (JAX) on a JAX CPU device (`TGI_JAX_PLATFORM=cpu`; no TPU here; its
-    `--num-shard 3` is tests/integration/test_tpu_engine.py's). Sharded and JAX runs use float32,
-    where the all-reduce order cannot flip a greedy choice, against a float32 reference (the torch CPU
-    engine's); the single-process server keeps the default dtype."""
+    `--num-shard 3` is tests/integration/test_tpu_engine.py's). Every run uses float32, where neither the
+    all-reduce order, the prefix cache nor the step's thread count can flip a greedy choice, against a
+    float32 reference (the torch CPU engine's), as the shared server does (tests/e2e/conftest.py)."""
     if request.param == 1:
-        yield request.getfixturevalue("shared_server"), reference_for(None), request.param
+        yield request.getfixturevalue("shared_server"), reference_for("float32"), request.param
         return
     flags, env = ["--num-shard", "3", "--dtype", "float32"], None
     if request.param == "tpu":

@@ -10,6 +10,7 @@ import sys
 
 import httpx
 import pytest
+from e2e_server import SHARED_FLAGS
 
 pytestmark = pytest.mark.e2e
 
@@ -23,7 +24,7 @@ def test_served_flags_change_the_server(tmp_path, shared_server, launch_server, 
     flags = [
         "--tokenizer-config-path", str(config), "--cors-allow-origin", "https://app.example",
         "--rope-factor", "2", "--validation-workers", "1", "--usage-stats", "off",
-        "--cuda-memory-fraction", "0.9", "--env",
+        "--cuda-memory-fraction", "0.9", "--env", *SHARED_FLAGS,  # the shared server's dtype: compared below
     ]  # fmt: skip
     server = launch_server(tmp_path, *flags)
     try:
