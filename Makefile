@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install serve test lint format clean
+.PHONY: install kernels serve test test-fast lint format clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,12 @@ $(STAMP): pyproject.toml docker/constraints.txt | $(BIN)/python
 
 install: $(STAMP)
 
+# The native CPU kernels for the sources as they are now: `make install` built them once, and a change to the
+# C++ since (or another clone with other sources) builds them here, into the cache keyed by the sources'
+# content, never inside a test; otherwise this only finds them built (about a second).
+kernels: install
+	$(BIN)/python -m tgi.backends.cpu.native build
+
 serve: install
 	$(BIN)/tgi launch $(ARGS)
 
@@ -37,8 +43,19 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-cache
 
-test: lint
-	$(BIN)/pytest $(PYTEST_ARGS)
+# The suite's workers: two, a test file at a time each (tests/README.md); PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= 2
+PYTEST := $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile
+
+# The whole suite: pytest prints the 25 slowest tests, the time per folder, every skip by its reason and, on
+# its last line, the total (tests/conftest.py, pyproject.toml's addopts).
+test: lint kernels
+	$(PYTEST) $(PYTEST_ARGS)
+
+# The inner loop: everything but the tests that start a real server (`e2e`) or load the real default model
+# (`slow`).
+test-fast: lint kernels
+	$(PYTEST) -m "not e2e and not slow" $(PYTEST_ARGS)
 
 format: install
 	$(BIN)/ruff check --fix .

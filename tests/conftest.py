@@ -7,6 +7,15 @@ from entry points unless a test asks for more (`TGI_PLUGINS`).
 from __future__ import annotations
 
 import os
+import pathlib
+
+# Each pytest-xdist worker (and every process it starts: servers, ranks) computes on one thread, unless the
+# caller set OMP_NUM_THREADS: two workers of two OpenMP threads each on two cores spent their time in each
+# other's barriers (tests/integration took 5.6x as long as on one worker; one thread a worker: 0.85x).
+# Read by torch at import and by the CPU backend at creation, so it is set before torch is imported. The
+# native kernels' own tests run on every core (tests/unit/backends/cpu/conftest.py).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest
 import torch
@@ -21,19 +30,65 @@ if not torch.cuda.is_available():
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+#: seconds spent per folder of tests (setup, call and teardown), summed over the run: where the time goes
+_FOLDER_SECONDS: dict[str, float] = {}
+
+
+def _folder(nodeid: str) -> str:
+    parts = nodeid.split("::", 1)[0].split("/")
+    depth = 3 if len(parts) > 3 and parts[1] == "unit" else 2  # tests/unit/core, tests/e2e, tests/unit/x.py
+    return "/".join(parts[: min(depth, len(parts) - 1)]) or parts[0]
+
+
+def pytest_runtest_logreport(report) -> None:
+    _FOLDER_SECONDS[_folder(report.nodeid)] = (
+        _FOLDER_SECONDS.get(_folder(report.nodeid), 0.0) + report.duration
+    )
+
+
+def _skip_reason(report) -> str:
+    return report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+
+
+def _cpu() -> str:
+    """The CPU's model name and the instruction sets the kernels choose their paths by."""
+    try:
+        first = pathlib.Path("/proc/cpuinfo").read_text().split("\n\n", 1)[0]
+    except OSError:
+        return "unknown CPU"
+    fields = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in first.splitlines())}
+    flags = fields.get("flags", "").split()
+    have = [
+        f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8") if f in flags
+    ]
+    return f"{fields.get('model name', '?')} (family {fields.get('cpu family', '?')} model {fields.get('model', '?')}; {' '.join(have) or 'no avx2'})"
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter) -> None:
-    """Say how many tests this machine could not run for lack of a CPU feature (AMX on an AMD EPYC, ...):
-    a run on one kind of machine leaves the other kind's kernel paths untested."""
+    """Where the time went (per folder), and every skip counted by its reason: a kind of machine that skips
+    half the suite (no AMX, no AVX-512, no compiler) is seen at the end of its run. The tests skipped for lack
+    of a CPU feature are summed on one line of their own."""
+    write = terminalreporter.write_line
+    terminalreporter.section("where the time went, and what was skipped")
+    write(f"CPU: {_cpu()}")
+    total = sum(_FOLDER_SECONDS.values())
+    for folder, seconds in sorted(_FOLDER_SECONDS.items(), key=lambda kv: -kv[1]):
+        write(f"{seconds:8.1f} s {100 * seconds / max(total, 1e-9):5.1f} %  {folder}")
+    write(f"{total:8.1f} s in tests (summed over workers)")
     skipped = terminalreporter.stats.get("skipped", [])
+    reasons: dict[str, int] = {}
+    for report in skipped:
+        reason = _skip_reason(report).removeprefix("Skipped: ")
+        reasons[reason] = reasons.get(reason, 0) + 1
+    for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1]):
+        write(f"{n:6d} skipped: {reason[:150]}")
     features: dict[str, int] = {}
     for report in skipped:
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        reason = _skip_reason(report)
         if MISSING_CPU_FEATURE in reason:
             what = reason.split(MISSING_CPU_FEATURE, 1)[1].lstrip(": ")
             features[what] = features.get(what, 0) + 1
     if features:
         parts = ", ".join(f"{n} for lack of {what}" for what, n in sorted(features.items()))
-        terminalreporter.write_line(
-            f"{sum(features.values())} tests skipped for a CPU feature this machine lacks ({parts})"
-        )
+        write(f"{sum(features.values())} tests skipped for a CPU feature this machine lacks ({parts})")

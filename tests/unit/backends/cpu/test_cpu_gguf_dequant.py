@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from cpu_features import MISSING_CPU_FEATURE
 
 gguf = pytest.importorskip("gguf")
 from gguf.quants import dequantize, quantize  # noqa: E402
@@ -56,7 +57,7 @@ def test_native_dequantization_is_gguf_bit_for_bit(qtype, dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_each_implementation_is_gguf_bit_for_bit(qtype, dtype, impl):
     if impl not in native.dequantize_impls():
-        pytest.skip(f"this CPU has no {impl} dequantization")
+        pytest.skip(f"{MISSING_CPU_FEATURE}: the {impl} path of block_dequantize")
     rows, cols = 7, 1024
     w = _weight(rows, cols)
     w[4, 256:512] = -w[4, 256:512] * 1e-6  # tiny values: products near the bottom of the range

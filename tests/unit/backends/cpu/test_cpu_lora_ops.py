@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from cpu_features import MISSING_CPU_FEATURE
 
 from tgi.backends.cpu import native
 from tgi.backends.cpu.cpuinfo import cpu_info
@@ -55,7 +56,7 @@ STEPS = [SLOTS, [0] * 9 + [3] + [0] * 11, [2]]
 @pytest.mark.parametrize("step", range(len(STEPS)))
 def test_every_implementation_equals_a_per_token_loop(dtype, impl, step):
     if impl not in native.lora_impls():
-        pytest.skip(f"this CPU lacks {impl}")
+        pytest.skip(f"{MISSING_CPU_FEATURE}: the {impl} path of lora_sgmv")
     if (impl, dtype) in (("avx512-bf16", torch.float32), ("avx2", torch.bfloat16)):
         with pytest.raises(RuntimeError, match="lora_sgmv: "):
             w = _fused_weights(dtype)
