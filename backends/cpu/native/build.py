@@ -9,8 +9,10 @@ same content anywhere on the machine finds the same, already built library.
 
 Roots searched, in order: `$TORCH_EXTENSIONS_DIR`, `$TGI_CACHE_DIR/torch_extensions`, torch's default
 (`~/.cache/torch_extensions/<python>_<device>`). A library already built for this digest under any of them is
-loaded from there (a process that sets `TGI_CACHE_DIR` to a fresh folder does not compile again what
-`make install` built); with none, the first root that is set is built into.
+imported from there as it is, without torch's `load` (whose ninja step compiles again for another virtual
+environment, the paths of its torch headers being others): a process that sets `TGI_CACHE_DIR` to a fresh
+folder, or a fresh clone with its own `.venv`, does not compile again what `make install` built. With none,
+the first root that is set is built into.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ import hashlib
 import os
 import pathlib
 import shutil
+import sys
 import tempfile
+from types import ModuleType
 
 import torch
 
@@ -40,6 +44,7 @@ SOURCE_DIR = pathlib.Path(__file__).resolve().parent
 FLAGS = ("-O3", "-fopenmp", "-fno-math-errno")
 LDFLAGS = ("-fopenmp",)
 _SRC = "src"  # the staged copy of the sources inside a build folder
+_FINISHED = "finished"  # written once a build's library loaded: a build killed midway leaves none
 
 
 def _source_files() -> list[pathlib.Path]:
@@ -53,11 +58,12 @@ def _source_files() -> list[pathlib.Path]:
 
 def source_digest() -> str:
     """A digest of what decides the compiled library: the name and content of every source and header, the
-    flags, torch's version and the compiler asked for (`$CXX`)."""
+    flags, torch's and Python's versions and the compiler asked for (`$CXX`)."""
     digest = hashlib.sha256()
     for f in _source_files():
         digest.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
-    for part in (*FLAGS, "|", *LDFLAGS, "|", torch.__version__, "|", os.environ.get("CXX", "")):
+    python = f"{sys.version_info.major}.{sys.version_info.minor}{getattr(sys, 'abiflags', '')}"
+    for part in (*FLAGS, "|", *LDFLAGS, "|", torch.__version__, python, "|", os.environ.get("CXX", "")):
         digest.update(part.encode() + b"\0")
     return digest.hexdigest()[:16]
 
@@ -82,12 +88,30 @@ def _folder(root: pathlib.Path, digest: str) -> pathlib.Path:
     return root / f"{EXT_NAME}-{digest}"
 
 
+def finished(folder: pathlib.Path) -> bool:
+    """Whether `folder` holds a library whose build finished and loaded."""
+    return (folder / _FINISHED).is_file() and (folder / f"{EXT_NAME}.so").is_file()
+
+
+def mark_finished(folder: pathlib.Path) -> None:
+    (folder / _FINISHED).write_text(source_digest() + "\n")
+
+
+def import_library(folder: pathlib.Path) -> ModuleType:
+    """The finished library of `folder`, imported as the Python module it is (no compiler, no ninja)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(EXT_NAME, folder / f"{EXT_NAME}.so")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def built_library(digest: str) -> pathlib.Path | None:
-    """The folder under any root that holds a finished build for `digest` (its library next to its staged
-    sources), or None."""
+    """The folder under any root that holds a finished build for `digest`, or None."""
     for root in _roots():
         folder = _folder(root, digest)
-        if (folder / f"{EXT_NAME}.so").is_file() and (folder / _SRC).is_dir():
+        if finished(folder):
             return folder
     return None
 

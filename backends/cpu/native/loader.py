@@ -61,15 +61,21 @@ def load(ahead: bool = False) -> ModuleType:
         try:
             folder = build.build_dir(build.source_digest())
             with build_lock(str(folder)):
-                _module = load_extension(
-                    name=build.EXT_NAME,
-                    sources=build.stage(folder),
-                    extra_cflags=list(build.FLAGS),
-                    extra_ldflags=list(build.LDFLAGS),
-                    extra_include_paths=[str(folder / "src")],
-                    build_directory=str(folder),
-                    verbose=False,
-                )
+                if build.finished(folder):
+                    # built for this content already: imported as it is. torch's `load` would run ninja,
+                    # which compiles again for another virtual environment (its torch headers' paths differ)
+                    _module = build.import_library(folder)
+                else:
+                    _module = load_extension(
+                        name=build.EXT_NAME,
+                        sources=build.stage(folder),
+                        extra_cflags=list(build.FLAGS),
+                        extra_ldflags=list(build.LDFLAGS),
+                        extra_include_paths=[str(folder / "src")],
+                        build_directory=str(folder),
+                        verbose=False,
+                    )
+                    build.mark_finished(folder)
         except Exception as e:  # compiler missing, compile error, ninja missing, ...
             _error = NativeBuildError(f"could not build the native CPU kernels: {e}")
             raise _error from e

@@ -57,3 +57,23 @@ def _environ() -> dict[str, str]:
     import os
 
     return {k: v for k, v in os.environ.items() if k not in ("TGI_CACHE_DIR", "TORCH_EXTENSIONS_DIR")}
+
+
+def test_a_finished_build_is_imported_without_torchs_build_step():
+    """Another virtual environment (a fresh clone's `.venv`: other paths to torch's headers) would have torch's
+    `load` run ninja, which compiles again: a finished build is imported as it is."""
+    script = textwrap.dedent(
+        """
+        import torch.utils.cpp_extension as ext
+        def refuse(*args, **kwargs):
+            raise AssertionError("torch's load was called: the finished build would be compiled again")
+        ext.load = refuse
+        from tgi.backends.cpu import native
+        print(native.load().__file__)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=_environ()
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert build.source_digest() in done.stdout
