@@ -93,8 +93,8 @@ def finished(folder: pathlib.Path) -> bool:
     return (folder / _FINISHED).is_file() and (folder / f"{EXT_NAME}.so").is_file()
 
 
-def mark_finished(folder: pathlib.Path) -> None:
-    (folder / _FINISHED).write_text(source_digest() + "\n")
+def mark_finished(folder: pathlib.Path, digest: str) -> None:
+    (folder / _FINISHED).write_text(digest + "\n")
 
 
 def import_library(folder: pathlib.Path) -> ModuleType:

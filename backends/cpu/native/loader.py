@@ -59,7 +59,8 @@ def load(ahead: bool = False) -> ModuleType:
         )
         start = time.perf_counter()
         try:
-            folder = build.build_dir(build.source_digest())
+            digest = build.source_digest()
+            folder = build.build_dir(digest)
             with build_lock(str(folder)):
                 if build.finished(folder):
                     # built for this content already: imported as it is. torch's `load` would run ninja,
@@ -75,7 +76,7 @@ def load(ahead: bool = False) -> ModuleType:
                         build_directory=str(folder),
                         verbose=False,
                     )
-                    build.mark_finished(folder)
+                    build.mark_finished(folder, digest)
         except Exception as e:  # compiler missing, compile error, ninja missing, ...
             _error = NativeBuildError(f"could not build the native CPU kernels: {e}")
             raise _error from e
