@@ -35,7 +35,7 @@ def dense(tmp_path_factory):
 def _engine(path, quantize: str | None = None) -> LLMEngine:
     config = EngineConfig(
         model_id=str(path), backend="cuda-interpreted", max_total_tokens=64, max_batch_total_tokens=512,
-        max_num_seqs=8, quantize=quantize,
+        max_num_seqs=8, max_batch_prefill_tokens=48, quantize=quantize,
     )  # fmt: skip
     return LLMEngine.from_config(config, registry=backend_registry("cuda-interpreted", kernel_test_backend()))
 

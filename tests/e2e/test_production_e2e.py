@@ -1,5 +1,5 @@
 """Issue 21 on a real `tgi launch` of the default model, started with `--otlp-endpoint` to a real OTLP/HTTP
-receiver on loopback: 200-token generations of 10 prompts with `watermark: true` give a detector z-score
+receiver on loopback: 200-token generations of 6 prompts with `watermark: true` give a detector z-score
 above 4, the same requests without it below 2 on average (each below 4); every request is a trace with its four children."""
 
 from __future__ import annotations
@@ -24,10 +24,6 @@ PROMPTS = [
     "The history of the printing press",
     "My favourite recipe for a rainy day is",
     "Describe the city of Lisbon to a visitor.",
-    "Ten facts about octopuses:",
-    "A letter to my future self:",
-    "How do volcanoes form?",
-    "The rules of chess, explained simply:",
     "Once upon a time in a distant galaxy,",
 ]
 N = 200
@@ -65,7 +61,7 @@ def _full_generation(url: str, prompt: str, watermark: bool) -> tuple[str, int]:
 
 def test_watermarked_text_is_detected_and_plain_text_is_not(wm_server, capsys):
     tokenizer = load_tokenizer(resolve_model(None))
-    jobs = [(p, mark) for mark in (True, False) for p in PROMPTS]  # 200 tokens each
+    jobs = [(p, mark) for mark in (True, False) for p in PROMPTS]  # N tokens each
     with ThreadPoolExecutor(len(jobs)) as pool:
         results = list(pool.map(lambda j: _full_generation(wm_server.url, *j), jobs))
     texts = [t for t, _ in results]
@@ -76,8 +72,8 @@ def test_watermarked_text_is_detected_and_plain_text_is_not(wm_server, capsys):
         print("plain z:", [round(s.z_score, 2) for s in plain])
         print("seeds:", [n for _, n in results])
     assert all(s.z_score > 4 for s in marked), marked
-    # unwatermarked text scores N(0, 1): one prompt in 44 is above 2 by chance, so the 10 are held to a mean
-    # below 2 (its deviation is 0.32) and each to the detection threshold
+    # unwatermarked text scores N(0, 1): one prompt in 44 is above 2 by chance, so the 6 are held to a mean
+    # below 2 (its deviation is 0.41: 4.9 deviations of margin) and each to the detection threshold
     assert sum(s.z_score for s in plain) / len(plain) < 2 and all(s.z_score < 4 for s in plain), plain
     # the command gives the function's answer
     out = subprocess.run(

@@ -8,10 +8,17 @@ import torch
 import triton
 import triton.language as tl
 
+from tgi.backends.triton_common import interpreter_calls
+
 
 def interpreting() -> bool:
     """True when triton runs kernels in its numpy interpreter (`TRITON_INTERPRET=1`), i.e. on CPU tensors."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0", "false", "False")
+
+
+# a helper's call inside an interpreted kernel skips triton's re-patching (the module says why)
+if interpreting():
+    interpreter_calls.install()
 
 
 def upcast_dot(dtype: torch.dtype) -> bool:
