@@ -6,8 +6,10 @@ kernel then does the same walk again (`inspect.getmembers` over `tl`, `tl.tensor
 the launch around it has already swapped everything the helper's module can see: measured on the
 conformance suite's deterministic test, a quarter of the interpreted run went to those walks (six per
 helper call, 240,000 in one test). This module makes a helper's call patch only the language modules the
-launch around it has not patched yet, and restores what it patched when the launch ends (triton itself
-never restores a helper's patches).
+launch around it has not patched yet (none, when the helper's module sees `triton.language` as the kernel's
+does: every module here), and undoes those patches after the launch's own (triton never undoes a helper's).
+The interpreter's Triton-to-numpy type lookup, a pure function that builds a dict of 19 types on each of
+its calls, answers from a cache.
 
 Only the interpreter is touched: compiled kernels on a GPU never go through these classes. `install` checks
 the interpreter still has the shape this was written against (triton 3.x: `GridExecutor.__call__`,
