@@ -18,6 +18,11 @@ MAX_LOGIT_BIAS = 300
 #: against the vocabulary and kept for the request's life. 300 holds every special token of the models
 #: served (Llama 3 reserves 256), and more than that is no stop condition but a ban better said otherwise.
 MAX_STOP_TOKEN_IDS = 300
+#: the longest stop sequence, in characters. OpenAI caps their count (4; `--max-stop-sequences` here), not
+#: their length, and neither does vLLM; each one is matched on the text of every token, holding back any
+#: suffix that could start it, so a 100,000-character one cost the engine thread seconds per token. The
+#: stops people write are a few words (a role marker, a closing tag); 1024 leaves room for any of those.
+MAX_STOP_SEQUENCE_CHARS = 1024
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,8 @@ class SamplingParams:
             raise ValueError(
                 f"`logit_bias` may name at most {MAX_LOGIT_BIAS} tokens. Given: {len(self.logit_bias)}"
             )
+        if any(len(stop) > MAX_STOP_SEQUENCE_CHARS for stop in self.stop):
+            raise ValueError(stop_too_long(max(len(stop) for stop in self.stop)))
         if len(self.stop_token_ids) > MAX_STOP_TOKEN_IDS:
             raise ValueError(
                 f"`stop_token_ids` may hold at most {MAX_STOP_TOKEN_IDS} token ids. "
@@ -114,3 +121,9 @@ class SamplingParams:
     def __getstate__(self) -> dict:
         """Pickled (to tensor-parallel workers, which never sample) without what is cached from the fields."""
         return {k: v for k, v in self.__dict__.items() if k != "stop_token_set"}
+
+
+def stop_too_long(given: int, field: str = "stop") -> str:
+    """The message for a stop sequence of `given` characters past `MAX_STOP_SEQUENCE_CHARS` (in the request
+    field `field`)."""
+    return f"`{field}` sequences may be at most {MAX_STOP_SEQUENCE_CHARS} characters long. Given: {given}"

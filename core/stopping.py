@@ -32,6 +32,7 @@ class StopChecker:
 
     def __init__(self, stop_sequences: Sequence[str] = (), include_stop_in_output: bool = False) -> None:
         self.stop_sequences: tuple[str, ...] = tuple(dict.fromkeys(s for s in stop_sequences if s))
+        self._matchers = [_PrefixMatcher(stop) for stop in self.stop_sequences]
         self.include_stop_in_output = include_stop_in_output
         self._pending = ""  # held back: a suffix that is a proper prefix of some stop sequence
         self._emitted: list[str] = []
@@ -46,6 +47,8 @@ class StopChecker:
         if not self.stop_sequences:
             return self._emit(text)
         buf = self._pending + text
+        for matcher in self._matchers:
+            matcher.feed(text)
         if can_stop:
             match = self._find(buf)
             if match is not None:
@@ -91,14 +94,47 @@ class StopChecker:
         return best
 
     def _held_suffix_len(self, buf: str) -> int:
-        """Length of the longest suffix of `buf` that is a proper prefix of a stop sequence."""
-        best = 0
-        for stop in self.stop_sequences:
-            for k in range(min(len(stop) - 1, len(buf)), best, -1):
-                if buf.endswith(stop[:k]):
-                    best = k
-                    break
-        return best
+        """Length of the longest suffix of `buf` that is a proper prefix of a stop sequence. Each stop's
+        `_PrefixMatcher` has read the text as it came, so this costs nothing per prefix length (trying each
+        length cost a 100,000-character stop seconds per token)."""
+        return max((m.held(len(buf)) for m in self._matchers), default=0)
+
+
+class _PrefixMatcher:
+    """Knuth-Morris-Pratt over a text stream: after `feed`, `state` is the length of the longest suffix of
+    the text so far that is a prefix of `stop`. Amortised O(1) per character."""
+
+    def __init__(self, stop: str) -> None:
+        self.stop = stop
+        self.fail = [0] * len(stop)  # fail[i]: longest proper prefix of stop[:i + 1] that is also its suffix
+        k = 0
+        for i in range(1, len(stop)):
+            while k and stop[i] != stop[k]:
+                k = self.fail[k - 1]
+            if stop[i] == stop[k]:
+                k += 1
+            self.fail[i] = k
+        self.state = 0
+
+    def feed(self, text: str) -> None:
+        stop, fail, k = self.stop, self.fail, self.state
+        for ch in text:
+            if k == len(stop):  # a whole stop that was let through (`can_stop=False`): go on from its border
+                k = fail[k - 1]
+            while k and ch != stop[k]:
+                k = fail[k - 1]
+            if ch == stop[k]:
+                k += 1
+        self.state = k
+
+    def held(self, limit: int) -> int:
+        """The longest proper prefix of `stop` that ends the text, at most `limit` characters long."""
+        k = self.state
+        if k == len(self.stop):
+            k = self.fail[k - 1]
+        while k > limit:
+            k = self.fail[k - 1]
+        return k
 
 
 def token_finish_reason(

@@ -18,7 +18,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from tgi.core.sampling_params import SamplingParams
+from tgi.core.sampling_params import MAX_STOP_SEQUENCE_CHARS, SamplingParams, stop_too_long
 from tgi.server.errors import unsupported, validation_error
 from tgi.server.guided import one_grammar, refuse_if_disabled, response_format_grammar
 from tgi.server.images.sources import image_part
@@ -228,6 +228,9 @@ def sampling_params(
             f"`stop_sequences` supports up to {settings.max_stop_sequences} stop sequences. Given: {len(stops)}",
             "stop_sequences",
         )
+    if any(len(s) > MAX_STOP_SEQUENCE_CHARS for s in stops):
+        longest = max(len(s) for s in stops)
+        raise validation_error(stop_too_long(longest, "stop_sequences"), "stop_sequences")
     greedy = req.temperature == 0
     params = SamplingParams(
         do_sample=not greedy,

@@ -10,7 +10,13 @@ check in `tgi.core.validation`); the server answers its `ValidationError` with t
 from __future__ import annotations
 
 from tgi.core.config import EngineConfig
-from tgi.core.sampling_params import MAX_LOGIT_BIAS, MAX_STOP_TOKEN_IDS, SamplingParams
+from tgi.core.sampling_params import (
+    MAX_LOGIT_BIAS,
+    MAX_STOP_SEQUENCE_CHARS,
+    MAX_STOP_TOKEN_IDS,
+    SamplingParams,
+    stop_too_long,
+)
 from tgi.server.errors import validation_error
 from tgi.server.schemas_tgi import GenerateParameters
 from tgi.server.settings import ServerSettings
@@ -21,6 +27,8 @@ def check_stop(stop: list[str], settings: ServerSettings) -> tuple[str, ...]:
         raise validation_error(
             f"`stop` supports up to {settings.max_stop_sequences} stop sequences. Given: {len(stop)}"
         )
+    if any(len(s) > MAX_STOP_SEQUENCE_CHARS for s in stop):  # at once: before the prompt is tokenized
+        raise validation_error(stop_too_long(max(len(s) for s in stop)))
     return tuple(stop)
 
 

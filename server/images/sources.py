@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# TGI's markdown image: `![alt](url)`; the URL has no spaces or closing parenthesis
-_MARKDOWN_IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]*)\)")
+# where a markdown image's URL ends: its closing parenthesis, or whitespace (then it is no image)
+_URL_END = re.compile(r"[)\s]")
 
 
 @dataclass(frozen=True)
@@ -26,12 +26,40 @@ def split_markdown(text: str, field: str = "inputs") -> tuple[list[str], list[Im
     pieces: list[str] = []
     refs: list[ImageRef] = []
     start = 0
-    for match in _MARKDOWN_IMAGE.finditer(text):
-        pieces.append(text[start : match.start()])
-        refs.append(ImageRef(match.group(1), field))
-        start = match.end()
+    for begin, url_start, url_end in _markdown_images(text):
+        pieces.append(text[start:begin])
+        refs.append(ImageRef(text[url_start:url_end], field))
+        start = url_end + 1
     pieces.append(text[start:])
     return pieces, refs
+
+
+def _markdown_images(text: str):
+    """(start, URL start, URL end) of each markdown image `![alt](url)` in `text`, left to right: the alt text
+    runs to the first `]`, which `(` must follow; the URL runs to the first `)` or whitespace and must end at
+    a `)`. The same matches as the regular expression this replaces, in time linear in the text: that
+    pattern, tried at each `![`, ran to the end of the text from each (`![](` repeated: 64 KB took 15 s on
+    the event loop). Here the next `]` and the next `)`-or-whitespace are looked up once and reused while
+    they lie ahead of the candidate."""
+    close = url_end = -1  # the last found `]` and `)`-or-space (-2: none ahead of that point)
+    i = text.find("![")
+    while i >= 0:
+        if close != -2 and close < i + 2:
+            close = text.find("]", i + 2)
+            close = -2 if close < 0 else close
+        if close == -2:
+            return  # no `]` after this point: no image either
+        if text.startswith("(", close + 1):
+            if url_end != -2 and url_end < close + 2:
+                found = _URL_END.search(text, close + 2)
+                url_end = found.start() if found else -2
+            if url_end == -2:
+                return  # no `)` after this point
+            if text[url_end] == ")":
+                yield i, close + 2, url_end
+                i = text.find("![", url_end + 1)
+                continue
+        i = text.find("![", i + 1)
 
 
 #: the `type` of an image content part of a chat-template message (templates of vision models render it

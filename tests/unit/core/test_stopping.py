@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import random
+import time
+
+import pytest
+
 from tgi.core.request import FinishReason
-from tgi.core.sampling_params import SamplingParams
+from tgi.core.sampling_params import MAX_STOP_SEQUENCE_CHARS, SamplingParams
 from tgi.core.stopping import (
     StopChecker,
     combine_finish_reasons,
@@ -95,3 +100,45 @@ def test_combine_and_min_tokens_gate():
     assert combine_finish_reasons(None, False) is None
     p = SamplingParams(max_new_tokens=5, min_new_tokens=3)
     assert not stop_sequences_allowed(2, p) and stop_sequences_allowed(3, p)
+
+
+def _held_by_every_prefix(stops: tuple[str, ...], buf: str) -> int:
+    """The held suffix as the definition says it: every proper prefix of every stop, tried."""
+    return max(
+        (k for s in stops for k in range(1, min(len(s) - 1, len(buf)) + 1) if buf.endswith(s[:k])), default=0
+    )
+
+
+def test_the_held_suffix_is_the_longest_one_that_could_start_a_stop():
+    rng = random.Random(0)
+    for _ in range(3000):
+        stops = tuple("".join(rng.choice("abc") for _ in range(rng.randrange(1, 9))) for _ in range(2))
+        checker, pending = StopChecker(stops), ""
+        for _ in range(rng.randrange(1, 8)):  # chunks of 0 to 4 characters; whole stops let through
+            buf = pending + "".join(rng.choice("abcd") for _ in range(rng.randrange(0, 5)))
+            checker.add(buf[len(pending) :], can_stop=False)
+            held = _held_by_every_prefix(stops, buf)
+            pending = buf[len(buf) - held :] if held else ""
+            assert checker.pending == pending, (stops, buf)
+
+
+def test_the_longest_stop_allowed_costs_little_per_token():
+    n = MAX_STOP_SEQUENCE_CHARS
+    # held back at length n - 1, and never held: each prefix length tried would cost O(n) per token
+    stops = ("a" * (n - 1) + "b", "b" + "a" * (n - 1), "ab" * (n // 2))
+    checker = StopChecker(stops)
+    t0 = time.process_time()
+    for _ in range(20_000):
+        checker.add("a")
+    # 0.15 s on a 2-core Intel Xeon (AMX). (What made a 100,000-character stop cost seconds, each prefix
+    # length sliced and compared once a held prefix broke, is refused by length above this cap.)
+    assert time.process_time() - t0 < 5.0
+    assert not checker.stopped and len(checker.pending) == n - 1
+
+
+def test_a_stop_longer_than_the_cap_is_refused_by_length():
+    assert SamplingParams(stop=("x" * MAX_STOP_SEQUENCE_CHARS,)).validate() is None
+    with pytest.raises(
+        ValueError, match=rf"at most {MAX_STOP_SEQUENCE_CHARS} characters long. Given: 100000"
+    ):
+        SamplingParams(stop=("y", "x" * 100_000)).validate()

@@ -10,6 +10,7 @@ from otlp_receiver import OtlpGrpcReceiver, OtlpReceiver
 
 from fake_engine import FakeEngine
 from tgi.core.config import ConfigError
+from tgi.core.sampling_params import MAX_STOP_SEQUENCE_CHARS
 from tgi.server.app import create_app
 from tgi.server.settings import ServerSettings
 from tgi.server.tracing import (
@@ -137,7 +138,8 @@ def test_the_protocol_follows_the_endpoint_or_opentelemetrys_variable(
 
 @pytest.mark.parametrize(("variable", "limit"), [(None, DEFAULT_ATTRIBUTE_LENGTH_LIMIT), ("100", 100)])
 def test_no_span_attribute_exceeds_the_length_limit(monkeypatch, variable, limit):
-    """A megabyte stop sequence reaches the collector cut to the limit: ours, or OpenTelemetry's variable."""
+    """Four of the longest stop sequences allowed reach the collector cut to the limit: ours, or
+    OpenTelemetry's variable."""
     for name in ("OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", *ATTRIBUTE_LENGTH_ENV):
         monkeypatch.delenv(name, raising=False)
     if variable is not None:
@@ -145,7 +147,10 @@ def test_no_span_attribute_exceeds_the_length_limit(monkeypatch, variable, limit
     with OtlpReceiver() as receiver:
         settings = ServerSettings(otlp_endpoint=receiver.endpoint + "/v1/traces")
         with TestClient(create_app(FakeEngine(), settings)) as c:
-            body = {"inputs": "Hello", "parameters": {"max_new_tokens": 2, "stop": ["x" * 1_000_000]}}
+            body = {
+                "inputs": "Hello",
+                "parameters": {"max_new_tokens": 2, "stop": [c * MAX_STOP_SEQUENCE_CHARS for c in "xyzw"]},
+            }
             assert c.post("/generate", json=body).status_code == 200
     [root] = [s for s in receiver.spans() if s.name == "generate"]
     attrs = _attrs(root)
