@@ -191,10 +191,13 @@ class InferenceService:
         preprocessor = self._preprocessor(self.engine) if prompt_ids is not None else None
 
         def run() -> bytes:
-            if preprocessor is None:  # refused past the limit before a Python list of its tokens is built
+            # refused past the limit before a Python list of its tokens is built, or aligned with the ids
+            if prompt_ids is not None:
+                count = len(prompt_ids)
+            else:
                 count = count_tokens(tokenizer, text, add_special_tokens)
-                if count > limit:
-                    raise validation_error(too_many_input_tokens(count, limit))
+            if count > limit:
+                raise validation_error(too_many_input_tokens(count, limit))
             enc = tokenizer(text, return_offsets_mapping=True, add_special_tokens=add_special_tokens)
             pairs = list(zip(enc["input_ids"], enc["offset_mapping"], strict=True))
             if preprocessor is not None and prompt_ids is not None:

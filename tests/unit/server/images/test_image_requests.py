@@ -10,6 +10,7 @@ from transformers import AutoTokenizer
 from fake_engine import FakeEngine, error_of
 from tgi.core.config import EngineConfig
 from tgi.core.testing.tiny_vlm import save_llava_processor
+from tgi.server import service as service_module
 from tgi.server.app import create_app
 from tgi.server.settings import ServerSettings
 
@@ -86,6 +87,16 @@ def test_image_tokens_count_against_max_input_tokens(tokenizer):
             "/generate", json={"inputs": f"w5 ![]({data_url(PNG)}) w6", "parameters": {"max_new_tokens": 2}}
         )
     assert r.status_code == 422 and "Given: 6" in error_of(r, "/generate")[0]
+
+
+def test_chat_tokenize_refuses_a_prompt_past_the_limit_before_aligning_its_tokens(tokenizer, monkeypatch):
+    aligned = []
+    monkeypatch.setattr(service_module, "aligned_spans", lambda *a: aligned.append(a) or [])
+    engine = _engine(tokenizer, max_input_tokens=5)
+    with _client(engine) as c:  # 2 words and 4 image tokens: 6 ids after the processor, and the template's
+        r = c.post("/chat_tokenize", json=_chat(data_url(PNG)))
+    assert r.status_code == 422 and "must have less than 5 tokens" in r.text
+    assert aligned == []  # the alignment (difflib: quadratic in the worst case) never ran
 
 
 BOMB = image_bytes(300, 300)  # over --max-image-pixels=10000 below
