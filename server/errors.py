@@ -83,10 +83,16 @@ def overloaded() -> ApiError:
     return ApiError(429, "Model is overloaded", "overloaded")
 
 
+def escaped(text: str) -> str:
+    """`text` with control characters, quotes and backslashes escaped as `repr` writes them: what a log line
+    quotes from a client or a peer (a field name, a URL, an exception's text) cannot forge another line."""
+    return repr(text)[1:-1]
+
+
 def internal_error(exc: BaseException, error_type: str = "generation") -> ApiError:
     """A 500 whose body names a request id and nothing of the exception; the log has the details."""
     request_id = uuid.uuid4().hex[:16]
-    log.error("request %s failed: %s: %s", request_id, type(exc).__name__, exc, exc_info=exc)
+    log.error("request %s failed: %s: %s", request_id, type(exc).__name__, escaped(str(exc)), exc_info=exc)
     return ApiError(500, f"Internal server error (request id {request_id}; see the server log)", error_type)
 
 
@@ -96,7 +102,7 @@ def logged_refusal(
     """A `status` answer whose body is `message` and a request id, nothing of `exc` (it may name paths or
     file contents); the log has `exc` under that id."""
     request_id = uuid.uuid4().hex[:16]
-    log.warning("request %s refused (%d): %s: %s", request_id, status, type(exc).__name__, exc)
+    log.warning("request %s refused (%d): %s: %s", request_id, status, type(exc).__name__, escaped(str(exc)))
     return ApiError(
         status, f"{message} (see the server log, request id {request_id})", error_type, param=param
     )

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from tgi.server.errors import unsupported
+from tgi.server.errors import escaped, unsupported
 
 log = logging.getLogger("tgi.server")
 
@@ -57,11 +57,6 @@ def check_fields(model: BaseModel) -> None:
             len(ignored),
             bounded(", ".join(f"`{escaped(name)}`" for name in ignored), MAX_LOGGED_FIELDS_CHARS),
         )
-
-
-def escaped(text: str) -> str:
-    """`text` with control characters, quotes and backslashes escaped as `repr` writes them."""
-    return repr(text)[1:-1]
 
 
 def bounded(text: str, limit: int) -> str:

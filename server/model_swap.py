@@ -103,8 +103,12 @@ class ModelSwapper:
         if unfit is not None:  # the flags' parsers stay: a model they cannot read is not swapped in
             await asyncio.to_thread(new.engine.runner.shutdown)
             raise ApiError(422, f"cannot swap to the model: {unfit}", "validation")
+        try:
+            await new.start()
+        except Exception as exc:  # the old model serves on; the new one's thread, weights and cache go
+            await self._discard(new)
+            raise logged_refusal(500, "cannot start the model", exc, "swap_failed") from None
         new.on_death = old.on_death
-        await new.start()
         previous = self.service.switch_engine(new)
         load_s = time.perf_counter() - started
         waiting = self.service.users.get(id(previous), 0)
@@ -124,6 +128,14 @@ class ModelSwapper:
             "load_time": load_s,
             "draining_requests": waiting,
         }
+
+    async def _discard(self, engine) -> None:
+        """Stop and release an engine that never served (its start failed)."""
+        try:
+            await engine.shutdown(cancel_inflight=True)
+            await asyncio.to_thread(engine.close)
+        except Exception:
+            log.exception("the model whose start failed could not be released")
 
     async def _retire(self, engine) -> None:
         """Stop `engine` once its last admitted request has finished, or once `--swap-drain-timeout` has

@@ -1,6 +1,6 @@
 """Operator routes: `POST /admin/model` swaps the served model (`tgi.server.model_swap`). Served only with
 `--enable-model-swap`, which needs `--admin-api-key`: the key check (`tgi.server.auth`) lets only the admin key
-through; `--swappable-models` bounds what may be loaded. Every refusal here names flags, never a path."""
+through; only the models of `--swappable-models` may be loaded (none when it is empty). Every refusal here names flags, never a path."""
 
 from __future__ import annotations
 
@@ -28,6 +28,6 @@ async def swap_model(req: SwapRequest, request: Request) -> dict:
         )
     if not settings.admin_api_key:
         raise ApiError(403, "swapping the model needs a server started with --admin-api-key", "forbidden")
-    if settings.swappable_models and req.model_id not in settings.swappable_models:
+    if req.model_id not in settings.swappable_models:  # none named: none may be loaded
         raise ApiError(403, "this model is not one of the server's --swappable-models", "forbidden")
     return await request.app.state.swapper.swap(req.model_id, req.revision)

@@ -53,7 +53,7 @@ class ServerSettings:
     # are refused; it opens no inference route (`tgi.server.auth`)
     admin_api_key: str | None = None
     enable_model_swap: bool = False  # POST /admin/model is served (--enable-model-swap)
-    swappable_models: tuple[str, ...] = ()  # the model ids a swap may load (--swappable-models); (): any
+    swappable_models: tuple[str, ...] = ()  # the model ids a swap may load (--swappable-models); (): none
     swap_trust_remote_code: bool = False  # a swapped-in model's own code may run (--swap-trust-remote-code)
     # the real path run-time `lora_path`s must lie inside (--lora-root); None: no run-time load
     lora_root: str | None = None

@@ -87,6 +87,11 @@ def check_operator_flags(args: argparse.Namespace) -> None:
         raise ConfigError(
             "--enable-model-swap needs --admin-api-key (the only key POST /admin/model accepts)"
         )
+    if args.enable_model_swap and not args.swappable_models:
+        raise ConfigError(
+            "--enable-model-swap needs --swappable-models (the model ids / paths POST /admin/model may load: "
+            "none unless named)"
+        )
     for flag, value in (
         ("--swappable-models", args.swappable_models),
         ("--swap-trust-remote-code", args.swap_trust_remote_code),

@@ -13,7 +13,8 @@ DEFAULT_SWAP_DRAIN_TIMEOUT_S = 60.0
 
 OPERATOR = "operator routes"
 ADMIN = ("--admin-api-key", "admin")
-SWAP = ("--enable-model-swap", *ADMIN)
+SWAPPABLE = ("--swappable-models", "a/b")
+SWAP = ("--enable-model-swap", *SWAPPABLE, *ADMIN)
 
 OPERATOR_FLAGS = (
     Flag(
@@ -30,26 +31,27 @@ OPERATOR_FLAGS = (
     ),
     Flag(
         ("--enable-model-swap",),
-        "serve POST /admin/model (swap the served model); needs --admin-api-key; off by default",
+        "serve POST /admin/model (swap the served model); needs --admin-api-key and --swappable-models; off "
+        "by default",
         OPERATOR,
         Server("enable_model_swap"),
         env=("ENABLE_MODEL_SWAP",),
         kind="optional-switch",
         default="false",
         example="true",
-        example_needs=ADMIN,
+        example_needs=(*SWAPPABLE, *ADMIN),
     ),
     Flag(
         ("--swappable-models",),
-        "comma-separated model ids / paths POST /admin/model may load (compared as written); default: any; "
-        "needs --enable-model-swap",
+        "comma-separated model ids / paths POST /admin/model may load (compared as written); no other is "
+        "loaded, so --enable-model-swap needs it",
         OPERATOR,
         Server("swappable_models"),
         env=("SWAPPABLE_MODELS",),
         parse=comma_list,
         check=value_checks.model_list,
         example="a/b, /models/c",
-        example_needs=SWAP,
+        example_needs=("--enable-model-swap", *ADMIN),
     ),
     Flag(
         ("--swap-trust-remote-code",),

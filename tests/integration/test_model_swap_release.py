@@ -58,7 +58,8 @@ def test_a_swapped_out_engine_is_collected(monkeypatch, tmp_path, capsys):
     args = parser.parse_args(
         ["--model-id", str(a), "--hostname", "127.0.0.1", "--port", str(port),
          "--max-batch-total-tokens", "2048", "--max-total-tokens", "512", "--lora-adapters", f"ad={adapter}",
-         "--admin-api-key", ADMIN["Authorization"][7:], "--enable-model-swap"]
+         "--admin-api-key", ADMIN["Authorization"][7:], "--enable-model-swap",
+         "--swappable-models", f"{a},{b}"]
     )  # fmt: skip
     failures: list[BaseException] = []
 

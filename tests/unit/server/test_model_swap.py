@@ -1,12 +1,18 @@
 """The model swap's parts on the fake engine: requests go to the engine serving when they were admitted
 (a stream started before a switch ends on the old engine), /info follows the switch, and the admin route
-is refused without --enable-model-swap (the real swap: tests/e2e/test_model_swap_e2e.py)."""
+is refused without --enable-model-swap, and a new model whose start fails is released, the old one serving on
+(the real swap: tests/e2e/test_model_swap_e2e.py)."""
 
 from __future__ import annotations
 
+import asyncio
+from types import SimpleNamespace
+
+import pytest
 from fastapi.testclient import TestClient
 
 from fake_engine import FakeEngine
+from tgi.core.config import EngineConfig
 from tgi.server.app import create_app
 from tgi.server.settings import ServerSettings
 
@@ -58,3 +64,40 @@ def test_tokenizing_on_the_workers_uses_the_engine_the_request_was_admitted_on()
 
     asyncio.run(request())
     assert seen == [old]
+
+
+def test_a_swap_whose_start_fails_releases_the_new_model_and_keeps_the_old(monkeypatch):
+    from tgi.core.async_engine import AsyncEngine
+    from tgi.server import model_swap
+    from tgi.server.errors import ApiError
+
+    events = []
+
+    class Unstartable:
+        tokenizer = SimpleNamespace(chat_template=None)
+
+        async def start(self):
+            raise RuntimeError("no thread for /secret/models/new")
+
+        async def shutdown(self, cancel_inflight=False, reason=None):
+            events.append(("shutdown", cancel_inflight))
+
+        def close(self):
+            events.append("close")
+
+    monkeypatch.setattr(model_swap, "estimate_bytes", lambda *args: (0, "nothing"))
+    monkeypatch.setattr(AsyncEngine, "from_config", classmethod(lambda cls, config: Unstartable()))
+    memory = SimpleNamespace(free=1 << 40)
+    old = SimpleNamespace(
+        config=EngineConfig(model_id="old/model"),
+        engine=SimpleNamespace(backend=SimpleNamespace(memory_info=lambda: memory)),
+        on_death=None,
+    )
+    service = SimpleNamespace(
+        current_engine=old, settings=ServerSettings(), switch_engine=lambda new: events.append("switched")
+    )
+    with pytest.raises(ApiError) as refused:
+        asyncio.run(model_swap.ModelSwapper(service).swap("new/model"))
+    assert refused.value.status == 500 and "cannot start the model" in refused.value.message
+    assert "/secret" not in refused.value.message  # the log has it, under the request id
+    assert events == [("shutdown", True), "close"]  # never switched to, and released

@@ -38,6 +38,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     "argv, message",
     [
         (["--enable-model-swap"], "--enable-model-swap needs --admin-api-key"),
+        (["--enable-model-swap", "--admin-api-key", "a"], "--enable-model-swap needs --swappable-models"),
         (["--allow-runtime-lora-updating"], "--allow-runtime-lora-updating needs --admin-api-key"),
         (["--allow-runtime-lora-updating", "--admin-api-key", "a"], "--allow-runtime-lora-updating needs --lora-root"),
         (["--admin-api-key", "a", "--swappable-models", "m"], "--swappable-models needs --enable-model-swap"),
