@@ -27,6 +27,7 @@ from tgi.core.request import (
     ImageInput,
     StepError,
     TokenEvent,
+    client_message_of,
 )
 from tgi.core.sampling_params import SamplingParams
 
@@ -197,7 +198,7 @@ class AsyncEngine:
         if self._refusal is not None:
             raise EngineError(self._refusal)
         if not self.healthy:
-            raise EngineError(f"the engine is not running: {self.error}")
+            raise EngineError(f"the engine is not running: {client_message_of(self.error)}")
         request_id = request_id or uuid.uuid4().hex
         events: asyncio.Queue = asyncio.Queue()
         self._streams[request_id] = events
@@ -221,7 +222,7 @@ class AsyncEngine:
 
     async def _adapter_command(self, make) -> None:
         if not self.healthy or self._thread is None:
-            raise EngineError(f"the engine is not running: {self.error}")
+            raise EngineError(f"the engine is not running: {client_message_of(self.error)}")
         done = asyncio.get_running_loop().create_future()
         self._commands.put(make(done))
         self._wakeup.set()
@@ -330,8 +331,7 @@ class AsyncEngine:
         except BaseException as exc:
             self.error = exc
             log.exception("engine thread died")
-            # an EngineError's message is written to be shown; anything else stays in the log
-            cause = str(exc) if isinstance(exc, EngineError) else f"{type(exc).__name__} (see the server log)"
+            cause = client_message_of(exc)
             self._loop.call_soon_threadsafe(self._fail_streams, EngineError(f"the engine died: {cause}"))
             for command in self._unloading:
                 self._settle(command.done, EngineError(f"the engine died: {cause}"))

@@ -135,7 +135,21 @@ class EngineRequest:
 
 
 class EngineError(RuntimeError):
-    """The engine failed while running a request; the message is safe to show a client."""
+    """The engine failed while running a request; `client_message()` is what a client may be shown (the
+    message itself, unless a subclass says otherwise)."""
+
+    def client_message(self) -> str:
+        return str(self)
+
+
+def client_message_of(error: BaseException | None) -> str:
+    """What a client may read of the error that stopped an engine: an `EngineError`'s client message; of
+    anything else its type only (its text may name paths or peers: the log has it)."""
+    if error is None:
+        return "it was stopped"
+    if isinstance(error, EngineError):
+        return error.client_message()
+    return f"{type(error).__name__} (see the server log)"
 
 
 class StepError(EngineError):

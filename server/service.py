@@ -30,7 +30,7 @@ from tgi.core.sampling_params import SamplingParams
 from tgi.core.tokenization import count_tokens
 from tgi.core.validation import too_many_input_tokens
 from tgi.server import sse
-from tgi.server.errors import ApiError, internal_error, overloaded, validation_error
+from tgi.server.errors import ApiError, internal_error, logged_refusal, overloaded, validation_error
 from tgi.server.generation import Generation, I, SequenceInput
 from tgi.server.images.decode import decode_image
 from tgi.server.images.fetch import MediaPolicy, image_bytes
@@ -392,6 +392,9 @@ def _api_error(exc: Exception) -> ApiError:
         return exc
     if isinstance(exc, ValidationError):
         return validation_error(str(exc))
-    if isinstance(exc, EngineError):  # its message is written to be shown (no raw exception text)
-        return ApiError(500, str(exc), "generation")
+    if isinstance(exc, EngineError):  # its client message is written to be shown (no raw exception text)
+        shown = exc.client_message()
+        if shown == str(exc):
+            return ApiError(500, shown, "generation")
+        return logged_refusal(500, shown, exc, "generation")  # the details under a request id, in the log
     return internal_error(exc)

@@ -60,6 +60,10 @@ class ShardFailure(EngineError):
 
     fatal = True  # AsyncEngine stops (rather than failing the step's requests and going on)
 
+    def client_message(self) -> str:
+        # the message names ranks, pids, hosts, paths and what a peer said: for the server's log only
+        return "a shard of the model failed (the server log has which, and why)"
+
 
 def _stop_group(workers: list[RankProcess], remote: RemoteNodes | None, rendezvous: Any) -> None:
     """The other nodes first (told through the store, before this node's ranks leave their sockets), then

@@ -89,6 +89,7 @@ class FakeEngine:
     delay: float = 0.0  # seconds per token
     first_delay: float = 0.0  # seconds before the first token (a request waiting in the queue)
     fail_stream: int | None = None  # the stream of this index (0: the first one asked for) fails at once
+    fail_with: EngineError | None = None  # what that stream raises (default: a plain EngineError)
     model_id: str = "fake/model"
     backend_name: str = "fake"
     tokenizer: CharTokenizer = field(default_factory=CharTokenizer)
@@ -106,6 +107,7 @@ class FakeEngine:
     kernels: dict[str, str] = field(default_factory=dict)
     requests: list = field(default_factory=list)
     images: list = field(default_factory=list)  # each stream's `EngineRequest.images`, as `requests`
+    queued: list = field(default_factory=list)  # each stream's `EngineRequest`, whole (its salt and tenant)
     cancelled: list = field(default_factory=list)
     running: int = 0
     started: bool = False
@@ -182,6 +184,7 @@ class FakeEngine:
         prompt, params = list(request.prompt_token_ids), request.params
         self.requests.append((prompt, params))
         self.images.append(request.images)
+        self.queued.append(request)
         k = len(self.requests) - 1
         cached = self.cached_tokens[k] if k < len(self.cached_tokens) else 0
         return self._run(request_id or "r", prompt, params, k == self.fail_stream, cached)
@@ -196,7 +199,7 @@ class FakeEngine:
             if fails:
                 await asyncio.sleep(0)
                 finished = True
-                raise EngineError("the engine failed while running this request")
+                raise self.fail_with or EngineError("the engine failed while running this request")
             if self.first_delay:
                 await asyncio.sleep(self.first_delay)
             for i in range(params.max_new_tokens):
