@@ -2,10 +2,10 @@
 
 A full block's hash covers its own token ids and its parent's hash, so equal hashes mean equal whole
 prefixes, not just equal blocks. The first block's parent is a root that folds in everything besides the
-tokens that changes the keys/values: the engine's namespace (model and revision) and the request's
-`cache_key` (a LoRA adapter id, a tenant salt). SHA-256 rather than Python's `hash`, which is salted per
-process and easy to collide on purpose (vLLM moved to SHA-256 after GHSA-rm76-4mrf-v9r8): a collision would
-hand one request another's keys/values.
+tokens that changes the keys/values or must keep requests apart: the engine's namespace (model and
+revision) and the request's `cache_key` (`request_cache_key`: a LoRA adapter, the client's `cache_salt`, the
+tenant). SHA-256 rather than Python's `hash`, which is salted per process and easy to collide on purpose
+(vLLM moved to SHA-256 after GHSA-rm76-4mrf-v9r8): a collision would hand one request another's keys/values.
 """
 
 from __future__ import annotations
@@ -29,6 +29,27 @@ def root_hash(namespace: bytes, cache_key: bytes) -> bytes:
         h.update(struct.pack("<Q", len(part)))
         h.update(part)
     return h.digest()
+
+
+def request_cache_key(adapter: bytes = b"", tenant: str | None = None, salt: str | None = None) -> bytes:
+    """A sequence's `cache_key`: its LoRA adapter's key (b"": the base model), the authenticated tenant (the
+    server's --api-key-file) and the client's `cache_salt` (vLLM's field). Blocks are shared only between
+    equal keys, so two tenants, or two salts, never read each other's blocks, and a request with neither
+    shares only with others that have neither. Without a tenant or a salt it is the adapter's key as it is;
+    with either, a tag byte (no adapter key starts with it) and the SHA-256 of a length-prefixed encoding of
+    all three: no choice of salt spells another (tenant, salt) pair's key, and a long salt costs one hash
+    per request, not one per block."""
+    if tenant is None and salt is None:
+        return adapter
+    h = hashlib.sha256(b"tgi-cache-key\0")
+    for part in (
+        adapter,
+        b"" if tenant is None else b"t" + tenant.encode(),
+        b"" if salt is None else b"s" + salt.encode(),
+    ):
+        h.update(struct.pack("<Q", len(part)))
+        h.update(part)
+    return b"\0" + h.digest()
 
 
 def block_hash(parent: bytes, token_ids: Sequence[int], image_hashes: Sequence[bytes] = ()) -> bytes:

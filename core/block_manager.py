@@ -70,7 +70,6 @@ class BlockManager:
         self._ref_counts = [0] * num_blocks
         self._hash_of: list[bytes | None] = [None] * num_blocks  # block -> its hash while indexed
         self._index: dict[bytes, int] = {}  # hash -> block
-        self._roots: dict[bytes, bytes] = {}  # cache_key -> root hash
         self.num_evictions = 0  # indexed blocks reused for other contents, since start
 
     # ---- counters -----------------------------------------------------------------------------------
@@ -147,9 +146,8 @@ class BlockManager:
 
     def _hashes(self, seq: Sequence, num_blocks: int) -> list[bytes]:
         if len(seq.block_hashes) < num_blocks:
-            root = self._roots.get(seq.cache_key)
-            if root is None:
-                root = self._roots[seq.cache_key] = root_hash(self._namespace, seq.cache_key)
+            # not memoized by key: every client-chosen `cache_salt` would stay in such a table for good
+            root = root_hash(self._namespace, seq.cache_key)
             extend_block_hashes(
                 seq.block_hashes, seq.token_ids, self.block_size, num_blocks, root, seq.images
             )

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from tgi.core.block_hash import request_cache_key
 from tgi.core.block_manager import BlockManager
 from tgi.core.config import ConfigError, EngineConfig
 from tgi.core.engine_startup import choose_proposer, start_engine
@@ -207,8 +208,9 @@ class LLMEngine:
         request_id = request_id or uuid.uuid4().hex
         seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
         # a LoRA adapter changes the keys/values: its blocks are cached apart from the base model's (and from
-        # those of an earlier adapter of the same id)
-        cache_key = b"" if params.adapter_id is None else self.lora.cache_key(params.adapter_id)
+        # those of an earlier adapter of the same id); a tenant's and a salt's are cached apart from the others'
+        adapter = b"" if params.adapter_id is None else self.lora.cache_key(params.adapter_id)
+        cache_key = request_cache_key(adapter, request.tenant, request.cache_salt)
         if request.images and not self.runner.capabilities().image_inputs:  # not through `validate`
             raise ValidationError(
                 f"the model {self.model_info.architecture} on the {self._backend_name()} backend does not "

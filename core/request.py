@@ -124,8 +124,16 @@ class EngineRequest:
     images: tuple[
         ImageInput, ...
     ] = ()  # in prompt order; only a runner whose capabilities take images gets any
+    # who may share this request's prefix-cache blocks (`tgi.core.block_hash.request_cache_key`): the client's
+    # `cache_salt` (vLLM's field: only requests with the same salt share blocks; None shares with the unsalted)
+    # and the tenant the server authenticated (--api-key-file: tenants never share). Set by the server after
+    # validation (`dataclasses.replace`); an empty salt is refused here, as vLLM refuses it.
+    cache_salt: str | None = None
+    tenant: str | None = None
 
     def __post_init__(self) -> None:
+        if self.cache_salt == "" or self.tenant == "":
+            raise ValueError("`cache_salt` and `tenant` must be non-empty strings if provided")
         compiled = self.grammar.grammar if self.grammar is not None else None
         if compiled != self.params.grammar:  # a caller's bug, not the client's
             raise ValueError(
