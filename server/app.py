@@ -67,7 +67,9 @@ def create_app(engine: ServingEngine, settings: ServerSettings | None = None) ->
     app.state.service = service
     app.state.swapper = ModelSwapper(service)
     app.state.responses_store = ResponsesStore(
-        settings.responses_store_max_entries, settings.responses_store_max_age_s
+        settings.responses_store_max_entries,
+        settings.responses_store_max_age_s,
+        max_bytes=settings.responses_store_max_bytes,
     )
     install_error_handlers(app)
     app.include_router(tgi_router)
@@ -80,8 +82,13 @@ def create_app(engine: ServingEngine, settings: ServerSettings | None = None) ->
     app.add_middleware(PayloadLimit, limit=settings.payload_limit)
     if service.tracing is not None:  # inside the key check: a refused request is not traced
         app.add_middleware(service.tracing.middleware_class, tracing=service.tracing)
-    if settings.api_key or settings.admin_api_key:  # outermost: a client without the key learns nothing else
-        app.add_middleware(BearerAuth, api_key=settings.api_key, admin_api_key=settings.admin_api_key)
+    if settings.api_key or settings.api_keys or settings.admin_api_key:  # outermost: a client without the key
+        app.add_middleware(  # learns nothing else
+            BearerAuth,
+            api_key=settings.api_key,
+            admin_api_key=settings.admin_api_key,
+            api_keys=settings.api_keys,
+        )
     if settings.cors_allow_origin:  # outside the key check: a browser's preflight carries no key
         app.add_middleware(
             CORSMiddleware,

@@ -27,6 +27,7 @@ class SequenceInput:
     n: int = 1  # sequences sampled from it (TGI's `best_of`, OpenAI's `n`); with a seed, the j-th uses
     # seed + j (mod 2^64), as OpenAI's choices do
     images: tuple[ImageInput, ...] = ()  # the prompt's images, their placeholders in `prompt_token_ids`
+    cache_salt: str | None = None  # the client's `cache_salt` (vLLM's), non-empty: `EngineRequest.cache_salt`
 
 
 I = TypeVar("I", bound=SequenceInput)  # noqa: E741 - a route's own kind of input (OpenAI's `Prompt`)

@@ -79,7 +79,8 @@ async def _chat_prompts(service: InferenceService, req: ChatCompletionRequest) -
     base, field = _with_grammar(service, req, base, tools)
     messages, template_kwargs = render_inputs(req.template_messages(), tools, template, req.tool_prompt)
     ids, images, parsers, base = await render_prompt(service, messages, template_kwargs, parsers, base)
-    return [Prompt(ids, base, field, req.n, images=images, tools=tools, parsers=parsers)]
+    salt = req.cache_salt
+    return [Prompt(ids, base, field, req.n, images=images, tools=tools, parsers=parsers, cache_salt=salt)]
 
 
 async def _completion_prompts(service: InferenceService, req: CompletionRequest) -> list[Prompt]:
@@ -103,7 +104,7 @@ async def _completion_prompts(service: InferenceService, req: CompletionRequest)
         echo = None
         if req.echo:
             echo = await service.decode(ids) if isinstance(prompt, list) else prompt
-        out.append(Prompt(ids, base, field, req.n, echo=echo))
+        out.append(Prompt(ids, base, field, req.n, echo=echo, cache_salt=req.cache_salt))
     return out
 
 

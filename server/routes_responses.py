@@ -13,6 +13,7 @@ from tgi.core.sampling_params import SamplingParams
 from tgi.server import responses_format as fmt
 from tgi.server import responses_input as conv
 from tgi.server import sse
+from tgi.server.auth import tenant_of
 from tgi.server.chat_output import ChatOutputStream, chat_message, output_text, piece_of, reasoning_tokens
 from tgi.server.errors import ApiError, unsupported
 from tgi.server.fields import check_fields
@@ -48,6 +49,7 @@ class Turn(SequenceInput):
     parsers: OutputParsers  # the reasoning and tool-call parsers its output goes through
     context: ResponseContext
     conversation: list[dict] = field(default_factory=list)
+    tenant: str | None = None  # who asks (`tgi.server.auth.tenant_of`): its response is stored as theirs
 
 
 def _store(request: Request) -> ResponsesStore:
@@ -69,7 +71,7 @@ def _stores(req: ResponsesRequest, store: ResponsesStore) -> bool:
     return False
 
 
-def _history(req: ResponsesRequest, store: ResponsesStore) -> tuple[dict, ...]:
+def _history(req: ResponsesRequest, store: ResponsesStore, tenant: str | None) -> tuple[dict, ...]:
     if req.previous_response_id is None:
         return ()
     if not store.enabled:
@@ -77,12 +79,13 @@ def _history(req: ResponsesRequest, store: ResponsesStore) -> tuple[dict, ...]:
             "previous_response_id",
             "is not served: this server keeps no responses (--responses-store-max-entries 0)",
         )
-    previous = store.get(req.previous_response_id)
+    previous = store.get(req.previous_response_id, tenant)  # another tenant's: as if never stored
     if previous is None:
         raise ApiError(
             404,
             f"Previous response with id '{req.previous_response_id}' not found (never stored, deleted, or past "
-            "the server's --responses-store-max-entries / --responses-store-max-age).",
+            "the server's --responses-store-max-entries / --responses-store-max-age / "
+            "--responses-store-max-bytes).",
             "not_found",
             param="previous_response_id",
         )
@@ -100,7 +103,9 @@ def _params(req: ResponsesRequest) -> SamplingParams:
     )
 
 
-async def _turns(service: InferenceService, store: ResponsesStore, req: ResponsesRequest) -> list[Turn]:
+async def _turns(
+    service: InferenceService, store: ResponsesStore, req: ResponsesRequest, tenant: str | None
+) -> list[Turn]:
     check_fields(req)
     context = ResponseContext(
         model=service.model_name,
@@ -120,7 +125,7 @@ async def _turns(service: InferenceService, store: ResponsesStore, req: Response
     )
     params = replace(_params(req), adapter_id=openai_adapter(service, req.model))
     context.model = params.adapter_id or context.model  # a LoRA adapter answers under its id
-    messages = conv.conversation(req.items(), _history(req, store))
+    messages = conv.conversation(req.items(), _history(req, store, tenant))
     template = service.engine.tokenizer.chat_template
     parsers = resolve(service.settings.reasoning_parser, service.settings.tool_call_parser, template)
     plan = conv.tool_plan(req)
@@ -153,13 +158,16 @@ async def _turns(service: InferenceService, store: ResponsesStore, req: Response
             parsers=parsers,
             context=context,
             conversation=messages,
+            tenant=tenant,
+            cache_salt=req.cache_salt,
         )
     ]
 
 
 def _keep(store: ResponsesStore, turn: Turn, body: dict) -> None:
     if turn.context.store:
-        store.put(body["id"], body, [*turn.conversation, fmt.conversation_message(body["output"])])
+        conversation = [*turn.conversation, fmt.conversation_message(body["output"])]
+        store.put(body["id"], body, conversation, turn.tenant)
 
 
 def _whole(generation: Generation[Turn], store: ResponsesStore) -> dict:
@@ -229,7 +237,8 @@ async def create_response(req: ResponsesRequest, request: Request) -> Response:
     service: InferenceService = request.app.state.service
     store = _store(request)
     tracker = service.admit()
-    generation = await service.generate(request, tracker, _turns(service, store, req), stream=req.stream)
+    turns = _turns(service, store, req, tenant_of(request))
+    generation = await service.generate(request, tracker, turns, stream=req.stream)
     if not req.stream:
         return JSONResponse(_whole(generation, store))
     # after the headers, an error ends the stream with `response.failed`
@@ -248,7 +257,7 @@ def _check_retrieve_query(request: Request) -> None:
 async def retrieve_response(response_id: str, request: Request) -> dict:
     """A stored response, as it was returned."""
     _check_retrieve_query(request)
-    stored = _store(request).get(response_id)
+    stored = _store(request).get(response_id, tenant_of(request))  # another tenant's: a 404 as well
     if stored is None:
         raise _not_found(response_id)
     return stored.body
@@ -257,6 +266,6 @@ async def retrieve_response(response_id: str, request: Request) -> dict:
 @router.delete("/v1/responses/{response_id}", responses=_ERRORS)
 async def delete_response(response_id: str, request: Request) -> dict:
     """Forget a stored response (a continuation from it is then a 404)."""
-    if not _store(request).delete(response_id):
+    if not _store(request).delete(response_id, tenant_of(request)):
         raise _not_found(response_id)
     return {"id": response_id, "object": "response.deleted", "deleted": True}

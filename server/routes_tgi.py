@@ -87,7 +87,8 @@ async def prepare(service: InferenceService, req: GenerateRequest, stream: bool)
             )
     if truncate is not None:
         ids = ids[-truncate:]
-    return [SequenceInput(ids, params, field, n=req.parameters.best_of or 1, images=images)]
+    n, salt = req.parameters.best_of or 1, req.parameters.cache_salt
+    return [SequenceInput(ids, params, field, n=n, images=images, cache_salt=salt)]
 
 
 def _sequence(events: list[TokenEvent], req: GenerateRequest) -> dict:

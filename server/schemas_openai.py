@@ -4,7 +4,8 @@
 (and its tokens' logprobs when `logprobs` is asked, which needs `--enable-prefill-logprobs`).
 
 Extensions accepted as vLLM and TGI do: `top_k`, `repetition_penalty`, `min_tokens`, `ignore_eos`,
-`stop_token_ids`, `include_stop_str_in_output`, `guided_json`, `guided_regex`, `guided_choice`, `tool_prompt`. Fields OpenAI or vLLM define that are not served here are
+`stop_token_ids`, `include_stop_str_in_output`, `guided_json`, `guided_regex`, `guided_choice`, `tool_prompt`,
+`cache_salt`. Fields OpenAI or vLLM define that are not served here are
 refused by name (`tgi.server.fields`).
 """
 
@@ -153,6 +154,8 @@ class _Sampling(RequestModel):
     guided_json: dict | str | None = None
     guided_regex: str | None = None
     guided_choice: list[str] | None = None
+    # vLLM's: only requests with the same salt share prefix-cache blocks (none: with the unsalted only)
+    cache_salt: str | None = Field(default=None, min_length=1)
     KNOWN: ClassVar = _OPENAI_UNSERVED
 
     @property

@@ -226,6 +226,8 @@ class ResponsesRequest(RequestModel):
     metadata: dict[str, str] | None = None
     user: str | None = None  # an end-user id: no effect on generation, in OpenAI's API either
     safety_identifier: str | None = None  # likewise
+    # vLLM's: only requests with the same salt share prefix-cache blocks (none: with the unsalted only)
+    cache_salt: str | None = Field(default=None, min_length=1)
     KNOWN: ClassVar = _UNSERVED
 
     def refusals(self) -> Iterator[tuple[str, str]]:

@@ -38,6 +38,11 @@ class GenerateParameters(RequestModel):
     adapter_id: str | None = Field(
         None, description="A LoRA adapter loaded with --lora-adapters; absent or the model's name: none"
     )
+    cache_salt: str | None = Field(
+        None,
+        min_length=1,
+        description="vLLM's: only requests with the same salt share prefix-cache blocks; absent: the unsalted",
+    )
 
 
 class GenerateRequest(RequestModel):

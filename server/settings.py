@@ -37,6 +37,9 @@ class ServerSettings:
     image_fetch_timeout_s: float = 5.0
     allowed_local_media_path: str | None = None
     api_key: str | None = None  # when set, every route but /health needs `Authorization: Bearer <key>`
+    # (key, tenant) pairs of --api-key-file: more inference keys, each of its tenant (`tgi.server.auth`);
+    # tenants share no prefix-cache blocks and see no other tenant's stored responses
+    api_keys: tuple[tuple[str, str], ...] = ()
     model_id: str | None = None  # the name shown to clients; None: the engine's model id
     start_engine: bool = True  # call `engine.start()` / `engine.shutdown()` in the app's lifespan
     shutdown_grace_s: float = 30.0  # in-flight requests get this long on SIGTERM, then are cancelled
@@ -61,7 +64,9 @@ class ServerSettings:
     # error saying so, and the old model is freed (--swap-drain-timeout)
     swap_drain_timeout_s: float = 60.0
     # OpenAI Responses kept for GET /v1/responses/{id} and `previous_response_id` (`tgi.server.responses_store`):
-    # at most this many (0: none; `store: true` is then refused), each for at most this many seconds
+    # at most this many (0: none; `store: true` is then refused), each for at most this many seconds, all of
+    # them holding at most this many bytes (their JSON: data-URL images count)
     responses_store_max_entries: int = 1024
     responses_store_max_age_s: float = 3600.0
+    responses_store_max_bytes: int = 64 * 2**20
     on_ready: Callable[[], None] | None = None  # run once the app has started (the launcher's "serving" line)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from tgi.core.config import ConfigError
 from tgi.core.watermark import Watermark
 
 
@@ -29,6 +30,20 @@ def lora_adapters(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
 def lora_root(args: argparse.Namespace) -> str | None:
     """The real path run-time adapters must lie inside (symlinks resolved)."""
     return None if args.lora_root is None else os.path.realpath(args.lora_root)
+
+
+def api_keys(args: argparse.Namespace) -> tuple[tuple[str, str], ...] | None:
+    """(key, tenant) pairs of --api-key-file (`ConfigError` for a file without keys, or one that holds
+    --admin-api-key, which opens no inference route, or --api-key, whose tenant is made from it)."""
+    if args.api_key_file is None:
+        return None
+    from tgi.server.auth import read_api_key_file
+
+    pairs = read_api_key_file(args.api_key_file)
+    for flag, given in (("--admin-api-key", args.admin_api_key), ("--api-key", args.api_key)):
+        if given is not None and any(key == given for key, _ in pairs):
+            raise ConfigError(f"{flag} must differ from every key of --api-key-file {args.api_key_file}")
+    return pairs
 
 
 def cors_origins(args: argparse.Namespace) -> tuple[str, ...]:

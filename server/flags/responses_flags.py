@@ -33,4 +33,16 @@ RESPONSES_FLAGS = (
         check=value_checks.deadline,
         example="600",
     ),
+    Flag(
+        ("--responses-store-max-bytes",),
+        "bytes the stored responses may hold together (their JSON, data-URL images included); the oldest go "
+        "first past it, and a response larger than all of it is not stored (the log says so)",
+        RESPONSES,
+        Server("responses_store_max_bytes"),
+        env=("RESPONSES_STORE_MAX_BYTES",),
+        parse=int,
+        default=64 * 2**20,
+        at_least=1,
+        example="1000000",
+    ),
 )

@@ -263,6 +263,18 @@ SERVING_FLAGS = (
         example="secret",
     ),
     Flag(
+        ("--api-key-file",),
+        "a file of inference keys, one per line, each optionally followed by its tenant's name (`key "
+        "tenant`; a key alone is a tenant of its own, named by a digest of it; `#` lines and blank lines "
+        "skipped); each opens what --api-key opens (beside it, when both are given). Tenants share no "
+        "prefix-cache blocks (so `cached_tokens` tells nothing of another's prompts) and see no other "
+        "tenant's stored responses",
+        SERVER,
+        Server("api_keys", derive=derived.api_keys),
+        env=("API_KEY_FILE",),
+        example="api-keys.txt",
+    ),
+    Flag(
         ("--cors-allow-origin",),
         "an origin whose browser pages may call the API (repeat, or comma-separated; * for any); default: no "
         "CORS headers",

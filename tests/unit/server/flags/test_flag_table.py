@@ -37,8 +37,10 @@ def clean_env(monkeypatch):
 
 @pytest.fixture(autouse=True)
 def in_tmp(monkeypatch, tmp_path):
-    """Examples name relative paths (a LoRA root ".", a tokenizer_config.json): they resolve in here."""
+    """Examples name relative paths (a LoRA root ".", a tokenizer_config.json, an --api-key-file): they
+    resolve in here."""
     (tmp_path / "tokenizer_config.json").write_text('{"chat_template": "{{ messages[0][\'content\'] }}"}')
+    (tmp_path / "api-keys.txt").write_text("key-of-a team-a\n")
     monkeypatch.chdir(tmp_path)
 
 
