@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from tgi.core.request import EngineRequest, ImageInput, TokenEvent
 from tgi.core.sampling_params import SamplingParams
 from tgi.server import sse
+from tgi.server.auth import tenant_of
 
 if TYPE_CHECKING:
+    from starlette.requests import Request
+
     from tgi.server.errors import ApiError
     from tgi.server.service import RequestTracker
 
@@ -28,6 +31,11 @@ class SequenceInput:
     # seed + j (mod 2^64), as OpenAI's choices do
     images: tuple[ImageInput, ...] = ()  # the prompt's images, their placeholders in `prompt_token_ids`
     cache_salt: str | None = None  # the client's `cache_salt` (vLLM's), non-empty: `EngineRequest.cache_salt`
+
+    def bound(self, request: EngineRequest, http: Request) -> EngineRequest:
+        """`request` (this input as the engine validated it) with who may share its prefix-cache blocks: the
+        requests of the same tenant (`tgi.server.auth.tenant_of`) that give the same `cache_salt`."""
+        return replace(request, cache_salt=self.cache_salt, tenant=tenant_of(http))
 
 
 I = TypeVar("I", bound=SequenceInput)  # noqa: E741 - a route's own kind of input (OpenAI's `Prompt`)

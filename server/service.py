@@ -30,7 +30,6 @@ from tgi.core.sampling_params import SamplingParams
 from tgi.core.tokenization import count_tokens
 from tgi.core.validation import too_many_input_tokens
 from tgi.server import sse
-from tgi.server.auth import tenant_of
 from tgi.server.errors import ApiError, internal_error, logged_refusal, overloaded, validation_error
 from tgi.server.generation import Generation, I, SequenceInput
 from tgi.server.images.decode import decode_image
@@ -294,10 +293,8 @@ class InferenceService:
         try:
             given = await inputs
             requests, owners = [], []
-            tenant = tenant_of(http)
             for i, (x, request) in enumerate(zip(given, await self._validated(given), strict=True)):
-                # who may share its prefix-cache blocks: those of its tenant that give the same salt
-                requests += _sampled(replace(request, cache_salt=x.cache_salt, tenant=tenant), x.n)
+                requests += _sampled(x.bound(request, http), x.n)
                 owners += [i] * x.n
             merged = sse.merge(
                 [self._events(r, given[i].params) for r, i in zip(requests, owners, strict=True)]
