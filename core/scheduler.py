@@ -36,7 +36,7 @@ from collections import deque
 from tgi.core.block_manager import BlockManager
 from tgi.core.chunk_policy import ChunkPolicy
 from tgi.core.config import ConfigError, EngineConfig
-from tgi.core.interfaces.batch import PENDING_TOKEN, ScheduledBatch, ScheduledSequence, StepOutput
+from tgi.core.interfaces.batch import PENDING_TOKEN, ScheduledBatch, StepOutput
 from tgi.core.interfaces.types import RunnerConstraints
 from tgi.core.request import FinishReason
 from tgi.core.sequence import MAX_SPEC_BACKOFF, Sequence, SequenceStatus
@@ -181,8 +181,8 @@ class Scheduler:
                 if prefills or decodes:
                     break
         self._last_step_prefill = bool(prefills)
-        sequences = [self._scheduled(s, n, True) for s, n in prefills]
-        sequences += [self._scheduled(s, n, False) for s, n in decodes]
+        sequences = [s.scheduled(n, True) for s, n in prefills]
+        sequences += [s.scheduled(n, False) for s, n in decodes]
         batch = ScheduledBatch(self._step, sequences, len(prefills))
         if sequences:  # freed ids ride on the next batch the runner actually executes
             batch.freed_request_ids, self._freed = self._freed, []
@@ -385,25 +385,3 @@ class Scheduler:
         self.num_preemptions += 1
         self._freed.append(seq.request_id)
         self._enqueue(seq)
-
-    def _scheduled(self, seq: Sequence, n: int, is_prefill: bool) -> ScheduledSequence:
-        start = seq.num_computed_tokens
-        drafts = seq.draft_token_ids if seq.is_decode and n > 1 else []
-        known = n - len(drafts)
-        return ScheduledSequence(
-            request_id=seq.request_id,
-            token_ids=seq.token_ids[start : start + known] + drafts,
-            start_pos=start,
-            block_table=tuple(seq.block_table),
-            is_prefill=is_prefill,
-            sample=start + known == seq.num_tokens,
-            num_draft_tokens=len(drafts),
-            sampling=seq.params,
-            seed=seq.seed,
-            num_prompt_tokens=seq.num_prompt_tokens,
-            all_token_ids=seq.token_ids,  # live list, valid for the step (runners keep no reference)
-            want_prompt_logprobs=(
-                seq.want_prompt_logprobs and start == seq.prompt_logprobs_upto < seq.num_prompt_tokens
-            ),
-            images=seq.images if is_prefill else (),
-        )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from enum import Enum
 
+from tgi.core.interfaces.batch import ScheduledSequence
 from tgi.core.request import FinishReason, ImageInput
 from tgi.core.sampling_params import SamplingParams
 
@@ -129,6 +130,30 @@ class Sequence:
 
     def append_token(self, token_id: int) -> None:
         self.token_ids.append(token_id)
+
+    def scheduled(self, n: int, is_prefill: bool) -> ScheduledSequence:
+        """This sequence's part of a step: its next `n` tokens from `num_computed_tokens` (a decode of more
+        than one: its last known token and its draft guesses), what the runner needs with them."""
+        start = self.num_computed_tokens
+        drafts = self.draft_token_ids if self.is_decode and n > 1 else []
+        known = n - len(drafts)
+        return ScheduledSequence(
+            request_id=self.request_id,
+            token_ids=self.token_ids[start : start + known] + drafts,
+            start_pos=start,
+            block_table=tuple(self.block_table),
+            is_prefill=is_prefill,
+            sample=start + known == self.num_tokens,
+            num_draft_tokens=len(drafts),
+            sampling=self.params,
+            seed=self.seed,
+            num_prompt_tokens=self.num_prompt_tokens,
+            all_token_ids=self.token_ids,  # live list, valid for the step (runners keep no reference)
+            want_prompt_logprobs=(
+                self.want_prompt_logprobs and start == self.prompt_logprobs_upto < self.num_prompt_tokens
+            ),
+            images=self.images if is_prefill else (),
+        )
 
     def __repr__(self) -> str:
         return (

@@ -8,28 +8,13 @@ import os
 
 import torch
 
+from tgi.backends.cpu.attention_choice import ATTENTION_NAMES, create_attention, default_attention
 from tgi.backends.cpu.cpuinfo import cpu_info
 from tgi.backends.cpu.step_threads import StepThreadChooser, small_step_tokens, step_thread_policy
 from tgi.core.interfaces import Collective, DeviceInfo, KVCacheSpec, MemoryInfo
 from tgi.core.torch import AttentionBackend, KVCache, Sampler, TorchBackend
 
-#: "cpu-native": decode on the C++ paged kernel (compiled at first use; needs g++ and ninja);
-#: "cpu-sdpa": the pure-torch reference (index_select gather + masked SDPA). Prefill is the same in both.
-ATTENTION_NAMES = ("cpu-native", "cpu-sdpa")
-
 log = logging.getLogger(__name__)
-
-
-def default_attention() -> str:
-    """cpu-native where a C++ compiler is found to build it (it is ~1.1-1.2x faster per decode step), else
-    the reference, with a warning that says why. Asking for cpu-native explicitly, or a failed build where
-    a compiler exists, is an error, never a fallback."""
-    from tgi.backends.cpu import native
-
-    if native.compiler_found():
-        return "cpu-native"
-    log.warning("attention cpu-sdpa: no C++ compiler found (cpu-native compiles its decode kernel at start)")
-    return "cpu-sdpa"
 
 
 class CpuBackend(TorchBackend):
@@ -321,7 +306,7 @@ class CpuBackend(TorchBackend):
 
     def create_attention(self, name: str) -> AttentionBackend:
         # raises UnsupportedError with the compiler's reason
-        return _create_attention(name, self.batch_invariant)
+        return create_attention(name, self.batch_invariant)
 
     def create_kv_cache(self, spec: KVCacheSpec, num_blocks: int) -> KVCache:
         from tgi.backends.cpu import native
@@ -394,18 +379,3 @@ def _invariant_plan(plan: dict[str, str], dtype: str, blocks: bool) -> dict[str,
     out["prefill attention"] = "cpu-native decode kernel for each query (--deterministic)"
     out["sampler"] = "each row alone (--deterministic)"
     return out
-
-
-def _create_attention(name: str, batch_invariant: bool = False) -> AttentionBackend:
-    from tgi.backends.cpu.attention import CpuAttention, CpuNativeAttention
-    from tgi.backends.cpu.native import NativeBuildError
-    from tgi.core.interfaces import UnsupportedError
-
-    if name == "cpu-sdpa":
-        return CpuAttention()
-    try:
-        return CpuNativeAttention(batch_invariant)
-    except NativeBuildError as e:  # never fall back silently: the user picks the reference explicitly
-        raise UnsupportedError(
-            f"attention 'cpu-native' is unavailable: {e} (use --attention cpu-sdpa)"
-        ) from e
