@@ -69,6 +69,9 @@ class EngineConfig:
     # seconds a rank may take to join the group, and a collective may wait for a silent peer (--dist-timeout);
     # None: `tgi.core.parallel.topology.DEFAULT_DIST_TIMEOUT_S`
     dist_timeout_s: float | None = None
+    # the file holding the secret the nodes of a group over several hosts share (--dist-secret-file; else the
+    # variable TGI_DIST_SECRET holds it): required with nnodes > 1 (`tgi.core.parallel.dist_auth`)
+    dist_secret_file: str | None = None
     # LoRA adapters served beside the model (--lora-adapters id=path,...): (id, PEFT adapter folder) pairs
     lora_adapters: tuple[tuple[str, str], ...] = ()
     max_loras: int = DEFAULT_MAX_LORAS  # adapters served at once, static and run-time ones (--max-loras)

@@ -88,6 +88,11 @@ def run_launch(args: argparse.Namespace) -> int:
     try:
         config = engine_config(args)
         server_settings(args)  # its checks too (watermark, OTLP), before the model loads
+        if not args.headless:  # node 0 of a group over several hosts: the nodes' shared secret, read now
+            # (a headless node without one tells node 0 why it stops: `run_headless`)
+            from tgi.core.parallel.dist_auth import require_secret
+
+            require_secret(config.dist_secret_file, config.nnodes)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

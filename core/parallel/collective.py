@@ -11,6 +11,7 @@ import torch.distributed as dist
 from tgi.core.interfaces.collective import Collective
 from tgi.core.parallel.rendezvous import create_store, gloo_interface
 from tgi.core.parallel.topology import dist_timeout_s
+from tgi.core.parallel.wire import MAX_MESSAGE_BYTES
 
 
 def collective_timeout() -> datetime.timedelta:
@@ -31,6 +32,17 @@ def number_groups_afresh() -> None:
             "torch.distributed no longer keeps `_world.group_count`: check how it names the default group"
         )
     world.group_count = 0
+
+
+def broadcast_tensor(obj: Any, src: int, group: Any) -> Any:
+    """`dist.broadcast` of a tensor; `TypeError` for anything else (it would be pickled)."""
+    if not isinstance(obj, torch.Tensor):
+        raise TypeError(
+            f"only tensors are broadcast, not {type(obj).__name__}: objects would travel pickled (encode them "
+            "as data and use broadcast_bytes)"
+        )
+    dist.broadcast(obj, src, group=group)
+    return obj
 
 
 class TorchDistributedCollective(Collective):
@@ -100,21 +112,20 @@ class TorchDistributedCollective(Collective):
         return torch.cat(parts, dim=dim)
 
     def broadcast(self, obj: Any, src: int = 0) -> Any:
-        """A tensor is broadcast in place (every rank passes one of the same shape and dtype); any other
-        object is pickled (every rank passes something, ignored except on `src`)."""
-        if isinstance(obj, torch.Tensor):
-            dist.broadcast(obj, src)
-            return obj
-        box = [obj]
-        dist.broadcast_object_list(box, src=src, device=self.device)
-        return box[0]
+        """A tensor is broadcast in place (every rank passes one of the same shape and dtype). Nothing else:
+        an object would travel pickled, and unpickling another process's bytes runs its code (bytes go
+        through `broadcast_bytes`, encoded as data)."""
+        return broadcast_tensor(obj, src, None)
 
-    def broadcast_bytes(self, data: bytes | None, src: int = 0) -> bytes:
+    def broadcast_bytes(self, data: bytes | None, src: int = 0, limit: int = MAX_MESSAGE_BYTES) -> bytes:
         """`data` of rank `src` to every rank (the others pass None), as host tensors over gloo (the
-        default group when it is gloo, else a gloo group of the same ranks): its length, then its bytes."""
+        default group when it is gloo, else a gloo group of the same ranks): its length, then its bytes. A
+        receiver refuses a length over `limit` before it allocates anything."""
         group = self._control_group
         size = torch.tensor([len(data) if self._rank == src else 0], dtype=torch.int64)
         dist.broadcast(size, src, group=group)
+        if self._rank != src and not 0 <= int(size.item()) <= limit:
+            raise ValueError(f"rank {src} announced {int(size.item())} bytes, more than the {limit} allowed")
         if self._rank == src and data:
             payload = torch.frombuffer(bytearray(data), dtype=torch.uint8)
         else:

@@ -30,6 +30,7 @@ from tgi.core.interfaces.batch import ScheduledBatch, StepOutput
 from tgi.core.loading import load_config
 from tgi.core.models.context import AttentionContext, build_attention_metadata, build_positions
 from tgi.core.models.registry import model_class_for
+from tgi.core.parallel.dist_auth import message_key
 from tgi.core.parallel.micro_batches import split_micro_batches
 from tgi.core.parallel.pipeline_model import (
     StageKVCache,
@@ -61,7 +62,9 @@ class PipelineStageRunner(TorchModelRunner):
     ) -> None:
         self.world = collective
         self.num_stages = config.pipeline_parallel_size
-        self.links = StageLinks(collective, self.num_stages, config.num_shard, backend.torch_device())
+        self.links = StageLinks(
+            collective, self.num_stages, config.num_shard, backend.torch_device(), message_key(collective)
+        )
         super().__init__(backend, source, config, self.links.stage_collective)
         self.stage = None  # this rank's `PipelineStage`, once the model's config is read
         self.num_micro_batches = MICRO_BATCHES_PER_STAGE * self.num_stages
@@ -132,7 +135,7 @@ class PipelineStageRunner(TorchModelRunner):
         if stage.is_last:
             output = self.step_output(batch, torch.cat(finals))  # [T, H] in batch order
             if stage.tp_rank == 0:
-                links.send_object(output, 0)
+                links.send_output(output, 0)
         elif self.world.rank == 0:
-            output = links.receive_object(last)
+            output = links.receive_output(last)
         return output

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing as mp
-import pickle
 import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tgi.core.parallel.worker import worker_main
+from tgi.core.parallel.worker import SHUTDOWN, worker_main
 
 
 @dataclass
@@ -52,12 +51,14 @@ def start_rank(
     spec: Any,
     source: Any,
     config: Any,
+    key: bytes,
 ) -> RankProcess:
-    """Start global rank `rank` on device `local_rank` of this host (`worker.worker_main`)."""
+    """Start global rank `rank` on device `local_rank` of this host (`worker.worker_main`); `key` seals the
+    group's messages."""
     parent, child = ctx.Pipe(duplex=True)
     process = ctx.Process(
         target=worker_main,
-        args=(rank, world_size, init_method, spec, source, config, child, local_rank),
+        args=(rank, world_size, init_method, spec, source, config, child, local_rank, key),
         name=f"tgi-shard-{rank}",
         daemon=True,  # never outlives the process that started it
     )
@@ -83,7 +84,8 @@ def rank_failure(w: RankProcess, started: bool, where: str = "") -> str:
     cause = exit_cause(w.process)
     try:
         if w.conn.poll(0.5):
-            cause = f"{w.conn.recv()} ({cause})"
+            text = w.conn.recv_bytes(64 * 1024).decode(errors="replace")
+            cause = f"{text} ({cause})"
     except (EOFError, OSError):
         pass
     what = "died" if started else "failed to start"
@@ -95,10 +97,9 @@ def stop_ranks(
 ) -> None:
     """Tell every rank to stop, make sure it did, then call `then` (also the finaliser of a forgotten
     runner)."""
-    message = pickle.dumps(("shutdown", ()))
     for w in workers:
         with contextlib.suppress(OSError):
-            w.conn.send_bytes(message)
+            w.conn.send_bytes(SHUTDOWN)
     deadline = time.monotonic() + timeout
     for w in workers:
         w.process.join(max(0.0, deadline - time.monotonic()))

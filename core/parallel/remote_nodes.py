@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from tgi.core.parallel import node_join as nj
+from tgi.core.parallel.dist_auth import command_key, new_session, seal
 from tgi.core.parallel.rendezvous import open_leader_store
 from tgi.core.parallel.topology import NodeLayout, dist_timeout_s
 
@@ -26,11 +27,19 @@ class RemoteNodes:
     """Nodes 1..nnodes-1 as node 0 sees them, through the store it listens on (`open`)."""
 
     def __init__(
-        self, store: Any, layout: NodeLayout, mine: dict[str, Any], config: Any, server: Any = None
+        self,
+        store: Any,
+        layout: NodeLayout,
+        mine: dict[str, Any],
+        config: Any,
+        server: Any = None,
+        secret: bytes = b"",
+        session: str = "",
     ) -> None:
         # `store`: a connection of node 0's own to its store, used by nothing else (the group's rendezvous
         # blocks its connection while the ranks meet); `server`: the listening store, kept open
         self.store, self.layout, self.mine, self.config, self.server = store, layout, mine, config, server
+        self.secret, self.session = secret, session  # the shared secret; this group's nonce (`node_join`)
         self.joined: dict[int, dict[str, Any]] = {}
         self.broken = (
             False  # the group failed: its stop waits for nobody (the nodes see node 0 go, and exit 1)
@@ -39,9 +48,10 @@ class RemoteNodes:
 
     @classmethod
     def open(
-        cls, init_method: str, layout: NodeLayout, config: Any, source: Any, backend: str
+        cls, init_method: str, layout: NodeLayout, config: Any, source: Any, backend: str, secret: bytes
     ) -> RemoteNodes:
-        """Listen on `init_method`'s address and port (the store the group forms on, later)."""
+        """Listen on `init_method`'s address and port (the store the group forms on, later), and draw this
+        group's session nonce there."""
         import torch.distributed as dist
 
         timeout = datetime.timedelta(seconds=dist_timeout_s())
@@ -49,7 +59,14 @@ class RemoteNodes:
         url = urlsplit(init_method)
         store = dist.TCPStore(url.hostname, url.port, None, False, timeout)
         mine = nj.node_record(source.path, backend, layout.world_size, layout.nnodes)
-        return cls(store, layout, mine, config, server)
+        session = new_session()
+        store.set(nj.SESSION_KEY, session.encode())
+        return cls(store, layout, mine, config, server, secret, session)
+
+    @property
+    def command_key(self) -> bytes:
+        """The key the group's commands are sealed with, which every node derives (`dist_auth`)."""
+        return command_key(self.secret, self.session)
 
     def admit(self, failure: Callable[[], str | None]) -> str | None:
         """Wait for every other node to join, and answer each: None when all joined and were admitted, else
@@ -62,9 +79,12 @@ class RemoteNodes:
             for k in sorted(pending):
                 if not self.store.check([nj.join_key(k)]):
                     continue
-                record = nj.decode(self.store.get(nj.join_key(k)))
-                problem = nj.join_problem(self.mine, record)
-                self.store.set(nj.verdict_key(k), nj.verdict(problem, self.config))
+                record, problem = nj.read_join(self.store.get(nj.join_key(k)), self.secret, self.session, k)
+                problem = problem or nj.join_problem(self.mine, record)
+                nonce = record.get("nonce") if isinstance(record.get("nonce"), str) else ""
+                answer = nj.verdict(problem, self.config)
+                context = nj.verdict_context(self.session, nonce[:64], k)
+                self.store.set(nj.verdict_key(k), seal(self.secret, context, answer))
                 if problem is not None:
                     return f"{nj.describe(k, record)} refused at join: {problem}"
                 log.info("tensor parallelism: %s joined (ranks %s)", nj.describe(k, record), self._ranks(k))
@@ -82,7 +102,7 @@ class RemoteNodes:
                     f"--headless --node-rank N` running there, and can it reach {self._where()}?"
                 )
             time.sleep(POLL_S)
-        self.heartbeats = nj.Heartbeats(self.store, self.joined)
+        self.heartbeats = nj.Heartbeats(self.store, self.joined, nj.GroupSeal(self.secret, self.session))
         return None
 
     def _ranks(self, node: int) -> str:
@@ -107,7 +127,9 @@ class RemoteNodes:
         if self.broken:
             return
         with contextlib.suppress(Exception):
-            self.store.set(nj.SHUTDOWN_KEY, b"1")
+            self.store.set(
+                nj.SHUTDOWN_KEY, nj.GroupSeal(self.secret, self.session).seal(nj.SHUTDOWN_KEY, "stop")
+            )
             deadline = time.monotonic() + LEAVE_WAIT_S
             waiting = set(self.joined)
             while waiting and time.monotonic() < deadline:

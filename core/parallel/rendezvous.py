@@ -7,11 +7,13 @@ whatever host the URL names; and gloo binds its data sockets to the address of t
   `Rendezvous.close()` removes: no socket at all;
 - with `--master-port`, a `--master-addr` that is not a loopback address, or `--nnodes` > 1, it is a
   `TCPStore` whose listening socket rank 0 binds to exactly that address and port (`create_store`), never
-  to all interfaces; a non-loopback address is logged as reachable from the network. The store has no
-  authentication and no TLS (c10d offers neither): a network policy must keep it to the group's hosts;
-- gloo's sockets bind to the loopback interface when the rendezvous is on this host only, else to the
-  interface whose address reaches `--master-addr` (`gloo_interface`); a `GLOO_SOCKET_IFNAME` the user set
-  wins.
+  to all interfaces; a non-loopback address is logged as reachable from the network. The store itself has
+  no authentication and no TLS (c10d offers neither): a network policy must keep it to the group's hosts;
+- gloo's sockets (and NCCL's, for an NCCL group) bind to the loopback interface when the rendezvous is on
+  this host only, else to the interface whose address reaches `--master-addr` (`gloo_interface`); a
+  `GLOO_SOCKET_IFNAME` / `NCCL_SOCKET_IFNAME` the user set wins;
+- over several hosts, every value of the nodes' join and every message of the group carries an HMAC under
+  the nodes' shared secret (`dist_auth.py`); nothing read from the store or a socket is unpickled.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ from urllib.parse import unquote, urlsplit
 
 log = logging.getLogger(__name__)
 
-#: gloo's own setting: the interfaces its sockets bind to
+#: gloo's and NCCL's own settings: the interfaces their sockets bind to
 GLOO_IFNAME_ENV = "GLOO_SOCKET_IFNAME"
+NCCL_IFNAME_ENV = "NCCL_SOCKET_IFNAME"
 
 
 @dataclass(frozen=True)
@@ -171,9 +174,16 @@ def _ipv4_of(interface: str) -> str | None:
 @contextlib.contextmanager
 def gloo_interface(process_group_backend: str, init_method: str) -> Iterator[None]:
     """While a gloo group is created, `GLOO_SOCKET_IFNAME` names the interface its sockets bind to: the
-    loopback interface for a rendezvous on this host, else the one that reaches the rendezvous address; a
-    value the user set is kept."""
-    if "gloo" not in process_group_backend or not init_method or os.environ.get(GLOO_IFNAME_ENV):
+    loopback interface for a rendezvous on this host, else the one that reaches the rendezvous address (on
+    node 0: the one that holds it); a value the user set is kept. For an NCCL group `NCCL_SOCKET_IFNAME`
+    names the same interface (its bootstrap and socket transport), set for the process's life: NCCL reads
+    it once, at its first communicator. An interface that cannot be told is logged, and nothing is set."""
+    wanted = [
+        env
+        for env, backend in ((GLOO_IFNAME_ENV, "gloo"), (NCCL_IFNAME_ENV, "nccl"))
+        if backend in process_group_backend and not os.environ.get(env)
+    ]
+    if not wanted or not init_method:
         yield
         return
     if is_local(init_method):
@@ -182,12 +192,16 @@ def gloo_interface(process_group_backend: str, init_method: str) -> Iterator[Non
         name = route_interface(urlsplit(init_method).hostname or "")
         if name is None:
             log.warning(
-                "gloo: no interface found that reaches %s; gloo binds to its host name's", init_method
+                "%s: no interface found that reaches %s; its sockets bind where it picks",
+                process_group_backend,
+                init_method,
             )
             yield
             return
-    os.environ[GLOO_IFNAME_ENV] = name
+    for env in wanted:
+        os.environ[env] = name
     try:
         yield
     finally:
-        os.environ.pop(GLOO_IFNAME_ENV, None)
+        if GLOO_IFNAME_ENV in wanted:
+            os.environ.pop(GLOO_IFNAME_ENV, None)

@@ -34,6 +34,7 @@ from tgi.core.interfaces import (
 )
 from tgi.core.interfaces.batch import ScheduledBatch, StepOutput
 from tgi.core.parallel.command_channel import CommandSender
+from tgi.core.parallel.dist_auth import attach_key, command_key, require_secret
 from tgi.core.parallel.node_join import HEARTBEAT_TIMEOUT_S
 from tgi.core.parallel.processes import RankProcess, process_context, rank_failure, start_rank, stop_ranks
 from tgi.core.parallel.rendezvous import open_rendezvous
@@ -157,12 +158,18 @@ class TensorParallelRunner(ModelRunner):
         # tcp over several hosts: the other nodes join through it)
         port = self.config.master_port
         port = DEFAULT_MULTI_NODE_PORT if port is None and layout.nnodes > 1 else port
+        # the shared secret, required over several nodes (refused here, before anything listens, without it)
+        secret = require_secret(self.config.dist_secret_file, layout.nnodes)
         rendezvous = open_rendezvous(self.config.master_addr, port)
         init_method = rendezvous.init_method
+        key = command_key(None, "")  # one host: a random key of this group's, handed to its ranks
         if layout.nnodes > 1:
             from tgi.core.parallel.remote_nodes import RemoteNodes
 
-            self.remote = RemoteNodes.open(init_method, layout, self.config, self.source, self.spec.name)
+            self.remote = RemoteNodes.open(
+                init_method, layout, self.config, self.source, self.spec.name, secret
+            )
+            key = self.remote.command_key
             say(
                 f"{self._kind()}: {n} ranks on {layout.nnodes} nodes, waiting for nodes to join at {init_method}"
             )
@@ -170,7 +177,7 @@ class TensorParallelRunner(ModelRunner):
         # stops the workers on shutdown(), or when this runner is forgotten, or at exit
         self._finalizer = weakref.finalize(self, _stop_group, self.workers, self.remote, rendezvous)
         for rank in range(1, layout.per_node):
-            args = (rank, layout.local_rank(rank), n, init_method, self.spec, self.source, self.config)
+            args = (rank, layout.local_rank(rank), n, init_method, self.spec, self.source, self.config, key)
             self.workers.append(start_rank(ctx, *args))
         # at exit multiprocessing terminates the (daemonic) workers: that is no failure. Registered after
         # multiprocessing's own exit hook, so it runs first.
@@ -205,7 +212,8 @@ class TensorParallelRunner(ModelRunner):
         if "error" in result:
             raise ShardFailure(f"rank 0 could not join the group: {describe_exception(result['error'])}")
         self.collective = result["collective"]
-        self._sender = CommandSender(self.collective)
+        attach_key(self.collective, key)
+        self._sender = CommandSender(self.collective, key)
         self.local = self.backend.create_rank_runner(self.source, self.config, self.collective)
         self._started = True
 
@@ -328,7 +336,7 @@ class TensorParallelRunner(ModelRunner):
 
     @property
     def last_command_bytes(self) -> int:
-        """The bytes rank 0 broadcast for its last command (for a step: its delta, pickled)."""
+        """The bytes rank 0 broadcast for its last command (for a step: its delta, as sealed JSON)."""
         return self._sender.last_bytes if self._sender is not None else 0
 
     def load_lora_adapter(self, name: str, path: str) -> tuple[str, ...]:

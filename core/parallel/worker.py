@@ -11,7 +11,6 @@ first, for rank 0 to name it.
 from __future__ import annotations
 
 import os
-import pickle
 import signal
 import sys
 import threading
@@ -19,6 +18,11 @@ import traceback
 from typing import Any
 
 from tgi.core.parallel.command_channel import CommandReceiver
+from tgi.core.parallel.dist_auth import attach_key
+
+#: what rank 0 sends a worker through its pipe to end it; a worker sends back its error's text (bytes, never
+#: pickles: `Connection.send`/`recv` would pickle)
+SHUTDOWN = b"shutdown"
 
 #: commands every rank runs; runner methods unless `run_command` handles them itself
 COMMANDS = (
@@ -104,7 +108,7 @@ def _exit_when_told(conn) -> None:
     """Ends this process when rank 0 sends "shutdown" through the pipe or the pipe closes (rank 0 is gone);
     the main thread may be blocked in a collective that no rank will join any more."""
     try:
-        while pickle.loads(conn.recv_bytes())[0] != "shutdown":
+        while conn.recv_bytes() != SHUTDOWN:
             pass
     except (EOFError, OSError):
         pass
@@ -120,9 +124,10 @@ def worker_main(
     config: Any,
     conn,
     local_rank: int | None = None,
+    key: bytes = b"",
 ) -> None:
     """The entry point of global rank `rank` (a spawned process) on device `local_rank` of its host (None:
-    `rank`, a group on one host)."""
+    `rank`, a group on one host); `key` seals the group's messages (`dist_auth.command_key`)."""
     # Ctrl-C reaches the whole process group: rank 0 shuts the workers down, they must not die first
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # the main thread waits in the rendezvous, then in the commands' broadcast: the pipe is watched beside it
@@ -136,15 +141,16 @@ def worker_main(
         if config.attention:  # the same kernels as rank 0
             backend.select_attention(config.attention)
         collective = backend.create_collective(rank, world_size, init_method)
+        attach_key(collective, key)
         runner = backend.create_rank_runner(source, config, collective)
-        receiver = CommandReceiver(collective)
+        receiver = CommandReceiver(collective, key)
         while True:
             name, args = receiver.receive()
             run_command(runner, backend, collective, name, args)
     except BaseException as exc:
         traceback.print_exc()
         try:
-            conn.send(describe_exception(exc))
+            conn.send_bytes(describe_exception(exc).encode())
             conn.close()
         finally:
             os._exit(1)

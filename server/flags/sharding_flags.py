@@ -122,4 +122,17 @@ SHARDING_FLAGS = (
         check=value_checks.deadline,
         example="30",
     ),
+    Flag(
+        ("--dist-secret-file",),
+        "file holding the secret every node of a group over several hosts shares (required with --nnodes > 1, "
+        "the same on every node; else the variable TGI_DIST_SECRET holds the secret itself; a node without one "
+        "is refused at start): it authenticates each node's join and every message of the group with "
+        "HMAC-SHA256; make one with `openssl rand -hex 32 > secret`",
+        SHARDING,
+        Engine("dist_secret_file"),
+        env=("TGI_DIST_SECRET_FILE",),
+        env_help="TGI_DIST_SECRET_FILE; or TGI_DIST_SECRET, the secret itself",
+        example="secret",
+        example_needs=("--nnodes", "2", "--num-shard", "2", "--master-addr", "127.0.0.1"),
+    ),
 )

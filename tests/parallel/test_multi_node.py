@@ -1,7 +1,9 @@
 """Tensor parallelism over two nodes, each a separate `tgi launch` process on this machine over loopback
 (`--nnodes 2`, one rank each): the same greedy tokens as one process; the headless node binds no HTTP port;
 a node killed mid-stream ends node 0 with a named cause and the stream with an error event; a node that does
-not fit (another world size or model), or that never comes, is refused by name and node 0 exits 1."""
+not fit (another world size or model), that has no shared secret or another one, or that never comes, is
+refused by name and node 0 exits 1; node 0 without the secret is refused at start. Every node is given the
+group's secret (`--dist-secret-file`) unless a test says otherwise."""
 
 from __future__ import annotations
 
@@ -70,14 +72,27 @@ def model(tmp_path_factory) -> Path:
     return save_random_model(root / "llama", "llama", max_position_embeddings=2048, init_std=0.08)
 
 
+def secret_file(folder: Path, name: str = "secret") -> Path:
+    """A shared secret as `openssl rand -hex 32 > secret` makes one, readable by its owner only."""
+    path = folder / name
+    path.write_text(os.urandom(32).hex() + "\n")
+    path.chmod(0o600)
+    return path
+
+
 @pytest.fixture
 def start(tmp_path):
-    """`start(node_rank, model, master_port, *extra)`: `tgi launch` as node `node_rank` of two; all are
-    killed after the test."""
+    """`start(node_rank, model, master_port, *extra, secret=...)`: `tgi launch` as node `node_rank` of two,
+    with the group's shared secret unless `secret` names another file or is None; all are killed after the
+    test."""
     nodes: list[Node] = []
+    shared = secret_file(tmp_path)
 
-    def launch(node_rank: int, model: Path, master_port: int, *extra: str) -> Node:
+    def launch(
+        node_rank: int, model: Path, master_port: int, *extra: str, secret: Path | None = shared
+    ) -> Node:
         port = free_port()
+        extra = (*extra, *(["--dist-secret-file", str(secret)] if secret is not None else []))
         log = tmp_path / f"node{node_rank}-{port}.log"
         cmd = [
             sys.executable, "-m", "tgi.server.cli", "launch", "--hostname", "127.0.0.1", "--port", str(port),
@@ -85,7 +100,11 @@ def start(tmp_path):
             "--nnodes", "2", "--node-rank", str(node_rank), "--master-addr", "127.0.0.1",
             "--master-port", str(master_port), "--num-shard", "2", *(["--headless"] if node_rank else []), *extra,
         ]  # fmt: skip
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("LWS_", "MASTER_", "NUM_SHARD"))}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("LWS_", "MASTER_", "NUM_SHARD", "TGI_DIST"))
+        }
         with log.open("w") as f:
             proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
         nodes.append(Node(proc, log, port))
@@ -224,6 +243,35 @@ def test_a_node_that_does_not_fit_is_refused_at_join_in_both_logs(model, start, 
     assert worker.proc.wait(30) == 1, worker.logs()
     assert f"node 1 ({socket.gethostname()}, pid {worker.proc.pid}) refused at join: {why}" in leader.logs()
     assert f"refused at join by node 0: {why}" in worker.logs()
+
+
+@pytest.mark.parametrize("secret", ["none", "another"])
+def test_a_node_without_the_shared_secret_is_refused_at_start_in_both_logs(model, start, tmp_path, secret):
+    master = free_port()
+    worker = start(1, model, master, secret=None if secret == "none" else secret_file(tmp_path, "other"))
+    leader = start(0, model, master)
+    assert leader.proc.wait(90) == 1, leader.logs()
+    assert worker.proc.wait(30) == 1, worker.logs()
+    named = f"node 1 ({socket.gethostname()}, pid {worker.proc.pid}) refused at join: "
+    if secret == "none":
+        assert (
+            "refused at start: --nnodes 2: the nodes of a group over several hosts must share a secret"
+            in worker.logs()
+        )
+        assert "--dist-secret-file PATH or TGI_DIST_SECRET" in worker.logs()
+        assert named + "it has no shared secret" in leader.logs(), leader.logs()
+    else:
+        assert named + "its join record failed its HMAC check" in leader.logs(), leader.logs()
+        assert "refused at join: node 0's answer failed its HMAC check" in worker.logs(), worker.logs()
+    assert "Traceback" not in worker.logs()
+
+
+def test_node_0_without_the_shared_secret_is_refused_at_start(model, start):
+    leader = start(0, model, free_port(), secret=None)
+    assert leader.proc.wait(90) == 2, leader.logs()  # as any setting refused at start
+    assert (
+        "must share a secret, and none was given: --dist-secret-file PATH or TGI_DIST_SECRET" in leader.logs()
+    )
 
 
 def test_a_node_that_never_joins_is_named_and_node_0_exits(model, start):

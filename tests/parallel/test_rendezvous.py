@@ -97,3 +97,19 @@ def test_loopback_names():
     assert is_loopback("127.0.0.1") and is_loopback("127.3.4.5") and is_loopback("::1")
     assert is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("192.0.2.1")
+
+
+def test_an_nccl_group_binds_its_sockets_to_the_rendezvous_interface_unless_the_user_chose(monkeypatch):
+    """NCCL reads NCCL_SOCKET_IFNAME once, at its first communicator: it is set for the process's life;
+    gloo's is set while its group forms."""
+    from tgi.core.parallel.rendezvous import gloo_interface, loopback_interface
+
+    for name in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+        monkeypatch.delenv(name, raising=False)
+    with gloo_interface("cpu:gloo,cuda:nccl", "tcp://127.0.0.1:29999"):
+        assert os.environ["GLOO_SOCKET_IFNAME"] == os.environ["NCCL_SOCKET_IFNAME"] == loopback_interface()
+    assert "GLOO_SOCKET_IFNAME" not in os.environ
+    assert os.environ["NCCL_SOCKET_IFNAME"] == loopback_interface()
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "chosen0")
+    with gloo_interface("nccl", "tcp://127.0.0.1:29999"):
+        assert os.environ["NCCL_SOCKET_IFNAME"] == "chosen0"

@@ -5,12 +5,12 @@ grow with the context."""
 from __future__ import annotations
 
 import dataclasses
-import pickle
 
 import pytest
 
 from tgi.core.interfaces.batch import ScheduledBatch, ScheduledSequence
 from tgi.core.parallel.batch_delta import BatchMirror, DeltaEncoder, DeltaMismatch
+from tgi.core.parallel.command_channel import decode_command, encode_command
 from tgi.core.sampling_params import SamplingParams
 
 PARAMS = SamplingParams(max_new_tokens=8)
@@ -45,7 +45,9 @@ def fields(batch: ScheduledBatch):
 
 
 def roundtrip(encoder, mirror, batch):
-    delta = pickle.loads(pickle.dumps(encoder.encode(batch)))  # as it crosses the wire
+    _, (delta,) = decode_command(
+        encode_command("execute", (encoder.encode(batch),))
+    )  # as it crosses the wire
     rebuilt = mirror.apply(delta)
     assert fields(rebuilt) == fields(batch)
     return delta
@@ -120,7 +122,7 @@ def test_decode_delta_does_not_grow_with_the_context(num_seqs):
         for h in histories.values():
             h.append(42)
         decode = [seq(r, h, context, 1, blocks[r], prefill=False) for r, h in histories.items()]
-        return len(pickle.dumps(enc.encode(ScheduledBatch(2, decode, 0)), protocol=pickle.HIGHEST_PROTOCOL))
+        return len(encode_command("execute", (enc.encode(ScheduledBatch(2, decode, 0)),)))
 
     small, large = decode_bytes(128), decode_bytes(4096)
     assert large <= small * 1.10, (small, large)

@@ -107,3 +107,15 @@ def test_a_rank_death_a_node_reports_is_named_in_its_words():
     assert (
         beats.stale() == "node 1 (h1, pid 7): shard rank 1 (pid 9 on node 1) died: killed by signal SIGKILL"
     )
+
+
+def test_a_failure_report_is_read_under_the_groups_seal_and_a_forged_one_named_as_such():
+    seals = nj.GroupSeal(b"s" * 32, "session")
+    store = DictStore()
+    beats = nj.Heartbeats(store, {1: {"host": "h1", "pid": 7}}, seals)
+    store.set(nj.failure_key(1), seals.seal(nj.failure_key(1), "shard rank 1 died"))
+    assert beats.stale() == "node 1 (h1, pid 7): shard rank 1 died"
+    store.set(nj.failure_key(1), nj.GroupSeal(b"o" * 32, "session").seal(nj.failure_key(1), "lies"))
+    assert beats.stale().startswith("node 1 (h1, pid 7): its failure report failed its HMAC check")
+    store.set(nj.failure_key(1), b"plain text")  # written by no node of this group
+    assert "its failure report is not a sealed value" in beats.stale()
