@@ -11,7 +11,13 @@ import pytest
 from test_deploy import CHART, _helm, needs_helm, render
 
 pytestmark = needs_helm
-MULTI = ("multiNode.enabled=true", "hardware=cuda", "multiNode.nodes=2", "multiNode.numShard=4")
+MULTI = (
+    "multiNode.enabled=true",
+    "hardware=cuda",
+    "multiNode.nodes=2",
+    "multiNode.numShard=4",
+    "multiNode.secretName=tgi-dist",
+)
 
 
 def _pods(docs: list[dict]) -> tuple[dict, dict]:
@@ -21,7 +27,7 @@ def _pods(docs: list[dict]) -> tuple[dict, dict]:
 
 
 def _env(pod: dict) -> dict[str, str]:
-    return {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in pod["containers"][0]["env"]}
 
 
 def test_a_leader_worker_set_in_place_of_the_deployment():
@@ -30,6 +36,8 @@ def test_a_leader_worker_set_in_place_of_the_deployment():
     leader, worker = _pods(docs)
     assert _env(leader)["NUM_SHARD"] == "4" and _env(leader)["MASTER_PORT"] == "29500"
     assert "HEADLESS" not in _env(leader) and _env(worker)["HEADLESS"] == "true"
+    for pod in (leader, worker):  # the shared secret, from the Secret named
+        assert _env(pod)["TGI_DIST_SECRET"] == {"secretKeyRef": {"name": "tgi-dist", "key": "secret"}}
     ports = {p["name"]: p["containerPort"] for p in leader["containers"][0]["ports"]}
     assert ports == {"http": 8080, "rendezvous": 29500}
     assert "readinessProbe" in leader["containers"][0]
@@ -60,6 +68,10 @@ def test_one_host_stays_a_deployment():
         (("multiNode.numShard=3",), "multiNode.numShard 3 must split evenly over multiNode.nodes 2"),
         (("multiNode.nodes=1",), "multiNode.nodes must be >= 2"),
         (("autoscaling.enabled=true",), "autoscaling.enabled with multiNode.enabled"),
+        (
+            ("multiNode.secretName=",),
+            "multiNode.secretName: the name of a Secret holding the group's shared secret",
+        ),
     ],
 )
 def test_values_that_form_no_group_are_refused_by_name(values, refusal):

@@ -96,6 +96,11 @@ containers:
         value: {{ $.root.Values.multiNode.numShard | quote }}
       - name: MASTER_PORT
         value: {{ $.root.Values.multiNode.masterPort | quote }}
+      - name: TGI_DIST_SECRET  # the group's shared secret: every join and message carries its HMAC
+        valueFrom:
+          secretKeyRef:
+            name: {{ $.root.Values.multiNode.secretName | quote }}
+            key: {{ $.root.Values.multiNode.secretKey | quote }}
       {{- end }}
       {{- if $.headless }}
       - name: HEADLESS
