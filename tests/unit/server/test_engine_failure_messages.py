@@ -24,9 +24,11 @@ BODY = {"inputs": "Hi", "parameters": {"max_new_tokens": 2}}
 def test_a_shard_failure_reaches_the_client_without_its_details(path, caplog):
     engine = FakeEngine(fail_stream=0, fail_with=ShardFailure(PEER_DETAIL))
     body = BODY if path == "/generate" else {"prompt": "Hi", "max_tokens": 2}
-    with caplog.at_level(logging.WARNING, logger="tgi.server"):
-        with TestClient(create_app(engine, ServerSettings())) as c:
-            r = c.post(path, json=body)
+    with (
+        caplog.at_level(logging.WARNING, logger="tgi.server"),
+        TestClient(create_app(engine, ServerSettings())) as c,
+    ):
+        r = c.post(path, json=body)
     message, _ = error_of(r, path)
     assert r.status_code == 500 and "a shard of the model failed" in message
     for detail in ("gpu-b", "4242", "/srv", "rank 3", "bad magic"):

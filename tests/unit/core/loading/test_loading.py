@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from tiny_checkpoints import assert_same_weights, tiny_config, tiny_model, write_gguf
 
 from tgi.core.loading import ModelSource, iter_weights, load_config, resolve_model
 from tgi.core.models import UnsupportedModelError
@@ -31,44 +30,6 @@ def default_config(default_source):
     return load_config(default_source)
 
 
-def _tiny_config(kind: str):
-    from transformers import LlamaConfig, Qwen2Config
-
-    cls = {"llama": LlamaConfig, "qwen2": Qwen2Config}[kind]
-    return cls(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        tie_word_embeddings=False,
-    )
-
-
-def _tiny_model(kind: str, dtype=torch.float32):
-    from transformers import AutoModelForCausalLM
-
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(_tiny_config(kind), dtype=dtype)
-    with torch.no_grad():  # norms are initialised to ones: make them distinguishable
-        for name, p in model.named_parameters():
-            if "norm" in name or name.endswith(".bias"):
-                p.normal_()
-    return model
-
-
-def _assert_same_weights(got: dict[str, torch.Tensor], model) -> None:
-    expected = model.state_dict()
-    if model.config.tie_word_embeddings:
-        expected.pop("lm_head.weight", None)
-    assert set(got) == set(expected)
-    for name, tensor in expected.items():
-        assert got[name].dtype == tensor.dtype, name
-        assert torch.equal(got[name], tensor), name
-
-
 # -- safetensors ------------------------------------------------------------------------------------------
 
 
@@ -76,7 +37,7 @@ def _assert_same_weights(got: dict[str, torch.Tensor], model) -> None:
     "kind,dtype", [("llama", torch.float32), ("qwen2", torch.float32), ("llama", torch.bfloat16)]
 )
 def test_safetensors_round_trip(tmp_path, kind, dtype):
-    model = _tiny_model(kind, dtype)
+    model = tiny_model(kind, dtype)
     model.save_pretrained(tmp_path, safe_serialization=True)
     source = resolve_model(str(tmp_path))
     assert source.format == "safetensors" and source.path == str(tmp_path.resolve())
@@ -85,16 +46,16 @@ def test_safetensors_round_trip(tmp_path, kind, dtype):
     assert config.architectures == [type(model).__name__]
     assert config.num_key_value_heads == 2 and config.hidden_size == 64
     assert config.dtype == dtype
-    _assert_same_weights(dict(iter_weights(source, config)), model)  # bf16 stays bf16
+    assert_same_weights(dict(iter_weights(source, config)), model)  # bf16 stays bf16
 
 
 def test_safetensors_sharded(tmp_path):
-    model = _tiny_model("llama")
+    model = tiny_model("llama")
     model.save_pretrained(tmp_path, safe_serialization=True, max_shard_size="40KB")
     assert (tmp_path / "model.safetensors.index.json").is_file()
     assert len(list(tmp_path.glob("*.safetensors"))) > 2
     source = resolve_model(str(tmp_path))
-    _assert_same_weights(dict(iter_weights(source, load_config(source))), model)
+    assert_same_weights(dict(iter_weights(source, load_config(source))), model)
 
 
 @pytest.mark.parametrize(
@@ -103,7 +64,7 @@ def test_safetensors_sharded(tmp_path):
 def test_safetensors_index_paths_stay_in_the_model_folder(tmp_path, where):
     """A shard named by the index must be a file of the model folder: another file of the machine, even a
     valid checkpoint, is refused by name before it is opened."""
-    model = _tiny_model("llama")
+    model = tiny_model("llama")
     outside = tmp_path / "outside"
     model.save_pretrained(outside, safe_serialization=True)  # a real checkpoint, out of the folder
     folder = tmp_path / "model"
@@ -115,11 +76,11 @@ def test_safetensors_index_paths_stay_in_the_model_folder(tmp_path, where):
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     source = resolve_model(str(folder))
     with pytest.raises(ValueError, match=f"{re.escape(shard)}.*outside the model folder"):
-        list(iter_weights(source, _tiny_config("llama")))
+        list(iter_weights(source, tiny_config("llama")))
 
 
 def test_safetensors_select(tmp_path):
-    model = _tiny_model("llama")
+    model = tiny_model("llama")
     model.save_pretrained(tmp_path, safe_serialization=True)
     source = resolve_model(str(tmp_path))
     expected = model.state_dict()
@@ -166,81 +127,12 @@ def test_gguf_config_of_default_model(default_config):
     assert c.dtype == torch.float32
 
 
-def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
-    """llama.cpp convert_hf_to_gguf's LlamaModel.permute (with n_head already the KV count for K)."""
-    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
-_TO_GGUF = {
-    "input_layernorm": "attn_norm",
-    "post_attention_layernorm": "ffn_norm",
-    "self_attn.q_proj": "attn_q",
-    "self_attn.k_proj": "attn_k",
-    "self_attn.v_proj": "attn_v",
-    "self_attn.o_proj": "attn_output",
-    "mlp.gate_proj": "ffn_gate",
-    "mlp.up_proj": "ffn_up",
-    "mlp.down_proj": "ffn_down",
-}
-
-
-def _write_gguf(
-    path: Path, model, arch: str, rope_freqs: np.ndarray | None = None, metadata: Callable | None = None
-) -> None:
-    """Write `model` as an F32 GGUF the way llama.cpp's converter does (names, Q/K permutation for llama);
-    `metadata(writer)` adds more keys."""
-    import gguf
-
-    cfg = model.config
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_name(f"tiny {arch}")
-    w.add_block_count(cfg.num_hidden_layers)
-    w.add_context_length(cfg.max_position_embeddings)
-    w.add_embedding_length(cfg.hidden_size)
-    w.add_feed_forward_length(cfg.intermediate_size)
-    w.add_head_count(cfg.num_attention_heads)
-    w.add_head_count_kv(cfg.num_key_value_heads)
-    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    w.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
-    w.add_tokenizer_model("gpt2")
-    w.add_token_list([f"t{i}" for i in range(cfg.vocab_size)])
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    if metadata is not None:
-        metadata(w)
-    for name, t in model.state_dict().items():
-        a = t.float().numpy().copy()
-        if name == "lm_head.weight":
-            if cfg.tie_word_embeddings:
-                continue
-            gname = "output.weight"
-        elif name == "model.embed_tokens.weight":
-            gname = "token_embd.weight"
-        elif name == "model.norm.weight":
-            gname = "output_norm.weight"
-        else:
-            _, _, layer, rest = name.split(".", 3)
-            module, kind = rest.rsplit(".", 1)
-            gname = f"blk.{layer}.{_TO_GGUF[module]}.{kind}"
-            if arch == "llama" and module == "self_attn.q_proj":
-                a = _permute(a, cfg.num_attention_heads)
-            elif arch == "llama" and module == "self_attn.k_proj":
-                a = _permute(a, cfg.num_key_value_heads)
-        w.add_tensor(gname, a)
-    if rope_freqs is not None:
-        w.add_tensor("rope_freqs.weight", rope_freqs.astype(np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-
-
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])
 def test_gguf_synthetic_round_trip(tmp_path, kind):
     """A tiny model written as llama.cpp would (Q/K permuted for llama, biases for qwen2) loads back exactly."""
-    model = _tiny_model(kind)
+    model = tiny_model(kind)
     path = tmp_path / f"tiny-{kind}.gguf"
-    _write_gguf(path, model, kind)
+    write_gguf(path, model, kind)
     source = resolve_model(str(path))
     config = load_config(source)
     assert type(config) is type(model.config)
@@ -248,7 +140,7 @@ def test_gguf_synthetic_round_trip(tmp_path, kind):
     for field in ("vocab_size", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim"):
         assert getattr(config, field, None) == getattr(model.config, field, None), field
     assert config.tie_word_embeddings is False
-    _assert_same_weights(dict(iter_weights(source, config)), model)
+    assert_same_weights(dict(iter_weights(source, config)), model)
 
     # A tensor-parallel rank's slice of the unpermuted Q projection.
     q = "model.layers.1.self_attn.q_proj.weight"
@@ -260,7 +152,7 @@ def test_gguf_llama3_rope_freqs(tmp_path):
     """llama.cpp stores Llama-3 rope scaling as a rope_freqs tensor; it comes back as rope_type llama3."""
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-    model = _tiny_model("llama")
+    model = tiny_model("llama")
     cfg = model.config
     params = {
         "rope_type": "llama3",
@@ -288,7 +180,7 @@ def test_gguf_llama3_rope_freqs(tmp_path):
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(gguf.GGUFWriter, "add_context_length", add_ctx)
-        _write_gguf(path, model, "llama", rope_freqs=rope_freqs)
+        write_gguf(path, model, "llama", rope_freqs=rope_freqs)
     config = load_config(resolve_model(str(path)))
     assert config.rope_parameters == params
     assert "rope_freqs.weight" not in dict(iter_weights(resolve_model(str(path)), config))
@@ -302,7 +194,7 @@ def test_gguf_rope_scaling_of_an_unsupported_type_is_refused(tmp_path):
         w.add_rope_scaling_factor(4.0)
 
     path = tmp_path / "tiny-longrope.gguf"
-    _write_gguf(path, _tiny_model("llama"), "llama", metadata=longrope)
+    write_gguf(path, tiny_model("llama"), "llama", metadata=longrope)
     with pytest.raises(UnsupportedModelError, match=r"tiny-longrope\.gguf: .*rope scaling type 'longrope'"):
         load_config(resolve_model(str(path)))
 
@@ -319,7 +211,7 @@ def test_gguf_rope_scaling_parameters_tgi_does_not_read_are_refused(tmp_path, ke
         w.add_float32(f"llama.rope.scaling.{key}", value)
 
     path = tmp_path / "tiny-yarn.gguf"
-    _write_gguf(path, _tiny_model("llama"), "llama", metadata=yarn)
+    write_gguf(path, tiny_model("llama"), "llama", metadata=yarn)
     if refused:
         with pytest.raises(UnsupportedModelError, match=rf"llama\.rope\.scaling\.{key} = {value}"):
             load_config(resolve_model(str(path)))
@@ -329,10 +221,10 @@ def test_gguf_rope_scaling_parameters_tgi_does_not_read_are_refused(tmp_path, ke
 
 def test_gguf_rope_freqs_that_are_not_llama3_scaling_are_refused(tmp_path):
     """A rope_freqs tensor says the frequencies are scaled; scaling tgi cannot name is not dropped."""
-    model = _tiny_model("llama")
+    model = tiny_model("llama")
     head_dim = model.config.hidden_size // model.config.num_attention_heads
     path = tmp_path / "tiny-rope-freqs.gguf"
-    _write_gguf(path, model, "llama", rope_freqs=np.linspace(1.0, 3.0, head_dim // 2))
+    write_gguf(path, model, "llama", rope_freqs=np.linspace(1.0, 3.0, head_dim // 2))
     with pytest.raises(UnsupportedModelError, match=r"tiny-rope-freqs\.gguf: .*rope_freqs"):
         load_config(resolve_model(str(path)))
 
@@ -345,74 +237,10 @@ def test_gguf_weights_equal_transformers(default_source, default_config):
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     got = dict(iter_weights(default_source, default_config))
     assert all(t.dtype == torch.float32 and t.device.type == "cpu" for t in got.values())
-    _assert_same_weights(got, model)  # exact equality, Q/K permutation undone
+    assert_same_weights(got, model)  # exact equality, Q/K permutation undone
     assert torch.equal(model.state_dict()["lm_head.weight"], got["model.embed_tokens.weight"])
     for field in ("num_attention_heads", "num_key_value_heads", "vocab_size", "tie_word_embeddings"):
         assert getattr(default_config, field) == getattr(model.config, field)
 
 
 # -- numpy arrays (for backends of other frameworks) -----------------------------------------------------
-
-
-def _same_as_arrays(tensors: dict[str, torch.Tensor], arrays: dict[str, np.ndarray]) -> None:
-    assert set(arrays) == set(tensors)
-    for name, array in arrays.items():
-        assert isinstance(array, np.ndarray), name
-        assert torch.equal(torch.from_numpy(np.array(array)), tensors[name]), name
-
-
-@pytest.mark.parametrize("sharded", [False, True])
-def test_safetensors_as_numpy_arrays_mapped_from_the_file(tmp_path, sharded):
-    model = _tiny_model("llama")
-    model.save_pretrained(tmp_path, safe_serialization=True, max_shard_size="40KB" if sharded else "1GB")
-    source = resolve_model(str(tmp_path))
-    config = load_config(source)
-    arrays = dict(iter_weights(source, config, framework="numpy"))
-    _same_as_arrays(dict(iter_weights(source, config)), arrays)
-    embed = arrays["model.embed_tokens.weight"]
-    assert isinstance(embed, np.memmap) and not embed.flags.writeable  # mapped, not read into memory
-    q = "model.layers.1.self_attn.q_proj.weight"
-    select = lambda n: (slice(16, 48), slice(None, None)) if n == q else None  # noqa: E731
-    [(name, part)] = iter_weights(source, config, select=select, framework="numpy")
-    assert name == q and np.array_equal(part, model.state_dict()[q][16:48].numpy())
-
-
-def test_safetensors_bfloat16_as_numpy_needs_ml_dtypes(tmp_path):
-    model = _tiny_model("llama", torch.bfloat16)
-    model.save_pretrained(tmp_path, safe_serialization=True)
-    source = resolve_model(str(tmp_path))
-    arrays = iter_weights(source, load_config(source), framework="numpy")
-    try:
-        import ml_dtypes
-    except ImportError:
-        with pytest.raises(ImportError, match="ml_dtypes"):
-            dict(arrays)
-        return
-    got = dict(arrays)
-    assert got["model.norm.weight"].dtype == np.dtype(ml_dtypes.bfloat16)
-    tensors = dict(iter_weights(source, load_config(source)))
-    assert np.array_equal(
-        got["model.norm.weight"].astype(np.float32), tensors["model.norm.weight"].float().numpy()
-    )
-
-
-@pytest.mark.parametrize("kind", ["llama", "qwen2"])
-def test_gguf_as_numpy_arrays(tmp_path, kind):
-    model = _tiny_model(kind)
-    path = tmp_path / f"tiny-{kind}.gguf"
-    _write_gguf(path, model, kind)
-    source = resolve_model(str(path))
-    config = load_config(source)
-    tensors = dict(iter_weights(source, config))
-    arrays = dict(iter_weights(source, config, framework="numpy"))
-    assert set(arrays) == set(tensors)
-    for name, array in arrays.items():
-        assert array.dtype == np.float32 and np.array_equal(array, tensors[name].numpy()), name
-
-
-def test_weights_come_as_torch_or_numpy_only(tmp_path):
-    model = _tiny_model("llama")
-    model.save_pretrained(tmp_path, safe_serialization=True)
-    source = resolve_model(str(tmp_path))
-    with pytest.raises(ValueError, match="not 'jax'"):
-        iter_weights(source, load_config(source), framework="jax")
