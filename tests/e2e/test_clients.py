@@ -139,7 +139,7 @@ def test_huggingface_hub_chat_completion(server, expected_chat, local_hub):
 def test_openai_chat_completions(server, expected_chat):
     from openai import OpenAI
 
-    client = OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=120)
+    client = OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=120, max_retries=0)
     out = client.chat.completions.create(model="tgi", messages=MESSAGES, max_tokens=N, temperature=0)
     assert out.choices[0].message.content == expected_chat
     used = out.usage.completion_tokens
@@ -160,7 +160,7 @@ def test_openai_chat_completions(server, expected_chat):
 def test_openai_completions(server, expected):
     from openai import OpenAI
 
-    client = OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=120)
+    client = OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=120, max_retries=0)
     out = client.completions.create(model="tgi", prompt=PROMPT, max_tokens=N, temperature=0)
     assert out.choices[0].text == expected
     chunks = list(
@@ -192,7 +192,7 @@ def test_stop_sequences_as_each_api_returns_them(server, expected):
     response = Client(server.url, timeout=120).generate(PROMPT, max_new_tokens=N, stop_sequences=[stop])
     assert response.details.finish_reason.value == "stop_sequence"
     assert response.generated_text == expected[: at + len(stop)]
-    client = OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=120)
+    client = OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=120, max_retries=0)
     out = client.completions.create(model="tgi", prompt=PROMPT, max_tokens=N, temperature=0, stop=[stop])
     assert out.choices[0].text == expected[:at] and out.choices[0].finish_reason == "stop"
 
@@ -200,7 +200,7 @@ def test_stop_sequences_as_each_api_returns_them(server, expected):
 def test_openai_client_reads_our_refusals(server):
     import openai
 
-    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=120)
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=120, max_retries=0)
     predicted = {"type": "content", "content": "Paris"}  # OpenAI's predicted outputs: not served here
     with pytest.raises(openai.UnprocessableEntityError) as refused:
         client.chat.completions.create(model="tgi", messages=MESSAGES, max_tokens=2, prediction=predicted)

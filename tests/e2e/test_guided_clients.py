@@ -48,7 +48,7 @@ ASK = [{"role": "user", "content": "What is the weather like in Paris today?"}]
 def openai_client(server):
     import openai
 
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="-", timeout=120)
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="-", timeout=120, max_retries=0)
 
 
 def test_tgi_client_grammars(server):

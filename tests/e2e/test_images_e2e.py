@@ -29,7 +29,7 @@ def served(tmp_path_factory, launch_server, stop_server):
     server = launch_server(
         root, "--model-id", str(model), "--backend", "cpu", "--dtype", "float32", "--max-total-tokens", "512"
     )  # fmt: skip
-    yield openai.OpenAI(base_url=server.url + "/v1", api_key="-"), server.url, model
+    yield openai.OpenAI(base_url=server.url + "/v1", api_key="-", max_retries=0), server.url, model
     assert stop_server(server) == 0, server.logs()
 
 
@@ -82,7 +82,8 @@ def test_bad_images_are_refused_and_the_server_stays_healthy(served):
     for bad, why in [
         (data_url(PNG, "image/jpeg"), "its bytes are PNG"),
         ("data:image/png;base64,@@", "base64 is not valid"),
-        (f"{url}/health", "non-public address"),
+        (f"{url}/health", "names port"),  # the server's own URL: not on ports 80 or 443
+        ("http://127.0.0.1/health", "the image URL's host is not allowed"),  # loopback
     ]:
         parts = [{"type": "text", "text": "w5"}, {"type": "image_url", "image_url": {"url": bad}}]
         with pytest.raises(openai.UnprocessableEntityError) as caught:

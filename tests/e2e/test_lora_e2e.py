@@ -42,7 +42,7 @@ def test_adapter_id_and_model_select_adapters(lora_server, monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "is_offline_mode", lambda: False)
     ids = [t["id"] for t in httpx.post(server.url + "/tokenize", json={"inputs": PROMPT}).json()]
     hub = InferenceClient(base_url=server.url)
-    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none")
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
     server_name = client.models.list().data[0].id  # the base model's name
     texts = {}
     for adapter in (None, *adapters):
@@ -63,7 +63,7 @@ def test_unknown_adapter_is_refused(lora_server):
     server, _, _ = lora_server
     r = httpx.post(server.url + "/generate", json={"inputs": PROMPT, "parameters": {"adapter_id": "gamma"}})
     assert r.status_code == 422 and "`gamma` is not a loaded LoRA adapter" in r.json()["error"]
-    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none")
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
     with pytest.raises(openai.NotFoundError) as info:
         client.completions.create(model="gamma", prompt=PROMPT, max_tokens=2)
     assert info.value.body["code"] == "model_not_found"

@@ -63,7 +63,7 @@ def test_load_select_refuse(runtime_server):
     alpha = write_random_lora(root / "alpha", base, seed=31)
     r = _load(server.url, "alpha", alpha)
     assert r.status_code == 200, r.text
-    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none")
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
     assert [m.id for m in client.models.list()][1:] == ["alpha"]
     ids = [t["id"] for t in httpx.post(server.url + "/tokenize", json={"inputs": PROMPT}).json()]
     out = httpx.post(
@@ -121,7 +121,7 @@ def test_unload_waits_for_the_requests_of_the_adapter(runtime_server):
     assert started.wait(60)
     unloading = threading.Thread(target=unload)
     unloading.start()
-    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none")
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
     deadline = time.monotonic() + 30
     while "beta" in [m.id for m in client.models.list()] and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -163,7 +163,7 @@ def test_only_the_admin_key_loads_and_only_from_under_the_root(runtime_server, t
     assert str(root) not in missing.text and "nowhere" not in missing.text
     wide = _load(server.url, "wide", write_random_lora(root / "wide", base, r=16, seed=35))
     assert wide.status_code == 400 and "--max-lora-rank 8" in wide.json()["error"]["message"], wide.text
-    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none")
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
     assert not {"sneaky", "missing", "wide"} & {m.id for m in client.models.list()}
 
 

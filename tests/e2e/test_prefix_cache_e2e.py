@@ -22,7 +22,7 @@ def test_openai_usage_reports_the_cached_prompt_tokens(server):
     from openai import OpenAI
 
     assert httpx.get(server.url + "/info").json()["prefix_caching"] is True
-    client = OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=120)
+    client = OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=120, max_retries=0)
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "When does it open?"}]
     first = client.chat.completions.create(model="tgi", messages=messages, max_tokens=4, temperature=0)
     hits = _hit_tokens(server.url)
@@ -48,7 +48,7 @@ def test_cache_salt_keeps_the_cached_blocks_apart(server):
 
     from openai import OpenAI
 
-    client = OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=120)
+    client = OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=120, max_retries=0)
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "When does it close?"}]
 
     def cached(salt: str) -> tuple[int, int]:

@@ -35,7 +35,7 @@ def served(tmp_path_factory, launch_server, stop_server):
         "--reasoning-parser", "deepseek_r1", "--tool-call-parser", "auto",
         "--enable-model-swap", "--admin-api-key", ADMIN_KEY, "--swappable-models", str(plain),
     )  # fmt: skip
-    yield openai.OpenAI(base_url=server.url + "/v1", api_key="-"), server.url, plain
+    yield openai.OpenAI(base_url=server.url + "/v1", api_key="-", max_retries=0), server.url, plain
     assert stop_server(server) == 0, server.logs()
 
 

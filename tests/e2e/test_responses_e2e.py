@@ -47,7 +47,7 @@ MESSAGE_EVENTS = [
 def client(server):
     import openai
 
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="-", timeout=120)
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="-", timeout=120, max_retries=0)
 
 
 def _deduplicated(kinds: list[str]) -> list[str]:

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def client(reasoning_server):
     """The session's reasoning server (tests/e2e/conftest.py), shared with the Anthropic file."""
-    return openai.OpenAI(base_url=reasoning_server.url + "/v1", api_key="-", timeout=120)
+    return openai.OpenAI(base_url=reasoning_server.url + "/v1", api_key="-", timeout=120, max_retries=0)
 
 
 def test_reasoning_is_an_output_item_whole_and_streamed(client):

@@ -19,7 +19,7 @@ MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 def openai_client(server):
     from openai import OpenAI
 
-    return OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=120)
+    return OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=120, max_retries=0)
 
 
 @pytest.fixture(scope="module")

@@ -40,7 +40,7 @@ def client(tmp_path_factory, launch_server, stop_server):
         root, "--model-id", str(model), "--backend", "cpu", "--dtype", "float32", "--max-total-tokens", "512",
         "--tool-call-parser", "auto",
     )  # fmt: skip
-    yield openai.OpenAI(base_url=server.url + "/v1", api_key="-")
+    yield openai.OpenAI(base_url=server.url + "/v1", api_key="-", max_retries=0)
     assert stop_server(server) == 0, server.logs()
 
 

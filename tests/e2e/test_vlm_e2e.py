@@ -39,7 +39,7 @@ def served(request, tmp_path_factory, launch_server, stop_server):
     server = launch_server(
         root, "--model-id", str(model), "--backend", "cpu", "--dtype", "float32", "--max-total-tokens", "512"
     )  # fmt: skip
-    yield openai.OpenAI(base_url=server.url + "/v1", api_key="-"), server.url, str(model)
+    yield openai.OpenAI(base_url=server.url + "/v1", api_key="-", max_retries=0), server.url, str(model)
     assert stop_server(server) == 0, server.logs()
 
 

@@ -1,4 +1,5 @@
-"""Rules the test suite keeps about itself, checked by reading its source.
+"""Rules the test suite keeps about itself, checked by reading its source (an official client says how often it
+retries: `max_retries=0` unless a test means otherwise).
 
 A test never decides by a race: no `assert` compares a wall-clock reading (or a difference of two) with a bound
 under one second, nor two clocks with each other (`warm_s < cold_s / 3`, `max(gaps) < took / 4`). An order of
@@ -175,3 +176,29 @@ def test_no_assert_in_the_suite_is_decided_by_a_race():
         "asserts that compare clocks (assert the events instead, or measure in a benchmark):\n"
         + ("\n".join(found))
     )
+
+
+#: the official clients that retry on their own (openai and anthropic: twice, on a 429, a 5xx or a timeout)
+RETRYING_CLIENTS = {"OpenAI", "AsyncOpenAI", "Anthropic", "AsyncAnthropic"}
+
+
+def retrying_clients_in(source: str) -> list[int]:
+    """Lines that build an official client without `max_retries=...`: its hidden retries would turn an
+    overload or a failure the test should see into a pass, or a slow one."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+            if name in RETRYING_CLIENTS and not any(k.arg == "max_retries" for k in node.keywords):
+                found.append(node.lineno)
+    return found
+
+
+def test_every_official_client_in_the_suite_says_how_often_it_retries():
+    assert retrying_clients_in("c = openai.OpenAI(base_url=u)\nd = Anthropic(max_retries=0)") == [1]
+    found = [
+        f"{path.relative_to(TESTS)}:{line}"
+        for path in sorted(TESTS.rglob("*.py"))
+        for line in retrying_clients_in(path.read_text())
+    ]
+    assert not found, "official clients built without max_retries=0:\n" + "\n".join(found)
