@@ -33,7 +33,7 @@ from tgi.server import sse
 from tgi.server.errors import ApiError, internal_error, logged_refusal, overloaded, validation_error
 from tgi.server.generation import Generation, I, SequenceInput
 from tgi.server.images.decode import decode_image
-from tgi.server.images.fetch import MediaPolicy, image_bytes
+from tgi.server.images.fetch import FETCH_WORKERS, MediaPolicy, images_fetched
 from tgi.server.images.limits import ImageError, ImageLimits, check_count
 from tgi.server.images.processor import ImagePreprocessor
 from tgi.server.images.sources import ImageRef
@@ -99,6 +99,7 @@ class InferenceService:
         self.in_flight = 0
         self.metrics = ServerMetrics(lambda: self.current_engine.stats(), lambda: self.in_flight)
         self._workers = ThreadPoolExecutor(settings.validation_workers, thread_name_prefix="tgi-validation")
+        self._fetchers = ThreadPoolExecutor(FETCH_WORKERS, thread_name_prefix="tgi-image-fetch")
         self.tracing = None  # `tgi.server.tracing.Tracing` when --otlp-endpoint is set (create_app)
         # each engine's image processor (None: a text-only model), loaded once: the start-up model's now
         self._preprocessors: dict[int, tuple[weakref.ref, ImagePreprocessor | None]] = {}
@@ -110,6 +111,7 @@ class InferenceService:
             settings.allowed_media_domains,
             settings.allowed_local_media_path,
             settings.image_fetch_timeout_s,
+            allowed_ports=settings.allowed_media_ports,
         )
 
     @property
@@ -257,15 +259,12 @@ class InferenceService:
         self, text: str, refs: list[ImageRef], add_special_tokens: bool = True
     ) -> tuple[list[int], tuple[ImageInput, ...]]:
         """`text` (one `image_token` where each of `refs` goes) tokenized by the model's processor with every
-        image's placeholder expanded, and the images it made: each URL's bytes had (fetched off the event
-        loop: `tgi.server.images.fetch`), decoded and checked, then processed on the validation workers.
-        Any image the request cannot have is a 422 with the reason, naming its field."""
+        image's placeholder expanded, and the images it made: each URL's bytes had (`images_fetched`: on its
+        own threads, abandoned when the client leaves), decoded and checked, then processed on the validation
+        workers. Any image the request cannot have is a 422 with the reason, naming its field."""
         self.image_token(refs)  # the model takes images, and not this many too many
         preprocessor = self._preprocessor(self.engine)
         limits, policy = self.image_limits, self.media_policy
-
-        async def had(ref: ImageRef) -> tuple[bytes, str | None]:
-            return await asyncio.to_thread(image_bytes, ref.url, policy, limits.max_bytes, ref.field)
 
         def run(loaded: list[tuple[bytes, str | None]]) -> tuple[list[int], tuple[ImageInput, ...]]:
             decoded = [
@@ -275,7 +274,7 @@ class InferenceService:
             return preprocessor.prepare(text, decoded, add_special_tokens)
 
         try:
-            loaded = list(await asyncio.gather(*(had(ref) for ref in refs)))
+            loaded = await images_fetched(self._fetchers, refs, policy, limits.max_bytes)
             return await self._tokenizing(lambda: run(loaded))
         except ImageError as exc:
             raise validation_error(str(exc), exc.field) from None

@@ -29,11 +29,13 @@ class ServerSettings:
     validation_workers: int = 2  # threads that tokenize and template requests (TGI's default)
     # images in requests (`tgi.server.images`): at most this many per request (--max-images-per-request), each
     # of at most this many pixels (--max-image-pixels); image URLs fetched only from public addresses, or only
-    # from these hosts when set (--allowed-media-domains), within this many seconds (--image-fetch-timeout);
-    # file: URLs only under this folder (--allowed-local-media-path; None: refused)
+    # from these hosts when set (--allowed-media-domains), on ports 80, 443 and these (--allowed-media-ports),
+    # within this many seconds all told (--image-fetch-timeout); file: URLs only under this folder
+    # (--allowed-local-media-path; None: refused)
     max_images_per_request: int = 4
     max_image_pixels: int = 4096 * 4096
     allowed_media_domains: tuple[str, ...] = ()
+    allowed_media_ports: tuple[int, ...] = ()
     image_fetch_timeout_s: float = 5.0
     allowed_local_media_path: str | None = None
     api_key: str | None = None  # when set, every route but /health needs `Authorization: Bearer <key>`

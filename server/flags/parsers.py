@@ -43,6 +43,14 @@ def comma_list(value: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in str(value).split(",") if item.strip())
 
 
+def port_list(value: str) -> tuple[int, ...]:
+    """`8080, 8443` -> (8080, 8443): TCP ports (1 to 65535), comma-separated; anything else is an error."""
+    items = comma_list(value)
+    if not all(item.isascii() and item.isdigit() and 1 <= int(item) <= 65535 for item in items):
+        raise argparse.ArgumentTypeError(f"expected ports (1-65535) such as 8080,8443, got {value!r}")
+    return tuple(int(item) for item in items)
+
+
 def lower(value: str) -> str:
     """The value in lower case (choices compared without regard to case, as TGI's variables are written)."""
     return str(value).lower()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tgi.core.watermark import DEFAULT_DELTA, DEFAULT_GAMMA
 from tgi.server.flags import derived, value_checks
-from tgi.server.flags.parsers import comma_list, lower
+from tgi.server.flags.parsers import comma_list, lower, port_list
 from tgi.server.flags.spec import LAUNCHER, Flag, Server
 from tgi.server.reasoning.formats import REASONING_PARSER_NAMES
 from tgi.server.tool_parsers.registry import TOOL_CALL_PARSER_NAMES
@@ -119,8 +119,9 @@ SERVING_FLAGS = (
     ),
     Flag(
         ("--allowed-media-domains",),
-        "the only hosts image URLs may name, whatever addresses they resolve to (vLLM's); default: any host "
-        "whose addresses are all public (private, loopback and link-local ones refused)",
+        "the only hosts image URLs may name (vLLM's), whose private addresses are then allowed too; default: "
+        "any host whose addresses are all public. Loopback, link-local, unspecified and multicast addresses "
+        "are refused for every host",
         REQUESTS,
         Server("allowed_media_domains"),
         env=("ALLOWED_MEDIA_DOMAINS",),
@@ -129,8 +130,19 @@ SERVING_FLAGS = (
         example="images.example.com",
     ),
     Flag(
+        ("--allowed-media-ports",),
+        "ports image URLs may name beside 80 and 443 (the only ones by default)",
+        REQUESTS,
+        Server("allowed_media_ports"),
+        env=("ALLOWED_MEDIA_PORTS",),
+        kind="list",
+        parse=port_list,
+        example="8080",
+    ),
+    Flag(
         ("--image-fetch-timeout",),
-        "seconds fetching one image URL may take (redirects included)",
+        "seconds fetching one image URL may take, all told (connecting, headers, body, redirects; counted "
+        "from when the request asked for it): past it the fetch is cut off and refused",
         REQUESTS,
         Server("image_fetch_timeout_s"),
         env=("IMAGE_FETCH_TIMEOUT",),

@@ -45,3 +45,21 @@ def served_image(data: bytes, mimetype: str = "image/png") -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextlib.contextmanager
+def loopback_fetchable() -> Iterator[None]:
+    """Image URLs on the loopback fetched while this lasts, when their host is on --allowed-media-domains:
+    the server refuses loopback addresses for every host (`tgi.server.images.addresses`), and the servers of
+    these tests listen nowhere else. Every other check stays as it is."""
+    from unittest import mock
+
+    from tgi.server.images import fetch
+
+    real = fetch.address_refusal
+
+    def refusal(ip, allowed_host: bool = False) -> str | None:
+        return None if allowed_host and ip.is_loopback else real(ip, allowed_host)
+
+    with mock.patch.object(fetch, "address_refusal", refusal):
+        yield

@@ -7,12 +7,13 @@ real: tiny_vlm's LLaVA processor and tokenizer (4 placeholder tokens per image).
 from __future__ import annotations
 
 import base64
+from urllib.parse import urlsplit
 
 import jsonschema
 import pytest
 from anthropic_schemas import ERROR
 from fastapi.testclient import TestClient
-from image_files import data_url, image_bytes, served_image
+from image_files import data_url, image_bytes, loopback_fetchable, served_image
 from transformers import AutoTokenizer
 
 from fake_engine import FakeEngine, error_of
@@ -113,14 +114,17 @@ def test_a_stored_conversation_sends_its_image_again(engine):
 
 
 def test_an_anthropic_url_source_is_fetched_from_an_allowed_host_only(engine):
-    with served_image(PNG) as url:
-        with _client(engine, allowed_media_domains=("127.0.0.1",)) as c:
+    with served_image(PNG) as url, loopback_fetchable():
+        port = (urlsplit(url).port,)
+        with _client(engine, allowed_media_domains=("127.0.0.1",), allowed_media_ports=port) as c:
             r = c.post("/v1/messages", json=_messages({"type": "url", "url": url}))
             assert r.status_code == 200, r.text
-        with _client(engine) as c:
+        with _client(engine, allowed_media_ports=port) as c:
             refused = c.post("/v1/messages", json=_messages({"type": "url", "url": url}))
     assert [x.num_tokens for x in engine.images[0]] == [4] and len(engine.requests) == 1
-    _check_anthropic_refusal(refused, "messages[0].content[1].source.url", "non-public address (127.0.0.1)")
+    _check_anthropic_refusal(
+        refused, "messages[0].content[1].source.url", "the image URL's host is not allowed"
+    )
 
 
 def _check_anthropic_refusal(r, field: str, why: str) -> None:

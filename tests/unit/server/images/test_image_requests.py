@@ -2,9 +2,12 @@
 `ImageInput`s that reach the engine. The model's side is real: a LLaVA processor and tokenizer saved by
 `tgi.core.testing.tiny_vlm` (4 placeholder tokens per image)."""
 
+import threading
+from urllib.parse import urlsplit
+
 import pytest
 from fastapi.testclient import TestClient
-from image_files import data_url, image_bytes, served_image
+from image_files import data_url, image_bytes, loopback_fetchable, served_image
 from transformers import AutoTokenizer
 
 from fake_engine import FakeEngine, error_of
@@ -12,6 +15,7 @@ from tgi.core.config import EngineConfig
 from tgi.core.testing.tiny_vlm import save_llava_processor
 from tgi.server import service as service_module
 from tgi.server.app import create_app
+from tgi.server.images import fetch
 from tgi.server.settings import ServerSettings
 
 PNG = image_bytes(30, 20)
@@ -110,7 +114,9 @@ BOMB = image_bytes(300, 300)  # over --max-image-pixels=10000 below
         (data_url(PNG, "image/svg+xml"), "unsupported image type `image/svg+xml`"),
         (data_url(image_bytes(60, 60)[:-40]), "truncated or corrupt"),
         (data_url(BOMB), "300x300 pixels is over --max-image-pixels (10000)"),
-        ("http://127.0.0.1:9/cat.png", "resolves to a non-public address (127.0.0.1)"),
+        ("http://127.0.0.1/cat.png", "the image URL's host is not allowed"),
+        ("http://images.example.com:9/cat.png", "names port 9; image URLs may use ports 80 and 443"),
+        ("http://images.example.com:99999/cat.png", "the image URL is not valid"),
         ("file:///etc/passwd", "file: image URLs are refused"),
     ],
 )
@@ -146,10 +152,23 @@ def test_truncate_cannot_cut_images(tokenizer):
 
 def test_an_allowed_host_is_fetched_over_http(tokenizer):
     engine = _engine(tokenizer)
-    with served_image(PNG) as url, _client(engine, allowed_media_domains=("127.0.0.1",)) as c:
-        r = c.post("/v1/chat/completions", json=_chat(url))
+    with served_image(PNG) as url, loopback_fetchable():
+        allowed = {"allowed_media_domains": ("127.0.0.1",), "allowed_media_ports": (urlsplit(url).port,)}
+        with _client(engine, **allowed) as c:
+            r = c.post("/v1/chat/completions", json=_chat(url))
         assert r.status_code == 200, r.text
     assert [x.num_tokens for x in engine.images[0]] == [4]
+
+
+def test_image_urls_are_had_on_the_servers_own_fetch_threads(tokenizer, monkeypatch):
+    """Not on asyncio's default executor, which grammar validation uses (slow hosts could fill it)."""
+    threads, real = [], fetch.image_bytes
+    monkeypatch.setattr(
+        fetch, "image_bytes", lambda *a: threads.append(threading.current_thread().name) or real(*a)
+    )
+    with _client(_engine(tokenizer)) as c:
+        assert c.post("/v1/chat/completions", json=_chat(data_url(PNG))).status_code == 200
+    assert len(threads) == 1 and threads[0].startswith("tgi-image-fetch")
 
 
 def test_qwen2_vl_images_reach_the_engine_with_their_patch_grid(tmp_path):
