@@ -14,10 +14,10 @@ import queue
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
 
 from tgi.core.config import EngineConfig
 from tgi.core.engine import EngineStats, LLMEngine
+from tgi.core.engine_commands import AbortRequest, AddRequest, EngineCommand, LoadAdapter, UnloadAdapter
 from tgi.core.interfaces import ModelInfo
 from tgi.core.request import (
     EngineError,
@@ -32,42 +32,6 @@ from tgi.core.request import (
 from tgi.core.sampling_params import SamplingParams
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class AddRequest:
-    """Queue a request as `LLMEngine.validate` made it (the engine thread does not check it again)."""
-
-    request_id: str
-    request: EngineRequest
-
-
-@dataclass(frozen=True)
-class AbortRequest:
-    """Cancel a request (its client went away, or the engine shuts down) and free its KV blocks."""
-
-    request_id: str
-
-
-@dataclass(frozen=True)
-class LoadAdapter:
-    """Load a LoRA adapter between two steps (`ServedAdapters.load`); `done` gets None or the error."""
-
-    name: str
-    path: str
-    done: asyncio.Future
-
-
-@dataclass(frozen=True)
-class UnloadAdapter:
-    """Retire a LoRA adapter at once and drop it when its last request has finished; `done` gets None, or
-    KeyError when it is not loaded."""
-
-    name: str
-    done: asyncio.Future
-
-
-EngineCommand = AddRequest | AbortRequest | LoadAdapter | UnloadAdapter
 
 
 class AsyncEngine:
@@ -198,7 +162,7 @@ class AsyncEngine:
         if self._refusal is not None:
             raise EngineError(self._refusal)
         if not self.healthy:
-            raise EngineError(f"the engine is not running: {client_message_of(self.error)}")
+            raise self._not_running()
         request_id = request_id or uuid.uuid4().hex
         events: asyncio.Queue = asyncio.Queue()
         self._streams[request_id] = events
@@ -222,11 +186,15 @@ class AsyncEngine:
 
     async def _adapter_command(self, make) -> None:
         if not self.healthy or self._thread is None:
-            raise EngineError(f"the engine is not running: {client_message_of(self.error)}")
+            raise self._not_running()
         done = asyncio.get_running_loop().create_future()
         self._commands.put(make(done))
         self._wakeup.set()
         await done
+
+    def _not_running(self) -> EngineError:
+        shown = f"the engine is not running: {client_message_of(self.error)}"
+        return EngineError(f"the engine is not running: {self.error}", shown=shown)
 
     def _settle(self, done: asyncio.Future, error: BaseException | None) -> None:
         def settle() -> None:
@@ -331,10 +299,14 @@ class AsyncEngine:
         except BaseException as exc:
             self.error = exc
             log.exception("engine thread died")
-            cause = client_message_of(exc)
-            self._loop.call_soon_threadsafe(self._fail_streams, EngineError(f"the engine died: {cause}"))
+            # the details for the engine's callers (a shard's failure names its rank), `shown` for clients
+            cause = str(exc) if isinstance(exc, EngineError) else f"{type(exc).__name__} (see the server log)"
+            died = EngineError(
+                f"the engine died: {cause}", shown=f"the engine died: {client_message_of(exc)}"
+            )
+            self._loop.call_soon_threadsafe(self._fail_streams, died)
             for command in self._unloading:
-                self._settle(command.done, EngineError(f"the engine died: {cause}"))
+                self._settle(command.done, died)
             if self.on_death is not None:
                 self.on_death(exc)
 

@@ -143,16 +143,22 @@ class EngineRequest:
 
 
 class EngineError(RuntimeError):
-    """The engine failed while running a request; `client_message()` is what a client may be shown (the
-    message itself, unless a subclass says otherwise)."""
+    """The engine failed while running a request; `client_message()` is what a client may be shown: `shown`
+    where it was given (the message then has details for the log and for callers of the engine), else the
+    message itself, unless a subclass says otherwise."""
+
+    def __init__(self, *args: object, shown: str | None = None) -> None:
+        super().__init__(*args)
+        self.shown = shown
 
     def client_message(self) -> str:
-        return str(self)
+        return self.shown if self.shown is not None else str(self)
 
 
 def client_message_of(error: BaseException | None) -> str:
     """What a client may read of the error that stopped an engine: an `EngineError`'s client message; of
-    anything else its type only (its text may name paths or peers: the log has it)."""
+    anything else its type only (its text may name paths or peers: the log has it). Callers of the engine
+    read the details in the message of the `EngineError` made with it (`shown=`)."""
     if error is None:
         return "it was stopped"
     if isinstance(error, EngineError):
