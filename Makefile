@@ -43,7 +43,7 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-cache
 
-# The suite's workers: two, a test file at a time each (tests/README.md); PYTEST_WORKERS=0 runs it in one process.
+# The suite's workers: two, a test file at a time each (docs/testing.md); PYTEST_WORKERS=0 runs it in one process.
 PYTEST_WORKERS ?= 2
 PYTEST := $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile
 

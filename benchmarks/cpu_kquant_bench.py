@@ -17,7 +17,7 @@ Threads: `OMP_NUM_THREADS` (torch's default otherwise). Prints the median micros
 The model step (`--model-step`): the decode step of the default model (Q4_1 blocks), of the file
 `--write-gguf` makes (ffn_down Q4_K / Q6_K, Q5_0 and Q8_0 elsewhere as llama.cpp's Q4_K_M mix has them) and
 of the default model with `TGI_CPU_BLOCK_KERNELS=0` (dense bfloat16), three engines in one process with
-their steps interleaved; see backends/cpu/README.md.
+their steps interleaved; see docs/backends/cpu.md.
 """
 
 from __future__ import annotations

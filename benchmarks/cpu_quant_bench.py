@@ -7,7 +7,7 @@ model's gate/up shape, bfloat16 activations, random weights (the timing does not
 Columns: `F.linear` on the bfloat16 weight, oneDNN with the weight prepacked (what the backend runs for small
 inputs), GPTQ int4 group 64, int8 (EETQ), float8 (the native kernel) and float8 through the torch integer ops
 it replaced. Prints a markdown row per M: the median microseconds of `--reps` interleaved calls; see
-backends/cpu/README.md.
+docs/backends/cpu.md.
 """
 
 from __future__ import annotations

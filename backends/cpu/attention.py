@@ -251,7 +251,7 @@ class CpuNativeAttention(CpuAttention):
         #: prefill: "sdpa" (torch's, the default) or "native" (`native.paged_prefill`, `TGI_CPU_PREFILL_IMPL=
         #: native`). Not the default yet: its bfloat16 numbers differ from SDPA's by rounding, which flips
         #: near-ties of the default model that e2e tests hold a server with a warm prefix cache to
-        #: (backends/cpu/README.md, "Prefill attention")
+        #: (docs/backends/cpu.md, "Prefill attention")
         self.prefill_impl = os.environ.get("TGI_CPU_PREFILL_IMPL", "sdpa")
         if self.prefill_impl not in ("sdpa", "native"):
             raise ValueError(f"TGI_CPU_PREFILL_IMPL must be 'sdpa' or 'native', not {self.prefill_impl!r}")

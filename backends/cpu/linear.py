@@ -59,7 +59,7 @@ def max_block_rows_f32(
     every row count where it has not (None, `K_INT8_AVX2_ROWS`): on the AMD EPYC family
     23 model 1 (Zen 1, AVX2 only), one thread, [M, 2048] x [2048, 8192] Q4_K against the dense float32
     product, medians of interleaved runs on a machine shared with other work: M=1 1.2 vs 4.2 ms, M=16 22 vs
-    50, M=32 40 vs 74, M=64 85 vs 121 (backends/cpu/README.md).
+    50, M=32 40 vs 74, M=64 85 vs 121 (docs/backends/cpu.md).
 
     Q4_0, Q4_1 and Q8_0 on the int8 path, when asked (`TGI_CPU_BLOCK_IMPL=avx2-int8`, up to 16 rows): same
     CPU, one thread, shared machine, medians of 7 interleaved runs, against the float32 AVX2 kernel and the

@@ -12,7 +12,7 @@ from tgi.core.interfaces import DeviceInfo
 
 class RocmBackend(TritonBackend):
     """Same device API (`torch.cuda` on HIP), same Triton kernels (triton's AMD backend compiles them),
-    `nccl` as the process-group name (PyTorch maps it to RCCL on ROCm). What differs is in README.md."""
+    `nccl` as the process-group name (PyTorch maps it to RCCL on ROCm). What differs is in docs/backends/rocm.md."""
 
     name: ClassVar[str] = "rocm"
     process_group_backend: ClassVar[str] = "nccl"  # RCCL under that name

@@ -13,7 +13,7 @@ class XpuBackend(TritonBackend):
     Triton kernels of `tgi.backends.triton_common` (compiled by Intel's Triton backend, which PyTorch's XPU
     wheels bring as `pytorch-triton-xpu`), and `xccl` collectives through `torch.distributed`.
 
-    Intel Extension for PyTorch (IPEX) is not used: see README.md.
+    Intel Extension for PyTorch (IPEX) is not used: see docs/backends/xpu.md.
     """
 
     name: ClassVar[str] = "xpu"

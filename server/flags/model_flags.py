@@ -72,7 +72,7 @@ MODEL_FLAGS = (
         "bitsandbytes-serialised checkpoints, block-wise FP8, pack-quantized compressed-tensors, a format the "
         "backend has no kernel for (naming the ones it has), sharded quantized weights (`--num-shard` > 1), "
         "`--quantize` on a GGUF file. `/info` reports `quantize` and `quantization` (see "
-        "`backends/cpu/README.md`)",
+        "[the cpu backend](../backends/cpu.md))",
         example="eetq",
     ),
     Flag(

@@ -1,6 +1,7 @@
 """One launcher flag as data: what `tgi launch` takes, where its value is read from, where it goes, and what it
 means beside TGI's flag of the same name. The table (`tgi.server.flags.table`) is a tuple of these; the parser,
-`--help`, the environment, the start-up checks and the README's compatibility table are all made from it."""
+`--help`, the environment, the start-up checks and the compatibility table and flag reference of
+docs/reference/flags.md are all made from it."""
 
 from __future__ import annotations
 
@@ -60,8 +61,9 @@ class Flag:
     `env` lists the variables read when the flag is not given, the first one set (non-empty) winning; `--help`
     names them. `parse` turns a string (from the command line or the environment) into the value, or raises
     `argparse.ArgumentTypeError`; `default` is the value when neither is given (a string goes through
-    `parse`). `tgi` says what TGI's flag of this name does here (README's compatibility table; None: a flag
-    of ours); a refused flag has `refusal` instead, and stops the start when given.
+    `parse`). `tgi` says what TGI's flag of this name does here (the compatibility table of
+    docs/reference/flags.md; None: a flag of ours); a refused flag has `refusal` instead, and stops the start
+    when given.
     """
 
     names: tuple[str, ...]

@@ -1,7 +1,8 @@
 """The launcher's flags, declared once: every flag of `tgi launch` is one `Flag` here (by topic in the modules
 below), and nothing else declares one. The parser and `--help` (`tgi.server.flags.arguments`), the start-up
 checks (`tgi.server.flags.checks`), the engine's and the server's settings (`tgi.server.flags.destinations`)
-and the README's compatibility table (`python -m tgi.server.flags --markdown`) are made from `FLAGS`.
+and the documentation's compatibility table and flag reference (`python -m tgi.server.flags --update
+docs/reference/flags.md`) are made from `FLAGS`.
 
 `UNSERVED_VARIABLES` are TGI's environment variables that are no launcher flag and that this server does not
 act on: each one set is named in a warning at start, never silently ignored.

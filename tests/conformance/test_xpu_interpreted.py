@@ -95,7 +95,7 @@ class FakeDeviceXpuBackend(XpuBackend):
         self.device = torch.device("cpu")
 
     def default_dtype(self):
-        return "float32"  # the interpreter's dots are exact in float32 (see backends/cuda/README.md)
+        return "float32"  # the interpreter's dots are exact in float32 (see docs/backends/cuda.md)
 
 
 class TestXpuInterpretedConformance(TorchBackendConformance):

@@ -2,7 +2,7 @@
 
 The shared server and the in-process reference its greedy texts are held to run in float32: in bfloat16 the
 default model's chat answer starts on a near-tie ("The" / "L", 0.08 apart in log p), which the server's warm
-prefix cache, its step thread count or a batch beside a request may tip either way (tests/README.md,
+prefix cache, its step thread count or a batch beside a request may tip either way (docs/testing.md,
 "Near-ties"). The default launch's bfloat16 is served by the other e2e servers, whose tests assert no greedy
 text.
 """

@@ -48,7 +48,7 @@ GPU_RESOURCES = {
     "xpu": "gpu.intel.com/i915",
 }
 #: the bases pinned by digest (the tag stays beside it, for people); the others keep their tag alone, since no
-#: digest of theirs could be verified (README says so), and say it in a comment above their FROM
+#: digest of theirs could be verified (docs/deployment/index.md says so), and say it in a comment above their FROM
 PINNED_BASES = {"cuda"}
 #: the user the images run as, and the chart's pods
 IMAGE_UID = 10001
@@ -175,10 +175,10 @@ def test_constraints_are_the_tested_versions():
         assert importlib.metadata.version(name) == version, f"{name}: pinned {version}, tested with another"
 
 
-def test_readme_names_every_tag_and_the_build_script_makes_them():
-    readme = (ROOT / "README.md").read_text()
+def test_the_deployment_page_names_every_tag_and_the_build_script_makes_them():
+    page = (ROOT / "docs" / "deployment" / "index.md").read_text()
     for hw in HARDWARE:
-        assert f"tgi:{VERSION}-{hw}" in readme and f"docker/Dockerfile.{hw}" in readme
+        assert f"tgi:{VERSION}-{hw}" in page and f"docker/Dockerfile.{hw}" in page
     script = (DOCKER / "build.sh").read_text()
     assert 'docker build -f "$root/docker/Dockerfile.$hw" -t "tgi:$version-$hw"' in script
     out = subprocess.run(["sh", "-n", str(DOCKER / "build.sh")], capture_output=True, text=True)

@@ -114,7 +114,7 @@ def test_float32_k_quant_block_linear_equals_the_dequantized_product(qtype, rows
 
 @pytest.mark.parametrize("qtype", QTYPES)
 def test_amx_refuses_k_quants_and_auto_computes_them(qtype):
-    """No AMX path for these (backends/cpu/README.md): asking for it fails with the reason, and
+    """No AMX path for these (docs/backends/cpu.md): asking for it fails with the reason, and
     "auto" on an AMX CPU (which has AVX512-BF16) computes them on the AVX512-BF16 path, for any rows, or
     the K-quants on the int8 path where the CPU has AVX512-VNNI (test_cpu_block_linear_kquant_int8.py)."""
     require("amx")

@@ -1,7 +1,7 @@
 """The launcher's flag table (`tgi.server.flags`), entry by entry: every flag is in `tgi launch --help` with
 its variables, is read from each of them, reaches its destination (an `EngineConfig` field, a `ServerSettings`
-field, or the launcher), and a refused one stops the start naming it; the README's table is the one the table
-makes. A flag added to the table is checked here without a line of this file changing."""
+field, or the launcher), and a refused one stops the start naming it; the documentation's compatibility table and
+flag reference (docs/reference/flags.md) are the ones the table makes. A flag added to the table is checked here without a line of this file changing."""
 
 from __future__ import annotations
 
@@ -17,13 +17,20 @@ import pytest
 from tgi.core.config import ConfigError, EngineConfig
 from tgi.server.cli import build_parser
 from tgi.server.flags import FLAGS
-from tgi.server.flags.markdown import compatibility_markdown, readme_block
+from tgi.server.flags.markdown import (
+    END,
+    REFERENCE_BEGIN,
+    REFERENCE_END,
+    compatibility_markdown,
+    page_block,
+    reference_markdown,
+)
 from tgi.server.flags.parsers import comma_list
 from tgi.server.flags.spec import Engine, Server
 from tgi.server.launcher import add_launch_arguments, engine_config, server_settings
 from tgi.server.settings import ServerSettings
 
-README = Path(__file__).resolve().parents[4] / "README.md"
+PAGE = Path(__file__).resolve().parents[4] / "docs" / "reference" / "flags.md"
 ALL_VARIABLES = sorted({v for f in FLAGS for v in f.env})
 SERVED = [f for f in FLAGS if f.refusal is None]
 WITH_EXAMPLE = [f for f in FLAGS if f.example is not None]
@@ -149,23 +156,53 @@ def test_a_value_below_a_flags_least_is_refused_by_name(flag):
             build(parse([flag.name, below]))
 
 
-def test_the_readme_table_is_the_one_the_flag_table_makes():
-    """After adding or changing a flag: `python -m tgi.server.flags --update README.md`."""
-    assert readme_block(README.read_text(encoding="utf-8")) == compatibility_markdown()
+def test_the_pages_tables_are_the_ones_the_flag_table_makes():
+    """After adding or changing a flag: `python -m tgi.server.flags --update docs/reference/flags.md`."""
+    text = PAGE.read_text(encoding="utf-8")
+    assert page_block(text) == compatibility_markdown()
+    assert page_block(text, REFERENCE_BEGIN, REFERENCE_END) == reference_markdown()
 
 
-def test_every_tgi_flag_and_every_flag_of_ours_is_in_the_readme():
+def test_every_tgi_flag_and_every_flag_of_ours_is_in_the_compatibility_table():
     block = compatibility_markdown()
     for flag in FLAGS:
         assert "/".join(f"`{n}`" for n in flag.names) in block, flag.name
 
 
-def test_the_markdown_command_prints_the_table(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-m", "tgi.server.flags", "--markdown"], capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0 and done.stdout.strip() == compatibility_markdown(), done.stderr
-    copy = tmp_path / "README.md"
-    copy.write_text(README.read_text(encoding="utf-8").replace("| `--sharded` |", "| `--stale` |"))
+def test_every_flag_of_tgi_launch_help_is_in_the_reference_with_its_variables_and_help():
+    """What `tgi launch --help` offers, read from its parser (not from the table), is on the page: each
+    option in a row with the help it shows and each variable it names."""
+    reference = page_block(PAGE.read_text(encoding="utf-8"), REFERENCE_BEGIN, REFERENCE_END)
+    rows = {}
+    for line in reference.splitlines():
+        if line.startswith("| `"):
+            for name in line[2:].split(" | ", 1)[0].split("/"):
+                rows[name.strip("`")] = line
+    launch = build_parser()._subparsers._group_actions[0].choices["launch"]
+    actions = [a for a in launch._actions if a.option_strings and a.option_strings[0] not in ("-h", "--help")]
+    assert len(actions) == len(FLAGS)
+    for action in actions:
+        for option in action.option_strings:
+            assert option in rows, f"{option} of `tgi launch --help` is missing from {PAGE.name}"
+        row = rows[action.option_strings[0]]
+        shown, _, variables = action.help.partition(" [env: ")
+        assert shown.replace("|", "\\|") in row, f"{action.option_strings[0]}'s help is not in its row"
+        for variable in re.findall(r"\b[A-Z][A-Z0-9_]{2,}\b", variables):
+            assert f"`{variable}`" in row, (
+                f"{action.option_strings[0]}'s variable {variable} is not in its row"
+            )
+
+
+def test_the_markdown_commands_print_the_blocks_and_update_writes_both(tmp_path):
+    for option, block in (("--markdown", compatibility_markdown()), ("--reference", reference_markdown())):
+        done = subprocess.run(
+            [sys.executable, "-m", "tgi.server.flags", option], capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0 and done.stdout.strip() == block, done.stderr
+    copy = tmp_path / "flags.md"
+    page = PAGE.read_text(encoding="utf-8")
+    stale = page.replace("| `--sharded` |", "| `--stale` |").replace("| `--revision` |", "| `--stale` |")
+    assert stale.count("`--stale`") == 3 and END in stale  # --sharded's rows in both blocks, --revision's
+    copy.write_text(stale)
     subprocess.run([sys.executable, "-m", "tgi.server.flags", "--update", str(copy)], check=True, timeout=120)
-    assert copy.read_text(encoding="utf-8") == README.read_text(encoding="utf-8")
+    assert copy.read_text(encoding="utf-8") == page
