@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install kernels serve test test-fast lint format clean
+.PHONY: install kernels serve test test-fast lint format docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,10 @@ test: lint kernels
 # (`slow`).
 test-fast: lint kernels
 	$(PYTEST) -m "not e2e and not slow" $(PYTEST_ARGS)
+
+# The documentation site (docs/, mkdocs.yml), served on http://127.0.0.1:8000 and rebuilt as its pages change.
+docs: install
+	$(BIN)/mkdocs serve
 
 format: install
 	$(BIN)/ruff check --fix .
