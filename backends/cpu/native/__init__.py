@@ -133,7 +133,8 @@ def paged_prefill(
 
 
 #: GGUF block formats the block kernels take, by their llama.cpp names: blocks of 32 weights, and the
-#: K-quants' super-blocks of 256 (their weights need K a multiple of 256). AMX: Q4_0, Q4_1, Q8_0 (README)
+#: K-quants' super-blocks of 256 (their weights need K a multiple of 256). AMX: Q4_0, Q4_1, Q8_0
+#: (docs/backends/cpu.md)
 BLOCK_TYPES = {"Q4_0": 0, "Q4_1": 1, "Q8_0": 2, "Q5_0": 6, "Q5_1": 7, "Q4_K": 3, "Q5_K": 4, "Q6_K": 5}
 #: implementations of `block_linear`
 BLOCK_IMPLS = {"auto": 0, "reference": 1, "avx512-bf16": 2, "amx": 3, "avx512-vnni": 4, "avx2-int8": 5}
