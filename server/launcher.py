@@ -14,6 +14,7 @@ import sys
 import time
 
 from tgi.core.config import ConfigError, EngineConfig
+from tgi.server.errors import escaped
 from tgi.server.flags import add_flags, engine_fields, server_fields
 from tgi.server.flags.launcher_actions import (
     apply_hub_cache,
@@ -215,6 +216,7 @@ def serve(engine, settings: ServerSettings, sock: socket.socket) -> int:
     # (as `uvicorn.run` picks it): about a quarter less CPU per streamed chunk than asyncio's default loop.
     server.run(sockets=[sock])
     current = app.state.service.current_engine  # the first engine, or the one swapped in
+    _release(current)
     error = current.error
     if error is not None:  # stopped because the engine died (e.g. a shard rank), not by request
         log.error("stopped: the engine died: %s: %s", type(error).__name__, error)
@@ -226,3 +228,14 @@ def serve(engine, settings: ServerSettings, sock: socket.socket) -> int:
         return 1
     log.info("stopped")
     return 0
+
+
+def _release(engine) -> None:
+    """Release the stopped engine's model, ranks and process group while the interpreter is whole: left to
+    the interpreter's exit, gloo's worker threads could still hold tensors whose release needs the GIL, and
+    the process died of SIGABRT after a clean stop ("terminate called without an active exception", seen in
+    a two-node pipeline test)."""
+    try:
+        engine.close()
+    except Exception as exc:  # an engine thread that outlived its stop: the exit code below says why
+        log.warning("the engine could not be released before exit: %s", escaped(str(exc)))
