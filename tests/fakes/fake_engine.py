@@ -267,3 +267,11 @@ def error_of(response, path: str) -> tuple[str, str]:
         return body["error"]["message"], body["error"]["type"]
     assert set(body) == {"error", "error_type"}, body
     return body["error"], body["error_type"]
+
+
+def conversation_engine(engine_class: type[FakeEngine] = FakeEngine, **fields) -> FakeEngine:
+    """A fake engine (`engine_class`, with `fields`) with room for conversations of a few turns (a character
+    is a token)."""
+    limits = dict(max_input_tokens=400, max_total_tokens=512, max_batch_prefill_tokens=512)
+    config = EngineConfig(model_id="fake/model", max_batch_total_tokens=2048, **limits)
+    return engine_class(config=config, **fields)

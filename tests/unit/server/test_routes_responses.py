@@ -9,8 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 from responses_events import events_of, prompt_of
 
-from fake_engine import REPLY, FakeEngine, error_of
-from tgi.core.config import EngineConfig
+from fake_engine import REPLY, conversation_engine, error_of
 from tgi.server.app import create_app
 from tgi.server.settings import ServerSettings
 
@@ -20,8 +19,7 @@ PATH = "/v1/responses"
 @pytest.fixture
 def engine():
     """Room for conversations of a few turns (a character is a token)."""
-    limits = dict(max_input_tokens=400, max_total_tokens=512, max_batch_prefill_tokens=512)
-    return FakeEngine(config=EngineConfig(model_id="fake/model", max_batch_total_tokens=2048, **limits))
+    return conversation_engine()
 
 
 @pytest.fixture

@@ -8,8 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 from responses_events import events_of, prompt_of
 
-from fake_engine import REPLY, CharTokenizer, FakeEngine
-from tgi.core.config import EngineConfig
+from fake_engine import REPLY, CharTokenizer, FakeEngine, conversation_engine
 from tgi.core.request import EngineError
 from tgi.server.app import create_app
 from tgi.server.settings import ServerSettings
@@ -20,8 +19,7 @@ PATH = "/v1/responses"
 @pytest.fixture
 def engine():
     """Room for conversations of a few turns (a character is a token)."""
-    limits = dict(max_input_tokens=400, max_total_tokens=512, max_batch_prefill_tokens=512)
-    return FakeEngine(config=EngineConfig(model_id="fake/model", max_batch_total_tokens=2048, **limits))
+    return conversation_engine()
 
 
 class OpensThinking(CharTokenizer):
@@ -44,9 +42,7 @@ TIME = {
 
 
 def parsed_client(reply: str) -> tuple[TestClient, FakeEngine]:
-    limits = dict(max_input_tokens=400, max_total_tokens=512, max_batch_prefill_tokens=512)
-    config = EngineConfig(model_id="fake/model", max_batch_total_tokens=2048, **limits)
-    engine = FakeEngine(config=config, reply=reply, tokenizer=OpensThinking())
+    engine = conversation_engine(reply=reply, tokenizer=OpensThinking())
     settings = ServerSettings(reasoning_parser="deepseek_r1", tool_call_parser="hermes")
     return TestClient(create_app(engine, settings)), engine
 
@@ -122,8 +118,7 @@ class FailsMidStream(FakeEngine):
 
 
 def test_a_failure_mid_stream_ends_it_with_response_failed():
-    limits = dict(max_input_tokens=400, max_total_tokens=512, max_batch_prefill_tokens=512)
-    engine = FailsMidStream(config=EngineConfig(model_id="fake/model", max_batch_total_tokens=2048, **limits))
+    engine = conversation_engine(FailsMidStream)
     with TestClient(create_app(engine)) as client:
         r = client.post(PATH, json={"input": "Hi", "stream": True})
         assert r.status_code == 200 and client.get("/health").status_code == 200

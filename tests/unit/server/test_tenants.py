@@ -10,8 +10,8 @@ import argparse
 import pytest
 from fastapi.testclient import TestClient
 
-from fake_engine import FakeEngine
-from tgi.core.config import ConfigError, EngineConfig
+from fake_engine import conversation_engine
+from tgi.core.config import ConfigError
 from tgi.server.app import create_app
 from tgi.server.auth import key_tenant, read_api_key_file
 from tgi.server.launcher import add_launch_arguments, server_settings
@@ -27,8 +27,7 @@ def _bearer(key: str) -> dict:
 
 @pytest.fixture
 def engine():
-    limits = dict(max_input_tokens=400, max_total_tokens=512, max_batch_prefill_tokens=512)
-    return FakeEngine(config=EngineConfig(model_id="fake/model", max_batch_total_tokens=2048, **limits))
+    return conversation_engine()
 
 
 @pytest.fixture

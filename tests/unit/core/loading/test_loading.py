@@ -15,11 +15,6 @@ from tgi.core.loading import ModelSource, iter_weights, load_config, resolve_mod
 from tgi.core.models import UnsupportedModelError
 
 
-@pytest.fixture(autouse=True)
-def _isolated_caches(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("TGI_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "tgi-cache"))
-
-
 @pytest.fixture(scope="module")
 def default_source() -> ModelSource:
     return resolve_model(None)

@@ -11,11 +11,6 @@ from tiny_checkpoints import tiny_model, write_gguf
 from tgi.core.loading import iter_weights, load_config, resolve_model
 
 
-@pytest.fixture(autouse=True)
-def _isolated_caches(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("TGI_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "tgi-cache"))
-
-
 def _same_as_arrays(tensors: dict[str, torch.Tensor], arrays: dict[str, np.ndarray]) -> None:
     assert set(arrays) == set(tensors)
     for name, array in arrays.items():

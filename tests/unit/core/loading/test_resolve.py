@@ -19,11 +19,6 @@ from tgi.core.tokenization import apply_chat_template, eos_token_ids, load_token
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-@pytest.fixture(autouse=True)
-def _isolated_caches(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("TGI_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "tgi-cache"))
-
-
 @pytest.fixture(scope="module")
 def default_source() -> ModelSource:
     return resolve_model(None)
