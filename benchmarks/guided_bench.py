@@ -42,7 +42,7 @@ def compile_times(engine) -> dict:
     grammars = {f"json:{n}": Grammar.json_schema(s) for n, s in JSON_SCHEMAS.items()}
     grammars |= {f"regex:{n}": Grammar.regex(r) for n, (r, _) in REGEXES.items()}
     tool = {"type": "function", "function": {"name": "f", "parameters": JSON_SCHEMAS["recipe"]}}
-    from tgi.server.tools import plan_tools
+    from tgi.server.chat.tools import plan_tools
 
     grammars["tools:auto"] = plan_tools([tool], "auto").grammar
     compiler = GrammarCompiler(engine.tokenizer, engine.model_info.vocab_size, engine.eos_token_ids)

@@ -107,7 +107,16 @@ def start_ours(
 ) -> ManagedServer:
     """`tgi launch` on 127.0.0.1 and a free port, waited for until `/health` answers 200."""
     port = port or free_port()
-    cmd = [sys.executable, "-m", "tgi.server.cli", "launch", "--hostname", "127.0.0.1", "--port", str(port)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tgi.server.cli.main",
+        "launch",
+        "--hostname",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
     if model_id:
         cmd += ["--model-id", model_id]
     server = _spawn(name, [*cmd, *extra_args], port, log_dir)

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 
 class AsyncEngine:
-    """Implements `tgi.server.protocol.ServingEngine` for the server."""
+    """Implements `tgi.server.service.protocol.ServingEngine` for the server."""
 
     def __init__(self, engine: LLMEngine, model_id: str | None = None, backend_name: str | None = None):
         self.engine = engine

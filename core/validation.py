@@ -2,7 +2,7 @@
 messages (no torch here).
 
 Who checks what, once each:
-- the server (`tgi.server.fields`, `tgi.server.validation`, `tgi.server.guided`): the HTTP shape, i.e. field
+- the server (`tgi.server.validation.fields`, `tgi.server.validation.sampling`, `tgi.server.validation.grammars`): the HTTP shape, i.e. field
   types, fields no API defines or this server does not serve, what an API words or bounds its own way
   (TGI's `top_p` < 1, `best_of`, `truncate`, OpenAI's `n`), its own settings (`--max-stop-sequences`...),
   and the grammar fields turned into a `Grammar`;

@@ -11,21 +11,23 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from tgi.server import __version__
-from tgi.server.auth import BearerAuth
-from tgi.server.errors import install_error_handlers
-from tgi.server.model_swap import ModelSwapper
-from tgi.server.payload import PayloadLimit
-from tgi.server.protocol import ServingEngine
-from tgi.server.responses_store import ResponsesStore
-from tgi.server.routes_admin import router as admin_router
-from tgi.server.routes_anthropic import router as anthropic_router
-from tgi.server.routes_compat import router as compat_router
-from tgi.server.routes_lora import router as lora_router
-from tgi.server.routes_openai import router as openai_router
-from tgi.server.routes_responses import router as responses_router
-from tgi.server.routes_tgi import router as tgi_router
-from tgi.server.service import InferenceService
-from tgi.server.settings import ServerSettings
+from tgi.server.anthropic.errors import ANTHROPIC_ERRORS
+from tgi.server.anthropic.routes import router as anthropic_router
+from tgi.server.http.auth import BearerAuth
+from tgi.server.http.errors import install_error_handlers, register_dialect
+from tgi.server.http.payload import PayloadLimit
+from tgi.server.lora.routes import router as lora_router
+from tgi.server.openai.routes import router as openai_router
+from tgi.server.responses.routes import router as responses_router
+from tgi.server.responses.store import ResponsesStore
+from tgi.server.sagemaker.routes import router as sagemaker_router
+from tgi.server.service.inference import InferenceService
+from tgi.server.service.protocol import ServingEngine
+from tgi.server.service.settings import ServerSettings
+from tgi.server.swap.routes import router as admin_router
+from tgi.server.swap.swapper import ModelSwapper
+from tgi.server.tgi.chat_tokenize import router as chat_tokenize_router
+from tgi.server.tgi.routes import router as tgi_router
 
 log = logging.getLogger("tgi.server")
 
@@ -34,12 +36,12 @@ def create_app(engine: ServingEngine, settings: ServerSettings | None = None) ->
     settings = settings or ServerSettings()
     service = InferenceService(engine, settings)
     if settings.otlp_endpoint:
-        from tgi.server.tracing import Tracing
+        from tgi.server.observability.tracing import Tracing
 
         service.tracing = Tracing(settings.otlp_endpoint, settings.otlp_service_name)
 
     # the lifespan reaches the engine through the service only: a closure over `engine` would keep the
-    # start-up model alive after a swap (`tgi.server.model_swap`)
+    # start-up model alive after a swap (`tgi.server.swap.swapper`)
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if settings.start_engine:
@@ -72,11 +74,13 @@ def create_app(engine: ServingEngine, settings: ServerSettings | None = None) ->
         max_bytes=settings.responses_store_max_bytes,
     )
     install_error_handlers(app)
+    register_dialect(ANTHROPIC_ERRORS)  # Anthropic's shape on its paths, whoever raises the error
     app.include_router(tgi_router)
     app.include_router(openai_router)
     app.include_router(anthropic_router)
     app.include_router(responses_router)
-    app.include_router(compat_router)
+    app.include_router(sagemaker_router)
+    app.include_router(chat_tokenize_router)
     app.include_router(admin_router)
     app.include_router(lora_router)
     app.add_middleware(PayloadLimit, limit=settings.payload_limit)

@@ -17,7 +17,7 @@ from typing import Any
 
 from tgi.core.config import ConfigError
 
-#: the id OpenAI clients send for the base model (`tgi.server.lora.BASE_ALIAS`): never an adapter's
+#: the id OpenAI clients send for the base model (`tgi.server.lora.adapters.BASE_ALIAS`): never an adapter's
 RESERVED = "tgi"
 
 

@@ -22,7 +22,7 @@ def watermark(args: argparse.Namespace) -> Watermark:
 
 
 def lora_adapters(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
-    from tgi.server.lora import parse_lora_adapters
+    from tgi.server.lora.adapters import parse_lora_adapters
 
     return parse_lora_adapters(args.lora_adapters)
 
@@ -37,7 +37,7 @@ def api_keys(args: argparse.Namespace) -> tuple[tuple[str, str], ...] | None:
     --admin-api-key, which opens no inference route, or --api-key, whose tenant is made from it)."""
     if args.api_key_file is None:
         return None
-    from tgi.server.auth import read_api_key_file
+    from tgi.server.http.auth import read_api_key_file
 
     pairs = read_api_key_file(args.api_key_file)
     for flag, given in (("--admin-api-key", args.admin_api_key), ("--api-key", args.api_key)):

@@ -1,4 +1,4 @@
-"""The table's flags about the OpenAI Responses store (`tgi.server.responses_store`): how many responses
+"""The table's flags about the OpenAI Responses store (`tgi.server.responses.store`): how many responses
 `POST /v1/responses` keeps for `GET /v1/responses/{id}` and `previous_response_id`, and for how long."""
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ def tokenizer_config_file(path) -> str | None:
 def _otel_installed(endpoint: str) -> bool:
     import importlib.util
 
-    from tgi.server.tracing import exporter_module, otlp_protocol
+    from tgi.server.observability.tracing import exporter_module, otlp_protocol
 
     try:
         return all(

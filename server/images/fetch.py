@@ -41,11 +41,11 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from urllib.parse import quote, unquote, urljoin, urlsplit
 
-from tgi.server.fields import escaped
 from tgi.server.images.addresses import address_refusal
 from tgi.server.images.deadline import FetchEnded, FetchGuard
 from tgi.server.images.limits import ImageError
 from tgi.server.images.sources import ImageRef
+from tgi.server.validation.fields import escaped
 
 log = logging.getLogger("tgi.server")
 

@@ -1,7 +1,7 @@
 """The tool-call parsers `--tool-call-parser` names (vLLM's names), and which one a chat template has.
 
 `auto` picks the format the model's chat template teaches, or none (the generic grammar-backed tool
-calling, `tgi.server.tools`, stays the default for models without one). A parser named on the command line
+calling, `tgi.server.chat.tools`, stays the default for models without one). A parser named on the command line
 that the model's template does not teach is refused at start-up.
 """
 

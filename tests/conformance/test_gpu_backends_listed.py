@@ -31,7 +31,7 @@ def test_registry_reports_cuda_and_rocm_unavailable_with_reason():
 def test_tgi_backends_command_lists_them():
     env = dict(os.environ, TGI_PLUGINS="cpu,cuda,rocm")
     out = subprocess.run(
-        [sys.executable, "-m", "tgi.server.cli", "backends"],
+        [sys.executable, "-m", "tgi.server.cli.main", "backends"],
         env=env,
         capture_output=True,
         text=True,

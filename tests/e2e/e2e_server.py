@@ -55,7 +55,7 @@ def launch(tmp: Path, *extra: str, env: dict[str, str] | None = None) -> Server:
     cmd = [
         sys.executable,
         "-m",
-        "tgi.server.cli",
+        "tgi.server.cli.main",
         "launch",
         "--hostname",
         "127.0.0.1",

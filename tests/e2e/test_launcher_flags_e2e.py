@@ -64,6 +64,16 @@ def test_served_flags_change_the_server(tmp_path, shared_server, launch_server, 
     ],
 )
 def test_flags_that_cannot_be_served_stop_the_start(flags, message):
-    cmd = [sys.executable, "-m", "tgi.server.cli", "launch", "--port", "0", "--hostname", "127.0.0.1", *flags]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tgi.server.cli.main",
+        "launch",
+        "--port",
+        "0",
+        "--hostname",
+        "127.0.0.1",
+        *flags,
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and message in done.stderr, done.stderr

@@ -77,7 +77,7 @@ def test_watermarked_text_is_detected_and_plain_text_is_not(wm_server, capsys):
     assert sum(s.z_score for s in plain) / len(plain) < 2 and all(s.z_score < 4 for s in plain), plain
     # the command gives the function's answer
     out = subprocess.run(
-        [sys.executable, "-m", "tgi.server.cli", "watermark", "detect"],
+        [sys.executable, "-m", "tgi.server.cli.main", "watermark", "detect"],
         input=texts[0],
         capture_output=True,
         text=True,

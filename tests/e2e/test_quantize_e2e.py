@@ -85,7 +85,7 @@ def test_unservable_quantize_fails_at_start_with_the_reason(exported, tmp_path, 
     import sys
 
     proc = subprocess.run(
-        [sys.executable, "-m", "tgi.server.cli", "launch", "--model-id", str(exported), "--quantize", "gptq", "--port", "0"],
+        [sys.executable, "-m", "tgi.server.cli.main", "launch", "--model-id", str(exported), "--quantize", "gptq", "--port", "0"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode != 0

@@ -28,7 +28,7 @@ def checkpoint(tmp_path_factory):
 
 def _launch_cmd(folder) -> list[str]:
     return [
-        sys.executable, "-m", "tgi.server.cli", "launch", "--port", "0", "--hostname", "127.0.0.1",
+        sys.executable, "-m", "tgi.server.cli.main", "launch", "--port", "0", "--hostname", "127.0.0.1",
         "--model-id", str(folder), "--backend", "cpu", "--dtype", "float32", "--max-total-tokens", "128",
     ]  # fmt: skip
 

@@ -1,4 +1,4 @@
-"""A tiny in-process engine implementing `tgi.server.protocol.ServingEngine`, for testing the HTTP layer
+"""A tiny in-process engine implementing `tgi.server.service.protocol.ServingEngine`, for testing the HTTP layer
 without a model (a test helper, not part of the package: `pythonpath = ["tests"]` in pyproject.toml).
 
 Character-level: each character is a token (its code point). It "generates" the characters of `REPLY`

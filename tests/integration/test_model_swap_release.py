@@ -20,7 +20,7 @@ import httpx
 from tgi.core.async_engine import AsyncEngine
 from tgi.core.testing.lora import write_random_lora
 from tgi.core.testing.tiny_models import save_random_model
-from tgi.server.launcher import add_launch_arguments, run_launch
+from tgi.server.cli.launch import add_launch_arguments, run_launch
 
 ADMIN = {"Authorization": "Bearer swap-admin-key"}
 

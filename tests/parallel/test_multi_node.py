@@ -95,7 +95,7 @@ def start(tmp_path):
         extra = (*extra, *(["--dist-secret-file", str(secret)] if secret is not None else []))
         log = tmp_path / f"node{node_rank}-{port}.log"
         cmd = [
-            sys.executable, "-m", "tgi.server.cli", "launch", "--hostname", "127.0.0.1", "--port", str(port),
+            sys.executable, "-m", "tgi.server.cli.main", "launch", "--hostname", "127.0.0.1", "--port", str(port),
             "--model-id", str(model), "--backend", "cpu", "--dtype", "float32", *LIMITS,
             "--nnodes", "2", "--node-rank", str(node_rank), "--master-addr", "127.0.0.1",
             "--master-port", str(master_port), "--num-shard", "2", *(["--headless"] if node_rank else []), *extra,

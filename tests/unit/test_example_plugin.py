@@ -31,7 +31,11 @@ def run_tgi(args, site, allow=None):
     if allow:
         env["TGI_PLUGINS"] = allow
     return subprocess.run(
-        [sys.executable, "-m", "tgi.server.cli", *args], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "tgi.server.cli.main", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 

@@ -273,7 +273,7 @@ def test_http_error_is_reported(fake, monkeypatch):
 
 def test_cli_writes_json_and_plot(fake, tmp_path, capsys):
     pytest.importorskip("matplotlib")
-    from tgi.server.cli import main
+    from tgi.server.cli.main import main
 
     out, png = tmp_path / "r.json", tmp_path / "r.png"
     argv = ["benchmark", "serving", "--server", f"fake={fake.url}", "--concurrency", "2"]

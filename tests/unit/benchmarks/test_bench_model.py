@@ -72,7 +72,7 @@ def test_llama_cpp_tools_convert_and_quantize(tmp_path):
 
 
 def test_serving_refuses_a_made_model_beside_model_id_or_without_started_peers(capsys):
-    from tgi.server.cli import main
+    from tgi.server.cli.main import main
 
     assert main(["benchmark", "serving", "--start", "ours", "--model-shape", "1b", "--model-id", "x"]) == 2
     assert "give one of --model-shape and --model-id" in capsys.readouterr().err

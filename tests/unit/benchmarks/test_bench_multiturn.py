@@ -75,7 +75,7 @@ def test_report_ratios_and_table(tmp_path):
 
 
 def test_cli_against_a_running_server(tmp_path, capsys):
-    from tgi.server.cli import main
+    from tgi.server.cli.main import main
 
     out = tmp_path / "multiturn.json"
     with ServerThread(create_app(_engine(cached=()))) as server:

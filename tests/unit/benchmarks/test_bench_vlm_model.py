@@ -89,7 +89,7 @@ def test_made_folder_is_served_by_our_image_path(tmp_path):
 
 
 def test_serving_takes_only_ours_for_the_vlm_shape(capsys):
-    from tgi.server.cli import main
+    from tgi.server.cli.main import main
 
     argv = ["benchmark", "serving", "--start", "ours", "--model-shape", "smolvlm-256m", "--start"]
     assert main([*argv, "llama.cpp"]) == 2

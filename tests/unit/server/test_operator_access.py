@@ -1,6 +1,6 @@
 """Who may call what: the operator routes (`/admin/*`, the run-time LoRA routes) take only `--admin-api-key`,
 the inference routes only `--api-key`; the operator flags that do not go together are refused at start, by
-name (`tgi.server.auth`, `tgi.server.flags.checks`)."""
+name (`tgi.server.http.auth`, `tgi.server.flags.checks`)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 from fake_engine import FakeEngine
 from tgi.core.config import ConfigError
 from tgi.server.app import create_app
-from tgi.server.launcher import add_launch_arguments, run_launch, server_settings
-from tgi.server.settings import ServerSettings
+from tgi.server.cli.launch import add_launch_arguments, run_launch, server_settings
+from tgi.server.service.settings import ServerSettings
 
 INFERENCE = {"Authorization": "Bearer inference-key"}
 ADMIN = {"Authorization": "Bearer admin-key"}

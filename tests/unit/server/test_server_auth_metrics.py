@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from fake_engine import FakeEngine, error_of
 from tgi.server.app import create_app
-from tgi.server.settings import ServerSettings
+from tgi.server.service.settings import ServerSettings
 
 
 def gen(**parameters):

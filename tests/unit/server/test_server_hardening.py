@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from fake_engine import FakeEngine, error_of
 from tgi.server.app import create_app
-from tgi.server.settings import ServerSettings
+from tgi.server.service.settings import ServerSettings
 
 MSGS = [{"role": "user", "content": "Hi"}]
 

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from fake_engine import REPLY, FakeEngine
 from tgi.server.app import create_app
-from tgi.server.settings import ServerSettings
+from tgi.server.service.settings import ServerSettings
 
 MSGS = [{"role": "user", "content": "Hi"}]
 

@@ -13,9 +13,9 @@ from fastapi.testclient import TestClient
 from fake_engine import conversation_engine
 from tgi.core.config import ConfigError
 from tgi.server.app import create_app
-from tgi.server.auth import key_tenant, read_api_key_file
-from tgi.server.launcher import add_launch_arguments, server_settings
-from tgi.server.settings import ServerSettings
+from tgi.server.cli.launch import add_launch_arguments, server_settings
+from tgi.server.http.auth import key_tenant, read_api_key_file
+from tgi.server.service.settings import ServerSettings
 
 KEYS = (("key-a", "team-a"), ("key-a2", "team-a"), ("key-b", "team-b"), ("key-c", key_tenant("key-c")))
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tgi.core.plugins import BackendRegistry, BackendSelectionError
-from tgi.server.cli import main
+from tgi.server.cli.main import main
 
 SEVEN = ("cpu", "cuda", "rocm", "tpu", "gaudi", "neuron", "xpu")
 REASONS = {

@@ -123,7 +123,7 @@ def test_info_names_the_proposer():
 
     from tgi.core.async_engine import AsyncEngine
     from tgi.server.app import create_app
-    from tgi.server.settings import ServerSettings
+    from tgi.server.service.settings import ServerSettings
 
     def engine(proposer):
         return AsyncEngine(SimpleNamespace(proposer=proposer), model_id="m", backend_name="cpu")

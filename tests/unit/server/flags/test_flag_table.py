@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from tgi.core.config import ConfigError, EngineConfig
-from tgi.server.cli import build_parser
+from tgi.server.cli.launch import add_launch_arguments, engine_config, server_settings
+from tgi.server.cli.main import build_parser
 from tgi.server.flags import FLAGS
 from tgi.server.flags.markdown import (
     END,
@@ -27,8 +28,7 @@ from tgi.server.flags.markdown import (
 )
 from tgi.server.flags.parsers import comma_list
 from tgi.server.flags.spec import Engine, Server
-from tgi.server.launcher import add_launch_arguments, engine_config, server_settings
-from tgi.server.settings import ServerSettings
+from tgi.server.service.settings import ServerSettings
 
 PAGE = Path(__file__).resolve().parents[4] / "docs" / "reference" / "flags.md"
 ALL_VARIABLES = sorted({v for f in FLAGS for v in f.env})

@@ -9,9 +9,9 @@ import re
 import pytest
 
 from tgi.core.config import ConfigError
+from tgi.server.cli.launch import add_launch_arguments, server_settings
 from tgi.server.flags.operator_flags import DEFAULT_SWAP_DRAIN_TIMEOUT_S
 from tgi.server.flags.serving_flags import DEFAULT_STREAM_WRITE_TIMEOUT_S
-from tgi.server.launcher import add_launch_arguments, server_settings
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

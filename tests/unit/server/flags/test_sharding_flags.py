@@ -8,7 +8,7 @@ import argparse
 import pytest
 
 from tgi.core.config import ConfigError
-from tgi.server.launcher import add_launch_arguments, engine_config
+from tgi.server.cli.launch import add_launch_arguments, engine_config
 
 VARIABLES = (
     "LWS_GROUP_SIZE", "LWS_WORKER_INDEX", "LWS_LEADER_ADDRESS", "NNODES", "NODE_RANK", "HEADLESS", "MASTER_ADDR",

@@ -20,7 +20,7 @@ from fake_engine import FakeEngine, error_of
 from tgi.core.config import EngineConfig
 from tgi.core.testing.tiny_vlm import save_llava_processor
 from tgi.server.app import create_app
-from tgi.server.settings import ServerSettings
+from tgi.server.service.settings import ServerSettings
 
 PNG = image_bytes(30, 20)
 B64 = base64.b64encode(PNG).decode()

@@ -13,10 +13,10 @@ from transformers import AutoTokenizer
 from fake_engine import FakeEngine, error_of
 from tgi.core.config import EngineConfig
 from tgi.core.testing.tiny_vlm import save_llava_processor
-from tgi.server import service as service_module
 from tgi.server.app import create_app
 from tgi.server.images import fetch
-from tgi.server.settings import ServerSettings
+from tgi.server.service import inference as service_module
+from tgi.server.service.settings import ServerSettings
 
 PNG = image_bytes(30, 20)
 IMAGE_ID = 249  # `<image>` in tiny_vlm's vocabulary of 250

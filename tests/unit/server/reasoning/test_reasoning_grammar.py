@@ -9,9 +9,9 @@ from helpers.reasoning_model import THINK_TAGS, byte_tokenizer
 
 from tgi.core.guided import Grammar
 from tgi.core.guided.compiler import GrammarCompiler
+from tgi.server.chat.tools import plan_tools
 from tgi.server.reasoning import REASONING_FORMATS
 from tgi.server.reasoning.grammar import after_reasoning
-from tgi.server.tools import plan_tools
 
 SCHEMA = Grammar.json_schema({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]})
 REGEX = Grammar.regex("[a-z]{2}/x")

@@ -1,0 +1,1 @@
+"""Anthropic's Messages API: routes, request schemas, inputs, response bodies and errors in its shape."""

@@ -1,0 +1,1 @@
+"""The `tgi` command: its subcommands (`launch`, `watermark`, ...) and their entry points."""

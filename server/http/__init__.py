@@ -1,0 +1,1 @@
+"""What every API shares on the wire: error bodies, Server-Sent Events, the key check, the payload limit."""

@@ -1,0 +1,1 @@
+"""Prometheus metrics with TGI's names, and OpenTelemetry tracing."""

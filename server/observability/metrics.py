@@ -1,0 +1,146 @@
+"""Prometheus metrics with TGI's names, in a registry per app (several apps in one process do not clash).
+
+TGI's counters carry no `_total` suffix (its Rust exporter adds none), and dashboards query those names, so
+the counters here are exposed under exactly those names. Gauges are read from `engine.stats()` at scrape time.
+Extensions: `tgi_kv_free_blocks` / `tgi_kv_total_blocks` (the KV pool), `tgi_request_in_flight` (the
+concurrency slots taken: one per engine sequence), `tgi_prefill_tokens_total`,
+`tgi_prefix_cache_hit_tokens_total` / `tgi_prefix_cache_miss_tokens_total` (tokens of admitted sequences
+read from the prefix cache / computed).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from tgi.core.request import TokenEvent
+from tgi.server.service.protocol import EngineStatsLike
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+_TOKEN_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+
+
+class _Counters:
+    """Monotonic counters exposed without the `_total` suffix, as TGI names them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: dict[tuple[str, tuple[tuple[str, str], ...]], float] = defaultdict(float)
+        self._help = {
+            "tgi_request_count": "Requests received by the generation routes",
+            "tgi_request_success": "Requests that completed",
+            "tgi_request_failure": "Requests that failed, by error type",
+        }
+        self._values[("tgi_request_count", ())] = 0.0
+        self._values[("tgi_request_success", ())] = 0.0
+
+    def inc(self, name: str, **labels: str) -> None:
+        with self._lock:
+            self._values[(name, tuple(sorted(labels.items())))] += 1
+
+    def value(self, name: str, **labels: str) -> float:
+        return self._values.get((name, tuple(sorted(labels.items()))), 0.0)
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            items = list(self._values.items())
+        for name, doc in self._help.items():
+            metric = Metric(name, doc, "unknown")  # exposed as `untyped`: the name stays TGI's
+            for (n, labels), value in items:
+                if n == name:
+                    metric.add_sample(name, dict(labels), value)
+            yield metric
+
+
+class _EngineGauges:
+    def __init__(self, stats: Callable[[], EngineStatsLike], in_flight: Callable[[], int]) -> None:
+        self._stats = stats
+        self._in_flight = in_flight
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._stats()
+        for name, doc, value in (
+            ("tgi_batch_current_size", "Sequences in the current batch", s.num_running),
+            ("tgi_batch_current_max_tokens", "Tokens in the current batch", s.num_batch_tokens),
+            ("tgi_queue_size", "Requests waiting to be scheduled", s.num_waiting),
+            ("tgi_kv_free_blocks", "Free KV-cache blocks", s.num_free_blocks),
+            ("tgi_kv_total_blocks", "KV-cache blocks in the pool", s.num_total_blocks),
+            ("tgi_request_in_flight", "Concurrency slots taken (one per engine sequence)", self._in_flight()),
+        ):
+            yield GaugeMetricFamily(name, doc, value=value)
+        yield CounterMetricFamily(
+            "tgi_prefill_tokens", "Prompt tokens run through the model", value=s.num_prefill_tokens
+        )
+        for name, doc, value in (
+            ("hit", "read from the prefix cache", s.num_prefix_cache_hit_tokens),
+            ("miss", "not in the prefix cache, computed", s.num_prefix_cache_miss_tokens),
+        ):
+            yield CounterMetricFamily(
+                f"tgi_prefix_cache_{name}_tokens", f"Tokens of admitted sequences {doc}", value=value
+            )
+        for name, doc, value in (
+            ("draft", "Draft tokens proposed and verified (--speculate)", s.num_draft_tokens),
+            ("accepted", "Draft tokens accepted (each skips a decode step)", s.num_accepted_draft_tokens),
+        ):
+            yield CounterMetricFamily(f"tgi_speculative_{name}_tokens", doc, value=value)
+        for name, doc, value in (
+            ("step", "Time in the model's steps (forward and sampling), s", s.step_seconds),
+            ("encoder", "Time in the vision encoder, part of the steps' (images), s", s.encoder_seconds),
+        ):
+            yield CounterMetricFamily(f"tgi_{name}_seconds", doc, value=value)
+
+
+class ServerMetrics:
+    def __init__(self, stats: Callable[[], EngineStatsLike], in_flight: Callable[[], int]) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.counters = _Counters()
+        self.registry.register(self.counters)
+        self.registry.register(_EngineGauges(stats, in_flight))
+
+        def hist(name: str, doc: str, buckets: tuple) -> Histogram:
+            return Histogram(name, doc, buckets=buckets, registry=self.registry)
+
+        self.duration = hist("tgi_request_duration", "End-to-end request time (s)", _DURATION_BUCKETS)
+        self.queue = hist("tgi_request_queue_duration", "Time waiting to be scheduled (s)", _DURATION_BUCKETS)
+        self.inference = hist(
+            "tgi_request_inference_duration", "Time from scheduled to done (s)", _DURATION_BUCKETS
+        )
+        self.per_token = hist(
+            "tgi_request_mean_time_per_token_duration",
+            "Inference time per generated token (s)",
+            _DURATION_BUCKETS,
+        )
+        self.input_length = hist("tgi_request_input_length", "Prompt tokens per request", _TOKEN_BUCKETS)
+        self.generated = hist("tgi_request_generated_tokens", "Generated tokens per request", _TOKEN_BUCKETS)
+        self.skipped = hist(
+            "tgi_request_skipped_tokens", "Tokens per request accepted from speculation", _TOKEN_BUCKETS
+        )
+
+    def request_received(self) -> None:
+        self.counters.inc("tgi_request_count")
+
+    def request_failed(self, error_type: str) -> None:
+        self.counters.inc("tgi_request_failure", err=error_type)
+
+    def request_succeeded(self, duration: float) -> None:
+        self.counters.inc("tgi_request_success")
+        self.duration.observe(duration)
+
+    def sequence_finished(self, final: TokenEvent) -> None:
+        """One generated sequence ended (a request with `n`/`best_of` > 1 has several)."""
+        generated = final.index + 1
+        self.queue.observe(final.queue_time)
+        self.inference.observe(final.inference_time)
+        self.per_token.observe(final.inference_time / max(generated, 1))
+        self.input_length.observe(final.num_prompt_tokens)
+        self.generated.observe(generated)
+        self.skipped.observe(final.num_skipped_tokens)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,212 @@
+"""OpenAI's request schemas (chat completions, completions); responses are built in `tgi.server.openai.format`.
+
+`logit_bias` is served (added to the logits by the sampler); `echo` on completions prepends the prompt
+(and its tokens' logprobs when `logprobs` is asked, which needs `--enable-prefill-logprobs`).
+
+Extensions accepted as vLLM and TGI do: `top_k`, `repetition_penalty`, `min_tokens`, `ignore_eos`,
+`stop_token_ids`, `include_stop_str_in_output`, `guided_json`, `guided_regex`, `guided_choice`, `tool_prompt`,
+`cache_salt`. Fields OpenAI or vLLM define that are not served here are
+refused by name (`tgi.server.validation.fields`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from tgi.server.images.sources import image_part
+from tgi.server.validation.fields import NEUTRAL, RequestModel
+
+# OpenAI's and vLLM's request fields that this server does not serve yet, with the values that ask for the
+# default behaviour (which is what it does). Chat completions serve `tools`, `tool_choice`,
+# `parallel_tool_calls` and TGI's `tool_prompt` (declared on `ChatCompletionRequest`); completions refuse them.
+_OPENAI_UNSERVED: dict[str, tuple[Any, ...]] = {
+    "tools": NEUTRAL,
+    "tool_choice": (None, "none"),
+    "parallel_tool_calls": (None, True),
+    "functions": NEUTRAL,
+    "function_call": (None, "none"),
+    "audio": NEUTRAL,
+    "modalities": (None, ["text"]),
+    "prediction": NEUTRAL,
+    "reasoning_effort": NEUTRAL,
+    "verbosity": NEUTRAL,
+    "web_search_options": NEUTRAL,
+    "service_tier": (None, "auto", "default"),
+    "store": (None, False),
+    "metadata": NEUTRAL,
+    "prompt_cache_key": NEUTRAL,
+    "best_of": (None, 1),
+    # vLLM's extensions
+    "min_p": (None, 0.0, 0),
+    "use_beam_search": (None, False),
+    "length_penalty": (None, 1.0, 1),
+    "guided_grammar": NEUTRAL,
+    # how vLLM runs guided_*: the backend (ours is llguidance) and JSON's whitespace (ours: single spaces)
+    "guided_decoding_backend": NEUTRAL,
+    "guided_whitespace_pattern": NEUTRAL,
+    "structured_outputs": NEUTRAL,
+    "allowed_token_ids": NEUTRAL,
+    "bad_words": NEUTRAL,
+    "prompt_logprobs": NEUTRAL,
+    "truncate_prompt_tokens": NEUTRAL,
+    "skip_special_tokens": (None, True),
+    "spaces_between_special_tokens": (None, True),
+    "chat_template": NEUTRAL,
+    "chat_template_kwargs": NEUTRAL,
+    "continue_final_message": (None, False),
+    "add_generation_prompt": (None, True),
+    "documents": NEUTRAL,
+    "logits_processors": NEUTRAL,
+    "return_tokens_as_token_ids": (None, False),
+    "priority": (None, 0),
+    # TGI's /v1 extensions
+    "tool_prompt": NEUTRAL,
+    "guideline": NEUTRAL,
+    "adapter_id": NEUTRAL,
+}
+
+
+class ImageUrl(RequestModel):
+    """An image content part's image: a `data:` URL, an `http(s)` URL (fetched: `tgi.server.images.fetch`),
+    or a `file:` URL under --allowed-local-media-path. `detail` other than `auto` is refused (the model's
+    processor decides the resolution)."""
+
+    url: str
+    KNOWN: ClassVar = {"detail": (None, "auto")}
+
+
+class ContentPart(RequestModel):
+    type: str
+    text: str | None = None
+    image_url: ImageUrl | None = None
+    KNOWN: ClassVar = {"input_audio": NEUTRAL, "file": NEUTRAL}
+
+    def refusals(self) -> Iterator[tuple[str, str]]:
+        if self.type not in ("text", "image_url"):
+            yield (
+                "type",
+                f"`{self.type}` content is not supported: this server takes text and image_url parts",
+            )
+        elif self.type == "image_url" and self.image_url is None:
+            yield "image_url", "is required by an `image_url` part"
+        elif self.type == "text" and self.image_url is not None:
+            yield "image_url", "cannot be given in a `text` part"
+
+
+class ChatMessage(RequestModel):
+    role: str
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[Any] | None = None
+    tool_call_id: str | None = None
+    KNOWN: ClassVar = {"function_call": NEUTRAL, "audio": NEUTRAL, "refusal": NEUTRAL}
+
+    def template_dict(self, where: str) -> dict:
+        """The message as chat templates take it: text parts joined; with images, a list of `text` and
+        image parts in order (`image_part`, named by their field under `where`, this message's path)."""
+        content = self.content
+        if isinstance(content, list) and any(p.type == "image_url" for p in content):
+            content = [
+                image_part(p.image_url.url, f"{where}.content[{j}].image_url.url")
+                if p.type == "image_url" and p.image_url is not None
+                else {"type": "text", "text": p.text or ""}
+                for j, p in enumerate(content)
+            ]
+        elif isinstance(content, list):
+            content = "".join(p.text or "" for p in content if p.type == "text")
+        out: dict = {"role": self.role, "content": content or ""}
+        for key in ("name", "tool_calls", "tool_call_id"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return out
+
+
+class StreamOptions(RequestModel):
+    include_usage: bool = False
+    KNOWN: ClassVar = {"continuous_usage_stats": (None, False)}
+
+
+class _Sampling(RequestModel):
+    model: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    n: int = 1
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None  # token id (as a string) -> bias in [-100, 100]
+    # extensions (vLLM, TGI)
+    top_k: int | None = None
+    repetition_penalty: float | None = None
+    min_tokens: int | None = None
+    ignore_eos: bool = False
+    stop_token_ids: list[int] | None = None
+    include_stop_str_in_output: bool = False
+    user: str | None = None  # an end-user id: no effect on generation, in OpenAI's API either
+    # guided decoding (`tgi.server.validation.grammars`): OpenAI's, and vLLM's extensions
+    response_format: dict | None = None
+    guided_json: dict | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    # vLLM's: only requests with the same salt share prefix-cache blocks (none: with the unsalted only)
+    cache_salt: str | None = Field(default=None, min_length=1)
+    KNOWN: ClassVar = _OPENAI_UNSERVED
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+    @property
+    def stop_list(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+
+class ChatCompletionRequest(_Sampling):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    # tool calling (`tgi.server.chat.tools`); one call per choice at most, which `parallel_tool_calls` allows
+    # either way
+    tools: list[Any] | None = None
+    tool_choice: str | dict | None = None
+    parallel_tool_calls: bool | None = None
+    tool_prompt: str | None = None  # TGI's: the instruction shown before the tools
+
+    @property
+    def max_new_tokens(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+    def template_messages(self) -> list[dict]:
+        """The messages as chat templates take them, their images as `image_part`s named by their field."""
+        return [m.template_dict(f"messages[{i}]") for i, m in enumerate(self.messages)]
+
+
+class CompletionRequest(_Sampling):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    max_tokens: int | None = 16  # OpenAI's default for completions
+    logprobs: int | None = None  # number of alternatives per token, as OpenAI's legacy completions
+    echo: bool = False
+    suffix: str | None = None
+
+    @property
+    def max_new_tokens(self) -> int | None:
+        return self.max_tokens
+
+    def prompts(self) -> list[str | list[int]]:
+        """One entry per prompt: a string, or token ids."""
+        p = self.prompt
+        if isinstance(p, str):
+            return [p]
+        if p and all(isinstance(x, int) for x in p):
+            return [list(p)]  # type: ignore[arg-type]
+        return list(p)  # type: ignore[arg-type]

@@ -1,0 +1,1 @@
+"""OpenAI's Responses API: routes, request schema, inputs, response bodies and stream events, the response store."""
