@@ -1,5 +1,5 @@
 """Guided decoding: outputs constrained by a JSON schema, a regex or a Lark grammar (llguidance)."""
 
-from tgi.core.guided.grammar import CompilerBusyError, Grammar, GrammarError
+from tgi.core.guided.grammar import CompilerBusyError, Grammar, GrammarError, StructuralTag
 
-__all__ = ["CompilerBusyError", "Grammar", "GrammarError"]
+__all__ = ["CompilerBusyError", "Grammar", "GrammarError", "StructuralTag"]

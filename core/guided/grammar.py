@@ -50,6 +50,17 @@ _SUBSCHEMAS = ("items", "anyOf", "oneOf", "allOf", "prefixItems", "not", "additi
 
 
 @dataclass(frozen=True)
+class StructuralTag:
+    """One structure of a structural tag: JSON under `schema` between `begin` and `end`, where `begin`
+    starts with one of `triggers` (the text that, once generated, starts the structure)."""
+
+    begin: str
+    schema: dict[str, Any] | bool
+    end: str
+    triggers: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Grammar:
     """`kind` and its `source` text: a JSON schema (`closed`, serialised in its own key order, which is
     the order the fields are generated in), a regex matched against the
@@ -86,6 +97,40 @@ class Grammar:
         if not isinstance(text, str) or not text.strip():
             raise GrammarError("a Lark grammar needs a non-empty grammar text")
         return cls("lark", text)
+
+    @classmethod
+    def cfg(cls, text: str) -> Grammar:
+        """A context-free grammar in Lark's dialect (llguidance's) or in llama.cpp's GBNF, which is
+        rewritten as Lark by llguidance's own converter (what vLLM's guidance backend does with a
+        `grammar`); raises `GrammarError` when it is neither."""
+        if not isinstance(text, str) or not text.strip():
+            raise GrammarError("a grammar needs a non-empty grammar text")
+        from llguidance.gbnf_to_lark import any_to_lark  # the grammar engine's converter, loaded on use
+
+        try:
+            return cls("lark", any_to_lark(text))
+        except Exception as exc:  # the converter raises its own parse errors (ValueError and others)
+            raise GrammarError(f"the grammar is neither Lark nor GBNF: {str(exc).splitlines()[0]}") from None
+
+    @classmethod
+    def structural_tags(cls, tags: list[StructuralTag]) -> Grammar:
+        """Free text in which each `tag.begin` (once the text reaches one of the triggers it starts with)
+        is followed by JSON under `tag.schema` (closed, as every schema here) and `tag.end`: vLLM's
+        `structural_tag`, built with llguidance's own lazy-trigger grammar."""
+        if not tags:
+            raise GrammarError("a structural tag needs at least one structure")
+        from llguidance import StructTag  # the grammar engine's builder, loaded on use
+
+        built = []
+        for tag in tags:
+            trigger = next((t for t in tag.triggers if t and tag.begin.startswith(t)), None)
+            if trigger is None:
+                raise GrammarError(f"the structure beginning {tag.begin!r} starts with none of the triggers")
+            built.append(StructTag(trigger=trigger, begin=tag.begin, grammar=closed(tag.schema), end=tag.end))
+        try:
+            return cls("lark", StructTag.to_grammar(built))
+        except (AssertionError, ValueError) as exc:  # the builder checks its input with asserts
+            raise GrammarError(f"the structural tag cannot be built: {exc}") from None
 
     def describe(self) -> str:
         """A short label for logs and metrics (not the whole source)."""

@@ -31,6 +31,7 @@ from tgi.server.validation.grammars import (
     one_grammar,
     refuse_if_disabled,
     response_format_grammar,
+    structured_outputs_grammar,
     vllm_guided_grammar,
 )
 from tgi.server.validation.sampling import check_prompt_logprobs
@@ -63,6 +64,7 @@ def _with_grammar(
         ("response_format", response_format_grammar(req.response_format)),
         ("tools", tools.grammar if tools is not None else None),
         vllm_guided_grammar(req),
+        structured_outputs_grammar(req.structured_outputs),
     )
     if asked is None:
         return base, None

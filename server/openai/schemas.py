@@ -4,7 +4,8 @@
 (and its tokens' logprobs when `logprobs` is asked, which needs `--enable-prefill-logprobs`).
 
 Extensions accepted as vLLM and TGI do: `top_k`, `repetition_penalty`, `min_tokens`, `ignore_eos`,
-`stop_token_ids`, `include_stop_str_in_output`, `guided_json`, `guided_regex`, `guided_choice`, `tool_prompt`,
+`stop_token_ids`, `include_stop_str_in_output`, `guided_json`, `guided_regex`, `guided_choice`, `guided_grammar`,
+`structured_outputs`, `tool_prompt`,
 `cache_salt`. Fields OpenAI or vLLM define that are not served here are
 refused by name (`tgi.server.validation.fields`).
 """
@@ -43,11 +44,9 @@ _OPENAI_UNSERVED: dict[str, tuple[Any, ...]] = {
     "min_p": (None, 0.0, 0),
     "use_beam_search": (None, False),
     "length_penalty": (None, 1.0, 1),
-    "guided_grammar": NEUTRAL,
     # how vLLM runs guided_*: the backend (ours is llguidance) and JSON's whitespace (ours: single spaces)
     "guided_decoding_backend": NEUTRAL,
     "guided_whitespace_pattern": NEUTRAL,
-    "structured_outputs": NEUTRAL,
     "allowed_token_ids": NEUTRAL,
     "bad_words": NEUTRAL,
     "prompt_logprobs": NEUTRAL,
@@ -129,6 +128,25 @@ class StreamOptions(RequestModel):
     KNOWN: ClassVar = {"continuous_usage_stats": (None, False)}
 
 
+class StructuredOutputs(RequestModel):
+    """vLLM's `structured_outputs` (its only spelling since vLLM 0.12): one of `json`, `regex`, `choice`,
+    `grammar`, `json_object`, `structural_tag`, and options (`tgi.server.validation.grammars`)."""
+
+    json_: dict | str | bool | None = Field(default=None, alias="json")
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    json_object: bool | None = None
+    structural_tag: str | dict | None = None
+    # one grammar engine here (llguidance), which never falls back to another: either value holds
+    disable_fallback: bool = False
+    # JSON written without whitespace (True) or with this server's single spaces after `,` and `:`
+    disable_any_whitespace: bool = False
+    # every schema is generated closed here (`tgi.core.guided.grammar.closed`): either value passes
+    disable_additional_properties: bool = False
+    KNOWN: ClassVar = {"whitespace_pattern": NEUTRAL}
+
+
 class _Sampling(RequestModel):
     model: str | None = None
     temperature: float | None = None
@@ -154,6 +172,8 @@ class _Sampling(RequestModel):
     guided_json: dict | str | None = None
     guided_regex: str | None = None
     guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+    structured_outputs: StructuredOutputs | None = None
     # vLLM's: only requests with the same salt share prefix-cache blocks (none: with the unsalted only)
     cache_salt: str | None = Field(default=None, min_length=1)
     KNOWN: ClassVar = _OPENAI_UNSERVED
