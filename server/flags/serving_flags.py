@@ -205,6 +205,19 @@ SERVING_FLAGS = (
         example="true",
     ),
     Flag(
+        ("--scheduling-policy",),
+        "fcfs: requests run in arrival order and a request's `priority` other than 0 is refused by name; "
+        "priority: a request's `priority` (vLLM's: lower runs first, 0 by default) orders the queue, arrival "
+        "order within one priority",
+        REQUESTS,
+        Server("scheduling_policy"),
+        env=("SCHEDULING_POLICY",),
+        parse=lower,
+        default="fcfs",
+        choices=("fcfs", "priority"),
+        example="priority",
+    ),
+    Flag(
         ("--validation-workers",),
         "threads that tokenize and template requests",
         REQUESTS,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from tgi.core.sampling_params import SamplingParams
 from tgi.server.http.errors import validation_error
 from tgi.server.service.settings import ServerSettings
-from tgi.server.validation.sampling import check_stop, check_top_n, logit_bias, stop_token_ids
+from tgi.server.validation.sampling import check_priority, check_stop, check_top_n, logit_bias, stop_token_ids
 
 
 def openai_sampling_params(req, settings: ServerSettings, top_n: int, logprobs: bool) -> SamplingParams:
@@ -34,4 +34,5 @@ def openai_sampling_params(req, settings: ServerSettings, top_n: int, logprobs: 
         logprobs=logprobs,
         top_n_tokens=check_top_n(top_n, settings),
         logit_bias=logit_bias(req.logit_bias),
+        priority=check_priority(req.priority, settings),
     )

@@ -34,7 +34,7 @@ from tgi.server.validation.grammars import (
     structured_outputs_grammar,
     vllm_guided_grammar,
 )
-from tgi.server.validation.sampling import check_prompt_logprobs
+from tgi.server.validation.sampling import check_prompt_logprobs, truncated
 
 router = APIRouter(tags=["OpenAI"])
 
@@ -86,8 +86,15 @@ async def _chat_prompts(service: InferenceService, req: ChatCompletionRequest) -
     base, field = _with_grammar(service, req, base, tools)
     messages, template_kwargs = render_inputs(req.template_messages(), tools, template, req.tool_prompt)
     ids, images, parsers, base = await render_prompt(service, messages, template_kwargs, parsers, base)
+    ids = _truncated(service, ids, req, bool(images))
     salt = req.cache_salt
     return [Prompt(ids, base, field, req.n, images=images, tools=tools, parsers=parsers, cache_salt=salt)]
+
+
+def _truncated(service: InferenceService, ids: list[int], req, images: bool = False) -> list[int]:
+    """vLLM's `truncate_prompt_tokens`: the prompt's last tokens (the chat template applied)."""
+    limit = service.engine.config.max_input_tokens
+    return truncated(ids, req.truncate_prompt_tokens, "truncate_prompt_tokens", limit, images)
 
 
 async def _completion_prompts(service: InferenceService, req: CompletionRequest) -> list[Prompt]:
@@ -107,10 +114,11 @@ async def _completion_prompts(service: InferenceService, req: CompletionRequest)
         raise validation_error("`prompt` cannot be empty")
     out: list[Prompt] = []
     for prompt in prompts:
-        ids = prompt if isinstance(prompt, list) else await service.encode(prompt)
+        ids = _truncated(service, prompt if isinstance(prompt, list) else await service.encode(prompt), req)
         echo = None
         if req.echo:
-            echo = await service.decode(ids) if isinstance(prompt, list) else prompt
+            cut = isinstance(prompt, list) or req.truncate_prompt_tokens is not None  # echo what was run
+            echo = await service.decode(ids) if cut else prompt
         out.append(Prompt(ids, base, field, req.n, echo=echo, cache_salt=req.cache_salt))
     return out
 

@@ -50,7 +50,6 @@ _OPENAI_UNSERVED: dict[str, tuple[Any, ...]] = {
     "allowed_token_ids": NEUTRAL,
     "bad_words": NEUTRAL,
     "prompt_logprobs": NEUTRAL,
-    "truncate_prompt_tokens": NEUTRAL,
     "skip_special_tokens": (None, True),
     "spaces_between_special_tokens": (None, True),
     "chat_template": NEUTRAL,
@@ -60,7 +59,6 @@ _OPENAI_UNSERVED: dict[str, tuple[Any, ...]] = {
     "documents": NEUTRAL,
     "logits_processors": NEUTRAL,
     "return_tokens_as_token_ids": (None, False),
-    "priority": (None, 0),
     # TGI's /v1 extensions
     "tool_prompt": NEUTRAL,
     "guideline": NEUTRAL,
@@ -174,6 +172,10 @@ class _Sampling(RequestModel):
     guided_choice: list[str] | None = None
     guided_grammar: str | None = None
     structured_outputs: StructuredOutputs | None = None
+    # vLLM's: the prompt's last k tokens (-1: as many as an input may have); the queue's order, lower first
+    # (with --scheduling-policy priority)
+    truncate_prompt_tokens: int | None = None
+    priority: int = 0
     # vLLM's: only requests with the same salt share prefix-cache blocks (none: with the unsalted only)
     cache_salt: str | None = Field(default=None, min_length=1)
     KNOWN: ClassVar = _OPENAI_UNSERVED

@@ -71,4 +71,6 @@ class ServerSettings:
     responses_store_max_entries: int = 1024
     responses_store_max_age_s: float = 3600.0
     responses_store_max_bytes: int = 64 * 2**20
+    # how the queue is ordered (--scheduling-policy): "fcfs", or "priority" by the requests' `priority`
+    scheduling_policy: str = "fcfs"
     on_ready: Callable[[], None] | None = None  # run once the app has started (the launcher's "serving" line)

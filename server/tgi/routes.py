@@ -32,6 +32,7 @@ from tgi.server.tgi.schemas import (
 )
 from tgi.server.validation.fields import check_fields
 from tgi.server.validation.grammars import refuse_if_disabled, tgi_grammar
+from tgi.server.validation.sampling import truncated
 
 router = APIRouter(tags=["Text Generation Inference"])
 
@@ -79,14 +80,7 @@ async def prepare(service: InferenceService, req: GenerateRequest, stream: bool)
         ids, images = await service.encode(req.inputs), ()
     else:  # TGI's markdown images: each one's placeholder where it stood, expanded by the model's processor
         ids, images = await service.encode_with_images(service.image_token(refs).join(pieces), refs)
-        if truncate is not None and truncate < len(ids):
-            raise validation_error(
-                f"`parameters.truncate` ({truncate}) would cut the images' tokens out of a {len(ids)}-token "
-                "input: it cannot be used with images",
-                "parameters.truncate",
-            )
-    if truncate is not None:
-        ids = ids[-truncate:]
+    ids = truncated(ids, truncate, "parameters.truncate", service.engine.config.max_input_tokens, bool(refs))
     n, salt = req.parameters.best_of or 1, req.parameters.cache_salt
     return [SequenceInput(ids, params, field, n=n, images=images, cache_salt=salt)]
 

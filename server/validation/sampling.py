@@ -78,3 +78,35 @@ def stop_token_ids(ids: list[int] | None) -> tuple[int, ...]:
             "stop_token_ids",
         )
     return tuple(ids or ())
+
+
+def check_priority(priority: int, settings: ServerSettings) -> int:
+    """vLLM's `priority` (lower runs first; 0 by default) as the scheduler's (higher runs first): served
+    with `--scheduling-policy priority`, refused by name otherwise (as vLLM refuses it under `fcfs`)."""
+    if priority and settings.scheduling_policy != "priority":
+        raise validation_error(
+            "`priority` orders the queue only on a server started with --scheduling-policy priority",
+            "priority",
+        )
+    return -priority
+
+
+def truncated(ids: list[int], keep: int | None, field: str, max_input_tokens: int, images: bool) -> list[int]:
+    """The prompt's last `keep` tokens (TGI's `truncate`, vLLM's `truncate_prompt_tokens`, where -1 keeps
+    as many as an input may have); None keeps them all. A 422 names `field` when `keep` is out of range, or
+    when cutting would cut into a prompt's images."""
+    if keep is None:
+        return ids
+    if keep == -1 and field.endswith("truncate_prompt_tokens"):
+        keep = max_input_tokens
+    if not 0 < keep <= max_input_tokens:
+        raise validation_error(
+            f"`{field}` must be strictly positive and less than {max_input_tokens}. Given: {keep}", field
+        )
+    if images and keep < len(ids):
+        raise validation_error(
+            f"`{field}` ({keep}) would cut the images' tokens out of a {len(ids)}-token input: it cannot be "
+            "used with images",
+            field,
+        )
+    return ids[-keep:]
