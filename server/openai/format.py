@@ -51,32 +51,41 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) ->
     }
 
 
+def token_label(token_id: int, text: str, as_ids: bool) -> str:
+    """How a token is named in `logprobs`: its text, or `token_id:<id>` with vLLM's
+    `return_tokens_as_token_ids` (a token whose bytes are no whole character stays identifiable)."""
+    return f"token_id:{token_id}" if as_ids else text
+
+
 def _token_logprob(text: str, logprob: float | None) -> dict:
     return {"token": text, "logprob": logprob if logprob is not None else 0.0, "bytes": list(text.encode())}
 
 
-def chat_logprob(event: TokenEvent) -> dict:
-    """One entry of `choices[].logprobs.content`."""
-    entry = _token_logprob(event.token_text, event.logprob)
-    entry["top_logprobs"] = [_token_logprob(t.text, t.logprob) for t in event.top_tokens]
+def chat_logprob(event: TokenEvent, as_ids: bool = False) -> dict:
+    """One entry of `choices[].logprobs.content` (`as_ids`: `token_label`'s)."""
+    entry = _token_logprob(token_label(event.token_id, event.token_text, as_ids), event.logprob)
+    tops = event.top_tokens
+    entry["top_logprobs"] = [_token_logprob(token_label(t.id, t.text, as_ids), t.logprob) for t in tops]
     return entry
 
 
-def completion_logprobs(events: list[TokenEvent], start_offset: int = 0) -> dict:
+def completion_logprobs(events: list[TokenEvent], start_offset: int = 0, as_ids: bool = False) -> dict:
     """Legacy completions' `logprobs` object (tokens, token_logprobs, top_logprobs, text_offset)."""
     offsets, pos = [], start_offset
     for e in events:
         offsets.append(pos)
         pos += len(visible_text(e))
     return {
-        "tokens": [e.token_text for e in events],
+        "tokens": [token_label(e.token_id, e.token_text, as_ids) for e in events],
         "token_logprobs": [e.logprob for e in events],
-        "top_logprobs": [{t.text: t.logprob for t in e.top_tokens} for e in events],
+        "top_logprobs": [
+            {token_label(t.id, t.text, as_ids): t.logprob for t in e.top_tokens} for e in events
+        ],
         "text_offset": offsets,
     }
 
 
-def with_prompt_logprobs(prompt: tuple, generated: dict) -> dict:
+def with_prompt_logprobs(prompt: tuple, generated: dict, as_ids: bool = False) -> dict:
     """`echo` with `logprobs`: the prompt tokens (`PromptToken`s; the first has no logprob) before the
     generated ones in a legacy `logprobs` object; a prompt position's `top_logprobs` holds its own token
     (None for the first), its offsets count from the start of the prompt text."""
@@ -85,9 +94,11 @@ def with_prompt_logprobs(prompt: tuple, generated: dict) -> dict:
         offsets.append(pos)
         pos += len(t.text)
     return {
-        "tokens": [t.text for t in prompt] + generated["tokens"],
+        "tokens": [token_label(t.id, t.text, as_ids) for t in prompt] + generated["tokens"],
         "token_logprobs": [t.logprob for t in prompt] + generated["token_logprobs"],
-        "top_logprobs": [None if t.logprob is None else {t.text: t.logprob} for t in prompt]
+        "top_logprobs": [
+            None if t.logprob is None else {token_label(t.id, t.text, as_ids): t.logprob} for t in prompt
+        ]
         + generated["top_logprobs"],
         "text_offset": offsets + generated["text_offset"],
     }

@@ -49,6 +49,7 @@ class Prompt(SequenceInput):
         default_factory=OutputParsers
     )  # chat: the reasoning and tool-call parsers it goes through
     echo: str | None = None  # completions with `echo`: the prompt's text, shown before the output
+    as_ids: bool = False  # vLLM's `return_tokens_as_token_ids`: logprobs name tokens `token_id:<id>`
 
 
 def _service(request: Request) -> InferenceService:
@@ -88,7 +89,20 @@ async def _chat_prompts(service: InferenceService, req: ChatCompletionRequest) -
     ids, images, parsers, base = await render_prompt(service, messages, template_kwargs, parsers, base)
     ids = _truncated(service, ids, req, bool(images))
     salt = req.cache_salt
-    return [Prompt(ids, base, field, req.n, images=images, tools=tools, parsers=parsers, cache_salt=salt)]
+    as_ids = req.return_tokens_as_token_ids
+    return [
+        Prompt(
+            ids,
+            base,
+            field,
+            req.n,
+            images=images,
+            tools=tools,
+            parsers=parsers,
+            cache_salt=salt,
+            as_ids=as_ids,
+        )
+    ]
 
 
 def _truncated(service: InferenceService, ids: list[int], req, images: bool = False) -> list[int]:
@@ -119,7 +133,8 @@ async def _completion_prompts(service: InferenceService, req: CompletionRequest)
         if req.echo:
             cut = isinstance(prompt, list) or req.truncate_prompt_tokens is not None  # echo what was run
             echo = await service.decode(ids) if cut else prompt
-        out.append(Prompt(ids, base, field, req.n, echo=echo, cache_salt=req.cache_salt))
+        as_ids = req.return_tokens_as_token_ids
+        out.append(Prompt(ids, base, field, req.n, echo=echo, cache_salt=req.cache_salt, as_ids=as_ids))
     return out
 
 
@@ -162,7 +177,7 @@ def _chat_choice(index: int, prompt: Prompt, events: list[TokenEvent], logprobs:
     return {
         "index": index,
         "message": message,
-        "logprobs": {"content": [fmt.chat_logprob(e) for e in events]} if logprobs else None,
+        "logprobs": {"content": [fmt.chat_logprob(e, prompt.as_ids) for e in events]} if logprobs else None,
         "finish_reason": fmt.finish_reason(final.finish_reason, called),
     }
 
@@ -172,9 +187,9 @@ def _completion_choice(index: int, prompt: Prompt, events: list[TokenEvent], log
     echo = prompt.echo or ""
     out = None
     if logprobs:
-        out = fmt.completion_logprobs(events, start_offset=len(echo))
+        out = fmt.completion_logprobs(events, start_offset=len(echo), as_ids=prompt.as_ids)
         if prompt.echo is not None:
-            out = fmt.with_prompt_logprobs(final.prompt_tokens or (), out)
+            out = fmt.with_prompt_logprobs(final.prompt_tokens or (), out, prompt.as_ids)
     return {
         "index": index,
         "text": echo + (final.generated_text or ""),
@@ -205,7 +220,7 @@ def _chat_chunker(generation: Generation[Prompt]):
             deltas = [{"role": "assistant", **d} for d in deltas]
         out = [{"index": index, "delta": d, "logprobs": None, "finish_reason": None} for d in deltas]
         if out and logprobs:
-            out[-1]["logprobs"] = {"content": [fmt.chat_logprob(event)]}
+            out[-1]["logprobs"] = {"content": [fmt.chat_logprob(event, prompt.as_ids)]}
         if out:
             out[-1]["finish_reason"] = fmt.finish_reason(
                 event.finish_reason, stream is not None and stream.is_call
@@ -223,7 +238,7 @@ def _completion_chunk(index: int, prompt: Prompt, event: TokenEvent, logprobs: b
         {
             "index": index,
             "text": visible_text(event),
-            "logprobs": fmt.completion_logprobs([event]) if logprobs else None,
+            "logprobs": fmt.completion_logprobs([event], as_ids=prompt.as_ids) if logprobs else None,
             "finish_reason": fmt.finish_reason(event.finish_reason),
         },
     ]

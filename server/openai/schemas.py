@@ -58,7 +58,6 @@ _OPENAI_UNSERVED: dict[str, tuple[Any, ...]] = {
     "add_generation_prompt": (None, True),
     "documents": NEUTRAL,
     "logits_processors": NEUTRAL,
-    "return_tokens_as_token_ids": (None, False),
     # TGI's /v1 extensions
     "tool_prompt": NEUTRAL,
     "guideline": NEUTRAL,
@@ -176,6 +175,7 @@ class _Sampling(RequestModel):
     # (with --scheduling-policy priority)
     truncate_prompt_tokens: int | None = None
     priority: int = 0
+    return_tokens_as_token_ids: bool = False  # vLLM's: logprobs name tokens `token_id:<id>`
     # vLLM's: only requests with the same salt share prefix-cache blocks (none: with the unsalted only)
     cache_salt: str | None = Field(default=None, min_length=1)
     KNOWN: ClassVar = _OPENAI_UNSERVED
