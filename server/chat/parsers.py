@@ -75,17 +75,27 @@ def resolve(reasoning_parser: str | None, tool_call_parser: str | None, chat_tem
 
 
 def reasoned_prompt(
-    parsers: OutputParsers, prompt: str, params: SamplingParams, token_tags: frozenset[str]
+    parsers: OutputParsers,
+    prompt: str,
+    params: SamplingParams,
+    token_tags: frozenset[str],
+    continued: bool = False,
 ) -> tuple[OutputParsers, SamplingParams]:
     """With a reasoning parser: whether the output of `prompt` (the rendered template) starts inside the
     reasoning, and `params.grammar` moved after the reasoning (`after_reasoning`; `token_tags`: the tags that
     are single tokens of the model). A prompt that closed the reasoning already (thinking disabled) leaves
-    the grammar on the whole output, and the output is answer unless it opens a reasoning itself."""
+    the grammar on the whole output, and the output is answer unless it opens a reasoning itself. A
+    `continued` prompt (its last message left open: `continue_final_message`, a prefill) is inside the
+    reasoning only where that message opened one and left it open; else its output goes on with the answer."""
     fmt = parsers.reasoning
     if fmt is None:
         return parsers, params
-    closed = prompt.rstrip().endswith(fmt.end_tag)
-    inside = fmt.opens_in(prompt) and not closed
+    if continued:
+        inside = prompt.rfind(fmt.start_tag) > prompt.rfind(fmt.end_tag)
+        closed = not inside
+    else:
+        closed = prompt.rstrip().endswith(fmt.end_tag)
+        inside = fmt.opens_in(prompt) and not closed
     if params.grammar is not None and not closed:
         params = replace(params, grammar=after_reasoning(params.grammar, fmt, inside, token_tags))
     return replace(parsers, inside=inside), params
@@ -121,12 +131,17 @@ async def render_prompt(
         ids, images = await service.encode_with_images(text, refs, add_special_tokens=False)
     else:
         ids, images = await service.encode(text, add_special_tokens=False), ()
-    parsers, params = await reasoning_of(service, text, parsers, params)
+    continued = bool(template_kwargs.get("continue_final_message"))
+    parsers, params = await reasoning_of(service, text, parsers, params, continued)
     return ids, images, parsers, params
 
 
 async def reasoning_of(
-    service: InferenceService, text: str, parsers: OutputParsers, params: SamplingParams
+    service: InferenceService,
+    text: str,
+    parsers: OutputParsers,
+    params: SamplingParams,
+    continued: bool = False,
 ) -> tuple[OutputParsers, SamplingParams]:
     """`reasoned_prompt` for the rendered prompt `text` (the reasoning tags' token counts taken from the
     model's tokenizer); `parsers` and `params` unchanged without a reasoning parser."""
@@ -134,4 +149,4 @@ async def reasoning_of(
         return parsers, params
     tags = (parsers.reasoning.start_tag, parsers.reasoning.end_tag)
     single = frozenset([t for t in tags if len(await service.encode(t, add_special_tokens=False)) == 1])
-    return reasoned_prompt(parsers, text, params, single)
+    return reasoned_prompt(parsers, text, params, single, continued)

@@ -17,11 +17,13 @@ from tgi.server.flags.responses_flags import RESPONSES_FLAGS
 from tgi.server.flags.serving_flags import SERVING_FLAGS
 from tgi.server.flags.sharding_flags import SHARDING_FLAGS
 from tgi.server.flags.spec import Flag
+from tgi.server.flags.template_flags import TEMPLATE_FLAGS
 
 FLAGS: tuple[Flag, ...] = (
     *MODEL_FLAGS,
     *SHARDING_FLAGS,
     *SERVING_FLAGS,
+    *TEMPLATE_FLAGS,
     *RESPONSES_FLAGS,
     *OPERATOR_FLAGS,
     *REFUSED_FLAGS,

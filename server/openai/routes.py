@@ -85,7 +85,10 @@ async def _chat_prompts(service: InferenceService, req: ChatCompletionRequest) -
     parsers = resolve(service.settings.reasoning_parser, service.settings.tool_call_parser, template)
     tools = own_format_tools(parsers, tools)
     base, field = _with_grammar(service, req, base, tools)
-    messages, template_kwargs = render_inputs(req.template_messages(), tools, template, req.tool_prompt)
+    options = req.template_options(service.settings.trust_request_chat_template)
+    shown_template = options.chat_template or template
+    messages, template_kwargs = render_inputs(req.template_messages(), tools, shown_template, req.tool_prompt)
+    template_kwargs = {**template_kwargs, **options.kwargs()}
     ids, images, parsers, base = await render_prompt(service, messages, template_kwargs, parsers, base)
     ids = _truncated(service, ids, req, bool(images))
     salt = req.cache_salt

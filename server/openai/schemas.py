@@ -17,12 +17,14 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
+from tgi.server.chat.template import TemplateOptions, template_options
 from tgi.server.images.sources import image_part
 from tgi.server.validation.fields import NEUTRAL, RequestModel
 
 # OpenAI's and vLLM's request fields that this server does not serve yet, with the values that ask for the
 # default behaviour (which is what it does). Chat completions serve `tools`, `tool_choice`,
-# `parallel_tool_calls` and TGI's `tool_prompt` (declared on `ChatCompletionRequest`); completions refuse them.
+# `parallel_tool_calls`, TGI's `tool_prompt` and the chat template's fields (`reasoning_effort`,
+# `chat_template`...: declared on `ChatCompletionRequest`); completions refuse them.
 _OPENAI_UNSERVED: dict[str, tuple[Any, ...]] = {
     "tools": NEUTRAL,
     "tool_choice": (None, "none"),
@@ -203,10 +205,30 @@ class ChatCompletionRequest(_Sampling):
     tool_choice: str | dict | None = None
     parallel_tool_calls: bool | None = None
     tool_prompt: str | None = None  # TGI's: the instruction shown before the tools
+    # how the chat template is applied (`tgi.server.chat.template`: vLLM's fields and semantics; OpenAI's
+    # `reasoning_effort` as vLLM passes it, a template variable)
+    reasoning_effort: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    add_generation_prompt: bool | None = None
+    continue_final_message: bool | None = None
+    chat_template: str | None = None  # with --trust-request-chat-template only
+    documents: list[dict] | None = None  # likewise
 
     @property
     def max_new_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+    def template_options(self, trusted: bool) -> TemplateOptions:
+        """How the chat template is applied (`trusted`: --trust-request-chat-template)."""
+        return template_options(
+            trusted,
+            variables=self.chat_template_kwargs,
+            reasoning_effort=self.reasoning_effort,
+            add_generation_prompt=self.add_generation_prompt,
+            continue_final_message=self.continue_final_message,
+            chat_template=self.chat_template,
+            documents=self.documents,
+        )
 
     def template_messages(self) -> list[dict]:
         """The messages as chat templates take them, their images as `image_part`s named by their field."""

@@ -213,17 +213,19 @@ class InferenceService:
         return await self._tokenizing(run)
 
     def _template(self, messages: list[dict], template_kwargs: dict[str, Any]) -> str:
-        if not self.engine.tokenizer.chat_template:
+        """`template_kwargs`: the tools and `tgi.server.chat.template.TemplateOptions.kwargs()` (the default: the
+        model's template, closed by the generation prompt)."""
+        if not (template_kwargs.get("chat_template") or self.engine.tokenizer.chat_template):
             raise ApiError(422, "This model has no chat template", "template_error")
         try:
             return self.engine.tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True, **template_kwargs
+                messages, tokenize=False, **{"add_generation_prompt": True, **template_kwargs}
             )
         except Exception as exc:  # jinja errors (raise_exception in templates) are the client's
             raise ApiError(422, f"Template error: {exc}", "template_error") from None
 
     async def template_text(self, messages: list[dict], **template_kwargs: Any) -> str:
-        """The chat template applied to `messages` (with the generation prompt), as text."""
+        """The chat template applied to `messages` (with the generation prompt unless told otherwise), as text."""
         return await self._tokenizing(lambda: self._template(messages, template_kwargs))
 
     async def render_chat(self, messages: list[dict], **template_kwargs: Any) -> list[int]:

@@ -21,6 +21,8 @@ class ServerSettings:
     # name: `tgi.server.reasoning`, `tgi.server.tool_parsers`); None: none
     reasoning_parser: str | None = None
     tool_call_parser: str | None = None
+    # requests may bring their own `chat_template` and `documents` (--trust-request-chat-template)
+    trust_request_chat_template: bool = False
     # prompt logprobs (`decoder_input_details`, `echo` with `logprobs`) are computed only with this on, as
     # TGI's `--enable-prefill-logprobs` (they cost a [prompt, vocabulary] logits tensor)
     enable_prefill_logprobs: bool = False

@@ -21,15 +21,17 @@ _ERRORS = {code: {"model": ErrorResponse} for code in (422, 429, 500)}
 
 @router.post("/chat_tokenize", responses=_ERRORS)
 async def chat_tokenize(req: ChatCompletionRequest, request: Request) -> Response:
-    """The chat request's prompt as the model gets it: `templated_text` (the chat template applied, with
-    the tools where the request has them) and its tokens with their character offsets in it (at most
-    `max_input_tokens` tokens, else a 422)."""
+    """The chat request's prompt as the model gets it: `templated_text` (the chat template applied as the
+    request asks, `tgi.server.chat.template`, with the tools where the request has them) and its tokens with
+    their character offsets in it (at most `max_input_tokens` tokens, else a 422)."""
     service: InferenceService = request.app.state.service
     with service.admit(metered=False):  # a slot, but not a generation request in the metrics
         check_fields(req)
         tools = plan_tools(req.tools, req.tool_choice)
-        template = service.engine.tokenizer.chat_template
+        options = req.template_options(service.settings.trust_request_chat_template)
+        template = options.chat_template or service.engine.tokenizer.chat_template
         messages, kwargs = render_inputs(req.template_messages(), tools, template, req.tool_prompt)
+        kwargs = {**kwargs, **options.kwargs()}
         messages, refs = split_images(messages)
         if refs:
             service.image_token(refs)  # refused before templating when the model takes no images

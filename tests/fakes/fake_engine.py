@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
+from transformers.utils.chat_template_utils import render_jinja_template
+
 from tgi.core.config import EngineConfig
 from tgi.core.interfaces import ModelInfo, RunnerCapabilities
 from tgi.core.request import (
@@ -50,10 +52,17 @@ class CharBackend:
         return [[ord(c) for c in text] for text in texts]
 
 
+#: the fake model's chat template: `<role>content` per message, `<assistant>` as the generation prompt
+TEMPLATE = (
+    "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}"
+)
+
+
 class CharTokenizer:
     backend_tokenizer = CharBackend()
     split_special_tokens = False
-    chat_template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}<assistant>"
+    chat_template = TEMPLATE
     eos_token_id = EOS_ID
     name_or_path = ""  # no folder: no image processor
 
@@ -68,9 +77,20 @@ class CharTokenizer:
     ) -> dict:
         return {"input_ids": self.encode(text), "offset_mapping": [(i, i + 1) for i in range(len(text))]}
 
-    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True, **_):
-        out = "".join(f"<{m['role']}>{m['content']}" for m in messages)
-        return out + ("<assistant>" if add_generation_prompt else "")
+    def apply_chat_template(
+        self, messages, tokenize=False, add_generation_prompt=True, chat_template=None, **kwargs
+    ):
+        """Rendered as transformers' tokenizers render with `tokenize=False` (its renderer, in Jinja's sandbox):
+        `TEMPLATE` (also where a subclass changes `chat_template` to look like another family's), or a
+        request's own `chat_template`; `kwargs`: `continue_final_message`, `tools`, `documents` and the
+        template's variables."""
+        [text], _ = render_jinja_template(
+            [messages],
+            chat_template=chat_template or TEMPLATE,
+            add_generation_prompt=add_generation_prompt,
+            **kwargs,
+        )
+        return text
 
 
 @dataclass

@@ -140,7 +140,7 @@ async def test_payload_refused_before_the_body_is_read():
     [
         ("/v1/completions", {"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
         ("/v1/chat/completions", {"tool_choice": "required"}, "tool_choice"),
-        ("/v1/chat/completions", {"guided_grammar": 'root ::= "x"'}, "guided_grammar"),
+        ("/v1/chat/completions", {"guided_whitespace_pattern": "[ ]?"}, "guided_whitespace_pattern"),
         ("/v1/chat/completions", {"prediction": {"type": "content", "content": "x"}}, "prediction"),
         ("/v1/completions", {"parallel_tool_calls": False}, "parallel_tool_calls"),
         (
@@ -150,7 +150,11 @@ async def test_payload_refused_before_the_body_is_read():
         ),
         ("/v1/completions", {"best_of": 3}, "best_of"),
         ("/v1/completions", {"prompt_logprobs": 2}, "prompt_logprobs"),
-        ("/v1/completions", {"structured_outputs": {"json": {"type": "object"}}}, "structured_outputs"),
+        (
+            "/v1/completions",
+            {"structured_outputs": {"regex": "a", "whitespace_pattern": "[ ]?"}},
+            "structured_outputs.whitespace_pattern",
+        ),
         ("/v1/completions", {"guided_decoding_backend": "xgrammar"}, "guided_decoding_backend"),
     ],
 )

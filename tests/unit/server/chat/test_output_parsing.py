@@ -45,3 +45,19 @@ def test_a_prompt_that_closed_the_reasoning_keeps_the_grammar_on_the_whole_outpu
 
 
 THINK = ("<think>", "</think>")
+
+
+def test_a_continued_message_is_inside_the_reasoning_only_where_it_left_one_open():
+    r1 = resolve("deepseek_r1", None, QWEN3)  # would reason from the start of a new assistant turn
+    answer, params = reasoned_prompt(
+        r1, "<user>Hi<assistant>The answer is", SamplingParams(grammar=SCHEMA), frozenset(), continued=True
+    )
+    assert not answer.inside and params.grammar == SCHEMA  # a prefilled answer goes on as answer
+    thinking, params = reasoned_prompt(
+        r1, "<assistant><think>Let me", SamplingParams(grammar=SCHEMA), frozenset(), continued=True
+    )
+    assert thinking.inside and params.grammar.kind == "lark"  # the grammar waits for the reasoning's end
+    closed, _ = reasoned_prompt(
+        r1, "<assistant><think>x</think>So", SamplingParams(), frozenset(), continued=True
+    )
+    assert not closed.inside
