@@ -29,6 +29,7 @@ from tgi.server.anthropic.schemas import (
     Tool,
     ToolChoice,
 )
+from tgi.server.chat.template import template_options
 from tgi.server.chat.tools import NAME_PATTERN, ToolPlan, plan_tools, render_inputs
 from tgi.server.http.errors import unsupported, validation_error
 from tgi.server.images.sources import image_part
@@ -147,12 +148,32 @@ def template_messages(req: PromptFields) -> list[dict]:
             raise validation_error(
                 f"`messages[{i}].role` must be `user` or `assistant`, got {m.role!r}", f"messages[{i}].role"
             )
-    if req.messages[-1].role == "assistant":
-        raise unsupported(
-            f"messages[{len(req.messages) - 1}]",
-            "is an assistant turn to continue (prefill), which this server does not do: end with a user turn",
-        )
     return out
+
+
+def prefill(req: PromptFields) -> bool:
+    """Whether the conversation ends with an assistant turn, Anthropic's prefill: the reply continues its
+    text (and holds only what follows). As at Anthropic, that text may not end with whitespace; a `tool_use`
+    block cannot end the conversation (its result would be missing)."""
+    last = len(req.messages) - 1
+    message = req.messages[last]
+    if message.role != "assistant":
+        return False
+    blocks = (
+        [Block(type="text", text=message.content)] if isinstance(message.content, str) else message.content
+    )
+    for i, block in enumerate(blocks):
+        if block.type == "tool_use":
+            raise unsupported(
+                f"messages[{last}].content[{i}]",
+                "ends the conversation: a final assistant turn (prefill) holds the text the reply continues",
+            )
+    text = "".join(b.text or "" for b in blocks if b.type == "text")
+    if text != text.rstrip():
+        raise validation_error(
+            "final assistant content cannot end with trailing whitespace", f"messages[{last}].content"
+        )
+    return True
 
 
 def _openai_tool(tool: Tool, i: int) -> dict:
@@ -191,11 +212,23 @@ def tool_plan(req: PromptFields) -> ToolPlan | None:
     return plan_tools(tools, _openai_choice(req.tool_choice))
 
 
-def prompt_messages(req: PromptFields, chat_template: Any) -> tuple[list[dict], dict, ToolPlan | None]:
-    """The messages and template arguments that render the request's prompt, and its tool plan."""
+def prompt_messages(
+    req: PromptFields, chat_template: Any, trusted: bool
+) -> tuple[list[dict], dict, ToolPlan | None]:
+    """The messages and template arguments that render the request's prompt (a prefill continued; vLLM's
+    `chat_template_kwargs` and `output_config.effort` as `reasoning_effort`; `trusted`: the server runs with
+    --trust-request-chat-template), and its tool plan."""
     plan = tool_plan(req)
+    effort = req.output_config.effort if req.output_config is not None else None
+    options = template_options(
+        trusted,
+        variables=req.chat_template_kwargs,
+        reasoning_effort=effort,
+        effort_field="output_config.effort",
+        continue_final_message=prefill(req) or None,
+    )
     messages, kwargs = render_inputs(template_messages(req), plan, chat_template, None)
-    return messages, kwargs, plan
+    return messages, {**kwargs, **options.kwargs()}, plan
 
 
 def format_grammar(req: PromptFields):

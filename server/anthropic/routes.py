@@ -45,7 +45,7 @@ async def _conversation(service: InferenceService, req: MessagesRequest) -> list
     settings, template = service.settings, service.engine.tokenizer.chat_template
     parsers = resolve(settings.reasoning_parser, settings.tool_call_parser, template)
     check_thinking(req.thinking, parsers.reasoning is not None)
-    messages, template_kwargs, plan = prompt_messages(req, template)
+    messages, template_kwargs, plan = prompt_messages(req, template, settings.trust_request_chat_template)
     plan = own_format_tools(parsers, plan)
     params, grammar_field = sampling_params(req, plan, settings)
     params = replace(params, adapter_id=adapter)
@@ -95,7 +95,7 @@ async def count_tokens(req: CountTokensRequest, request: Request) -> dict:
     settings, template = service.settings, service.engine.tokenizer.chat_template
     reasoning = resolve(settings.reasoning_parser, settings.tool_call_parser, template).reasoning
     check_thinking(req.thinking, reasoning is not None)
-    messages, template_kwargs, _ = prompt_messages(req, template)
+    messages, template_kwargs, _ = prompt_messages(req, template, settings.trust_request_chat_template)
     with service.admit(metered=False):  # a slot while its images are fetched and processed
         ids, *_ = await render_prompt(service, messages, template_kwargs, OutputParsers(), SamplingParams())
     return {"input_tokens": len(ids)}

@@ -18,10 +18,15 @@ and `thinking` may be absent or `adaptive` (the model decides, as it does); with
 `disabled`. `thinking` and `redacted_thinking` blocks of earlier assistant turns are accepted and not shown
 to the model (Anthropic drops them from the context too).
 
+A conversation that ends with an assistant turn is Anthropic's prefill: the reply continues that turn's
+text, and its content holds only what follows (`tgi.server.anthropic.inputs.prefill`). vLLM's extensions:
+`chat_template_kwargs` (more of the chat template's variables) and `output_config.effort` as the template's
+`reasoning_effort` (`tgi.server.chat.template`).
+
 Refused by name (a 400): document and other blocks not named above, images in `system`, assistant turns
 or a `tool_result`, `file` image sources (no file store here), the other `thinking` settings
 (`enabled` asks for a token budget, which is not kept here), server tools, `mcp_servers`, `container`,
-`context_management`, `output_config.effort`, and the other fields below (`fields.py`'s rule).
+`context_management`, and the other fields below (`fields.py`'s rule).
 """
 
 from __future__ import annotations
@@ -160,7 +165,7 @@ class Metadata(RequestModel):
 
 class OutputConfig(RequestModel):
     format: dict | None = None  # {"type": "json_schema", "schema": {...}}
-    KNOWN: ClassVar = {"effort": NEUTRAL}
+    effort: str | None = None  # the chat template's `reasoning_effort`, as vLLM passes it
 
 
 class PromptFields(RequestModel):
@@ -176,6 +181,7 @@ class PromptFields(RequestModel):
     thinking: dict | None = (
         None  # served with --reasoning-parser (`tgi.server.anthropic.inputs.check_thinking`)
     )
+    chat_template_kwargs: dict[str, Any] | None = None  # vLLM's: more of the chat template's variables
     KNOWN: ClassVar = _UNSERVED
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from tgi.server.anthropic.inputs import (
     check_thinking,
+    prefill,
     prompt_messages,
     sampling_params,
     template_messages,
@@ -111,10 +112,6 @@ def test_image_blocks_are_image_parts_among_the_text_named_by_their_source():
     [
         ({"messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),
         (
-            {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "Sure"}]},
-            "messages[1]",
-        ),
-        (
             {
                 "messages": [
                     {"role": "user", "content": [{"type": "tool_use", "id": "a", "name": "f", "input": {}}]}
@@ -174,8 +171,10 @@ def test_tool_choices():
 
 
 def test_tools_reach_a_template_that_knows_none():
-    messages, kwargs, plan = prompt_messages(request(tools=[TOOL], system="Be brief."), "{{ messages }}")
-    assert kwargs == {} and plan.choice == "auto"
+    messages, kwargs, plan = prompt_messages(
+        request(tools=[TOOL], system="Be brief."), "{{ messages }}", False
+    )
+    assert "tools" not in kwargs and plan.choice == "auto"
     assert messages[0]["role"] == "system" and messages[0]["content"].startswith("Be brief.\n\n")
     assert '"name": "get_weather"' in messages[0]["content"]
 
@@ -230,3 +229,40 @@ def test_thinking_follows_the_reasoning_parser():
         with pytest.raises(ApiError) as refused:
             check_thinking(thinking, reasoning)
         assert refused.value.param == "thinking"
+
+
+def test_a_final_assistant_turn_is_a_prefill_the_reply_continues():
+    assert not prefill(request())
+    req = request(messages=[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Well,"}])
+    assert prefill(req)
+    messages, kwargs, _ = prompt_messages(req, "{{ messages }}", False)
+    assert messages[-1] == {"role": "assistant", "content": "Well,"}
+    assert (kwargs["continue_final_message"], kwargs["add_generation_prompt"]) == (True, False)
+    thinking = {"type": "thinking", "thinking": "x", "signature": ""}  # dropped, as earlier turns' are
+    blocks = [thinking, {"type": "text", "text": "Well,"}]
+    assert prefill(
+        request(messages=[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": blocks}])
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "param"),
+    [
+        ("Well, ", "messages[1].content"),  # as Anthropic refuses it
+        ([{"type": "tool_use", "id": "t", "name": "f", "input": {}}], "messages[1].content[0]"),
+    ],
+)
+def test_a_prefill_that_cannot_be_continued_is_refused_by_name(content, param):
+    req = request(messages=[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": content}])
+    with pytest.raises(ApiError) as refused:
+        prefill(req)
+    assert refused.value.param == param
+
+
+def test_vllms_template_variables_and_effort_reach_the_template():
+    req = request(chat_template_kwargs={"enable_thinking": False}, output_config={"effort": "low"})
+    _, kwargs, _ = prompt_messages(req, "{{ messages }}", False)
+    assert (kwargs["enable_thinking"], kwargs["reasoning_effort"]) == (False, "low")
+    with pytest.raises(ApiError) as refused:
+        prompt_messages(request(output_config={"effort": "extreme"}), "{{ messages }}", False)
+    assert refused.value.param == "output_config.effort"

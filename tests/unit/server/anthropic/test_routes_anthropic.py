@@ -104,6 +104,25 @@ def test_count_tokens(client, engine):
     assert engine.requests == []  # counted, not generated
 
 
+def test_a_prefill_is_continued_and_the_reply_holds_only_what_follows(client, engine):
+    ask = {**ASK, "messages": [*ASK["messages"], {"role": "assistant", "content": "Well,"}]}
+    prompt = "<system>Be brief.<user>Hi<assistant>Well,"  # the turn left open: no new one after it
+    body = client.post("/v1/messages", json=ask).json()
+    assert body["content"] == [{"type": "text", "text": REPLY[:5]}]
+    assert engine.requests[-1][0] == [ord(c) for c in prompt]
+    events = parse_stream(client.post("/v1/messages", json={**ask, "stream": True}).text)
+    check_stream(events)
+    assert "".join(d["delta"]["text"] for n, d in events if n == "content_block_delta") == REPLY[:5]
+    counted = client.post(
+        "/v1/messages/count_tokens", json={k: v for k, v in ask.items() if k != "max_tokens"}
+    )
+    assert counted.json() == {"input_tokens": len(prompt)}
+    r = client.post(
+        "/v1/messages", json={**ask, "messages": [*ASK["messages"], {"role": "assistant", "content": "Hm "}]}
+    )
+    assert r.status_code == 400 and "trailing whitespace" in r.json()["error"]["message"]
+
+
 def test_model_names_an_adapter_or_is_404(engine):
     engine.model_info = engine.model_info.__class__(
         **{**engine.model_info.__dict__, "lora_adapters": ("ad",)}

@@ -81,7 +81,6 @@ def checked(**fields) -> MessagesRequest:
         ({"mcp_servers": [{"type": "url", "url": "http://x"}]}, "mcp_servers"),
         ({"container": "c1"}, "container"),
         ({"service_tier": "priority"}, "service_tier"),
-        ({"output_config": {"effort": "high"}}, "output_config.effort"),
         ({"speed": "fast"}, "speed"),
         ({"tools": [{"name": "f", "input_schema": {}, "defer_loading": True}]}, "tools[0].defer_loading"),
     ],
