@@ -37,6 +37,7 @@ class ResponseContext:
     tools: list[dict] = field(default_factory=list)
     user: str | None = None
     safety_identifier: str | None = None
+    reasoning_effort: str | None = None
     id: str = field(default_factory=lambda: new_id("resp"))
     created_at: int = field(default_factory=lambda: int(time.time()))
 
@@ -62,7 +63,7 @@ class ResponseContext:
             "output": output,
             "parallel_tool_calls": self.parallel_tool_calls,
             "previous_response_id": self.previous_response_id,
-            "reasoning": {"effort": None, "summary": None},
+            "reasoning": {"effort": self.reasoning_effort, "summary": None},
             "safety_identifier": self.safety_identifier,
             "service_tier": "default",
             "store": self.store,

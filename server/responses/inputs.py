@@ -8,8 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from tgi.core.guided import Grammar, GrammarError
+from tgi.server.chat.template import TemplateOptions
+from tgi.server.chat.template import template_options as template_options_of
 from tgi.server.chat.tools import ToolPlan, plan_tools
-from tgi.server.http.errors import validation_error
+from tgi.server.http.errors import unsupported, validation_error
 from tgi.server.images.sources import IMAGE_PART, image_part
 from tgi.server.responses.schemas import INPUT_IMAGE, InputItem, ResponsesRequest
 from tgi.server.validation.grammars import one_grammar
@@ -89,6 +91,32 @@ def _only_reasoning(message: dict | None) -> bool:
         and "reasoning_content" in message
         and not message["content"]
         and not message.get("tool_calls")
+    )
+
+
+#: the `status` of an assistant message in `input` that asks for it to be continued (vLLM's)
+PARTIAL = ("in_progress", "incomplete")
+
+
+def template_options(req: ResponsesRequest) -> TemplateOptions:
+    """How the chat template is applied, as vLLM applies it to a Responses request: `reasoning.effort` is the
+    template's `reasoning_effort`; an assistant message that ends `input` with status `in_progress` or
+    `incomplete` is continued (the output holds what follows it), any other last item is closed by the
+    generation prompt. A partial reasoning item cannot be continued here (refused by name)."""
+    effort = req.reasoning.effort if req.reasoning is not None else None
+    items = req.items()
+    last = items[-1]
+    continued = last.kind == "message" and last.role == "assistant" and last.status in PARTIAL
+    if last.kind == "reasoning" and last.status in PARTIAL:
+        raise unsupported(
+            f"input[{len(items) - 1}].status",
+            f"{last.status!r} is not served on a reasoning item: an assistant message is continued, not its reasoning",
+        )
+    return template_options_of(
+        False,
+        reasoning_effort=effort,
+        effort_field="reasoning.effort",
+        continue_final_message=continued or None,
     )
 
 

@@ -49,6 +49,7 @@ class Turn(SequenceInput):
     context: ResponseContext
     conversation: list[dict] = field(default_factory=list)
     tenant: str | None = None  # who asks (`tgi.server.http.auth.tenant_of`): its response is stored as theirs
+    continued: bool = False  # the output goes on with the conversation's last (assistant) message
 
 
 def _store(request: Request) -> ResponsesStore:
@@ -121,6 +122,7 @@ async def _turns(
         tools=[t.model_dump(exclude_none=True) for t in req.tools or ()],
         user=req.user,
         safety_identifier=req.safety_identifier,
+        reasoning_effort=req.reasoning.effort if req.reasoning is not None else None,
     )
     params = replace(_params(req), adapter_id=openai_adapter(service, req.model))
     context.model = params.adapter_id or context.model  # a LoRA adapter answers under its id
@@ -142,9 +144,11 @@ async def _turns(
         grammar_field, grammar = asked
         refuse_if_disabled(grammar, service.settings.disable_grammar_support, grammar_field)
         params = replace(params, grammar=grammar)
+    options = conv.template_options(req)
     shown, template_kwargs = render_inputs(
         conv.with_instructions(messages, req.instructions), plan, template, None
     )
+    template_kwargs = {**template_kwargs, **options.kwargs()}
     ids, images, parsers, params = await render_prompt(service, shown, template_kwargs, parsers, params)
     # the conversation is stored with the response, its image parts too (`_keep`)
     return [
@@ -159,14 +163,18 @@ async def _turns(
             conversation=messages,
             tenant=tenant,
             cache_salt=req.cache_salt,
+            continued=options.continue_final_message,
         )
     ]
 
 
 def _keep(store: ResponsesStore, turn: Turn, body: dict) -> None:
     if turn.context.store:
-        conversation = [*turn.conversation, fmt.conversation_message(body["output"])]
-        store.put(body["id"], body, conversation, turn.tenant)
+        reply, history = fmt.conversation_message(body["output"]), list(turn.conversation)
+        if turn.continued:  # one assistant message: the one given, and what the output added to it
+            given = history.pop()
+            reply = {**given, **reply, "content": given["content"] + reply["content"]}
+        store.put(body["id"], body, [*history, reply], turn.tenant)
 
 
 def _whole(generation: Generation[Turn], store: ResponsesStore) -> dict:

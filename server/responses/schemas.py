@@ -7,9 +7,12 @@ items), `instructions`, function `tools`, `tool_choice`,
 `parallel_tool_calls` (one call per response at most, which either value allows), `text.format` (`text`,
 `json_object`, `json_schema`), `max_output_tokens`, `temperature`, `top_p`, `stream`, `store`,
 `previous_response_id`, `metadata` (returned and stored), `user` and `safety_identifier` (no effect on
-generation, in OpenAI's API either). Everything else OpenAI defines is refused by name unless it asks for
-the default behaviour (`tgi.server.validation.fields`): built-in tools, an image's `file_id`, files and audio in the input,
-`background`, `reasoning`, `include`, `truncation: auto`, `top_logprobs`, `conversation`, `prompt`...
+generation, in OpenAI's API either), `reasoning.effort` (the chat template's `reasoning_effort`, as vLLM
+passes it), and an assistant message that ends `input` with `status` `in_progress` or `incomplete` is
+continued, as vLLM continues it (`tgi.server.chat.template`). Everything else OpenAI defines is refused by
+name unless it asks for the default behaviour (`tgi.server.validation.fields`): built-in tools, an image's
+`file_id`, files and audio in the input, `background`, `reasoning.summary`, `include`, `truncation: auto`,
+`top_logprobs`, `conversation`, `prompt`...
 """
 
 from __future__ import annotations
@@ -46,7 +49,6 @@ _UNSERVED: dict[str, tuple[Any, ...]] = {
     "prompt_cache_key": NEUTRAL,
     "prompt_cache_options": NEUTRAL,
     "prompt_cache_retention": NEUTRAL,
-    "reasoning": NEUTRAL,
     "service_tier": (None, "auto", "default"),
     "stream_options": NEUTRAL,
     "top_logprobs": (None, 0),
@@ -209,6 +211,14 @@ class TextConfig(RequestModel):
     KNOWN: ClassVar = {"verbosity": (None, "medium")}
 
 
+class ReasoningConfig(RequestModel):
+    """`reasoning`: its `effort` is the chat template's `reasoning_effort` (vLLM's way,
+    `tgi.server.chat.template`); no summary is made here."""
+
+    effort: str | None = None
+    KNOWN: ClassVar = {"summary": NEUTRAL, "generate_summary": NEUTRAL}
+
+
 class ResponsesRequest(RequestModel):
     model: str | None = None
     input: str | list[InputItem] = Field(min_length=1)
@@ -217,6 +227,7 @@ class ResponsesRequest(RequestModel):
     tool_choice: str | dict | None = None
     parallel_tool_calls: bool | None = None
     text: TextConfig | None = None
+    reasoning: ReasoningConfig | None = None
     max_output_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tgi.server.http.errors import ApiError
-from tgi.server.responses.inputs import chat_tool_choice, conversation, with_instructions
-from tgi.server.responses.schemas import InputItem
+from tgi.server.responses.inputs import chat_tool_choice, conversation, template_options, with_instructions
+from tgi.server.responses.schemas import InputItem, ResponsesRequest
 
 
 def call(call_id: str) -> InputItem:
@@ -78,3 +78,33 @@ def test_a_reasoning_item_is_the_reasoning_of_the_assistant_text_and_calls_after
     assert len(messages) == 2
     assert messages[1]["reasoning_content"] == "hm" and messages[1]["content"] == "Yes."
     assert [c["id"] for c in messages[1]["tool_calls"]] == ["c1"]
+
+
+@pytest.mark.parametrize(
+    ("status", "continued"),
+    [("incomplete", True), ("in_progress", True), ("completed", False), (None, False)],
+)
+def test_a_last_assistant_message_left_partial_is_continued_as_vllm_does(status, continued):
+    items = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Well,", "status": status}]
+    options = template_options(ResponsesRequest.model_validate({"input": items}))
+    assert (options.continue_final_message, options.add_generation_prompt) == (continued, not continued)
+
+
+def test_reasoning_effort_is_the_templates_and_a_partial_reasoning_item_is_refused():
+    options = template_options(
+        ResponsesRequest.model_validate({"input": "Hi", "reasoning": {"effort": "low"}})
+    )
+    assert options.variables == {"reasoning_effort": "low", "enable_thinking": True}
+    partial = {
+        "type": "reasoning",
+        "content": [{"type": "reasoning_text", "text": "x"}],
+        "status": "incomplete",
+    }
+    with pytest.raises(ApiError) as refused:
+        template_options(
+            ResponsesRequest.model_validate({"input": [{"role": "user", "content": "Hi"}, partial]})
+        )
+    assert refused.value.param == "input[1].status"
+    with pytest.raises(ApiError) as refused:
+        template_options(ResponsesRequest.model_validate({"input": "Hi", "reasoning": {"effort": "much"}}))
+    assert refused.value.param == "reasoning.effort"

@@ -102,6 +102,16 @@ def test_previous_response_id_continues_the_stored_conversation(client, engine):
     )
 
 
+def test_a_partial_assistant_message_is_continued_and_stored_as_one_message(client, engine):
+    partial = {"role": "assistant", "content": "Well,", "status": "incomplete"}
+    body = {"input": [{"role": "user", "content": "Hi"}, partial], "reasoning": {"effort": "low"}}
+    first = client.post(PATH, json=body).json()
+    assert prompt_of(engine) == "<user>Hi<assistant>Well,"  # left open for the output to go on
+    assert first["output"][0]["content"][0]["text"] == REPLY and first["reasoning"]["effort"] == "low"
+    client.post(PATH, json={"input": "More", "previous_response_id": first["id"]})
+    assert prompt_of(engine) == f"<user>Hi<assistant>Well,{REPLY}<user>More<assistant>"
+
+
 def test_retrieve_and_delete(client):
     body = client.post(PATH, json={"input": "Hi", "max_output_tokens": 3, "metadata": {"k": "v"}}).json()
     assert body["metadata"] == {"k": "v"}
@@ -196,7 +206,7 @@ def _image(**part) -> dict:
         ({"tools": [{"type": "function", "name": "f"}], "tool_choice": "sometimes"}, "tool_choice"),
         ({"tool_choice": "required"}, "tool_choice"),
         ({"background": True}, "background"),
-        ({"reasoning": {"effort": "low"}}, "reasoning"),
+        ({"reasoning": {"summary": "auto"}}, "reasoning.summary"),
         ({"include": ["message.output_text.logprobs"]}, "include"),
         ({"truncation": "auto"}, "truncation"),
         ({"top_logprobs": 2}, "top_logprobs"),
