@@ -9,8 +9,10 @@ device. A sequence that turns out to stop at step N has run one step too many: t
 work makes safe (step N+1 runs before anything scheduled later writes them).
 
 Only a step whose next one needs none of its tokens on the host is overlapped: no grammar masks (the next
-mask follows the token), no penalty or watermark (they read the token history), no guesses to verify (the
-engine overlaps nothing when it speculates). Any other step is waited for before the next is scheduled.
+mask follows the token), no penalty, DRY, bad words, logits processor or watermark (they read the token
+history), no guesses to verify (the engine overlaps nothing when it speculates), no request that predicts
+its output (its next guesses follow the token: `Drafts.follows_tokens`). Any other step is waited for before
+the next is scheduled.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ def reads_token_history(params: SamplingParams) -> bool:
         or params.presence_penalty != 0.0
         or params.watermark is not None
         or params.grammar is not None
+        or params.dry_multiplier != 0.0
+        or bool(params.bad_words_ids)
+        or bool(params.logits_processors)
     )
 
 
@@ -76,7 +81,7 @@ class StepOverlap:
         handle = engine.runner.execute_async(batch)
         engine.step_seconds += time.perf_counter() - started
         events = self.settle_in_flight()
-        if overlappable(batch):
+        if overlappable(batch) and not engine.drafts.follows_tokens(batch):
             engine.scheduler.advance(batch)
             self.in_flight = InFlightStep(batch, handle)
             self.num_overlapped += 1

@@ -27,6 +27,11 @@ from tgi.core.sampling_params import SamplingParams
 if TYPE_CHECKING:
     from tgi.core.interfaces import RunnerCapabilities
 
+#: each `SamplingParams` field's default (a field a backend cannot honour may only keep it)
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(SamplingParams)}
+#: the request's name of the fields it gives as text and the engine holds as token ids
+_REQUEST_NAMES = {"bad_words_ids": "bad_words", "dry_sequence_breaker_ids": "dry_sequence_breakers"}
+
 #: the 422 for a request with no input (the server also sends it for an empty text before tokenizing it)
 EMPTY_INPUTS = "`inputs` cannot be empty"
 
@@ -39,6 +44,7 @@ class RequestLimits:
     max_total_tokens: int  # prompt + generated tokens
     vocab_size: int  # token ids must be in [0, vocab_size)
     lora_adapters: tuple[str, ...] = ()  # the adapter ids a request may name in `adapter_id`
+    logits_processors: tuple[str, ...] = ()  # the processors a request may select (`--logits-processors`)
 
 
 def too_many_input_tokens(given: int, max_input_tokens: int) -> str:
@@ -81,16 +87,54 @@ def validate_request(
         raise ValidationError(f"`logit_bias` token ids must be in [0, {limits.vocab_size})")
     if any(not 0 <= t < limits.vocab_size for t in params.stop_token_ids):
         raise ValidationError(f"`stop_token_ids` must be in [0, {limits.vocab_size})")
+    check_token_lists(params, limits.vocab_size)
+    check_logits_processors(params, limits.logits_processors)
     if params.adapter_id is not None and params.adapter_id not in limits.lora_adapters:
         loaded = ", ".join(limits.lora_adapters) or "none"
         raise ValidationError(f"adapter `{params.adapter_id}` is not loaded (loaded adapters: {loaded})")
     return params
 
 
+def check_token_lists(params: SamplingParams, vocab_size: int) -> None:
+    """`ValidationError` naming the field when a token id of `allowed_token_ids`, `bad_words` or the DRY
+    sequence breakers is outside the vocabulary."""
+    lists = (
+        ("allowed_token_ids", [params.allowed_token_ids or ()]),
+        ("bad_words", params.bad_words_ids),
+        ("dry_sequence_breakers", params.dry_sequence_breaker_ids),
+    )
+    for name, sequences in lists:
+        if any(not 0 <= t < vocab_size for seq in sequences for t in seq):
+            raise ValidationError(f"`{name}` token ids must be in [0, {vocab_size})")
+
+
+def check_logits_processors(params: SamplingParams, enabled: Sequence[str]) -> None:
+    """`ValidationError` for a logits processor the operator did not enable (`--logits-processors`), or whose
+    arguments it refuses (its `validate_args`' message)."""
+    from tgi.core.plugins.logits_processors import logits_processors
+
+    for choice in params.logits_processors:
+        if choice.name not in enabled:
+            names = ", ".join(enabled) or "none"
+            raise ValidationError(
+                f"`logits_processors`: {choice.name!r} is not enabled on this server (enabled: {names}; "
+                "the operator enables processors with --logits-processors)"
+            )
+        try:
+            logits_processors().get(choice.name).validate_args(choice.args)
+        except ValueError as exc:
+            raise ValidationError(f"`logits_processors`: {choice.name!r} {exc}") from None
+
+
 def check_runner_features(params: SamplingParams, features: RunnerCapabilities, backend: str) -> None:
     """`ValidationError` naming the field when the request needs what the `backend`'s runner cannot do:
-    prompt logprobs, or grammar masks (`UnusableGrammarError`). Checked before `validate_request`: what the
-    backend lacks is said whatever the prompt's length."""
+    prompt logprobs, grammar masks (`UnusableGrammarError`), or a sampling parameter its sampler does not
+    honour (`RunnerCapabilities.unsupported_sampling`). Checked before `validate_request`: what the backend
+    lacks is said whatever the prompt's length."""
+    for name in sorted(features.unsupported_sampling):
+        if getattr(params, name) != _DEFAULTS[name]:
+            field = _REQUEST_NAMES.get(name, name)
+            raise ValidationError(f"the {backend} backend's sampler does not support `{field}`")
     if params.prompt_logprobs and not features.prompt_logprobs:
         raise ValidationError(
             f"the {backend} backend cannot return prompt logprobs: `decoder_input_details` is not supported"

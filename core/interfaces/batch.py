@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 #: the token id of a decode whose token was sampled by the step before and is not on the host yet (overlapped
 #: steps, `RunnerCapabilities.async_steps`): the runner feeds the token it sampled for that request in its
 #: previous step. Only ever the last of a sequence's tokens, and only for sampling that reads no token history
-#: (no penalties, watermark, grammar or guesses), so `all_token_ids` may end with it.
+#: (no penalties, DRY, bad words, logits processors, watermark, grammar or guesses), so `all_token_ids` may
+#: end with it.
 PENDING_TOKEN = -1
 
 

@@ -8,33 +8,57 @@ every sampler is compared on (no framework: logits are lists of floats).
 A row is a `ScheduledSequence`: its `sampling` (`SamplingParams`), its `seed`, its token history
 (`all_token_ids`, of which the first `num_prompt_tokens` are the prompt) and `num_generated`. In order:
 
-0. a grammar mask (guided decoding), for rows the batch's `TokenMasks` names: every token it does not allow
-   gets logit -inf, so it is never chosen and every later step (and the reported logprob) sees the masked
-   logits;
+0. masks, for the rows that have them: a grammar mask (guided decoding; the rows the batch's `TokenMasks`
+   names), then `allowed_token_ids` (vLLM's: every other token), then `bad_words_ids` (vLLM's: the last
+   token of each sequence whose other tokens are the last ones generated, `all_token_ids` after
+   `num_prompt_tokens`; a one-token sequence always): each token they forbid gets logit -inf, so it is never
+   chosen and every later step (and the reported logprob) sees the masked logits;
 0b. a logit bias (OpenAI's `logit_bias`): each row's `(token id, bias)` pairs are added to those tokens'
-   logits (a token the grammar masked stays -inf); what follows, the reported logprob included, sees the
-   biased logits;
+   logits (a masked token stays -inf); what follows, the reported logprob included, sees the biased logits;
+0c. logits processors (plugins, `tgi.core.sampling.logits_processor`), for the rows that select some: each
+   selected processor, in the row's order, returns the row's new logits from its logits, its token history
+   and its arguments (a sampler that cannot run them refuses them: `RunnerCapabilities.unsupported_sampling`);
 1. penalties, on the logits: the repetition penalty (CTRL / TGI) over the prompt and output tokens (a
    positive logit of a seen token is divided by it, any other multiplied), then the frequency and presence
    penalties (OpenAI) over the output tokens only (`logit -= frequency * count + presence`, for tokens with
    a count);
+1a. DRY (llama.cpp's), for rows with `dry_multiplier > 0` and `dry_penalty_last_n != 0`: over the window `w`
+   of the last `dry_penalty_last_n` tokens of `all_token_ids` (-1: all of them), `N = len(w)`, nothing when
+   `N <= dry_allowed_length`. The limit `L` is the number of tokens after the last sequence breaker: walking
+   back from `w[N-1]`, the first position `N-1-i` whose token is a breaker's head and whose next tokens are
+   the breaker's tail (`len(tail) <= i`; the longest such tail there, `m`) gives `L = i - m`; no breaker:
+   `L = N`; nothing when `L < dry_allowed_length`. For each `j < N-1`, `n_j` is the length of the longest
+   common suffix of `w[:j+1]` and `w`, capped at `L`; a token `t` is penalised by
+   `dry_multiplier * dry_base ** (n - dry_allowed_length)` where `n = max(n_j : w[j+1] = t,
+   n_j >= dry_allowed_length)` (in float64, infinite past its range), the exponent capped at
+   `c = floor(88.7228391 / ln(dry_base))` when `dry_base > 1.000001` and `c > 0`; never a token that is a
+   breaker alone (a head with no tail);
 1b. a watermark (Kirchenbauer et al.; TGI's `watermark`), for rows whose `sampling.watermark` is set: the
    row's previous token `p` (the last of `all_token_ids`) picks a green list, the tokens `j` with
    `watermark_uniform(p, j) < gamma`, and `delta` is added to their logits, in greedy and sampled rows
    alike; what follows (the reported logprob included) sees the watermarked logits. The green list is a pure
    function of (p, j), the same on every device and in every framework (TGI's comes from a device's
    `torch.Generator`), so `tgi.core.watermark` detects it wherever the text was made;
-2. a greedy row (`do_sample=False`) takes the first maximum of the penalised logits;
-3. a sampled row divides them by its temperature, keeps its `top_k` best tokens (0: all), then the smallest
-   prefix of those whose probability (renormalised over them) reaches `top_p`, then the locally typical set:
-   the kept tokens ordered by how far their surprisal is from the entropy, up to and including the one whose
-   cumulative probability reaches `typical_p` (and any tied with it);
+2. a greedy row (`do_sample=False`) takes the first maximum of the logits so far;
+3. a sampled row divides them by its temperature, then truncates, in this order (each step sees only the
+   tokens the ones before kept, probabilities renormalised over them):
+   - top-n-sigma (llama.cpp's, `top_n_sigma > 0`): keeps the tokens whose logit is >= the largest minus
+     `top_n_sigma` times the standard deviation (over the finite logits, population formula);
+   - min-p (vLLM's, after temperature and before top-k/top-p as vLLM applies it; `min_p > 0`): keeps the
+     tokens whose probability is >= `min_p` times the largest;
+   - its `top_k` best tokens (0: all), then the smallest prefix of those whose probability reaches `top_p`,
+     then the locally typical set: the kept tokens ordered by how far their surprisal is from the entropy,
+     up to and including the one whose cumulative probability reaches `typical_p` (and any tied with it);
+   - XTC (llama.cpp's; `xtc_probability > 0`): when `xtc_uniform(seed, num_generated) <= xtc_probability`
+     and at least two kept tokens have a probability >= `xtc_threshold`, every one of those is removed but
+     the least probable (tokens tied with it stay). Here after temperature, like every truncation (llama.cpp
+     applies its temperature last by default);
 4. the draw is the Gumbel-max trick with counter-based noise: token `argmax_j x_j - log(-log u_j)` over the
    kept tokens, with `u_j = uniform_noise(seed, num_generated, vocab)[j]`: the same seed, step and logits
    give the same token whatever shares the batch, on any device and in any framework;
-5. the reported logprob is the log-softmax, at the chosen token, of the logits after bias, penalties and
-   temperature and before any truncation; top tokens (`top_n_tokens`) are the best of the same
-   log-softmax.
+5. the reported logprob is the log-softmax, at the chosen token, of the logits after masks, bias,
+   processors, penalties, DRY, watermark and temperature, and before any truncation; top tokens
+   (`top_n_tokens`) are the best of the same log-softmax.
 """
 
 from __future__ import annotations
@@ -42,14 +66,21 @@ from __future__ import annotations
 #: the processors of a sampled row, in the order they apply (a greedy row stops after the penalties)
 PROCESSOR_ORDER = (
     "grammar_mask",
+    "allowed_token_ids",
+    "bad_words",
     "logit_bias",
+    "logits_processors",
     "repetition_penalty",
     "frequency_presence_penalty",
+    "dry",
     "watermark",
     "temperature",
+    "top_n_sigma",
+    "min_p",
     "top_k",
     "top_p",
     "typical_p",
+    "xtc",
     "gumbel_max_draw",
 )
 
@@ -82,6 +113,15 @@ def uniform_noise(seed: int, step: int, vocab_size: int) -> list[float]:
     return [
         ((splitmix64((base + (j + 1) * GOLDEN) & MASK64) >> shift) + 0.5) * scale for j in range(vocab_size)
     ]
+
+
+def xtc_uniform(seed: int, step: int) -> float:
+    """XTC's draw of one row at one step, in (0, 1): the row's noise stream at index -1, i.e. the top 23 bits
+    of `splitmix64(base)` mapped to `(bits + 0.5) / 2^23`, with `base` as in `uniform_noise` (whose tokens
+    use the indices 0 and up): the same seed gives the same draws, apart from the token draw's noise."""
+    seed &= MASK64
+    base = splitmix64((splitmix64((seed * STREAM + GOLDEN) & MASK64) + step * GOLDEN) & MASK64)
+    return ((splitmix64(base) >> (64 - NOISE_BITS)) + 0.5) / (1 << NOISE_BITS)
 
 
 #: keys the watermark's green lists (any fixed odd constant; detector and samplers must share it)

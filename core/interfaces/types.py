@@ -180,3 +180,7 @@ class RunnerCapabilities:
     # run it, so that the engine settles the previous step on the host meanwhile; it takes a decode whose token
     # is `PENDING_TOKEN` (the token it sampled for that request in the step before, still on the device)
     async_steps: bool = False
+    # the `SamplingParams` fields its sampler does not honour (the later samplers: "min_p", "top_n_sigma",
+    # "dry_multiplier", "xtc_probability", "bad_words_ids", "allowed_token_ids", "logits_processors"...): a
+    # request that sets one to anything but its default is refused, naming it, never sampled without it
+    unsupported_sampling: frozenset[str] = frozenset()
