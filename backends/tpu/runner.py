@@ -133,8 +133,14 @@ class JaxModelRunner(ModelRunner):
         )
 
     def capabilities(self) -> RunnerCapabilities:
-        # grammar masks ride on the sampler's additive bias; no draft verification, Medusa or LoRA here
-        return RunnerCapabilities(token_masks=True, draft_verification=False, medusa_heads=0)
+        # grammar masks ride on the sampler's additive bias; no draft verification, Medusa or LoRA here; the
+        # sampler runs no (torch) logits processors
+        return RunnerCapabilities(
+            token_masks=True,
+            draft_verification=False,
+            medusa_heads=0,
+            unsupported_sampling=smp.UNSUPPORTED_SAMPLING,
+        )
 
     def constraints(self) -> RunnerConstraints:
         if self.shapes is not None:
@@ -230,11 +236,8 @@ class JaxModelRunner(ModelRunner):
         v, f32 = self.dims.vocab_size, jnp.float32
         lg = self._struct((s, v), f32)
         greedy = jax.jit(smp.greedy).lower(lg).compile()
-        full = (
-            jax.jit(smp.full)
-            .lower(lg, lg, self._struct((s, v), jnp.bool_), lg, lg, lg, self._struct((s, 8), f32))
-            .compile()
-        )
+        seen, params = self._struct((s, v), jnp.bool_), self._struct((s, len(smp.PARAM_COLUMNS)), f32)
+        full = jax.jit(smp.full).lower(lg, lg, seen, lg, lg, lg, params).compile()
         return greedy, full
 
     def warmup(self, max_batch_tokens: int, max_num_seqs: int) -> None:

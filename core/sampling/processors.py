@@ -1,4 +1,5 @@
-"""Vectorised logits processing for `TorchSampler`: penalties, truncation and counter-based noise.
+"""Vectorised logits processing for `TorchSampler`: penalties, truncation (top-k, top-p, typical-p,
+top-n-sigma, min-p, XTC) and counter-based noise.
 
 Every function works on a whole batch `[N, V]` with per-row parameter tensors `[N]` (or `[N, 1]`) and has no
 Python loop over rows. Functions that take `logits` and return a tensor modify `logits` IN PLACE and return it;
@@ -210,6 +211,42 @@ def apply_typical_p(logits: torch.Tensor, typical_p: torch.Tensor) -> torch.Tens
     remove_sorted &= mass < 1.0
     remove = torch.zeros_like(remove_sorted).scatter_(1, sorted_idx, remove_sorted)
     return logits.masked_fill_(remove, float("-inf"))
+
+
+def apply_top_n_sigma(logits: torch.Tensor, n_sigma: torch.Tensor) -> torch.Tensor:
+    """llama.cpp's top-n-sigma: keep the logits >= the row's largest minus `n_sigma` standard deviations of
+    its finite logits (population formula); rows with n_sigma 0 are left unchanged. In place."""
+    finite = logits.isfinite()
+    count = finite.sum(dim=1, keepdim=True).clamp(min=1)
+    mean = torch.where(finite, logits, 0.0).sum(dim=1, keepdim=True) / count
+    var = torch.where(finite, (logits - mean).square(), 0.0).sum(dim=1, keepdim=True) / count
+    n = n_sigma.to(logits.dtype)[:, None]
+    floor = logits.amax(dim=1, keepdim=True) - n * var.sqrt()
+    return logits.masked_fill_((logits < floor) & (n > 0), float("-inf"))
+
+
+def apply_min_p(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+    """vLLM's min-p: drop the tokens whose probability is below `min_p` times the row's largest, i.e. whose
+    logit is below the largest + log(min_p) (min_p 0: log 0 = -inf, nothing dropped). In place."""
+    floor = logits.amax(dim=1, keepdim=True) + min_p.to(logits.dtype).log()[:, None]
+    return logits.masked_fill_(logits < floor, float("-inf"))
+
+
+def apply_xtc(logits: torch.Tensor, threshold: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+    """llama.cpp's XTC, in the rows where `active` (`[N]` bool: the row's draw fell below its
+    xtc_probability): when at least two kept tokens have a probability >= `threshold`, drop all of them but
+    the least probable (tokens tied with it stay). In place."""
+    probs = logits.softmax(dim=1)
+    above = (probs >= threshold.to(probs.dtype)[:, None]) & logits.isfinite()
+    least = torch.where(above, probs, float("inf")).amin(dim=1, keepdim=True)
+    remove = above & (probs > least) & (active & (above.sum(dim=1) >= 2))[:, None]
+    return logits.masked_fill_(remove, float("-inf"))
+
+
+def xtc_uniform(seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+    """XTC's draw per row, `[N]` float32 in (0, 1): the noise stream at index -1
+    (`tgi.core.interfaces.sampling.xtc_uniform`)."""
+    return hash_uniform_at(seeds, steps, torch.full_like(seeds, -1)[:, None])[:, 0]
 
 
 _BYTE_BIAS: dict[torch.device, torch.Tensor] = {}

@@ -7,8 +7,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from tgi.core.plugins.logits_processors import LogitsProcessorRegistry, logits_processors
 from tgi.core.sampling import processors as P
+from tgi.core.sampling.dry import dry_active, dry_penalties
 from tgi.core.sampling.logit_bias import LogitBiasTable
+from tgi.core.sampling.logits_processor import apply_logits_processors
+from tgi.core.sampling.vocab_masks import AllowedTokensTable, apply_bad_words
 from tgi.core.torch.host_transfer import to_device
 from tgi.core.torch.sampler import Sampler, SamplerOutput
 
@@ -17,10 +21,15 @@ if TYPE_CHECKING:
 
 
 class TorchSampler(Sampler):
-    """Grammar masks -> logit bias -> penalties -> watermark -> temperature -> top-k/top-p -> typical-p -> seeded Gumbel-max draw, for
-    all rows at once.
+    """Masks (grammar, allowed tokens, bad words) -> logit bias -> logits processors -> penalties -> DRY ->
+    watermark -> temperature -> top-n-sigma -> min-p -> top-k/top-p -> typical-p -> XTC -> seeded Gumbel-max
+    draw, for all rows at once (`tgi.core.interfaces.sampling`).
 
-    Per-row parameters become small `[N]` tensors; all the math is batched (no per-row torch ops).
+    Per-row parameters become small `[N]` tensors; all the math is batched (no per-row torch ops). Each step
+    runs only when some row of the batch uses it: a batch that uses none of the later additions (min-p,
+    top-n-sigma, DRY, XTC, bad words, allowed tokens, processors) runs exactly the ops it ran before them.
+    What depends on a row's token history (bad words, DRY) is found on the host, in plain Python
+    (`tgi.core.sampling.bad_words`, `tgi.core.sampling.dry`), and scattered into the logits at once.
 
     * repetition_penalty (CTRL/TGI) reads prompt + output tokens; frequency/presence penalties (OpenAI)
       read output tokens only. Counts come from one scatter_add over a padded `[N, L]` token tensor.
@@ -44,10 +53,15 @@ class TorchSampler(Sampler):
 
     supports_token_masks = True
 
-    def __init__(self, greedy_kernel=None, per_row: bool = False) -> None:
+    def __init__(
+        self, greedy_kernel=None, per_row: bool = False, processors: LogitsProcessorRegistry | None = None
+    ) -> None:
         self.greedy_kernel = greedy_kernel
         self.per_row = per_row
         self.logit_bias = LogitBiasTable()  # each request's bias tensors, built at its first step
+        self.allowed = AllowedTokensTable()  # each request's allowed ids, built at its first step
+        # where the processors rows select are found by name (default: this process's registry)
+        self.processors = processors if processors is not None else logits_processors()
 
     def sample(
         self, logits: torch.Tensor, rows: Sequence[ScheduledSequence], token_masks: TokenMasks | None = None
@@ -69,7 +83,15 @@ class TorchSampler(Sampler):
         need_freq = any(x != 0.0 for x in freq) or any(x != 0.0 for x in pres)
         need_bias = any(p.logit_bias for p in params)
         need_mark = any(p.watermark is not None for p in params)
+        need_allowed = any(p.allowed_token_ids is not None for p in params)
+        need_bad = any(p.bad_words_ids for p in params)
+        need_proc = any(p.logits_processors for p in params)
+        need_dry = any(dry_active(p) for p in params)
         any_sample = any(do_sample)
+        # any processing before the temperature (the greedy kernel takes none)
+        need_any = any(
+            (need_bias, need_rep, need_freq, need_mark, need_allowed, need_bad, need_proc, need_dry)
+        )
         top_n = max(p.top_n_tokens for p in params)
         if token_masks is not None:  # our own float32 copy, with the tokens no grammar allows at -inf
             logits = P.apply_token_masks(
@@ -77,21 +99,27 @@ class TorchSampler(Sampler):
             )
         if self.per_row and n > 1:  # token masks applied above: each row is now sampled as if alone
             return _stack_rows([self.sample(logits[i : i + 1], rows[i : i + 1]) for i in range(n)], top_n)
-        if self.greedy_kernel is not None and not (
-            need_bias or need_rep or need_freq or need_mark or any_sample or top_n
-        ):
+        if self.greedy_kernel is not None and not (need_any or any_sample or top_n):
             token_ids, logprobs = self.greedy_kernel(logits)
             return SamplerOutput(token_ids=token_ids, logprobs=logprobs)
 
         x = logits if logits.dtype == torch.float32 else logits.float()
-        if (need_bias or need_rep or need_freq or need_mark or any_sample) and token_masks is None:
+        if (need_any or any_sample) and token_masks is None:
             x = x.clone() if x is logits else x  # every processor below works in place on our copy
 
+        if need_allowed:
+            self.allowed.apply(x, params)
+        if need_bad:
+            apply_bad_words(x, rows)
         if need_bias:
             self.logit_bias.apply(x, params)
+        if need_proc:
+            apply_logits_processors(x, rows, self.processors.get)
 
         if need_rep or need_freq:
             self._apply_penalties(x, rows, rep, freq, pres, need_rep, need_freq)
+        if need_dry:
+            _apply_dry(x, rows)
 
         if need_mark:  # each row's green list comes from its previous token
             marks = [p.watermark for p in params]
@@ -177,6 +205,12 @@ class TorchSampler(Sampler):
         draw is the first vocabulary index of the best score among them, as `argmax` over the vocabulary
         would pick."""
         device, vocab = x.device, x.shape[1]
+        sigma = [p.top_n_sigma if p.do_sample else 0.0 for p in params]
+        if any(v > 0 for v in sigma):
+            P.apply_top_n_sigma(x, to_device(sigma, torch.float32, device))
+        min_p = [p.min_p if p.do_sample else 0.0 for p in params]
+        if any(v > 0 for v in min_p):
+            P.apply_min_p(x, to_device(min_p, torch.float32, device))
         top_k = [p.top_k if p.do_sample else 0 for p in params]
         top_p = [p.top_p if p.do_sample else 1.0 for p in params]
         typical = [p.typical_p if p.do_sample else 1.0 for p in params]
@@ -196,6 +230,10 @@ class TorchSampler(Sampler):
             P.apply_typical_p(x, to_device(typical, torch.float32, device))
         seeds = to_device([P.seed_to_i64(r.seed) for r in rows], torch.int64, device)
         steps = to_device([r.num_generated for r in rows], torch.int64, device)
+        xtc = [p.xtc_probability if p.do_sample else 0.0 for p in params]
+        if any(v > 0 for v in xtc):  # the row's draw (seeded, per step) decides whether XTC acts
+            active = P.xtc_uniform(seeds, steps) <= to_device(xtc, torch.float32, device)
+            P.apply_xtc(x, to_device([p.xtc_threshold for p in params], torch.float32, device), active)
         # Gumbel-max in log space: argmax(logits - log E), E ~ Exp(1); -inf (truncated) never wins.
         if candidates is None:
             scores = x - P.exponential_noise(seeds, steps, vocab).log_()
@@ -204,6 +242,21 @@ class TorchSampler(Sampler):
         best = scores.max(dim=1, keepdim=True).values
         first = torch.where(scores == best, candidates, vocab).amin(dim=1)  # argmax's tie-break: lowest id
         return torch.where(sample_mask, first, greedy_ids)
+
+
+def _apply_dry(x: torch.Tensor, rows: Sequence[ScheduledSequence]) -> torch.Tensor:
+    """Subtract each row's DRY penalties (found on the host, `tgi.core.sampling.dry`) with one scatter. In
+    place."""
+    at_rows, at_tokens, amounts = [], [], []
+    for i, r in enumerate(rows):
+        for token, amount in dry_penalties(r.all_token_ids, r.sampling).items():
+            at_rows.append(i)
+            at_tokens.append(token)
+            amounts.append(-amount)
+    if at_rows:
+        index = (to_device(at_rows, torch.int64, x.device), to_device(at_tokens, torch.int64, x.device))
+        x.index_put_(index, to_device(amounts, torch.float64, x.device).to(x.dtype), accumulate=True)
+    return x
 
 
 def _stack_rows(outputs: list[SamplerOutput], top_n: int) -> SamplerOutput:

@@ -8,7 +8,9 @@ logprobs (see `tgi.core.interfaces.sampling` for what they mean).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -27,6 +29,11 @@ class SamplerCase:
     rows: list[ScheduledSequence]
     logits: list[list[float]]
     token_masks: TokenMasks | None = None  # grammar masks of some rows (guided decoding)
+    # the `SamplingParams` fields the case needs: a sampler that refuses one of them skips it
+    needs: frozenset[str] = frozenset()
+    # the plain-Python twins of the logits processors its rows select, by name
+    # (`tgi.core.testing.reference_sampler.PlainProcessor`)
+    processors: Mapping[str, Callable[..., Any]] | None = None
 
 
 def greedy_params() -> list[SamplingParams]:

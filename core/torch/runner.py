@@ -191,6 +191,7 @@ class TorchModelRunner(ModelRunner):
     def capabilities(self) -> RunnerCapabilities:
         return RunnerCapabilities(
             token_masks=self.sampler.supports_token_masks,
+            unsupported_sampling=self.sampler.unsupported_sampling,
             draft_verification=True,
             medusa_heads=self.medusa.num_heads if self.medusa is not None else 0,
             lora_runtime_loading=hasattr(self.model, "checkpoint_target"),  # core's native models

@@ -37,6 +37,9 @@ class Sampler(ABC):
     """
 
     supports_token_masks: bool = False
+    #: the `SamplingParams` fields this sampler does not honour (its runner reports them as
+    #: `RunnerCapabilities.unsupported_sampling`, and the engine refuses a request that sets one, by name)
+    unsupported_sampling: frozenset[str] = frozenset()
 
     @abstractmethod
     def sample(

@@ -13,9 +13,11 @@ Checks, against core's references:
   (`tgi.core.torch.testing.quant`), for 1 and 33 rows, in every dtype tested;
 * the sampler (`test_sampler_*`): the one sampler suite of every framework
   (`tgi.core.testing.sampler_conformance`): greedy and seeded sampling, with every processor and penalty,
-  grammar masks and the watermark give the tokens (and logprobs) of `reference_sampler.reference_sample`, a
-  sampler written plainly, one row and one token at a time in float64, on the framework-free cases of
-  `tgi.core.testing.sampling_cases`;
+  grammar masks, the watermark, min-p, top-n-sigma, XTC, DRY, bad words, allowed tokens and logits
+  processors give the tokens (and logprobs) of `reference_sampler.reference_sample`, a sampler written
+  plainly, one row and one token at a time in float64, on the framework-free cases of
+  `tgi.core.testing.sampling_cases` and `extended_sampling_cases` (a case that needs a parameter the
+  sampler refuses, `Sampler.unsupported_sampling`, is skipped);
 * through a real engine, the runner-level checks every backend passes (`RunnerConformance`): greedy tokens
   equal `transformers`' on a small random-weight Llama, preemption, cancellation, runner constraints.
 
@@ -40,10 +42,12 @@ import pytest
 import torch
 
 from tgi.core.interfaces import KVCacheSpec
+from tgi.core.testing.extended_sampling_cases import EXTENDED_SAMPLER_CASES
 from tgi.core.testing.runner_conformance import RunnerConformance
 from tgi.core.testing.sampler_conformance import SamplerConformance
 from tgi.core.testing.sampling_cases import SamplerCase
 from tgi.core.torch.backend import TorchBackend
+from tgi.core.torch.testing.logits_processors import register_testing_processors
 from tgi.core.torch.testing.quant import QUANT_CASES, QUANT_TOLERANCE, quantized_linear_error
 from tgi.core.torch.testing.reference import (
     LONG_SCHEDULE,
@@ -186,6 +190,12 @@ class TorchBackendConformance(RunnerConformance):
     def test_sampler_watermark_matches_reference(self, backend: TorchBackend) -> None:
         TorchSamplerConformance(backend).test_watermark_matches_reference()
 
+    @pytest.mark.parametrize("case", sorted(EXTENDED_SAMPLER_CASES))
+    def test_sampler_extended_sampling_matches_reference(self, backend: TorchBackend, case: str) -> None:
+        """min-p, top-n-sigma, XTC, DRY, bad words, allowed tokens and logits processors (those the
+        backend's sampler does not refuse)."""
+        TorchSamplerConformance(backend).check_sampler(case)
+
 
 class TorchSamplerConformance(SamplerConformance):
     """The framework-free sampler suite (`tgi.core.testing.sampler_conformance`) on a torch backend's
@@ -196,6 +206,8 @@ class TorchSamplerConformance(SamplerConformance):
         self.backend = backend
         self.sampler = backend.sampler()
         self.supports_token_masks = self.sampler.supports_token_masks
+        self.unsupported_sampling = self.sampler.unsupported_sampling
+        register_testing_processors()  # the processors the logits-processor case selects, by name
 
     def sample(self, case: SamplerCase) -> tuple[list[int], list[float]]:
         logits = torch.tensor(case.logits, dtype=torch.float32).to(self.backend.torch_device())

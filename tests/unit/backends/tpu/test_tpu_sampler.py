@@ -15,6 +15,7 @@ from tgi.core.testing.sampling_cases import SAMPLER_CASES
 
 class TestJaxSampler(SamplerConformance):
     supports_token_masks = True
+    unsupported_sampling = smp.UNSUPPORTED_SAMPLING  # logits processors (torch plugins): refused by name
 
     def sample(self, case):
         logits = np.asarray(case.logits, np.float32)
