@@ -87,6 +87,9 @@ class EngineConfig:
     # (`RunnerCapabilities.async_steps`), the engine schedules step N+1 and starts it before it settles step N
     # on the host (detokenization, stop checks, streaming); False: every step waits for the one before
     async_scheduling: bool = True
+    # --logits-processors: the logits processors requests may select, by their entry-point names (group
+    # `tgi.logits_processors`); each is loaded at start-up, and one that cannot be stops the start
+    logits_processors: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.validate()
@@ -136,6 +139,10 @@ class EngineConfig:
         if self.quantize is not None and self.quantize not in QUANTIZE_METHODS:
             raise ConfigError(
                 f"--quantize {self.quantize}: unknown value (one of: {', '.join(QUANTIZE_METHODS)})"
+            )
+        if len(set(self.logits_processors)) != len(self.logits_processors) or not all(self.logits_processors):
+            raise ConfigError(
+                f"--logits-processors names must be unique and non-empty, got {self.logits_processors}"
             )
         if self.max_num_seqs < 1:
             raise ConfigError(f"max number of sequences must be >= 1, got {self.max_num_seqs}")

@@ -103,9 +103,8 @@ class LLMEngine:
         self.tokenizer = tokenizer
         self.config = config
         self.model_info = info
-        self.limits = RequestLimits(
-            config.max_input_tokens, config.max_total_tokens, info.vocab_size, info.lora_adapters
-        )
+        limits = (config.max_input_tokens, config.max_total_tokens, info.vocab_size, info.lora_adapters)
+        self.limits = RequestLimits(*limits, config.logits_processors)
         if config.deterministic and not runner.capabilities().batch_invariant:
             raise ConfigError(
                 f"--deterministic: the {backend.name} backend's runner is not batch-invariant (its kernels' "

@@ -202,9 +202,13 @@ def start_engine(
     """Select the backend, resolve and load the model (and `--speculative-model`'s draft), size the KV
     cache(s) from the memory left, warm up. `progress` gets one line per stage (default: the log)."""
     from tgi.core.loading import resolve_model
+    from tgi.core.plugins.logits_processors import logits_processors
     from tgi.core.tokenization import load_tokenizer
 
     say = progress or (lambda msg: log.info(msg))
+    if config.logits_processors:  # before anything heavy: a processor that cannot load stops the start
+        enabled = logits_processors().enable(config.logits_processors)
+        say(f"logits processors: {', '.join(enabled)}")
     backend, config = start_backend(config, registry, say)
     dtype = config.dtype  # the computing dtype asked for (`derive_limits` records the model's)
     source = resolve_model(config.model_id, config.revision, config.trust_remote_code)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from tgi.core.config import DEFAULT_MAX_ENCODER_TOKENS_PER_STEP, DEFAULT_MAX_LORA_RANK, DEFAULT_MAX_LORAS
 from tgi.core.interfaces.quantization import QUANTIZE_METHODS
 from tgi.server.flags import derived, value_checks
-from tgi.server.flags.parsers import batch_sizes, on_off
+from tgi.server.flags.parsers import batch_sizes, comma_list, on_off
 from tgi.server.flags.spec import LAUNCHER, Engine, Flag
 
 AS_TGI = "as TGI"
@@ -130,6 +130,18 @@ MODEL_FLAGS = (
         parse=int,
         default=DEFAULT_MAX_LORA_RANK,
         example="16",
+    ),
+    Flag(
+        ("--logits-processors",),
+        "logits processors requests may select by name (vLLM's custom logits processors): entry-point names of "
+        "the group `tgi.logits_processors` (repeat, or comma-separated), each loaded at start; one that cannot "
+        "be stops the start with its reason. Default: none",
+        MODEL,
+        Engine("logits_processors"),
+        env=("LOGITS_PROCESSORS",),
+        kind="list",
+        parse=comma_list,
+        example="no_digits",
     ),
     Flag(
         ("--speculate",),
