@@ -32,7 +32,7 @@ def openai_client(server):
 
 def _chat(client, text: str, **extra) -> str:
     out = client.chat.completions.create(
-        model="tgi", messages=[{"role": "user", "content": text}], max_tokens=60, temperature=0, **extra
+        model="tgi", messages=[{"role": "user", "content": text}], max_tokens=30, temperature=0, **extra
     )
     return out.choices[0].message.content
 
