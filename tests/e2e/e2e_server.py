@@ -27,8 +27,9 @@ LAUNCH_ARGS = [
 
 
 #: the shared server's flags beside LAUNCH_ARGS: float32, so that greedy texts compared with the in-process
-#: reference rest on no bfloat16 near-tie (tests/e2e/conftest.py)
-SHARED_FLAGS = ("--dtype", "float32")
+#: reference rest on no bfloat16 near-tie (tests/e2e/conftest.py); requests may bring their own chat template
+#: (test_templates_e2e.py; no other test sends one)
+SHARED_FLAGS = ("--dtype", "float32", "--trust-request-chat-template")
 
 
 def free_port() -> int:
