@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tgi.core.interfaces.quantization import QUANTIZE_METHODS
+from tgi.core.interfaces.types import KV_CACHE_DTYPES
 
 
 class ConfigError(ValueError):
@@ -24,6 +25,10 @@ class EngineConfig:
     revision: str | None = None
     backend: str = "auto"
     dtype: str | None = None  # None: the backend's default
+    # what the KV cache stores (--kv-cache-dtype, `tgi.core.interfaces.types.KV_CACHE_DTYPES`): "auto" the
+    # model's dtype; "int8", "fp8_e4m3fn", "fp8_e5m2" one byte a value with a scale per token and kv head
+    # (`KVCacheSpec.kv_dtype`); a backend that does not store it is refused at start, naming the flag
+    kv_cache_dtype: str = "auto"
     attention: str | None = None  # attention implementation (`--attention`); None: the backend's default
     block_size: int = 16  # tokens per KV block
     max_input_tokens: int | None = None  # None: derived from the model's context length
@@ -139,6 +144,10 @@ class EngineConfig:
         if self.quantize is not None and self.quantize not in QUANTIZE_METHODS:
             raise ConfigError(
                 f"--quantize {self.quantize}: unknown value (one of: {', '.join(QUANTIZE_METHODS)})"
+            )
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ConfigError(
+                f"--kv-cache-dtype {self.kv_cache_dtype}: unknown value (one of: {', '.join(KV_CACHE_DTYPES)})"
             )
         if len(set(self.logits_processors)) != len(self.logits_processors) or not all(self.logits_processors):
             raise ConfigError(

@@ -169,6 +169,11 @@ def start_backend(config: EngineConfig, registry, say: Callable[[str], None]) ->
             backend.use_batch_invariant_kernels(dtype)
         except UnsupportedError as e:
             raise ConfigError(f"--deterministic: {e}") from e
+    if config.kv_cache_dtype != "auto":  # after the kernels are chosen: they decide what is read
+        try:
+            backend.check_kv_cache_dtype(config.kv_cache_dtype, dtype)
+        except UnsupportedError as e:
+            raise ConfigError(f"--kv-cache-dtype {config.kv_cache_dtype}: {e}") from e
     attention = backend.attention_in_use()
     say(f"backend: {spec.name} ({backend.devices()[0].name}), {dtype_note}, attention {attention}")
     if config.deterministic:
@@ -237,9 +242,11 @@ def start_engine(
         runner.initialize_cache(config.max_batch_total_tokens // config.block_size)
         proposer = None if draft is None else start_draft(draft, config)
         beside = "" if draft is None else ", as many for the draft model"
+        stored = runner.kv_cache_spec().describe_kv()
         say(
-            f"KV cache: {config.max_batch_total_tokens} tokens{beside}; max input {config.max_input_tokens}, "
-            f"max total {config.max_total_tokens}, step budget {config.max_batch_prefill_tokens} tokens"
+            f"KV cache: {config.max_batch_total_tokens} tokens in {stored}{beside}; max input "
+            f"{config.max_input_tokens}, max total {config.max_total_tokens}, step budget "
+            f"{config.max_batch_prefill_tokens} tokens"
         )
         t0 = time.perf_counter()
         runner.warmup(config.max_batch_prefill_tokens, config.max_num_seqs)

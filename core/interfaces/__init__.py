@@ -22,6 +22,7 @@ from tgi.core.interfaces.quantization import (
 from tgi.core.interfaces.runner import DoneStep, ModelInfo, ModelRunner, StepHandle
 from tgi.core.interfaces.types import (
     DTYPES,
+    KV_CACHE_DTYPES,
     AttentionCaps,
     AttentionLayerSpec,
     DeviceInfo,
@@ -40,6 +41,7 @@ INTERFACE_VERSION = 3
 __all__ = [
     "DTYPES",
     "INTERFACE_VERSION",
+    "KV_CACHE_DTYPES",
     "QUANTIZE_METHODS",
     "WEIGHT_FORMATS",
     "AttentionCaps",

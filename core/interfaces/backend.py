@@ -139,6 +139,23 @@ class Backend(ABC):
         (the default: it has no such kernels)."""
         raise UnsupportedError(f"backend '{self.name}' has no batch-invariant kernels")
 
+    def kv_cache_dtypes(self, dtype: str) -> tuple[str, ...]:
+        """What this backend's KV cache can store, and its attention read, for a model computing in `dtype`
+        (`tgi.core.interfaces.types.KV_CACHE_DTYPES` names, "auto" first: the model's dtype). The engine
+        refuses any other `--kv-cache-dtype` at start, naming these; a torch backend that lists a quantized
+        one gets `KVCacheSpec.kv_dtype` set to it in `create_kv_cache`. Default: "auto" only."""
+        return ("auto",)
+
+    def check_kv_cache_dtype(self, kv_dtype: str, dtype: str) -> None:
+        """Raise `UnsupportedError` if the KV cache cannot store `kv_dtype` for a model in `dtype`, naming what
+        it stores (a backend may say more: which of its settings stands in the way)."""
+        stored = self.kv_cache_dtypes(dtype)
+        if kv_dtype not in stored:
+            raise UnsupportedError(
+                f"backend '{self.name}' does not store the KV cache as {kv_dtype} "
+                f"(it stores: {', '.join(stored)}; auto is the model's dtype)"
+            )
+
     def check_dtype(self, dtype: str) -> None:
         """Raise `UnsupportedError` if `dtype` cannot be used (never fall back silently)."""
         if dtype not in self.supported_dtypes():

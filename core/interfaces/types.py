@@ -6,6 +6,11 @@ from dataclasses import dataclass
 
 #: dtype names used across the boundary; torch backends map them with `tgi.core.dtypes`.
 DTYPES = ("float32", "bfloat16", "float16")
+#: what the KV cache stores (`--kv-cache-dtype`, TGI's values and int8): "auto" the model's dtype; the others one
+#: byte a value with a float32 scale per token and kv head beside it (`KVCacheSpec.kv_dtype`)
+KV_CACHE_DTYPES = ("auto", "fp8_e4m3fn", "fp8_e5m2", "int8")
+#: bytes of the scale stored per token and kv head beside a quantized cache's values (float32)
+KV_SCALE_BYTES = 4
 
 
 class UnsupportedError(RuntimeError):
@@ -79,13 +84,43 @@ class KVCacheSpec:
     num_kv_heads: int  # per rank
     head_dim: int
     block_size: int  # tokens per block
-    dtype: str
+    dtype: str  # the model's dtype: what attention computes in
+    # what the cache stores (`KV_CACHE_DTYPES`): "auto" keys and values in `dtype`; "int8", "fp8_e4m3fn",
+    # "fp8_e5m2" one byte a value and, beside each token's kv head, a float32 scale (value = code * scale),
+    # written when the token is stored; the attention dequantizes on read
+    kv_dtype: str = "auto"
+    # the checkpoint's per-layer (k_scale, v_scale) of a float8 cache, one pair per layer of this spec (vLLM's
+    # and llm-compressor's `self_attn.k_scale` / `v_scale`): each token is stored as value / scale, that scale
+    # beside it. Empty: each token's scale is computed from its own values when it is written
+    kv_scales: tuple[tuple[float, float], ...] = ()
+
+    @property
+    def quantized(self) -> bool:
+        """Whether the cache stores one-byte codes and scales (any `kv_dtype` but "auto")."""
+        return self.kv_dtype != "auto"
+
+    @property
+    def bytes_per_token_head(self) -> int:
+        """Bytes one token's key (or value) of one kv head takes, its scale included."""
+        if self.quantized:
+            return self.head_dim + KV_SCALE_BYTES
+        return self.head_dim * (4 if self.dtype == "float32" else 2)
 
     @property
     def bytes_per_block(self) -> int:
-        itemsize = 4 if self.dtype == "float32" else 2
         # keys and values, every layer
-        return 2 * self.num_layers * self.block_size * self.num_kv_heads * self.head_dim * itemsize
+        return 2 * self.num_layers * self.block_size * self.num_kv_heads * self.bytes_per_token_head
+
+    def describe_kv(self) -> str:
+        """The stored dtype for the start-up line and `/info`, e.g. "int8 (a float32 scale per token and kv
+        head; 1.88x the tokens of bfloat16)" or "bfloat16"."""
+        if not self.quantized:
+            return self.dtype
+        dense = self.head_dim * (4 if self.dtype == "float32" else 2)
+        scales = "the checkpoint's k/v scales" if self.kv_scales else "a float32 scale per token and kv head"
+        return (
+            f"{self.kv_dtype} ({scales}; {dense / self.bytes_per_token_head:.2f}x the tokens of {self.dtype})"
+        )
 
 
 @dataclass(frozen=True)

@@ -96,6 +96,9 @@ class PipelineStageRunner(TorchModelRunner):
         most = len(split_layers(spec.num_layers, self.num_stages)[0])
         return dataclasses.replace(spec, num_layers=most)
 
+    def kv_layers(self) -> range:
+        return self.stage.layers
+
     def initialize_cache(self, num_blocks: int) -> None:
         spec = dataclasses.replace(super().kv_cache_spec(), num_layers=len(self.stage.layers))
         cache = self.backend.create_kv_cache(spec, num_blocks)

@@ -23,6 +23,7 @@ from tgi.core.loading import iter_weights, load_config
 from tgi.core.loading.block_weights import iter_block_weights, stored_block_formats
 from tgi.core.models.context import AttentionContext, build_attention_metadata, build_positions, image_spans
 from tgi.core.models.registry import attention_layer_specs, kv_cache_spec, model_class_for
+from tgi.core.quant.kv_scales import KVScales
 from tgi.core.quant.quantized_loading import QuantizedLoading
 from tgi.core.tokenization import config_eos_token_ids
 from tgi.core.torch.dense_free_loading import (
@@ -57,6 +58,7 @@ class TorchModelRunner(ModelRunner):
         self.attention = backend.attention()
         self.sampler = backend.sampler()
         self.kv_cache = None
+        self.kv_scales = KVScales()
         self.model = None
         self.medusa = None  # Medusa heads, when the checkpoint has them and --speculate asks
         self.lora = None  # the LoRA adapters' state (`tgi.core.lora.LoRAModel`), when --lora-adapters asks
@@ -104,8 +106,10 @@ class TorchModelRunner(ModelRunner):
             if standalone:
                 stored = stored_block_formats(self.source)
                 dense_free = dense_free_weights(self.model, stored, standalone)
-        weights = iter_weights(
-            self.source, self.hf_config, select=skipping(select, dense_free), dequantize=dequantize
+        self.kv_scales = KVScales()  # the checkpoint's float8 KV cache scales, kept for the cache's spec
+        select_kv = self.kv_scales.selecting(skipping(select, dense_free))
+        weights = self.kv_scales.take(
+            iter_weights(self.source, self.hf_config, select=select_kv, dequantize=dequantize)
         )
         self.model.load_weights(
             quant.split_checkpoint(self.model, with_placeholders(weights, dense_free, select))
@@ -229,7 +233,12 @@ class TorchModelRunner(ModelRunner):
         return self.lora.names
 
     def kv_cache_spec(self) -> KVCacheSpec:
-        return kv_cache_spec(self.hf_config, self.config.block_size, self.dtype, self.collective.world_size)
+        spec = kv_cache_spec(self.hf_config, self.config.block_size, self.dtype, self.collective.world_size)
+        return self.kv_scales.apply(spec, self.config.kv_cache_dtype, self.kv_layers())
+
+    def kv_layers(self) -> range:
+        """The checkpoint's indices of the layers this runner's KV cache holds (a pipeline stage: its own)."""
+        return range(len(attention_layer_specs(self.hf_config, self.collective.world_size)))
 
     def initialize_cache(self, num_blocks: int) -> None:
         self.kv_cache = self.backend.create_kv_cache(self.kv_cache_spec(), num_blocks)
