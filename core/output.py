@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Collection
 
@@ -73,8 +74,12 @@ class RequestOutput:
     def _top_tokens(self, tops: tuple[list[int], list[float]]) -> tuple[TopToken, ...]:
         ids, logprobs = tops
         text = self.detokenizer.token_text
+        # a token the step could never take (masked by a grammar, banned, not allowed) is no alternative: its
+        # logprob is -inf, which JSON cannot carry either
         return tuple(
-            TopToken(i, text(i), lp, i in self.special_ids) for i, lp in zip(ids, logprobs, strict=True)
+            TopToken(i, text(i), lp, i in self.special_ids)
+            for i, lp in zip(ids, logprobs, strict=True)
+            if lp != -math.inf
         )
 
     def _prompt_tokens(self) -> tuple[PromptToken, ...]:

@@ -140,6 +140,7 @@ class TorchSampler(Sampler):
         # logsumexp pass instead of a full [N, vocab] log_softmax
         lse = torch.logsumexp(x, dim=1, keepdim=True)
         greedy_ids = x.argmax(dim=1)
+        tops = x.topk(min(top_n, vocab), dim=1) if top_n > 0 else None  # before truncation: the spec's
 
         if any_sample:
             token_ids = self._draw(x, rows, params, sample_mask, greedy_ids)
@@ -147,9 +148,8 @@ class TorchSampler(Sampler):
             token_ids = greedy_ids
 
         out = SamplerOutput(token_ids=token_ids, logprobs=(x.gather(1, token_ids[:, None]) - lse).squeeze(1))
-        if top_n > 0:
-            top_x, top_ids = x.topk(min(top_n, vocab), dim=1)
-            out.top_token_ids, out.top_logprobs = top_ids, top_x - lse
+        if tops is not None:
+            out.top_token_ids, out.top_logprobs = tops.indices, tops.values - lse
         return out
 
     @staticmethod
