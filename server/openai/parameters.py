@@ -1,4 +1,4 @@
-"""OpenAI's sampling fields (and vLLM's extensions to them) as `SamplingParams`: temperature 0 is greedy,
+"""OpenAI's sampling fields (and vLLM's and llama.cpp's extensions to them) as `SamplingParams`: temperature 0 is greedy,
 `max_tokens` and `n` checked as OpenAI words them; the engine checks the rest once (`tgi.core.validation`)."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from tgi.core.sampling_params import SamplingParams
 from tgi.server.http.errors import validation_error
 from tgi.server.service.settings import ServerSettings
 from tgi.server.validation.sampling import check_priority, check_stop, check_top_n, logit_bias, stop_token_ids
+from tgi.server.validation.sampling_fields import sampling_fields
 
 
 def openai_sampling_params(req, settings: ServerSettings, top_n: int, logprobs: bool) -> SamplingParams:
@@ -35,4 +36,5 @@ def openai_sampling_params(req, settings: ServerSettings, top_n: int, logprobs: 
         top_n_tokens=check_top_n(top_n, settings),
         logit_bias=logit_bias(req.logit_bias),
         priority=check_priority(req.priority, settings),
+        **sampling_fields(req),  # vLLM's and llama.cpp's (their strings: `with_token_lists`)
     )

@@ -35,6 +35,7 @@ from tgi.server.validation.grammars import (
     vllm_guided_grammar,
 )
 from tgi.server.validation.sampling import check_prompt_logprobs, truncated
+from tgi.server.validation.sampling_fields import with_token_lists
 
 router = APIRouter(tags=["OpenAI"])
 
@@ -79,6 +80,7 @@ async def _chat_prompts(service: InferenceService, req: ChatCompletionRequest) -
     if top_n and not req.logprobs:
         raise validation_error("`top_logprobs` requires `logprobs` to be true")
     base = openai_sampling_params(req, service.settings, top_n=top_n, logprobs=req.logprobs)
+    base = await with_token_lists(service, req, base)
     base = replace(base, adapter_id=openai_adapter(service, req.model))
     tools = plan_tools(req.tools, req.tool_choice)
     template = service.engine.tokenizer.chat_template
@@ -119,6 +121,7 @@ async def _completion_prompts(service: InferenceService, req: CompletionRequest)
         raise validation_error("`suffix` is not supported", "suffix")
     top_n = req.logprobs or 0
     base = openai_sampling_params(req, service.settings, top_n=top_n, logprobs=req.logprobs is not None)
+    base = await with_token_lists(service, req, base)
     base = replace(base, adapter_id=openai_adapter(service, req.model))
     if req.echo and req.logprobs is not None:  # the prompt tokens' logprobs come before the output's
         if req.stream:

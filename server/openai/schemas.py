@@ -6,7 +6,8 @@
 Extensions accepted as vLLM and TGI do: `top_k`, `repetition_penalty`, `min_tokens`, `ignore_eos`,
 `stop_token_ids`, `include_stop_str_in_output`, `guided_json`, `guided_regex`, `guided_choice`, `guided_grammar`,
 `structured_outputs`, `tool_prompt`,
-`cache_salt`. Fields OpenAI or vLLM define that are not served here are
+`cache_salt`; vLLM's and llama.cpp's sampling fields (`min_p`, `typical_p`, `top_n_sigma`, DRY, XTC, `bad_words`,
+`allowed_token_ids`, `logits_processors`: `tgi.server.validation.sampling_fields`). Fields OpenAI or vLLM define that are not served here are
 refused by name (`tgi.server.validation.fields`).
 """
 
@@ -20,6 +21,7 @@ from pydantic import Field
 from tgi.server.chat.template import TemplateOptions, template_options
 from tgi.server.images.sources import image_part
 from tgi.server.validation.fields import NEUTRAL, RequestModel
+from tgi.server.validation.sampling_fields import SamplingExtensions
 
 # OpenAI's and vLLM's request fields that this server does not serve yet, with the values that ask for the
 # default behaviour (which is what it does). Chat completions serve `tools`, `tool_choice`,
@@ -43,14 +45,11 @@ _OPENAI_UNSERVED: dict[str, tuple[Any, ...]] = {
     "prompt_cache_key": NEUTRAL,
     "best_of": (None, 1),
     # vLLM's extensions
-    "min_p": (None, 0.0, 0),
     "use_beam_search": (None, False),
     "length_penalty": (None, 1.0, 1),
     # how vLLM runs guided_*: the backend (ours is llguidance) and JSON's whitespace (ours: single spaces)
     "guided_decoding_backend": NEUTRAL,
     "guided_whitespace_pattern": NEUTRAL,
-    "allowed_token_ids": NEUTRAL,
-    "bad_words": NEUTRAL,
     "prompt_logprobs": NEUTRAL,
     "skip_special_tokens": (None, True),
     "spaces_between_special_tokens": (None, True),
@@ -59,7 +58,6 @@ _OPENAI_UNSERVED: dict[str, tuple[Any, ...]] = {
     "continue_final_message": (None, False),
     "add_generation_prompt": (None, True),
     "documents": NEUTRAL,
-    "logits_processors": NEUTRAL,
     # TGI's /v1 extensions
     "tool_prompt": NEUTRAL,
     "guideline": NEUTRAL,
@@ -146,7 +144,7 @@ class StructuredOutputs(RequestModel):
     KNOWN: ClassVar = {"whitespace_pattern": NEUTRAL}
 
 
-class _Sampling(RequestModel):
+class _Sampling(SamplingExtensions):
     model: str | None = None
     temperature: float | None = None
     top_p: float | None = None
