@@ -24,6 +24,8 @@ from dataclasses import replace
 import torch
 import torch.nn.functional as F
 
+from tgi.backends.cpu.kv_quant import QuantizedPart, dequantize_blocks
+from tgi.backends.cpu.native import kv_quant as native_kv
 from tgi.core.interfaces import UnsupportedError
 from tgi.core.interfaces.types import AttentionCaps
 from tgi.core.torch.attention import AttentionBackend, AttentionLayerSpec, AttentionMetadata
@@ -99,22 +101,33 @@ class CpuAttention(AttentionBackend):
         block_size = key_cache.shape[1]
         window = layer.sliding_window
         out = torch.empty_like(q)
-        for s, e, blocks, keys, mask in self._prefill_plan(meta, block_size, window):
+        # a quantized cache is read even for the chunk's own keys: every query sees the values decode sees
+        from_cache = isinstance(key_cache, QuantizedPart)
+        for s, e, blocks, keys, mask in self._prefill_plan(meta, block_size, window, from_cache):
             qi = q[s:e].transpose(0, 1).unsqueeze(0)  # [1, H, L, Dh]
             if blocks is None:  # no cached context: the chunk's own keys/values
                 ki, vi = k[s:e], v[s:e]
             else:  # cached context and the chunk itself (already written), straight from the cache
-                ki = self._gather("k", key_cache, blocks)[keys]
-                vi = self._gather("v", value_cache, blocks)[keys]
+                ki = self._gather("k", key_cache, blocks, q.dtype)[keys]
+                vi = self._gather("v", value_cache, blocks, q.dtype)[keys]
             ki = ki.transpose(0, 1).unsqueeze(0)  # [1, Hkv, S, Dh]
             vi = vi.transpose(0, 1).unsqueeze(0)
             o = _attend(qi, ki, vi, mask, mask is None, layer)
             out[s:e] = o[0].transpose(0, 1)
         return out
 
-    def _gather(self, name: str, cache: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
+    def _gather(
+        self,
+        name: str,
+        cache: torch.Tensor | QuantizedPart,
+        blocks: torch.Tensor,
+        dtype: torch.dtype | None = None,
+    ) -> torch.Tensor:
         """cache[blocks] as [len(blocks) * block_size, Hkv, Dh], into a reused buffer (allocating fresh
-        tens-of-MB tensors every layer costs more than the copy itself)."""
+        tens-of-MB tensors every layer costs more than the copy itself); a quantized cache's dequantized
+        to `dtype` (the queries'), a dense cache's as stored."""
+        if isinstance(cache, QuantizedPart):
+            return dequantize_blocks(cache, self._gather(name, cache.codes, blocks, dtype), blocks, dtype)
         _, bs, hkv, dh = cache.shape
         n = blocks.numel()
         numel = n * bs * hkv * dh
@@ -134,14 +147,14 @@ class CpuAttention(AttentionBackend):
         return dst.view(n * bs, hkv, dh)
 
     def _prefill_plan(
-        self, meta: AttentionMetadata, block_size: int, window: int | None
+        self, meta: AttentionMetadata, block_size: int, window: int | None, from_cache: bool = False
     ) -> list[tuple[int, int, torch.Tensor | None, slice, torch.Tensor | None]]:
         """Per chunk: (token start, token end, blocks holding the keys it attends to (None when it has no
-        cached context: it then uses its own k/v), the keys' slots within those blocks, bool mask
-        [1, 1, L, S] or None for a plain causal chunk). A chunk's bidirectional spans
+        cached context and not `from_cache`: it then uses its own k/v), the keys' slots within those blocks,
+        bool mask [1, 1, L, S] or None for a plain causal chunk). A chunk's bidirectional spans
         (`meta.prefill_bidirectional_spans`) let their tokens see each other both ways, within the window:
         transformers' Gemma 3 mask, AND(window, OR(causal, same span))."""
-        key = f"cpu-sdpa/prefill/{block_size}/{window}"
+        key = f"cpu-sdpa/prefill/{block_size}/{window}/{from_cache}"
         plan = meta.extra.get(key)
         if plan is not None:
             return plan
@@ -154,7 +167,7 @@ class CpuAttention(AttentionBackend):
             spans = all_spans[i] if all_spans else ()
             n = e - s
             kstart = 0 if window is None else max(0, start - window + 1)  # oldest key any query may see
-            if start > kstart:
+            if start > kstart or from_cache:
                 first_blk = kstart // block_size
                 last_blk = (start + n + block_size - 1) // block_size
                 blocks = meta.prefill_block_tables[i, first_blk:last_blk].to(torch.int64)
@@ -163,8 +176,8 @@ class CpuAttention(AttentionBackend):
             else:
                 kstart = start
                 blocks, ctx = None, slice(0, 0)
-            if blocks is None and (window is None or n <= window) and not spans:
-                plan.append((s, e, None, ctx, None))
+            if kstart == start and (window is None or n <= window) and not spans:  # plainly causal
+                plan.append((s, e, blocks, ctx, None))
                 continue
             qpos = torch.arange(start, start + n, device=device)[:, None]
             kpos = torch.arange(kstart, start + n, device=device)[None, :]
@@ -190,8 +203,10 @@ class CpuAttention(AttentionBackend):
         block_size, hkv, dh = key_cache.shape[1], key_cache.shape[2], key_cache.shape[3]
         n, h = q.shape[0], q.shape[1]
         blocks, mask = self._decode_plan(meta, block_size, layer.sliding_window)
-        k = self._gather("k", key_cache, blocks).view(n, -1, hkv, dh).transpose(1, 2)  # [D, Hkv, L, Dh]
-        v = self._gather("v", value_cache, blocks).view(n, -1, hkv, dh).transpose(1, 2)
+        dtype = q.dtype  # a quantized cache's blocks are dequantized to it
+        k = self._gather("k", key_cache, blocks, dtype).view(n, -1, hkv, dh)  # [D, L, Hkv, Dh]
+        v = self._gather("v", value_cache, blocks, dtype).view(n, -1, hkv, dh)
+        k, v = k.transpose(1, 2), v.transpose(1, 2)  # [D, Hkv, L, Dh]
         # the G query heads sharing a kv head act as G query rows of that head: [D, Hkv, G, Dh], so no
         # key/value expansion is needed and the mask [D, 1, 1, L] broadcasts over them
         out = _attend(q.view(n, hkv, h // hkv, dh), k, v, mask, False, layer)
@@ -248,6 +263,8 @@ class CpuNativeAttention(CpuAttention):
         self._native = native
         #: `native.paged_decode`'s implementation ("auto", "vector", "amx"); `TGI_CPU_DECODE_IMPL` overrides
         self.decode_impl = os.environ.get("TGI_CPU_DECODE_IMPL", "auto")
+        #: a quantized cache's (`native.kv_quant.paged_decode_quantized`); `TGI_CPU_KV_DECODE_IMPL` overrides
+        self.quant_decode_impl = os.environ.get("TGI_CPU_KV_DECODE_IMPL", "auto")
         #: prefill: "sdpa" (torch's, the default) or "native" (`native.paged_prefill`, `TGI_CPU_PREFILL_IMPL=
         #: native`). Not the default yet: its bfloat16 numbers differ from SDPA's by rounding, which flips
         #: near-ties of the default model that e2e tests hold a server with a warm prefix cache to
@@ -289,6 +306,11 @@ class CpuNativeAttention(CpuAttention):
     ) -> torch.Tensor:
         """The native decode kernel for the rows of `q` [T, H, Dh] over `block_tables`/`seq_lens`, in q's dtype."""
         key_cache, value_cache = kv_cache.layer(layer_idx)
+        if isinstance(key_cache, QuantizedPart):  # the codes and scales read as stored
+            return native_kv.paged_decode_quantized(
+                q, key_cache, value_cache, block_tables, seq_lens, layer.scale, layer.sliding_window,
+                layer.softcap, impl=self.quant_decode_impl,
+            )  # fmt: skip
         out = self._native.paged_decode(
             q.to(key_cache.dtype),
             key_cache,
@@ -316,17 +338,12 @@ class CpuNativeAttention(CpuAttention):
             if self.prefill_impl == "native":
                 key_cache, value_cache = kv_cache.layer(layer_idx)
                 self._check_native_prefill(q, key_cache, meta)
-                return self._native.paged_prefill(
-                    q,
-                    key_cache,
-                    value_cache,
-                    meta.prefill_block_tables,
-                    meta.query_start_loc,
-                    meta.prefill_seq_lens,
-                    layer.scale,
-                    layer.sliding_window,
-                    layer.softcap,
-                )
+                quantized = isinstance(key_cache, QuantizedPart)
+                run = native_kv.paged_prefill_quantized if quantized else self._native.paged_prefill
+                return run(
+                    q, key_cache, value_cache, meta.prefill_block_tables, meta.query_start_loc,
+                    meta.prefill_seq_lens, layer.scale, layer.sliding_window, layer.softcap,
+                )  # fmt: skip
             return super().prefill(q, k, v, kv_cache, layer_idx, meta, layer)
         if any(meta.prefill_bidirectional_spans):
             raise UnsupportedError(
@@ -341,7 +358,8 @@ class CpuNativeAttention(CpuAttention):
         self, q: torch.Tensor, key_cache: torch.Tensor, meta: AttentionMetadata
     ) -> None:
         """Refuse, by name, a step the native prefill cannot run (it was asked for: no fallback to SDPA)."""
-        if key_cache.dtype != q.dtype or not self._native.prefill_supported(q.dtype, q.shape[-1]):
+        stored = q.dtype if isinstance(key_cache, QuantizedPart) else key_cache.dtype  # read as bfloat16
+        if stored != q.dtype or not self._native.prefill_supported(q.dtype, q.shape[-1]):
             raise UnsupportedError(
                 f"TGI_CPU_PREFILL_IMPL=native takes bfloat16 queries and caches and head sizes that are a "
                 f"multiple of 32 up to 256, not {q.dtype} / {key_cache.dtype} with head size {q.shape[-1]}"

@@ -308,14 +308,15 @@ class CpuBackend(TorchBackend):
         # raises UnsupportedError with the compiler's reason
         return create_attention(name, self.batch_invariant)
 
-    def create_kv_cache(self, spec: KVCacheSpec, num_blocks: int) -> KVCache:
-        from tgi.backends.cpu import native
-        from tgi.backends.cpu.kv_cache import CpuKVCache
+    def kv_cache_dtypes(self, dtype: str) -> tuple[str, ...]:
+        # both attentions read the quantized caches: cpu-sdpa dequantizes the blocks it gathers, cpu-native's
+        # kernels read the codes and scales (docs/features/kv-cache-quantization.md)
+        return ("auto", "fp8_e4m3fn", "fp8_e5m2", "int8")
 
-        cache = CpuKVCache(spec, num_blocks)
-        if _fused_ops_enabled():
-            cache.native_write = native.fused().kv_write
-        return cache
+    def create_kv_cache(self, spec: KVCacheSpec, num_blocks: int) -> KVCache:
+        from tgi.backends.cpu.kv_cache import create_cpu_kv_cache
+
+        return create_cpu_kv_cache(spec, num_blocks, native_writes=_fused_ops_enabled())
 
     def sampler(self) -> Sampler:
         from tgi.core.sampling.sampler import TorchSampler

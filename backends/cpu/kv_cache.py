@@ -75,3 +75,23 @@ class CpuKVCache(KVCache):
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (*self.key_caches, *self.value_caches))
+
+
+def create_cpu_kv_cache(spec: KVCacheSpec, num_blocks: int, native_writes: bool) -> KVCache:
+    """The cache `spec` asks for: `CpuKVCache` in the model's dtype, or `QuantizedCpuKVCache` for a quantized
+    `spec.kv_dtype`; written by the native kernels where `native_writes` (else by torch's ops)."""
+    from tgi.backends.cpu import native
+
+    if spec.quantized:
+        from tgi.backends.cpu.quantized_kv_cache import QuantizedCpuKVCache
+
+        cache = QuantizedCpuKVCache(spec, num_blocks)
+        if native_writes:
+            from tgi.backends.cpu.native.kv_quant import kv_write_quantized
+
+            cache.native_write = kv_write_quantized
+        return cache
+    cache = CpuKVCache(spec, num_blocks)
+    if native_writes:
+        cache.native_write = native.fused().kv_write
+    return cache

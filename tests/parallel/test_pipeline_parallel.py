@@ -1,7 +1,8 @@
 """Pipeline parallelism over processes (gloo on the CPU): P stages of a tiny random float32 model give one
 process's greedy tokens and logprobs, through chunked prefill, mixed prefill + decode steps cut in
-micro-batches, preemption and recomputation; and so do 2 stages × 2 tensor-parallel shards (four ranks);
-guided decoding over stages on the default model."""
+micro-batches, preemption and recomputation; and so do 2 stages × 2 tensor-parallel shards (four ranks), also
+over an int8 KV cache (each rank quantizes its own heads as one process does); guided decoding over stages on
+the default model."""
 
 from __future__ import annotations
 
@@ -42,10 +43,11 @@ def models(tmp_path_factory):
     return lambda kind: _model(kind, root)
 
 
-def generate(folder: str, stages: int, shards: int):
+def generate(folder: str, stages: int, shards: int, kv: str = "auto"):
     config = EngineConfig(
-        model_id=folder, num_shard=shards, pipeline_parallel_size=stages, dtype="float32", **LIMITS
-    )
+        model_id=folder, num_shard=shards, pipeline_parallel_size=stages, dtype="float32", kv_cache_dtype=kv,
+        **LIMITS,
+    )  # fmt: skip
     engine = LLMEngine.from_config(config)
     try:
         params = SamplingParams(max_new_tokens=12, ignore_eos=True, logprobs=True, prompt_logprobs=True)
@@ -59,19 +61,22 @@ def generate(folder: str, stages: int, shards: int):
 
 
 @cache
-def _reference(folder: str):
-    return generate(folder, 1, 1)
+def _reference(folder: str, kv: str):
+    return generate(folder, 1, 1, kv)
 
 
-@pytest.mark.parametrize(("kind", "stages", "shards"), [("llama", 2, 1), ("qwen2", 2, 2)])
-def test_stages_give_one_process_tokens(models, kind, stages, shards):
+@pytest.mark.parametrize(
+    ("kind", "stages", "shards", "kv"),
+    [("llama", 2, 1, "auto"), ("qwen2", 2, 2, "auto"), ("qwen2", 2, 2, "int8")],
+)
+def test_stages_give_one_process_tokens(models, kind, stages, shards, kv):
     folder = models(kind)
-    ref_tokens, ref_logprobs, ref_preemptions = _reference(folder)
-    tokens, logprobs, preemptions = generate(folder, stages, shards)
+    ref_tokens, ref_logprobs, ref_preemptions = _reference(folder, kv)
+    tokens, logprobs, preemptions = generate(folder, stages, shards, kv)
     assert ref_preemptions > 0 and preemptions == ref_preemptions  # the same schedule, preemptions included
     assert tokens == ref_tokens
     diff = max(abs(a - b) for a, b in zip(logprobs, ref_logprobs, strict=True))
-    print(f"{kind} PP={stages} TP={shards}: max |logprob difference| vs one process: {diff:.2e}")
+    print(f"{kind} PP={stages} TP={shards} KV {kv}: max |logprob difference| vs one process: {diff:.2e}")
     assert diff < ATOL
     assert not multiprocessing.active_children()  # every rank is gone after shutdown
 

@@ -1,6 +1,7 @@
 """Native (C++) CPU kernels, compiled at first use with `torch.utils.cpp_extension.load` from the C++ files
 next to this module (package data): the paged decode attention, the linear over GGUF block-quantized weights
-and fused elementwise ops, in one library. `bindings.cpp` makes the Python module of the ops in `ops.h`.
+and fused elementwise ops, in one library; the quantized KV cache's writer and attention are wrapped by
+`native.kv_quant`. `bindings.cpp` makes the Python module of the ops in `ops.h` and the other headers.
 
 The build needs a C++ compiler (g++) and ninja (a dependency of tgi); it is cached in a folder named by the
 sources' content (`build`: under `$TGI_CACHE_DIR/torch_extensions`, `$TORCH_EXTENSIONS_DIR` or torch's

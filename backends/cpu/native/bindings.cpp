@@ -3,6 +3,7 @@
 #include <torch/extension.h>
 
 #include "ops.h"
+#include "kv_quant_ops.h"
 #include "lora_sgmv.h"
 #include "fp8_linear.h"
 
@@ -27,4 +28,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("fp8_linear", torch::wrap_pybind_function(fp8_linear), "fp8_linear");
   m.def("fp8_widen", torch::wrap_pybind_function(fp8_widen), "fp8_widen");
   m.def("fp8_impls", torch::wrap_pybind_function(fp8_impls), "fp8_impls");
+  m.def("kv_write_quantized", torch::wrap_pybind_function(kv_write_quantized), "kv_write_quantized");
+  m.def("paged_decode_quantized", torch::wrap_pybind_function(paged_decode_quantized), "paged_decode_quantized");
+  m.def("paged_prefill_quantized", torch::wrap_pybind_function(paged_prefill_quantized), "paged_prefill_quantized");
+  m.def("kv_decode_impls", torch::wrap_pybind_function(kv_decode_impls), "kv_decode_impls");
 }

@@ -24,9 +24,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "common.h"
+#include "kv_quant.h"
+#include "kv_quant_ops.h"
 #include "ops.h"
 #include "paged_attention.h"
 
@@ -66,9 +69,59 @@ TGI_PREFILL_TARGET inline __m512 soft_cap16(__m512 x, float softcap) {
                        _mm512_set1_ps(softcap));
 }
 
+// Where a work item reads a tile's keys and values: a bfloat16 cache as stored (`DenseKV`), or a quantized cache's
+// codes widened to bfloat16 exactly into the tile's scratch rows, their scales (in the codes' unit, kv_quant.h)
+// multiplying the keys' scores and the values' probabilities (`CodesKV`).
+struct DenseKV {
+  static constexpr bool kScaled = false;
+  struct Tile {};
+  const uint16_t* kc;
+  const uint16_t* vc;
+  TGI_PREFILL_TARGET void rows(Tile&, const int64_t* at, int nk, int64_t row, int64_t ho, int64_t, int64_t,
+                               const uint16_t** krow, const uint16_t** vrow, const uint16_t* zero_row, float*,
+                               float*) const {
+    for (int j = 0; j < kKeys; ++j) {
+      krow[j] = kc + at[j] * row + ho;
+      vrow[j] = j < nk ? vc + at[j] * row + ho : zero_row;
+    }
+  }
+};
+
+template <typename C>
+struct CodesKV {
+  static constexpr bool kScaled = true;
+  struct Tile {
+    alignas(64) uint16_t k[kKeys * kMaxHeadSize], v[kKeys * kMaxHeadSize];
+  };
+  const C* kc;
+  const C* vc;
+  const float* ks;
+  const float* vs;
+  TGI_PREFILL_TARGET void rows(Tile& tile, const int64_t* at, int nk, int64_t row, int64_t ho, int64_t dh,
+                               int64_t kh, const uint16_t** krow, const uint16_t** vrow, const uint16_t* zero_row,
+                               float* km, float* vm) const {
+    const int64_t hkv = row / dh;
+    for (int j = 0; j < kKeys; ++j) {
+      const bool live = j < nk;
+      for (int64_t d = 0; d < dh; d += 16) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(tile.k + j * dh + d),
+                           (__m256i)_mm512_cvtneps_pbh(tgi_kvq::load16(kc + at[j] * row + ho + d)));
+        if (live)
+          _mm256_store_si256(reinterpret_cast<__m256i*>(tile.v + j * dh + d),
+                             (__m256i)_mm512_cvtneps_pbh(tgi_kvq::load16(vc + at[j] * row + ho + d)));
+      }
+      krow[j] = tile.k + j * dh;
+      vrow[j] = live ? tile.v + j * dh : zero_row;
+      km[j] = ks[at[j] * hkv + kh] * tgi_kvq::kUnit<C>;
+      vm[j] = live ? vs[at[j] * hkv + kh] * tgi_kvq::kUnit<C> : 0.0f;
+    }
+  }
+};
+
 // 16 rows (flattened token * G + head index f0 .. f0 + 15 of chunk c, kv head kh) against their keys.
-TGI_PREFILL_TARGET void prefill_rows(const uint16_t* q, const uint16_t* kc, const uint16_t* vc, uint16_t* out,
-                                     const Chunk& c, const Shapes& s, int64_t kh, int64_t f0) {
+template <typename Src>
+TGI_PREFILL_TARGET void prefill_rows(const uint16_t* q, const Src& src, uint16_t* out, const Chunk& c,
+                                     const Shapes& s, int64_t kh, int64_t f0) {
   const int64_t G = s.G, dh = s.dh, row = s.hkv * dh, ho = kh * dh;
   const int64_t rows = std::min<int64_t>(kLanes, c.n * G - f0);
   alignas(64) int32_t pos[kLanes], first[kLanes];
@@ -109,21 +162,23 @@ TGI_PREFILL_TARGET void prefill_rows(const uint16_t* q, const uint16_t* kc, cons
   const __m512i lo = _mm512_load_si512(lo_idx), hi = _mm512_load_si512(hi_idx);
   const __m512i halves = _mm512_load_si512(half_idx);
 
+  typename Src::Tile tile;
+  alignas(64) float km[kKeys], vm[kKeys];  // the tile's key and value scales (quantized caches)
   for (int64_t t0 = kbeg; t0 < kend; t0 += kKeys) {
     const int nk = static_cast<int>(std::min<int64_t>(kKeys, kend - t0));
     const uint16_t* krow[kKeys];
     const uint16_t* vrow[kKeys];
+    int64_t at[kKeys];
     for (int j = 0; j < kKeys; ++j) {
       const int64_t t = t0 + std::min(j, nk - 1);  // past the tile's keys: the last again (masked out)
-      const int64_t at = static_cast<int64_t>(c.table[t / s.bs]) * s.bs + t % s.bs;
-      krow[j] = kc + at * row + ho;
-      vrow[j] = j < nk ? vc + at * row + ho : zero_row;
+      at[j] = static_cast<int64_t>(c.table[t / s.bs]) * s.bs + t % s.bs;
     }
+    src.rows(tile, at, nk, row, ho, dh, kh, krow, vrow, zero_row, km, vm);
     if (t0 + kKeys < kend) {  // the next tile's keys, for the caches' blocks lie anywhere
       const int64_t t = t0 + kKeys;
-      const int64_t at = static_cast<int64_t>(c.table[t / s.bs]) * s.bs + t % s.bs;
-      _mm_prefetch(reinterpret_cast<const char*>(kc + at * row + ho), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(vc + at * row + ho), _MM_HINT_T0);
+      const int64_t next = static_cast<int64_t>(c.table[t / s.bs]) * s.bs + t % s.bs;
+      _mm_prefetch(reinterpret_cast<const char*>(src.kc + next * row + ho), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(src.vc + next * row + ho), _MM_HINT_T0);
     }
     // scores, 8 keys at a time
     const int nk8 = (nk + 7) & ~7;
@@ -144,7 +199,8 @@ TGI_PREFILL_TARGET void prefill_rows(const uint16_t* q, const uint16_t* kc, cons
     const bool every_key_seen = t0 + nk - 1 <= min_pos && t0 >= max_first;
     __m512 mt = neg_inf;
     for (int j = 0; j < nk; ++j) {
-      __m512 x = _mm512_mul_ps(_mm512_load_ps(sc + j * kLanes), _mm512_set1_ps(s.scale));
+      const float mul = Src::kScaled ? s.scale * km[j] : s.scale;  // the key's scale taken out of the dot
+      __m512 x = _mm512_mul_ps(_mm512_load_ps(sc + j * kLanes), _mm512_set1_ps(mul));
       if (s.softcap > 0.0f) x = soft_cap16(x, s.softcap);
       if (!every_key_seen) {
         const __m512i tv = _mm512_set1_epi32(static_cast<int32_t>(t0 + j));
@@ -176,6 +232,10 @@ TGI_PREFILL_TARGET void prefill_rows(const uint16_t* q, const uint16_t* kc, cons
                                  tgi_common::exp16_nonpos(_mm512_sub_ps(x, m_use)));
       }
       l = _mm512_add_ps(l, _mm512_add_ps(p0, p1));
+      if (Src::kScaled) {  // the values' scales, before the probabilities round to bfloat16
+        p0 = _mm512_mul_ps(p0, _mm512_set1_ps(vm[j]));
+        p1 = _mm512_mul_ps(p1, _mm512_set1_ps(vm[j + 1]));
+      }
       // bfloat16 of p0 in elements 0..15, of p1 in 16..31, interleaved to (p0[r], p1[r]) per lane r
       const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(p1, p0);
       pp[j / 2] = _mm512_permutexvar_epi16(halves, both);
@@ -222,17 +282,15 @@ bool paged_prefill_available() {
 #endif
 }
 
-torch::Tensor paged_prefill(torch::Tensor q, torch::Tensor key_cache, torch::Tensor value_cache,
-                            torch::Tensor block_tables, torch::Tensor query_start_loc, torch::Tensor seq_lens,
-                            double scale, int64_t sliding_window, double softcap) {
+namespace {
+
+// The op's checks and the chunks of the step; `Src` reads the keys and values (bfloat16 or codes).
+template <typename MakeSrc>
+torch::Tensor prefill(torch::Tensor q, const torch::Tensor& key_cache, torch::Tensor block_tables,
+                      torch::Tensor query_start_loc, torch::Tensor seq_lens, double scale, int64_t sliding_window,
+                      double softcap, MakeSrc make_src) {
   TORCH_CHECK(paged_prefill_available(), "paged_prefill needs a CPU with AVX512-BF16");
-  TORCH_CHECK(q.dim() == 3, "q must be [T, H, Dh]");
-  TORCH_CHECK(key_cache.dim() == 4 && value_cache.sizes() == key_cache.sizes(),
-              "key/value caches must be [num_blocks, block_size, Hkv, Dh]");
-  TORCH_CHECK(q.scalar_type() == at::kBFloat16 && key_cache.scalar_type() == at::kBFloat16 &&
-                  value_cache.scalar_type() == at::kBFloat16,
-              "paged_prefill takes bfloat16 queries and caches");
-  TORCH_CHECK(key_cache.is_contiguous() && value_cache.is_contiguous(), "caches must be contiguous");
+  TORCH_CHECK(q.dim() == 3 && q.scalar_type() == at::kBFloat16, "q must be bfloat16 [T, H, Dh]");
   TORCH_CHECK(block_tables.scalar_type() == at::kInt && query_start_loc.scalar_type() == at::kInt &&
                   seq_lens.scalar_type() == at::kInt,
               "block_tables, query_start_loc and seq_lens must be int32");
@@ -277,13 +335,55 @@ torch::Tensor paged_prefill(torch::Tensor q, torch::Tensor key_cache, torch::Ten
     return chunks[a.p].start + a.f0 / shapes.G > chunks[b.p].start + b.f0 / shapes.G;
   });
   const auto* qp = reinterpret_cast<const uint16_t*>(q.data_ptr<at::BFloat16>());
-  const auto* kp = reinterpret_cast<const uint16_t*>(key_cache.data_ptr<at::BFloat16>());
-  const auto* vp = reinterpret_cast<const uint16_t*>(value_cache.data_ptr<at::BFloat16>());
   auto* op = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
   const int64_t count = static_cast<int64_t>(items.size());
+  const auto src = make_src();
 #pragma omp parallel for schedule(dynamic, 1) num_threads(at::get_num_threads())
   for (int64_t w = 0; w < count; ++w)
-    prefill_rows(qp, kp, vp, op, chunks[items[w].p], shapes, items[w].kh, items[w].f0);
+    prefill_rows(qp, src, op, chunks[items[w].p], shapes, items[w].kh, items[w].f0);
 #endif
   return out;
+}
+
+}  // namespace
+
+torch::Tensor paged_prefill(torch::Tensor q, torch::Tensor key_cache, torch::Tensor value_cache,
+                            torch::Tensor block_tables, torch::Tensor query_start_loc, torch::Tensor seq_lens,
+                            double scale, int64_t sliding_window, double softcap) {
+  TORCH_CHECK(key_cache.dim() == 4 && value_cache.sizes() == key_cache.sizes(),
+              "key/value caches must be [num_blocks, block_size, Hkv, Dh]");
+  TORCH_CHECK(key_cache.scalar_type() == at::kBFloat16 && value_cache.scalar_type() == at::kBFloat16,
+              "paged_prefill takes bfloat16 queries and caches");
+  TORCH_CHECK(key_cache.is_contiguous() && value_cache.is_contiguous(), "caches must be contiguous");
+  return prefill(q, key_cache, block_tables, query_start_loc, seq_lens, scale, sliding_window, softcap, [&] {
+    return DenseKV{reinterpret_cast<const uint16_t*>(key_cache.data_ptr<at::BFloat16>()),
+                   reinterpret_cast<const uint16_t*>(value_cache.data_ptr<at::BFloat16>())};
+  });
+}
+
+torch::Tensor paged_prefill_quantized(torch::Tensor q, torch::Tensor k_codes, torch::Tensor v_codes,
+                                      torch::Tensor k_scales, torch::Tensor v_scales, torch::Tensor block_tables,
+                                      torch::Tensor query_start_loc, torch::Tensor seq_lens, double scale,
+                                      int64_t sliding_window, double softcap, int64_t kind) {
+  TORCH_CHECK(k_codes.dim() == 4 && v_codes.sizes() == k_codes.sizes() && k_codes.element_size() == 1 &&
+                  v_codes.element_size() == 1 && k_codes.is_contiguous() && v_codes.is_contiguous(),
+              "codes must be contiguous one-byte [num_blocks, block_size, Hkv, Dh]");
+  TORCH_CHECK(k_scales.scalar_type() == at::kFloat && v_scales.scalar_type() == at::kFloat &&
+                  k_scales.is_contiguous() && v_scales.is_contiguous() &&
+                  k_scales.numel() * k_codes.size(3) == k_codes.numel() && v_scales.numel() == k_scales.numel(),
+              "scales must be contiguous float32 [num_blocks, block_size, Hkv]");
+  TORCH_CHECK(kind >= 0 && kind <= 2, "unknown code kind ", kind);
+  const auto* kc = static_cast<const uint8_t*>(k_codes.data_ptr());
+  const auto* vc = static_cast<const uint8_t*>(v_codes.data_ptr());
+  const float* ks = k_scales.data_ptr<float>();
+  const float* vs = v_scales.data_ptr<float>();
+  auto run = [&](auto codes) {
+    using C = std::remove_const_t<std::remove_pointer_t<decltype(codes)>>;
+    return prefill(q, k_codes, block_tables, query_start_loc, seq_lens, scale, sliding_window, softcap, [&] {
+      return CodesKV<C>{reinterpret_cast<const C*>(kc), reinterpret_cast<const C*>(vc), ks, vs};
+    });
+  };
+  if (kind == tgi_kvq::kInt8) return run(static_cast<const tgi_kvq::I8*>(nullptr));
+  if (kind == tgi_kvq::kE4M3) return run(static_cast<const tgi_kvq::E4M3*>(nullptr));
+  return run(static_cast<const tgi_kvq::E5M2*>(nullptr));
 }
