@@ -107,15 +107,19 @@ class ConformanceEngines:
             _REFERENCE[key] = transformers_greedy(tiny_llama, PROMPTS, MAX_NEW_TOKENS)
         return _REFERENCE[key]
 
+    def engine_dtype(self, backend: Backend) -> str:
+        """The dtype of the engines the suite builds: `generation_dtype`, else float32 where supported."""
+        return self.generation_dtype or (
+            "float32" if "float32" in backend.supported_dtypes() else backend.default_dtype()
+        )
+
     def make_engine(self, backend: Backend, model_path, checked: dict[str, Any], **limits: Any):
         """An `LLMEngine` on `backend` (through the plugin host) whose runner checks every batch against
         its constraints into `checked`."""
         from tgi.core.config import EngineConfig
         from tgi.core.engine import LLMEngine
 
-        dtype = self.generation_dtype or (
-            "float32" if "float32" in backend.supported_dtypes() else backend.default_dtype()
-        )
+        dtype = self.engine_dtype(backend)
         settings = dict(
             model_id=str(model_path), backend=backend.name, dtype=dtype,
             block_size=self.engine_block_size(backend), max_total_tokens=128, max_batch_total_tokens=1024,

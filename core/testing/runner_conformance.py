@@ -4,6 +4,10 @@ only, and imports no framework itself (the reference tokens come from `transform
 
 On a small random-weight Llama (`model.write_tiny_llama`), loaded through `LLMEngine` and the plugin host:
 
+* `test_quantized_kv_cache_is_close_or_refused`: each quantized `--kv-cache-dtype` (int8, fp8_e4m3fn,
+  fp8_e5m2) is refused at start with a `ConfigError` naming the flag where `Backend.kv_cache_dtypes` does not
+  list it, and otherwise gives, teacher-forced over the prompt (prefilled in chunks) and 8 decodes, the
+  unquantized cache's top tokens and logprobs within the tolerances `kv_cache_conformance` states;
 * `test_greedy_generation_matches_transformers`: three prompts generated together (continuous batching,
   a 45-token prompt prefilled in chunks) give the greedy tokens `transformers` computes from the same
   checkpoint, each prompt on its own;
@@ -55,14 +59,15 @@ import dataclasses
 
 from tgi.core.testing.capability_conformance import CapabilityChecks
 from tgi.core.testing.generation_conformance import GenerationChecks
+from tgi.core.testing.kv_cache_conformance import KVCacheChecks
 from tgi.core.testing.model import PROMPTS
 
 
-class RunnerConformance(CapabilityChecks, GenerationChecks):
+class RunnerConformance(CapabilityChecks, GenerationChecks, KVCacheChecks):
     """Subclass as `Test<Name>...` and provide `make_backend()` or `backend_name`. The checks run in the
-    order the module docstring lists them: pytest collects a base class's tests first (the generation
-    checks, then the capability checks), and the constraints check comes last, after the batches of the
-    others."""
+    order the module docstring lists them: pytest collects a base class's tests first (the KV cache check,
+    the generation checks, then the capability checks), and the constraints check comes last, after the
+    batches of the others."""
 
     def test_runner_constraints_are_honoured(self, engine_backend, tiny_llama, batches_checked):
         """Checks the batches of the tests above (run them with this one), and of a busy run of its own."""

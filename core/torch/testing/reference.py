@@ -70,9 +70,11 @@ def dense_attention(
     return torch.einsum("hqk,khd->qhd", torch.softmax(scores, -1), vd)
 
 
-def run_attention_schedule(backend: TorchBackend, case: AttentionCase, dtype: str, seed: int = 0) -> float:
-    """Run `case` through `backend`'s KV cache and attention; return the max abs error against
-    `dense_attention` over every output row."""
+def run_attention_schedule(
+    backend: TorchBackend, case: AttentionCase, dtype: str, seed: int = 0, kv_dtype: str = "auto"
+) -> float:
+    """Run `case` through `backend`'s KV cache (storing `kv_dtype`) and attention; return the max abs error
+    against `dense_attention` of the unquantized inputs over every output row."""
     torch_dtype = to_torch_dtype(dtype)
     device = backend.torch_device()
     layer = case.layer()
@@ -94,7 +96,7 @@ def run_attention_schedule(backend: TorchBackend, case: AttentionCase, dtype: st
     for n in need:
         tables.append(perm[off : off + n])
         off += n
-    cache = backend.create_kv_cache(KVCacheSpec(1, hkv, d, bs, dtype), len(perm))
+    cache = backend.create_kv_cache(KVCacheSpec(1, hkv, d, bs, dtype, kv_dtype), len(perm))
 
     max_err = 0.0
     done = [0] * len(pieces)
