@@ -31,9 +31,18 @@ class IncrementalDetokenizer:
         tokenizer: PreTrainedTokenizerBase,
         prompt_token_ids: Sequence[int],
         skip_special_tokens: bool = True,
+        spaces_between_special_tokens: bool = True,
     ) -> None:
         self.tokenizer = tokenizer
         self.skip_special_tokens = skip_special_tokens
+        # vLLM's `spaces_between_special_tokens=False` on its fast tokenizers' path: an added token right after
+        # another is its own content, without the space the tokenizer's decoder may put before it (only
+        # where added tokens show: with skipped special tokens it changes nothing, as in vLLM)
+        self._added: dict[int, str] = {}
+        if not (skip_special_tokens or spaces_between_special_tokens):
+            added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+            self._added = {int(i): getattr(t, "content", str(t)) for i, t in added.items()}
+        self._last_added = False
         # Only the tail of the prompt is ever decoded: keep just that.
         self._ids: list[int] = list(prompt_token_ids[-_CONTEXT_TOKENS:])
         self._prefix_offset = 0
@@ -51,17 +60,22 @@ class IncrementalDetokenizer:
         """Append a generated token; return the new complete text it makes available (may be "")."""
         self._ids.append(int(token_id))
         self._num_generated += 1
+        after_added, self._last_added = self._last_added, int(token_id) in self._added
+        if after_added and self._last_added and self._read_offset == len(self._ids) - 1:
+            return self._emit(self._added[int(token_id)])  # two added tokens in a row: no space between
         prefix_text = self._decode(self._ids[self._prefix_offset : self._read_offset])
         new_text = self._decode(self._ids[self._prefix_offset :])
         if len(new_text) > len(prefix_text) and not new_text.endswith(_REPLACEMENT):
-            chunk = new_text[len(prefix_text) :]
-            # The just-read tokens become the next context; older ones are dropped so the list stays short.
-            del self._ids[: self._read_offset]
-            self._prefix_offset = 0
-            self._read_offset = len(self._ids)
-            self._chunks.append(chunk)
-            return chunk
+            return self._emit(new_text[len(prefix_text) :])
         return ""
+
+    def _emit(self, chunk: str) -> str:
+        # The just-read tokens become the next context; older ones are dropped so the list stays short.
+        del self._ids[: self._read_offset]
+        self._prefix_offset = 0
+        self._read_offset = len(self._ids)
+        self._chunks.append(chunk)
+        return chunk
 
     def flush(self) -> str:
         """At the end of the sequence: whatever is still held back (an incomplete character decodes with

@@ -326,9 +326,9 @@ class LLMEngine:
         pipeline, sequences that stop finished and released. `new_tokens`: the scheduler's `update` (or
         `settle`) of `output`."""
         self.encoder_seconds += output.encoder_seconds
-        for request_id, logprobs in output.prompt_logprobs.items():
+        for request_id in output.prompt_logprobs:
             if request_id in self._outputs:
-                self._outputs[request_id].prompt_logprobs.extend(logprobs)
+                self._outputs[request_id].add_prompt_logprobs(output)
         events = []
         for seq in new_tokens:
             out = self._outputs[seq.request_id]

@@ -8,7 +8,8 @@ import time
 from collections.abc import Collection
 
 from tgi.core.detokenizer import IncrementalDetokenizer
-from tgi.core.request import PromptToken, TokenEvent, TopToken
+from tgi.core.interfaces.batch import StepOutput
+from tgi.core.request import FinishReason, PromptToken, TokenEvent, TopToken
 from tgi.core.sequence import Sequence
 from tgi.core.stopping import StopChecker, combine_finish_reasons, stop_sequences_allowed, token_finish_reason
 
@@ -21,10 +22,15 @@ class RequestOutput:
         self.seq = seq
         self.tokenizer = tokenizer
         self.eos_token_ids = eos_token_ids
-        self.detokenizer = IncrementalDetokenizer(tokenizer, seq.prompt_token_ids)
+        params = seq.params
+        self.detokenizer = IncrementalDetokenizer(
+            tokenizer, seq.prompt_token_ids, params.skip_special_tokens, params.spaces_between_special_tokens
+        )
         self.stops = StopChecker(seq.params.stop, seq.params.include_stop_str_in_output)
         self.special_ids = frozenset(tokenizer.all_special_ids)
         self.prompt_logprobs: list[float] = []  # filled by the engine as prompt chunks run
+        self.prompt_ranks: list[int] = []  # likewise, with `prompt_top_n_tokens`
+        self.prompt_tops: list[tuple[list[int], list[float]]] = []
         self.first_scheduled: float | None = None
         self.arrival = time.monotonic()
         self.num_emitted = 0  # output tokens turned into events (a step may append several: speculation)
@@ -36,7 +42,12 @@ class RequestOutput:
         self.num_emitted += 1
         n = self.num_emitted  # output tokens up to this one (the scheduler may have appended more)
         reason = token_finish_reason(token_id, n, params, self.eos_token_ids)
-        text = self.detokenizer.add(token_id)
+        # the token that ended the sequence (EOS, a stop token id) is no text unless asked, as vLLM's
+        # detokenizer leaves it out (skipped special tokens would decode to nothing anyway)
+        ended_by_token = reason == FinishReason.EOS
+        text = (
+            "" if ended_by_token and not params.include_stop_str_in_output else self.detokenizer.add(token_id)
+        )
         if reason is not None:
             text += self.detokenizer.flush()
         check = self.stops.add(text, can_stop=stop_sequences_allowed(n, params))
@@ -82,8 +93,24 @@ class RequestOutput:
             if lp != -math.inf
         )
 
+    def add_prompt_logprobs(self, output: StepOutput) -> None:
+        """A step's prompt logprobs of this request (its next prompt tokens'), ranks and top tokens included."""
+        rid = self.seq.request_id
+        self.prompt_logprobs.extend(output.prompt_logprobs[rid])
+        if rid in output.prompt_ranks:
+            self.prompt_ranks.extend(output.prompt_ranks[rid])
+            tops = zip(output.prompt_top_token_ids[rid], output.prompt_top_logprobs[rid], strict=True)
+            self.prompt_tops.extend(tops)
+
     def _prompt_tokens(self) -> tuple[PromptToken, ...]:
         ids = self.seq.prompt_token_ids
-        logprobs = [None, *self.prompt_logprobs]
         text = self.detokenizer.token_text
-        return tuple(PromptToken(t, text(t), lp) for t, lp in zip(ids, logprobs, strict=False))
+        tokens = [PromptToken(ids[0], text(ids[0]), None)] if ids else []
+        for j, (t, lp) in enumerate(zip(ids[1:], self.prompt_logprobs, strict=False)):
+            if j < len(self.prompt_ranks):
+                tokens.append(
+                    PromptToken(t, text(t), lp, self.prompt_ranks[j], self._top_tokens(self.prompt_tops[j]))
+                )
+            else:
+                tokens.append(PromptToken(t, text(t), lp))
+        return tuple(tokens)

@@ -33,11 +33,14 @@ class TopToken:
 
 @dataclass(frozen=True)
 class PromptToken:
-    """One prompt token with its logprob (TGI `details.prefill`); the first has logprob None."""
+    """One prompt token with its logprob (TGI `details.prefill`); the first has logprob None. With vLLM's
+    `prompt_logprobs` (`SamplingParams.prompt_top_n_tokens`), its rank and its position's top tokens too."""
 
     id: int
     text: str
     logprob: float | None
+    rank: int | None = None
+    top_tokens: tuple[TopToken, ...] = ()
 
 
 @dataclass(frozen=True)

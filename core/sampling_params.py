@@ -101,6 +101,15 @@ class SamplingParams:
     logprobs: bool = False  # report the chosen token's logprob (TGI `details`)
     top_n_tokens: int = 0  # also report this many most likely alternatives per step
     prompt_logprobs: bool = False  # logprobs of the prompt tokens (TGI `decoder_input_details`)
+    # with prompt_logprobs, vLLM's `prompt_logprobs=k`: each prompt token's rank too, and the k most likely
+    # tokens at its position (`RunnerCapabilities.prompt_top_logprobs`); None: the token's logprob only (TGI's)
+    prompt_top_n_tokens: int | None = None
+    # vLLM's detokenization: special tokens in the output's text (`skip_special_tokens=False`; the token that
+    # ends the sequence, EOS or a stop token id, stays out unless `include_stop_str_in_output`), and with
+    # them, `spaces_between_special_tokens=False` joins two adjacent added tokens without the space a
+    # tokenizer's decoder may put between them
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
     # (token id, bias) pairs added to those tokens' logits before anything else reads them (OpenAI's
     # `logit_bias`); each token id at most once, each bias in [-100, 100]
     logit_bias: tuple[tuple[int, float], ...] = ()
@@ -135,6 +144,9 @@ class SamplingParams:
             raise ValueError("`min_new_tokens` must be >= 0 and <= `max_new_tokens`")
         if self.top_n_tokens < 0:
             raise ValueError("`top_n_tokens` must be >= 0")
+        top = self.prompt_top_n_tokens  # vLLM's `prompt_logprobs=k`: with the prompt's logprobs only
+        if top is not None and (top < 0 or not self.prompt_logprobs):
+            raise ValueError("`prompt_logprobs` must be >= 0")
         if self.seed is not None and not 0 <= self.seed < 2**64:
             raise ValueError("`seed` must be in [0, 2^64)")
         if len(self.logit_bias) > MAX_LOGIT_BIAS:

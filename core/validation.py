@@ -139,6 +139,11 @@ def check_runner_features(params: SamplingParams, features: RunnerCapabilities, 
         raise ValidationError(
             f"the {backend} backend cannot return prompt logprobs: `decoder_input_details` is not supported"
         )
+    if params.prompt_top_n_tokens is not None and not features.prompt_top_logprobs:
+        raise ValidationError(
+            f"the {backend} backend cannot return the prompt tokens' ranks and alternatives: "
+            "`prompt_logprobs` is not supported"
+        )
     if params.grammar is not None:
         check_token_masks(features, backend)
 

@@ -90,7 +90,7 @@ class GaudiModelRunner(TorchModelRunner):
         return info
 
     def capabilities(self) -> RunnerCapabilities:
-        return RunnerCapabilities(token_masks=self.sampler.supports_token_masks)
+        return RunnerCapabilities(token_masks=self.sampler.supports_token_masks, prompt_top_logprobs=True)
 
     def constraints(self) -> RunnerConstraints:
         if self.shapes is None:
@@ -190,5 +190,5 @@ class GaudiModelRunner(TorchModelRunner):
         for r, s in enumerate(batch.sequences):
             if s.want_prompt_logprobs and s.is_prefill:
                 own = hidden[r * length : r * length + s.num_tokens]
-                output.prompt_logprobs[s.request_id] = self._prompt_logprobs(own, s)
+                self._prompt_logprobs(output, own, s)
         return output

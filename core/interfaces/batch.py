@@ -137,6 +137,13 @@ class StepOutput:
     # num_prompt_tokens-1), so that over all chunks every prompt token but the first gets exactly one;
     # only for sequences with want_prompt_logprobs. Position 0 has no logprob (TGI reports null).
     prompt_logprobs: dict[str, list[float]] = field(default_factory=dict)
+    # aligned with prompt_logprobs[request_id], only for sequences whose `sampling.prompt_top_n_tokens` is not
+    # None (from runners with `RunnerCapabilities.prompt_top_logprobs`): each prompt token's rank in its
+    # position's distribution (1 + the tokens with a strictly greater logprob), and the
+    # `prompt_top_n_tokens` most likely tokens there with their logprobs, most likely first
+    prompt_ranks: dict[str, list[int]] = field(default_factory=dict)
+    prompt_top_token_ids: dict[str, list[list[int]]] = field(default_factory=dict)
+    prompt_top_logprobs: dict[str, list[list[float]]] = field(default_factory=dict)
     # Medusa heads (speculative decoding): per row, the heads' guesses of the tokens after the drawn one
     guesses: list[list[int]] | None = None
     # seconds this step spent in the vision encoder (images whose placeholders it started feeding), the

@@ -200,6 +200,9 @@ class RunnerCapabilities:
     # returns `StepOutput.prompt_logprobs` for prefill chunks that want them (TGI's decoder_input_details);
     # a runner that cannot (a compiled context encoding that yields the last position only) says False
     prompt_logprobs: bool = True
+    # with them, each prompt token's rank and its position's top-n tokens (`StepOutput.prompt_ranks`, vLLM's
+    # `prompt_logprobs`) for sequences whose `sampling.prompt_top_n_tokens` is set; False: refused by name
+    prompt_top_logprobs: bool = False
     # loads and unloads LoRA adapters between steps (`ModelRunner.load_lora_adapter`, run-time LoRA loading)
     lora_runtime_loading: bool = False
     # batch-invariant (`--deterministic`): each sequence's logits and sampled tokens depend only on its own

@@ -97,6 +97,40 @@ class CapabilityChecks(ConformanceEngines):
         else:  # rounded activations: finite log-probabilities
             assert all(lp <= 0.0 for lp in got[1:])
 
+    def test_prompt_top_logprobs_match_transformers_or_are_refused(
+        self, engine_backend, tiny_llama, batches_checked
+    ):
+        from tgi.core.request import ValidationError
+        from tgi.core.sampling_params import SamplingParams
+        from tgi.core.testing.model import transformers_prompt_logprob_rows
+
+        engine = self.make_engine(engine_backend, tiny_llama, batches_checked)
+        k = 3
+        params = SamplingParams(max_new_tokens=2, prompt_logprobs=True, prompt_top_n_tokens=k)
+        prompt = list(PROMPTS[0])  # 45 tokens: two chunks where the runner chunks prefills
+        features = engine.runner.capabilities()
+        if not (features.prompt_logprobs and features.prompt_top_logprobs):
+            with pytest.raises(ValidationError, match=r"prompt.logprobs"):
+                engine.add_request(prompt, params)
+            return
+        [result] = engine.generate([prompt], params)
+        tokens = result.final.prompt_tokens
+        assert len(tokens) == len(prompt) and tokens[0].rank is None and not tokens[0].top_tokens
+        for t in tokens[1:]:  # ranks agree with the alternatives, most likely first
+            tops = [a.logprob for a in t.top_tokens]
+            assert len(tops) == k and tops == sorted(tops, reverse=True), t
+            assert t.rank >= 1 and (t.rank > k or t.top_tokens[t.rank - 1].logprob == t.logprob), t
+            assert t.rank <= k or t.logprob <= tops[-1], t
+        if engine.config.dtype == "float32":  # the ranks and the alternatives transformers computes
+            rows = transformers_prompt_logprob_rows(tiny_llama, prompt)
+            tol = 1e-3  # no near-tie decides: ids and ranks are checked against the values within it
+            for t, row in zip(tokens[1:], rows, strict=True):
+                best = sorted(row, reverse=True)[:k]
+                assert all(abs(a.logprob - b) < tol for a, b in zip(t.top_tokens, best, strict=True)), t
+                assert all(abs(a.logprob - row[a.id]) < tol for a in t.top_tokens), t
+                above = sum(lp > row[t.id] + tol for lp in row), sum(lp > row[t.id] - tol for lp in row)
+                assert above[0] + 1 <= t.rank <= above[1] + 1, (t, above)
+
     def test_lora_adapters_at_run_time_or_refused(
         self, engine_backend, tiny_llama, batches_checked, reference, tmp_path
     ):

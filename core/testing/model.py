@@ -101,10 +101,17 @@ def transformers_greedy(
 def transformers_prompt_logprobs(model_path: str | Path, prompt: Sequence[int]) -> list[float]:
     """The reference for prompt logprobs: `transformers`' float32 log-probability of each prompt token
     after the ones before it (positions 1 .. len-1; position 0 has none)."""
+    rows = transformers_prompt_logprob_rows(model_path, prompt)
+    return [row[t] for row, t in zip(rows, prompt[1:], strict=True)]
+
+
+def transformers_prompt_logprob_rows(model_path: str | Path, prompt: Sequence[int]) -> list[list[float]]:
+    """`transformers`' float32 log-softmax over the vocabulary at each prompt position but the last (row j
+    is the distribution of the prompt token at position j + 1): the reference for prompt ranks and top tokens."""
     import torch
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
     with torch.no_grad():
         logprobs = torch.log_softmax(model(torch.tensor([list(prompt)])).logits[0, :-1].float(), dim=-1)
-    return logprobs.gather(1, torch.tensor(prompt[1:])[:, None]).squeeze(1).tolist()
+    return logprobs.tolist()

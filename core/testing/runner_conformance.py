@@ -22,6 +22,10 @@ On a small random-weight Llama (`model.write_tiny_llama`), loaded through `LLMEn
 * `test_prompt_logprobs_match_transformers_or_are_refused`: a runner whose `capabilities()` say
   `prompt_logprobs` returns, for a prompt prefilled in chunks, the logprob of every prompt token but the
   first, equal to `transformers`' (float32 engines); one that does not has such requests refused by name;
+* `test_prompt_top_logprobs_match_transformers_or_are_refused`: a runner whose `capabilities()` say
+  `prompt_top_logprobs` (vLLM's `prompt_logprobs=k`) returns with them each prompt token's rank and the k
+  most likely tokens at its position, most likely first, the same as `transformers`' (float32 engines); one
+  that does not has such requests refused by name;
 * `test_lora_adapters_at_run_time_or_refused`: a runner whose `capabilities()` say `lora_runtime_loading`
   loads a `peft` adapter into a running engine (`LLMEngine.lora.load`): its requests (two short prompts),
   batched with one of the base model, give transformers + peft's greedy tokens (float32 engines), and once it is unloaded the base

@@ -34,6 +34,7 @@ from tgi.core.torch.dense_free_loading import (
 )
 from tgi.core.torch.host_transfer import HostCopy, start_to_host, to_device
 from tgi.core.torch.pending_tokens import LastSampled
+from tgi.core.torch.prompt_logprobs import add_prompt_logprobs, prompt_positions
 
 if TYPE_CHECKING:
     from tgi.core.config import EngineConfig
@@ -198,6 +199,7 @@ class TorchModelRunner(ModelRunner):
             unsupported_sampling=self.sampler.unsupported_sampling,
             draft_verification=True,
             medusa_heads=self.medusa.num_heads if self.medusa is not None else 0,
+            prompt_top_logprobs=True,
             lora_runtime_loading=hasattr(self.model, "checkpoint_target"),  # core's native models
             # the backend switched to its batch-invariant kernels before this runner took them
             batch_invariant=getattr(self.backend, "batch_invariant", False),
@@ -357,20 +359,16 @@ class TorchModelRunner(ModelRunner):
             copy, top = start_to_host(), False
         for i, s in enumerate(seqs):
             if s.want_prompt_logprobs and s.is_prefill:
-                output.prompt_logprobs[s.request_id] = self._prompt_logprobs(hidden[starts[i] : ends[i]], s)
+                self._prompt_logprobs(output, hidden[starts[i] : ends[i]], s)
         return SampledStep(output, copy, top=top, guesses=self.medusa is not None)
 
-    def _prompt_logprobs(self, hidden: torch.Tensor, seq: ScheduledSequence) -> list[float]:
-        """Logprobs of prompt tokens start_pos+1 .. min(start_pos+len, num_prompt-1) (see StepOutput)."""
-        first, last = seq.start_pos + 1, min(seq.start_pos + len(seq.token_ids), seq.num_prompt_tokens - 1)
-        if last < first:
-            return []
-        targets = torch.tensor(seq.all_token_ids[first : last + 1], device=hidden.device)
-        logits = self.model.compute_logits(hidden[: last - first + 1])  # position p predicts token p+1
-        if self.collective.rank != 0:
-            return []
-        logprobs = torch.log_softmax(logits.float(), dim=-1)
-        return logprobs.gather(1, targets[:, None]).squeeze(1).tolist()
+    def _prompt_logprobs(self, output: StepOutput, hidden: torch.Tensor, seq: ScheduledSequence) -> None:
+        """`output`'s prompt logprobs of `seq` (ranks and top tokens when asked; see StepOutput), from the
+        hidden states of its chunk (position p predicts token p+1)."""
+        first, last = prompt_positions(seq)
+        logits = self.model.compute_logits(hidden[: last - first + 1]) if last >= first else None
+        if self.collective.rank == 0:
+            add_prompt_logprobs(output, seq, logits)
 
 
 class SampledStep(StepHandle):

@@ -92,3 +92,26 @@ def test_long_stream_matches_decode(tok):
     ids = tok.encode(text, add_special_tokens=False)
     _, chunks, _ = stream(tok, tok.encode("Prompt", add_special_tokens=False), ids)
     assert "".join(chunks) == text
+
+
+def _wordpiece_tokenizer():
+    """A tokenizer whose decoder puts a space before every token (WordPiece's), with two added tokens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    inner = Tokenizer(models.WordPiece({"[UNK]": 0, "hello": 1, "world": 2}, unk_token="[UNK]"))
+    inner.pre_tokenizer, inner.decoder = pre_tokenizers.Whitespace(), decoders.WordPiece()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=inner, unk_token="[UNK]", additional_special_tokens=["[A]", "[B]"]
+    )
+
+
+def test_spaces_between_special_tokens_false_joins_adjacent_added_tokens():
+    tok = _wordpiece_tokenizer()
+    ids = tok.convert_tokens_to_ids(["hello", "[A]", "[B]", "world"])
+    spaced = stream(tok, [], ids, skip_special_tokens=False)[1]
+    assert "".join(spaced) == tok.decode(ids, skip_special_tokens=False) == "hello [A] [B] world"
+    joined = stream(tok, [], ids, skip_special_tokens=False, spaces_between_special_tokens=False)[1]
+    assert "".join(joined) == "hello [A][B] world"  # vLLM's: no space between two added tokens only
+    skipped = stream(tok, [], ids, spaces_between_special_tokens=False)[1]
+    assert "".join(skipped) == "hello world"  # special tokens skipped: nothing to join
