@@ -194,14 +194,14 @@ SERVING_FLAGS = (
     ),
     Flag(
         ("--enable-prefill-logprobs",),
-        "allow requests to ask for the prompt tokens' logprobs (decoder_input_details, echo with logprobs); "
-        "off: they get a 422",
+        "allow requests to ask for the prompt tokens' logprobs (decoder_input_details, echo with logprobs, "
+        "vLLM's prompt_logprobs); off: they get a 422",
         REQUESTS,
         Server("enable_prefill_logprobs"),
         env=("ENABLE_PREFILL_LOGPROBS",),
         kind="switch",
         default=False,
-        tgi="as TGI: without it, `decoder_input_details` and `echo` with `logprobs` are refused",
+        tgi="as TGI: without it, `decoder_input_details`, `echo` with `logprobs` and `prompt_logprobs` are refused",
         example="true",
     ),
     Flag(

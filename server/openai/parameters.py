@@ -35,6 +35,8 @@ def openai_sampling_params(req, settings: ServerSettings, top_n: int, logprobs: 
         logprobs=logprobs,
         top_n_tokens=check_top_n(top_n, settings),
         logit_bias=logit_bias(req.logit_bias),
+        skip_special_tokens=req.skip_special_tokens,
+        spaces_between_special_tokens=req.spaces_between_special_tokens,
         priority=check_priority(req.priority, settings),
         **sampling_fields(req),  # vLLM's and llama.cpp's (their strings: `with_token_lists`)
     )

@@ -23,6 +23,7 @@ from tgi.server.http.errors import OpenAIErrorResponse, validation_error
 from tgi.server.lora.adapters import model_list, openai_adapter
 from tgi.server.openai import format as fmt
 from tgi.server.openai.parameters import openai_sampling_params
+from tgi.server.openai.prompt_details import chat_echo, prompt_logprobs_body, with_prompt_logprobs
 from tgi.server.openai.schemas import ChatCompletionRequest, CompletionRequest
 from tgi.server.service.generation import Generation, SequenceInput, visible_text
 from tgi.server.service.inference import InferenceService
@@ -49,7 +50,8 @@ class Prompt(SequenceInput):
     parsers: OutputParsers = field(
         default_factory=OutputParsers
     )  # chat: the reasoning and tool-call parsers it goes through
-    echo: str | None = None  # completions with `echo`: the prompt's text, shown before the output
+    # `echo`: completions', the prompt's text; chat's, the last message's content: shown before the output
+    echo: str | None = None
     as_ids: bool = False  # vLLM's `return_tokens_as_token_ids`: logprobs name tokens `token_id:<id>`
 
 
@@ -80,6 +82,7 @@ async def _chat_prompts(service: InferenceService, req: ChatCompletionRequest) -
     if top_n and not req.logprobs:
         raise validation_error("`top_logprobs` requires `logprobs` to be true")
     base = openai_sampling_params(req, service.settings, top_n=top_n, logprobs=req.logprobs)
+    base = with_prompt_logprobs(req, base, service.settings)
     base = await with_token_lists(service, req, base)
     base = replace(base, adapter_id=openai_adapter(service, req.model))
     tools = plan_tools(req.tools, req.tool_choice)
@@ -106,6 +109,7 @@ async def _chat_prompts(service: InferenceService, req: ChatCompletionRequest) -
             parsers=parsers,
             cache_salt=salt,
             as_ids=as_ids,
+            echo=chat_echo(req),
         )
     ]
 
@@ -121,6 +125,7 @@ async def _completion_prompts(service: InferenceService, req: CompletionRequest)
         raise validation_error("`suffix` is not supported", "suffix")
     top_n = req.logprobs or 0
     base = openai_sampling_params(req, service.settings, top_n=top_n, logprobs=req.logprobs is not None)
+    base = with_prompt_logprobs(req, base, service.settings)
     base = await with_token_lists(service, req, base)
     base = replace(base, adapter_id=openai_adapter(service, req.model))
     if req.echo and req.logprobs is not None:  # the prompt tokens' logprobs come before the output's
@@ -180,6 +185,8 @@ def _chat_choice(index: int, prompt: Prompt, events: list[TokenEvent], logprobs:
         message, called = chat_message(text, prompt.parsers, prompt.tools)
     else:
         message, called = message_for(final.generated_text or "", prompt.tools)
+    if prompt.echo is not None:
+        message = {**message, "content": prompt.echo + (message.get("content") or "")}
     return {
         "index": index,
         "message": message,
@@ -201,7 +208,15 @@ def _completion_choice(index: int, prompt: Prompt, events: list[TokenEvent], log
         "text": echo + (final.generated_text or ""),
         "logprobs": out,
         "finish_reason": fmt.finish_reason(final.finish_reason),
+        **_prompt_logprobs(prompt, final),
     }
+
+
+def _prompt_logprobs(prompt: Prompt, final: TokenEvent) -> dict:
+    """vLLM's `prompt_logprobs` (a choice's field on completions, the response's on chat), when asked."""
+    if prompt.params.prompt_top_n_tokens is None:
+        return {}
+    return {"prompt_logprobs": prompt_logprobs_body(final.prompt_tokens or (), prompt.as_ids)}
 
 
 def _chat_chunker(generation: Generation[Prompt]):
@@ -224,6 +239,8 @@ def _chat_chunker(generation: Generation[Prompt]):
             piece = piece_of(event, prompt.parsers, prompt.tools)
             deltas = stream.feed(piece, last) or ([{}] if last or logprobs else [])
             deltas = [{"role": "assistant", **d} for d in deltas]
+        if event.index == 0 and prompt.echo:  # vLLM's chat `echo`: the last message's content first
+            deltas = [{"role": "assistant", "content": prompt.echo}, *deltas]
         out = [{"index": index, "delta": d, "logprobs": None, "finish_reason": None} for d in deltas]
         if out and logprobs:
             out[-1]["logprobs"] = {"content": [fmt.chat_logprob(event, prompt.as_ids)]}
@@ -279,7 +296,10 @@ async def respond(request: Request, req, chat: bool) -> Response:
         generated = {i: len(events) for i, events in enumerate(results)}
         cached = {i: events[-1].num_cached_tokens for i, events in enumerate(results)}
         pieces = {i: _pieces(generation.input_of(i), events) for i, events in enumerate(results)}
-        return JSONResponse(env.body(choices, _usage(generation, generated, cached, pieces)))
+        body = env.body(choices, _usage(generation, generated, cached, pieces))
+        if chat:  # one prompt: its logprobs are the response's
+            body.update(_prompt_logprobs(generation.input_of(0), results[0][-1]))
+        return JSONResponse(body)
     env.object = "chat.completion.chunk" if chat else "text_completion"
     chunk = _chat_chunker(generation) if chat else _completion_chunk
     chunks = _chunks(env, generation, chunk, logprobs, req.include_usage)

@@ -50,9 +50,6 @@ _OPENAI_UNSERVED: dict[str, tuple[Any, ...]] = {
     # how vLLM runs guided_*: the backend (ours is llguidance) and JSON's whitespace (ours: single spaces)
     "guided_decoding_backend": NEUTRAL,
     "guided_whitespace_pattern": NEUTRAL,
-    "prompt_logprobs": NEUTRAL,
-    "skip_special_tokens": (None, True),
-    "spaces_between_special_tokens": (None, True),
     "chat_template": NEUTRAL,
     "chat_template_kwargs": NEUTRAL,
     "continue_final_message": (None, False),
@@ -176,6 +173,11 @@ class _Sampling(SamplingExtensions):
     truncate_prompt_tokens: int | None = None
     priority: int = 0
     return_tokens_as_token_ids: bool = False  # vLLM's: logprobs name tokens `token_id:<id>`
+    # vLLM's prompt and output details (`tgi.server.openai.prompt_details`): the prompt tokens' logprobs with
+    # their ranks and k alternatives; special tokens in the text, and spaces between them
+    prompt_logprobs: int | None = None
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
     # vLLM's: only requests with the same salt share prefix-cache blocks (none: with the unsalted only)
     cache_salt: str | None = Field(default=None, min_length=1)
     KNOWN: ClassVar = _OPENAI_UNSERVED
@@ -203,6 +205,7 @@ class ChatCompletionRequest(_Sampling):
     tool_choice: str | dict | None = None
     parallel_tool_calls: bool | None = None
     tool_prompt: str | None = None  # TGI's: the instruction shown before the tools
+    echo: bool = False  # vLLM's: the last message's content before the answer (`prompt_details.chat_echo`)
     # how the chat template is applied (`tgi.server.chat.template`: vLLM's fields and semantics; OpenAI's
     # `reasoning_effort` as vLLM passes it, a template variable)
     reasoning_effort: str | None = None

@@ -20,8 +20,10 @@ if TYPE_CHECKING:
 
 
 def visible_text(event: TokenEvent) -> str:
-    """What the client sees of a token: nothing for EOS and other special tokens."""
-    return "" if event.special else event.text
+    """What the client sees of a token: its text, as the request's detokenizer made it (special tokens shown
+    only with `skip_special_tokens: false`, the token that ended the sequence only with
+    `include_stop_str_in_output`: `tgi.core.output`)."""
+    return event.text
 
 
 @dataclass(frozen=True)

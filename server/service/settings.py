@@ -23,8 +23,8 @@ class ServerSettings:
     tool_call_parser: str | None = None
     # requests may bring their own `chat_template` and `documents` (--trust-request-chat-template)
     trust_request_chat_template: bool = False
-    # prompt logprobs (`decoder_input_details`, `echo` with `logprobs`) are computed only with this on, as
-    # TGI's `--enable-prefill-logprobs` (they cost a [prompt, vocabulary] logits tensor)
+    # prompt logprobs (`decoder_input_details`, `echo` with `logprobs`, `prompt_logprobs`) are computed only
+    # with this on, as TGI's `--enable-prefill-logprobs` (they cost a [prompt, vocabulary] logits tensor)
     enable_prefill_logprobs: bool = False
     # origins whose browser pages may call the API (CORS); "*" is any; empty: no CORS headers
     cors_allow_origin: tuple[str, ...] = ()
