@@ -139,6 +139,7 @@ class JaxModelRunner(ModelRunner):
             token_masks=True,
             draft_verification=False,
             medusa_heads=0,
+            prompt_top_logprobs=True,
             unsupported_sampling=smp.UNSUPPORTED_SAMPLING,
         )
 
@@ -225,10 +226,15 @@ class JaxModelRunner(ModelRunner):
         gather = self._gather()
 
         def lp(head, hidden, targets):
-            x = logits(head, hidden, gather)
-            return jnp.take_along_axis(x, targets[:, None], axis=1)[:, 0] - jax.nn.logsumexp(x, axis=1)
+            # [T] each target's logprob, [T] its rank, [T, TOP_N] the best tokens and their logprobs, and the
+            # whole [T, V] log-softmax (left on the device unless a request asks for more than TOP_N)
+            every = jax.nn.log_softmax(logits(head, hidden, gather), axis=1)
+            own = jnp.take_along_axis(every, targets[:, None], axis=1)
+            rank = jnp.sum(every > own, axis=1) + 1
+            top_lps, top_ids = jax.lax.top_k(every, min(smp.TOP_N, every.shape[1]))
+            return own[:, 0], rank, top_ids, top_lps, every
 
-        fn = self._shard(lp, (self.specs["lm_head"], P(), P()), P())
+        fn = self._shard(lp, (self.specs["lm_head"], P(), P()), (P(), P(), P(), P(), P()))
         hidden = self._struct((t, self.dims.hidden_size), self.params["embed"].dtype)
         return jax.jit(fn).lower(self.params["lm_head"], hidden, self._struct((t,))).compile()
 
@@ -283,7 +289,7 @@ class JaxModelRunner(ModelRunner):
         if fb.num_sampled:
             output = self._sample(head(self.params["lm_head"], hidden, fb.sample_index), fb, batch)
         if any(q.want_prompt_logprobs and q.is_prefill for q in batch.sequences):
-            output.prompt_logprobs = self._prompt_logprobs(hidden, fb, batch)
+            self._prompt_logprobs(output, hidden, fb, batch)
         return output
 
     def _sample(self, step_logits, fb, batch: ScheduledBatch) -> StepOutput:
@@ -310,8 +316,9 @@ class JaxModelRunner(ModelRunner):
             out.top_logprobs = np.asarray(top_lps)[:n, :top_n].tolist()
         return out
 
-    def _prompt_logprobs(self, hidden, fb, batch: ScheduledBatch) -> dict[str, list[float]]:
-        """Logprobs of prompt tokens start_pos+1 .. min(start_pos+len, num_prompt-1) (see StepOutput)."""
+    def _prompt_logprobs(self, output: StepOutput, hidden, fb, batch: ScheduledBatch) -> None:
+        """`output`'s logprobs of prompt tokens start_pos+1 .. min(start_pos+len, num_prompt-1), with their
+        ranks and top tokens for the requests that ask (see StepOutput)."""
         t = fb.shape.num_tokens
         targets = np.zeros(t, np.int32)
         wanted = {}
@@ -323,8 +330,25 @@ class JaxModelRunner(ModelRunner):
             idx = [at + p - 1 for p in range(first, last + 1)]
             targets[idx] = [q.all_token_ids[p] for p in range(first, last + 1)]
             wanted[q.request_id] = idx
-        values = np.asarray(self._prompt_lp[t](self.params["lm_head"], hidden, targets))
-        return {rid: values[idx].tolist() for rid, idx in wanted.items()}
+        own, rank, top_ids, top_lps, every = self._prompt_lp[t](self.params["lm_head"], hidden, targets)
+        own = np.asarray(own)
+        asked = {
+            q.request_id: q.sampling.prompt_top_n_tokens for q in batch.sequences if q.request_id in wanted
+        }
+        k = max((n for n in asked.values() if n is not None), default=None)
+        if k is not None:
+            rank, top_ids, top_lps = np.asarray(rank), np.asarray(top_ids), np.asarray(top_lps)
+            if k > smp.TOP_N:  # more than the device's top-k: from the whole log-softmax, on the host
+                every = np.asarray(every)
+                top_ids = np.argsort(-every, axis=1, kind="stable")[:, :k]
+                top_lps = np.take_along_axis(every, top_ids, axis=1)
+        for rid, idx in wanted.items():
+            output.prompt_logprobs[rid] = own[idx].tolist()
+            if asked[rid] is not None:
+                n = asked[rid]
+                output.prompt_ranks[rid] = rank[idx].tolist()
+                output.prompt_top_token_ids[rid] = top_ids[idx, :n].tolist()
+                output.prompt_top_logprobs[rid] = top_lps[idx, :n].tolist()
 
     def shutdown(self) -> None:
         self.k_cache = self.v_cache = None

@@ -106,6 +106,22 @@ def test_prompt_logprobs_equal_transformers(make_tpu_engine, tpu_prompts, hf_log
     assert got == pytest.approx(expected, abs=2e-3)
 
 
+@pytest.mark.parametrize("k", [3, 25])  # 25: more than the device's top-k (20), taken on the host
+def test_prompt_ranks_and_alternatives_equal_transformers(make_tpu_engine, tpu_prompts, hf_logprobs, k):
+    ids = tpu_prompts["code"]
+    engine = make_tpu_engine(max_batch_prefill_tokens=32)
+    params = SamplingParams(max_new_tokens=1, prompt_logprobs=True, prompt_top_n_tokens=k)
+    [result] = engine.generate([ids], params)
+    ref, tol = hf_logprobs(ids), 2e-3  # no near-tie decides: values compared, ranks within the tolerance
+    for p, token in enumerate(result.events[0].prompt_tokens[1:], start=1):
+        row = ref[p - 1]
+        best = row.topk(k).values.tolist()
+        assert [t.logprob for t in token.top_tokens] == pytest.approx(best, abs=tol)
+        assert all(abs(float(row[t.id]) - t.logprob) < tol for t in token.top_tokens)
+        above = int((row > row[ids[p]] + tol).sum()), int((row > row[ids[p]] - tol).sum())
+        assert above[0] + 1 <= token.rank <= above[1] + 1, (p, token.rank, above)
+
+
 def test_no_compilation_while_serving(make_tpu_engine, tpu_prompts):
     from tgi.core.guided import Grammar
 
