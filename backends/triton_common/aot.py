@@ -93,6 +93,7 @@ def attention_variants(
             for splits in num_splits:
                 c = decode.decode_constexprs(num_heads, num_kv_heads, d, page, dtype, splits, None, None)
                 types = {"Block_tables": i32, "Seq_lens": i32, "Out_partial": f32, "Lse_partial": f32}
+                types.update(K_scale=f32, V_scale=f32)
                 options = decode.decode_launch_options(c, dtype, budget)
                 sig = _signature(decode._decode_split_kernel, c, dtype, types)
                 variants.append(KernelVariant("_decode_split_kernel", d, dtype, sig, c, options))
@@ -103,7 +104,7 @@ def attention_variants(
                     options = {"num_warps": 4, "num_stages": 3}  # Triton's defaults: the wrapper sets none
                     variants.append(KernelVariant("_decode_reduce_kernel", d, dtype, sig, c, options))
             c = prefill.prefill_constexprs(num_heads, num_kv_heads, d, page, dtype, None, None)
-            types = {"Block_tables": i32, "Query_start": i32, "Seq_lens": i32}
+            types = {"Block_tables": i32, "Query_start": i32, "Seq_lens": i32, "K_scale": f32, "V_scale": f32}
             sig = _signature(prefill._prefill_kernel, c, dtype, types)
             options = prefill.prefill_launch_options(c, dtype, budget)
             variants.append(KernelVariant("_prefill_kernel", d, dtype, sig, c, options))

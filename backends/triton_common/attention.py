@@ -109,17 +109,18 @@ class TritonAttention(AttentionBackend):
         from tgi.backends.triton_common.kernels import paged_prefill_attention
 
         key_cache, value_cache = kv_cache.layer(layer_idx)
+        quant = _quantized(kv_cache, layer_idx)
         if self.batch_invariant:
             from tgi.backends.triton_common.kernels.invariant_prefill import prefill_as_decode_rows
 
             return prefill_as_decode_rows(
                 q, key_cache, value_cache, meta.prefill_block_tables, meta.query_start_loc,
-                meta.prefill_seq_lens, layer.scale, layer.sliding_window, layer.softcap,
+                meta.prefill_seq_lens, layer.scale, layer.sliding_window, layer.softcap, **quant,
             )  # fmt: skip
         return paged_prefill_attention(
             q, key_cache, value_cache,
             meta.prefill_block_tables, meta.query_start_loc, meta.prefill_seq_lens, meta.max_query_len,
-            layer.scale, layer.sliding_window, layer.softcap,
+            layer.scale, layer.sliding_window, layer.softcap, **quant,
         )  # fmt: skip
 
     def decode(
@@ -141,7 +142,17 @@ class TritonAttention(AttentionBackend):
         return paged_decode_attention(
             q, key_cache, value_cache, meta.decode_block_tables, meta.decode_seq_lens, layer.scale,
             num_splits=splits, sliding_window=layer.sliding_window, softcap=layer.softcap,
+            **_quantized(kv_cache, layer_idx),
         )  # fmt: skip
+
+
+def _quantized(kv_cache: KVCache, layer_idx: int) -> dict:
+    """The kernels' `kv_scales` and `kv_kind` for a quantized cache's layer (none for one in the model's dtype)."""
+    from tgi.backends.triton_common.kernels.kv_quant import KV_KINDS
+
+    if not kv_cache.spec.quantized:
+        return {}
+    return {"kv_scales": kv_cache.scales(layer_idx), "kv_kind": KV_KINDS[kv_cache.spec.kv_dtype]}
 
 
 def create_attention(name: str | None = None, **kwargs) -> AttentionBackend:

@@ -206,6 +206,12 @@ class TritonBackend(TorchBackend):
 
         return quantized_linear(weight, dtype, split=1 if self.batch_invariant else None)
 
+    def kv_cache_dtypes(self, dtype: str) -> tuple[str, ...]:
+        """The Triton kernels read a quantized cache's codes and scales (`kernels.kv_quant`): int8 and the
+        float8 formats as bytes, widened by integer operations (verified in Triton's interpreter only: no GPU
+        has run them yet)."""
+        return ("auto", "fp8_e4m3fn", "fp8_e5m2", "int8")
+
     def create_kv_cache(self, spec: KVCacheSpec, num_blocks: int) -> KVCache:
         from tgi.backends.triton_common.kv_cache import TritonKVCache
 

@@ -33,7 +33,7 @@ if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
     )
 os.environ["TRITON_INTERPRET"] = "1"
 pytest.importorskip("triton", reason="triton is not installed (pip install triton; CI installs it)")
-_KERNEL_MODULES = ("common", "reshape_and_cache", "decode", "prefill")
+_KERNEL_MODULES = ("common", "kv_quant", "reshape_and_cache", "decode", "prefill")
 if "tgi.backends.triton_common.kernels.decode" in sys.modules:  # imported earlier without the interpreter
     for name in _KERNEL_MODULES:
         importlib.reload(sys.modules[f"tgi.backends.triton_common.kernels.{name}"])

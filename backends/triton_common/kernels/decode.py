@@ -25,6 +25,7 @@ from tgi.backends.triton_common.kernels.common import (
     tile_launch_options,
     upcast_dot,
 )
+from tgi.backends.triton_common.kernels.kv_quant import load_kv
 
 
 # the block table's width changes from step to step, and the metadata tensors are views at any offset of one
@@ -32,8 +33,10 @@ from tgi.backends.triton_common.kernels.common import (
 @triton.jit(do_not_specialize=["stride_bt"], do_not_specialize_on_alignment=["Block_tables", "Seq_lens"])
 def _decode_split_kernel(
     Q,  # [B, H, D]
-    K_cache,  # [num_blocks, PAGE, Hkv, D]
+    K_cache,  # [num_blocks, PAGE, Hkv, D] (a quantized cache: its codes, uint8)
     V_cache,
+    K_scale,  # [num_blocks, PAGE, Hkv] float32: a quantized cache's scales (KV_KIND > 0)
+    V_scale,
     Block_tables,  # [B, max_blocks] int32
     Seq_lens,  # [B] int32, including the new token
     Out,  # [B, H, D] (used when NUM_SPLITS == 1)
@@ -63,6 +66,7 @@ def _decode_split_kernel(
     USE_WINDOW: tl.constexpr,
     USE_SOFTCAP: tl.constexpr,
     UPCAST: tl.constexpr,
+    KV_KIND: tl.constexpr = 0,  # `kv_quant.KV_KINDS`: 0 the model's dtype, else codes and scales
 ):
     b = tl.program_id(0)
     kh = tl.program_id(1)
@@ -95,11 +99,9 @@ def _decode_split_kernel(
         blk = tl.load(Block_tables + b * stride_bt + pos // PAGE, mask=n_mask, other=0).to(tl.int64)
         off = pos % PAGE
         kv_mask = n_mask[:, None] & d_mask[None, :]
-        k = tl.load(
-            K_cache + blk[:, None] * stride_kb + off[:, None] * stride_ks + kh * stride_kh + offs_d[None, :],
-            mask=kv_mask,
-            other=0.0,
-        )
+        srow = (blk * PAGE + off) * tl.num_programs(1) + kh  # a quantized cache's scales of these keys
+        k_rows = blk * stride_kb + off * stride_ks + kh * stride_kh
+        k = load_kv(K_cache, K_scale, k_rows, srow, offs_d, kv_mask, n_mask, Q.dtype.element_ty, KV_KIND)
         s = qk_dot(q, k, UPCAST) * scale  # [BLOCK_H, BLOCK_N]
         if USE_SOFTCAP:
             s = softcap_fn(s, softcap)
@@ -109,11 +111,8 @@ def _decode_split_kernel(
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(
-            V_cache + blk[:, None] * stride_vb + off[:, None] * stride_vs + kh * stride_vh + offs_d[None, :],
-            mask=kv_mask,
-            other=0.0,
-        )
+        v_rows = blk * stride_vb + off * stride_vs + kh * stride_vh
+        v = load_kv(V_cache, V_scale, v_rows, srow, offs_d, kv_mask, n_mask, Q.dtype.element_ty, KV_KIND)
         acc = acc * alpha[:, None] + pv_dot(p, v, UPCAST)
         m_i = m_new
 
@@ -173,15 +172,17 @@ def decode_constexprs(
     sliding_window: int | None,
     softcap: float | None,
     block_n: int | None = None,
+    kv_kind: int = 0,
 ) -> dict:
     """The split kernel's compile-time arguments for one launch: one variant of the kernel per distinct
     result (what warm-up compiles, and what an ahead-of-time compile for a GPU target builds). `block_n`:
-    keys per tile (default `block_n_for(head_dim)`)."""
+    keys per tile (default `block_n_for(head_dim)`); `kv_kind`: the cache's `kv_quant.KV_KINDS`."""
     g = num_heads // num_kv_heads
     return dict(
         G=g, HEAD_DIM=head_dim, BLOCK_D=block_d(head_dim), BLOCK_H=max(16, triton.next_power_of_2(g)),
         BLOCK_N=block_n or block_n_for(head_dim), PAGE=page, NUM_SPLITS=num_splits,
         USE_WINDOW=sliding_window is not None, USE_SOFTCAP=softcap is not None, UPCAST=upcast_dot(dtype),
+        KV_KIND=kv_kind,
     )  # fmt: skip
 
 
@@ -212,10 +213,14 @@ def paged_decode_attention(
     softcap: float | None = None,
     block_n: int | None = None,
     out: torch.Tensor | None = None,
+    kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None,
+    kv_kind: int = 0,
 ) -> torch.Tensor:  # [B, H, D]
     """Attention of one query token per sequence over its paged context. `num_splits` > 1 splits each
     context over that many programs per (sequence, kv head) and merges them (for long contexts and small
-    batches, where one program per head would leave most of the GPU idle)."""
+    batches, where one program per head would leave most of the GPU idle). A quantized cache (`kv_kind` > 0,
+    `kv_quant.KV_KINDS`): the caches hold its codes (uint8) and `kv_scales` its key and value scales
+    [num_blocks, block_size, Hkv] float32, contiguous."""
     bsz, h, d = q.shape
     _, page, hkv, _ = key_cache.shape
     if out is None:
@@ -229,9 +234,12 @@ def paged_decode_attention(
         lse = torch.empty(bsz, h, num_splits, dtype=torch.float32, device=q.device)
     else:
         partial = lse = out  # unused
-    constexprs = decode_constexprs(h, hkv, d, page, q.dtype, num_splits, sliding_window, softcap, block_n)
+    constexprs = decode_constexprs(
+        h, hkv, d, page, q.dtype, num_splits, sliding_window, softcap, block_n, kv_kind
+    )
+    k_scale, v_scale = kv_scales if kv_scales is not None else (key_cache, value_cache)  # unread: KV_KIND 0
     _decode_split_kernel[(bsz, hkv, num_splits)](
-        q, key_cache, value_cache, block_tables, seq_lens, out, partial, lse,
+        q, key_cache, value_cache, k_scale, v_scale, block_tables, seq_lens, out, partial, lse,
         scale, softcap or 0.0, sliding_window or 0,
         q.stride(0), q.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),

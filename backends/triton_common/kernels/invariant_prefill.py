@@ -28,9 +28,12 @@ def prefill_as_decode_rows(
     sliding_window: int | None = None,
     softcap: float | None = None,
     block_n: int | None = None,
+    kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None,
+    kv_kind: int = 0,
 ) -> torch.Tensor:  # [T, H, D]
     """Causal attention of every prefill chunk over its cached context and itself (both already in the
-    cache), each query token computed as the one-split decode row of its position."""
+    cache), each query token computed as the one-split decode row of its position (a quantized cache's
+    codes and scales as `paged_decode_attention` takes them)."""
     t = q.shape[0]
     num_seqs = query_start_loc.shape[0] - 1
     if t == 0 or num_seqs == 0:
@@ -45,5 +48,6 @@ def prefill_as_decode_rows(
     token_tables = block_tables.index_select(0, seq_of_token)
     return paged_decode_attention(
         q, key_cache, value_cache, token_tables, token_lens, scale,
-        num_splits=1, sliding_window=sliding_window, softcap=softcap, block_n=block_n,
+        num_splits=1, sliding_window=sliding_window, softcap=softcap, block_n=block_n, kv_scales=kv_scales,
+        kv_kind=kv_kind,
     )  # fmt: skip

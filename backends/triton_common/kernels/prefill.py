@@ -25,6 +25,7 @@ from tgi.backends.triton_common.kernels.common import (
     tile_launch_options,
     upcast_dot,
 )
+from tgi.backends.triton_common.kernels.kv_quant import load_kv
 
 #: (query token, head) rows per tile, at most: fewer for wide heads (`prefill_block_rows`)
 BLOCK_ROWS = 64
@@ -45,8 +46,10 @@ def prefill_block_rows(head_dim: int, dtype: torch.dtype) -> int:
 )
 def _prefill_kernel(
     Q,  # [T, H, D]
-    K_cache,  # [num_blocks, PAGE, Hkv, D]
+    K_cache,  # [num_blocks, PAGE, Hkv, D] (a quantized cache: its codes, uint8)
     V_cache,
+    K_scale,  # [num_blocks, PAGE, Hkv] float32: a quantized cache's scales (KV_KIND > 0)
+    V_scale,
     Out,  # [T, H, D]
     Block_tables,  # [P, max_blocks] int32
     Query_start,  # [P + 1] int32
@@ -75,6 +78,7 @@ def _prefill_kernel(
     USE_WINDOW: tl.constexpr,
     USE_SOFTCAP: tl.constexpr,
     UPCAST: tl.constexpr,
+    KV_KIND: tl.constexpr = 0,  # `kv_quant.KV_KINDS`: 0 the model's dtype, else codes and scales
 ):
     i = tl.program_id(0)
     mt = tl.program_id(1)
@@ -115,11 +119,9 @@ def _prefill_kernel(
         blk = tl.load(Block_tables + i * stride_bt + pos // PAGE, mask=n_mask, other=0).to(tl.int64)
         off = pos % PAGE
         kv_mask = n_mask[:, None] & d_mask[None, :]
-        k = tl.load(
-            K_cache + blk[:, None] * stride_kb + off[:, None] * stride_ks + kh * stride_kh + offs_d[None, :],
-            mask=kv_mask,
-            other=0.0,
-        )
+        srow = (blk * PAGE + off) * tl.num_programs(2) + kh  # a quantized cache's scales of these keys
+        k_rows = blk * stride_kb + off * stride_ks + kh * stride_kh
+        k = load_kv(K_cache, K_scale, k_rows, srow, offs_d, kv_mask, n_mask, Q.dtype.element_ty, KV_KIND)
         s = qk_dot(q, k, UPCAST) * scale  # [BLOCK_M * BLOCK_G, BLOCK_N]
         if USE_SOFTCAP:
             s = softcap_fn(s, softcap)
@@ -133,11 +135,8 @@ def _prefill_kernel(
         alpha = tl.exp(m_i - m_safe)
         p = tl.exp(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(
-            V_cache + blk[:, None] * stride_vb + off[:, None] * stride_vs + kh * stride_vh + offs_d[None, :],
-            mask=kv_mask,
-            other=0.0,
-        )
+        v_rows = blk * stride_vb + off * stride_vs + kh * stride_vh
+        v = load_kv(V_cache, V_scale, v_rows, srow, offs_d, kv_mask, n_mask, Q.dtype.element_ty, KV_KIND)
         acc = acc * alpha[:, None] + pv_dot(p, v, UPCAST)
         m_i = m_new
 
@@ -159,11 +158,12 @@ def prefill_constexprs(
     softcap: float | None,
     block_rows: int | None = None,
     block_n: int | None = None,
+    kv_kind: int = 0,
 ) -> dict:
     """The prefill kernel's compile-time arguments: one variant per layer kind of a model, whatever the
     step (what warm-up compiles, and what an ahead-of-time compile for a GPU target builds). `block_n`:
     keys per tile (default `block_n_for(head_dim)`); `block_rows`: rows per tile (default
-    `prefill_block_rows`)."""
+    `prefill_block_rows`); `kv_kind`: the cache's `kv_quant.KV_KINDS`."""
     g = num_heads // num_kv_heads
     block_rows = block_rows or prefill_block_rows(head_dim, dtype)
     block_g = triton.next_power_of_2(g)
@@ -171,7 +171,7 @@ def prefill_constexprs(
     return dict(
         G=g, HEAD_DIM=head_dim, BLOCK_D=block_d(head_dim), BLOCK_M=block_m, BLOCK_G=block_g,
         BLOCK_N=block_n or block_n_for(head_dim), PAGE=page, USE_WINDOW=sliding_window is not None,
-        USE_SOFTCAP=softcap is not None, UPCAST=upcast_dot(dtype),
+        USE_SOFTCAP=softcap is not None, UPCAST=upcast_dot(dtype), KV_KIND=kv_kind,
     )  # fmt: skip
 
 
@@ -196,8 +196,11 @@ def paged_prefill_attention(
     block_rows: int | None = None,
     block_n: int | None = None,
     out: torch.Tensor | None = None,
+    kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None,
+    kv_kind: int = 0,
 ) -> torch.Tensor:  # [T, H, D]
-    """Causal attention of every prefill chunk over its cached context and itself (both in the cache)."""
+    """Causal attention of every prefill chunk over its cached context and itself (both in the cache); a
+    quantized cache's codes and scales as `paged_decode_attention` takes them."""
     t, h, d = q.shape
     _, page, hkv, _ = key_cache.shape
     if out is None:
@@ -207,10 +210,13 @@ def paged_prefill_attention(
         return out
     if q.stride(-1) != 1:
         q = q.contiguous()
-    constexprs = prefill_constexprs(h, hkv, d, page, q.dtype, sliding_window, softcap, block_rows, block_n)
+    constexprs = prefill_constexprs(
+        h, hkv, d, page, q.dtype, sliding_window, softcap, block_rows, block_n, kv_kind
+    )
+    k_scale, v_scale = kv_scales if kv_scales is not None else (key_cache, value_cache)  # unread: KV_KIND 0
     grid = (num_seqs, triton.cdiv(max_query_len, constexprs["BLOCK_M"]), hkv)
     _prefill_kernel[grid](
-        q, key_cache, value_cache, out, block_tables, query_start_loc, seq_lens,
+        q, key_cache, value_cache, k_scale, v_scale, out, block_tables, query_start_loc, seq_lens,
         scale, softcap or 0.0, sliding_window or 0,
         q.stride(0), q.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
