@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tgi.core.config import DEFAULT_MAX_ENCODER_TOKENS_PER_STEP, DEFAULT_MAX_LORA_RANK, DEFAULT_MAX_LORAS
 from tgi.core.interfaces.quantization import QUANTIZE_METHODS
+from tgi.core.interfaces.types import KV_CACHE_DTYPES
 from tgi.server.flags import derived, value_checks
 from tgi.server.flags.parsers import batch_sizes, comma_list, on_off
 from tgi.server.flags.spec import LAUNCHER, Engine, Flag
@@ -254,6 +255,23 @@ MODEL_FLAGS = (
         parse=int,
         tgi=AS_TGI,
         example="4000",
+    ),
+    Flag(
+        ("--kv-cache-dtype",),
+        "what the KV cache stores: auto (the model's dtype), or one byte a value with a float32 scale per token "
+        "and kv head: int8, fp8_e4m3fn, fp8_e5m2 (~1.9x the tokens of bfloat16 in the same memory); a backend "
+        "that does not store it is refused at start",
+        BATCHING,
+        Engine("kv_cache_dtype"),
+        env=("KV_CACHE_DTYPE",),
+        choices=KV_CACHE_DTYPES,
+        default="auto",
+        tgi="TGI's values and `int8`: one byte a value and a float32 scale per token and kv head, computed as "
+        "each token is written (llama.cpp's q8_0 with a block of one head), or a float8 checkpoint's "
+        "`k_scale` / `v_scale`; read as stored by the attention. The cpu and Triton (cuda, rocm, xpu) backends "
+        "store all three; gaudi, neuron and tpu refuse them at start naming the flag. `/info` and the start-up "
+        "line say what the cache stores and its tokens ([KV cache quantization](../features/kv-cache-quantization.md))",
+        example="int8",
     ),
     Flag(
         ("--max-batch-size",),

@@ -39,11 +39,6 @@ def refused(
 
 
 REFUSED_FLAGS = (
-    refused(
-        "--kv-cache-dtype",
-        "the KV cache is kept in the model's dtype; an FP8 cache is not supported",
-        "fp8_e4m3fn",
-    ),
     refused("--waiting-served-ratio", SCHEDULING + "behaviour with ratio 0)", "1.2", float, 0.0),
     refused("--max-waiting-tokens", SCHEDULING + "behaviour with 0)", "20", int, 0),
     refused("--prometheus-port", "metrics are served at /metrics on --port", "9000", int),

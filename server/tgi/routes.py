@@ -234,6 +234,7 @@ async def info(request: Request) -> dict:
         "docker_label": None,
         "backend": engine.backend_name,
         "prefix_caching": cfg.prefix_caching,
+        "kv_cache_dtype": cfg.kv_cache_dtype,
         "deterministic": cfg.deterministic,
         "speculate": cfg.speculate,
         "speculation": engine.speculation,

@@ -152,6 +152,12 @@ class Info(BaseModel):
     prefix_caching: bool = Field(
         default=False, description="whether the KV blocks of prompts already seen are reused"
     )
+    kv_cache_dtype: str = Field(
+        default="auto",
+        description="what the KV cache stores (--kv-cache-dtype): auto (the model's dtype), or int8, fp8_e4m3fn, "
+        "fp8_e5m2 (one byte a value with a float32 scale per token and kv head); max_batch_total_tokens is how "
+        "many tokens it holds",
+    )
     deterministic: bool = Field(
         default=False,
         description="batch-invariant kernels (--deterministic): a request's tokens do not depend on what "

@@ -29,7 +29,7 @@ TGI_LAUNCHER_FLAGS = [
     ("--quantize", "QUANTIZE", "eetq", True),  # whether the model and backend serve it is decided at load
     ("--speculate", "SPECULATE", "2", None),  # served (n-gram prompt lookup)
     ("--dtype", "DTYPE", "bfloat16", True),
-    ("--kv-cache-dtype", "KV_CACHE_DTYPE", "fp8_e4m3fn", False),
+    ("--kv-cache-dtype", "KV_CACHE_DTYPE", "fp8_e4m3fn", True),  # the backend refuses what it cannot store
     ("--trust-remote-code", "TRUST_REMOTE_CODE", None, True),
     ("--max-concurrent-requests", "MAX_CONCURRENT_REQUESTS", "64", True),
     ("--max-best-of", "MAX_BEST_OF", "3", True),

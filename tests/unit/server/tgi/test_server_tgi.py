@@ -143,6 +143,7 @@ def test_info_health_docs(client, engine):
     assert info["max_concurrent_requests"] == 128 and info["max_best_of"] == 2
     assert info["max_stop_sequences"] == 4 and info["max_top_n_tokens"] == 5
     assert info["prefix_caching"] is True  # the default
+    assert info["kv_cache_dtype"] == "auto" and info["max_batch_total_tokens"] == 1024  # stored as, tokens
     assert client.get("/health").status_code == 200
     assert client.get("/docs").status_code == 200
     paths = client.get("/openapi.json").json()["paths"]
