@@ -139,12 +139,17 @@ class AsyncEngine:
 
     # -- requests ---------------------------------------------------------------------------------------
     def validate(
-        self, prompt_token_ids: list[int], params: SamplingParams, images: Sequence[ImageInput] = ()
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        images: Sequence[ImageInput] = (),
+        prediction: Sequence[int] = (),
     ) -> EngineRequest:
         """`LLMEngine.validate`: the request's one validation, its grammar compiled (`ValidationError`,
-        `CompilerBusyError`), its `images` refused by name unless the runner takes them. Thread-safe; with a
-        grammar it may take seconds, so the server calls it off the event loop."""
-        return self.engine.validate(prompt_token_ids, params, images)
+        `CompilerBusyError`), its `images` refused by name unless the runner takes them, its `prediction`
+        unless the runner verifies guesses. Thread-safe; with a grammar it may take seconds, so the server
+        calls it off the event loop."""
+        return self.engine.validate(prompt_token_ids, params, images, prediction)
 
     def stream(
         self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None

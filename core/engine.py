@@ -39,6 +39,7 @@ from tgi.core.sampling_params import SamplingParams
 from tgi.core.scheduler import Scheduler
 from tgi.core.sequence import Sequence
 from tgi.core.speculative import Proposer
+from tgi.core.speculative.drafts import Drafts
 from tgi.core.step_overlap import StepOverlap
 from tgi.core.tokenization import eos_token_ids
 from tgi.core.validation import (
@@ -47,6 +48,7 @@ from tgi.core.validation import (
     check_image_budget,
     check_image_spans,
     check_images,
+    check_prediction,
     check_runner_features,
     check_token_masks,
     validate_request,
@@ -132,6 +134,7 @@ class LLMEngine:
         self.encoder_seconds = 0.0  # of which in the vision encoder
         self.guided = GuidedDecoding(info.vocab_size)
         self.proposer = choose_proposer(config, runner, constraints) if proposer is None else proposer
+        self.drafts = Drafts(self.proposer, config.speculate)  # the launch's guesses, and each prediction's
         # compiles nothing until a grammar comes (llguidance is imported then)
         self._grammars = GrammarCompiler(tokenizer, info.vocab_size, self.eos_token_ids)
         # the LoRA adapters requests may name, loaded and unloaded at run time, and their prefix-cache keys
@@ -159,7 +162,11 @@ class LLMEngine:
 
     # -- requests ---------------------------------------------------------------------------------------
     def validate(
-        self, prompt_token_ids: list[int], params: SamplingParams, images: Iterable[ImageInput] = ()
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        images: Iterable[ImageInput] = (),
+        prediction: Iterable[int] = (),
     ) -> EngineRequest:
         """The request's one validation: what the engine queues (`add_validated_request`), with `params`'
         defaults resolved and its grammar compiled (`compile_grammar`), or `ValidationError` (TGI's 422)
@@ -167,17 +174,20 @@ class LLMEngine:
         (`tgi.core.validation` holds every check), or `CompilerBusyError`. Thread-safe; with a grammar it
         may take seconds: never call it on the engine thread (the server calls it off its event loop).
         `images`: the prompt's images (`ImageInput`, placeholders already in `prompt_token_ids`), refused by
-        name unless the runner runs a vision tower (`RunnerCapabilities.image_inputs`)."""
-        images = tuple(images)
-        capabilities = self.runner.capabilities()
+        name unless the runner runs a vision tower (`RunnerCapabilities.image_inputs`). `prediction`: token ids
+        of the output the request expects (OpenAI's Predicted Outputs: guesses, never a change of the output),
+        refused by name where the runner cannot verify guesses."""
+        images, prediction = tuple(images), tuple(prediction)
+        capabilities, backend = self.runner.capabilities(), self._backend_name()
         check_images(images, capabilities, self._backend_name(), self.model_info.architecture)
         check_runner_features(params, capabilities, self._backend_name())
         params = validate_request(prompt_token_ids, params, self.limits)
         check_image_spans(images, len(prompt_token_ids))
         check_image_budget(images, self.config.max_encoder_tokens_per_step)
         check_atomic_images(images, self.scheduler.chunks.atomic_image_limit)
+        check_prediction(prediction, capabilities, self.scheduler.constraints, self.limits, backend)
         grammar = None if params.grammar is None else self.compile_grammar(params.grammar)
-        return EngineRequest(tuple(prompt_token_ids), params, grammar, images)
+        return EngineRequest(tuple(prompt_token_ids), params, grammar, images, prediction=prediction)
 
     def _backend_name(self) -> str:
         return getattr(getattr(self.backend, "spec", None), "name", type(self.backend).__name__)
@@ -225,6 +235,8 @@ class LLMEngine:
         )
         if request.grammar is not None:
             self.guided.start(request_id, request.grammar)
+        if request.prediction:
+            self.drafts.start_prediction(request_id, seq.num_prompt_tokens, request.prediction)
         self._outputs[request_id] = RequestOutput(seq, self.tokenizer, self.eos_token_ids)
         self.scheduler.add(seq)
         return request_id
@@ -239,8 +251,7 @@ class LLMEngine:
         the scheduler frees its blocks."""
         self._outputs.pop(request_id, None)
         self.guided.drop(request_id)
-        if self.proposer is not None:
-            self.proposer.drop(request_id)
+        self.drafts.drop(request_id)
 
     def abort_all(self) -> list[str]:
         """Cancel every request in flight (after a failed step); returns their ids."""
@@ -288,8 +299,8 @@ class LLMEngine:
         """Schedule, run the model, sample, and turn new tokens into events (finishing sequences that
         stop). Returns the events of this step, in batch order; with overlapped steps
         (`--async-scheduling`), those of the step before, settled while this one runs on the device."""
-        if self.proposer is not None:
-            self._propose()
+        if self.drafts.active:
+            self.drafts.propose(self.scheduler.running, self.guided)
         batch = self.scheduler.schedule()
         self.num_batch_tokens = batch.num_tokens
         self.num_prefill_tokens += batch.num_prefill_tokens
@@ -338,8 +349,8 @@ class LLMEngine:
                     n = seq.params.top_n_tokens
                     tops = (output.top_token_ids[i][:n], output.top_logprobs[i][:n])
                 event = out.on_token(output.token_ids[i], output.logprobs[i], tops)
-                if event.finish_reason is not None and seq.num_accepted_drafts:
-                    event = dataclasses.replace(event, num_skipped_tokens=seq.num_accepted_drafts)
+                if event.finish_reason is not None:
+                    event = self._final(seq, event)
                 events.append(event)
                 if event.finish_reason is not None:  # tokens accepted past a stop are dropped
                     self.scheduler.finish(seq.request_id, event.finish_reason)
@@ -353,25 +364,16 @@ class LLMEngine:
                     self.proposer.observe_runner_guesses(seq.request_id, seq.num_tokens, guesses)
         return events
 
-    def _propose(self) -> None:
-        """Guesses for every running sequence about to decode (none under a grammar, and never more than
-        its remaining `max_new_tokens` allow, less the token verification adds)."""
-        k = self.config.speculate
-        asks, seqs = [], []
-        for seq in self.scheduler.running:
-            seq.draft_token_ids = []
-            if not seq.is_decode or seq.request_id in self.guided:
-                continue
-            if seq.spec_wait > 0:  # its last guesses all failed: a few plain decodes first
-                seq.spec_wait -= 1
-                continue
-            room = min(k, seq.params.max_new_tokens - seq.num_output_tokens - 1)
-            if room > 0:
-                asks.append((seq.request_id, seq.token_ids, room))
-                seqs.append(seq)
-        if asks:
-            for seq, guesses in zip(seqs, self.proposer.propose_batch(asks), strict=True):
-                seq.draft_token_ids = guesses
+    def _final(self, seq: Sequence, event: TokenEvent) -> TokenEvent:
+        """A request's last event with what speculation did for it: tokens accepted from guesses, and its
+        prediction's accepted and rejected tokens where it gave one."""
+        accepted, rejected = self.drafts.predicted_counts(seq, event.index + 1) or (0, 0)
+        return dataclasses.replace(
+            event,
+            num_skipped_tokens=seq.num_accepted_drafts,
+            num_accepted_prediction_tokens=accepted,
+            num_rejected_prediction_tokens=rejected,
+        )
 
     # -- the in-process Python API ---------------------------------------------------------------------
     def generate(

@@ -63,6 +63,10 @@ class TokenEvent:
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0  # prompt tokens whose keys/values came from the prefix cache
     num_skipped_tokens: int = 0  # (final event) tokens accepted from speculation: no step of their own
+    # (final event, a request with a prediction) the prediction's tokens the output said where the walk along
+    # it placed them, and those a verification refused (`tgi.core.speculative.prediction`)
+    num_accepted_prediction_tokens: int = 0
+    num_rejected_prediction_tokens: int = 0
     prompt_tokens: tuple[PromptToken, ...] | None = None  # when prompt logprobs were asked
     seed: int | None = None  # the seed used, when sampling
     queue_time: float = 0.0  # seconds from arrival to the first scheduled step
@@ -133,6 +137,9 @@ class EngineRequest:
     # validation (`dataclasses.replace`); an empty salt is refused here, as vLLM refuses it.
     cache_salt: str | None = None
     tenant: str | None = None
+    # the output's tokens as the client predicts them (OpenAI's Predicted Outputs): guesses verified as
+    # speculative decoding's, so they change the output's speed, never the output (`LLMEngine.validate`)
+    prediction: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.cache_salt == "" or self.tenant == "":

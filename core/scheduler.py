@@ -215,6 +215,7 @@ class Scheduler:
             self.num_draft_tokens += s.num_draft_tokens
             self.num_accepted_draft_tokens += accepted
             seq.num_accepted_drafts += accepted
+            seq.num_rejected_drafts += s.num_draft_tokens - accepted
             if s.num_draft_tokens:  # text the guesses do not fit is guessed for less and less often
                 seq.spec_backoff = 0 if accepted else min(MAX_SPEC_BACKOFF, max(1, 2 * seq.spec_backoff))
                 seq.spec_wait = seq.spec_backoff

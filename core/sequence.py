@@ -77,6 +77,7 @@ class Sequence:
         self.draft_token_ids: list[int] = []
         self.new_token_rows = range(0)
         self.num_accepted_drafts = 0  # over the request's life
+        self.num_rejected_drafts = 0  # guesses fed and refused, over the request's life
         # after guesses that all failed, the next `spec_wait` decodes go unguessed; `spec_backoff` doubles
         # with each such failure (up to MAX_SPEC_BACKOFF) and is reset by an accepted guess
         self.spec_backoff = 0

@@ -10,8 +10,9 @@ work makes safe (step N+1 runs before anything scheduled later writes them).
 
 Only a step whose next one needs none of its tokens on the host is overlapped: no grammar masks (the next
 mask follows the token), no penalty, DRY, bad words, logits processor or watermark (they read the token
-history), no guesses to verify (the engine overlaps nothing when it speculates). Any other step is waited for
-before the next is scheduled.
+history), no guesses to verify (the engine overlaps nothing when it speculates), no request that predicts
+its output (its next guesses follow the token: `Drafts.follows_tokens`). Any other step is waited for before
+the next is scheduled.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ class StepOverlap:
         handle = engine.runner.execute_async(batch)
         engine.step_seconds += time.perf_counter() - started
         events = self.settle_in_flight()
-        if overlappable(batch):
+        if overlappable(batch) and not engine.drafts.follows_tokens(batch):
             engine.scheduler.advance(batch)
             self.in_flight = InFlightStep(batch, handle)
             self.num_overlapped += 1

@@ -25,7 +25,7 @@ from tgi.core.request import ImageInput, UnusableGrammarError, ValidationError
 from tgi.core.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
-    from tgi.core.interfaces import RunnerCapabilities
+    from tgi.core.interfaces import RunnerCapabilities, RunnerConstraints
 
 #: each `SamplingParams` field's default (a field a backend cannot honour may only keep it)
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(SamplingParams)}
@@ -203,4 +203,39 @@ def check_token_masks(features: RunnerCapabilities, backend: str) -> None:
     if not features.token_masks:
         raise UnusableGrammarError(
             f"the {backend} backend cannot apply grammar masks: `grammar` (guided decoding) is not supported"
+        )
+
+
+def check_prediction(
+    prediction: Sequence[int],
+    features: RunnerCapabilities,
+    constraints: RunnerConstraints,
+    limits: RequestLimits,
+    backend: str,
+) -> None:
+    """`ValidationError` naming `prediction` (OpenAI's Predicted Outputs, as token ids) when its ids are out of
+    the vocabulary, it is longer than any sequence (`max_total_tokens`), or the `backend`'s runner cannot
+    verify guesses: what `--speculate` needs (`tgi.core.engine_startup.choose_proposer`)."""
+    if not prediction:
+        return
+    if len(prediction) > limits.max_total_tokens:
+        raise ValidationError(
+            f"`prediction` must have at most {limits.max_total_tokens} tokens (`max_total_tokens`). "
+            f"Given: {len(prediction)}"
+        )
+    if any(not 0 <= t < limits.vocab_size for t in prediction):
+        raise ValidationError(f"`prediction` token ids must be in [0, {limits.vocab_size})")
+    missing = [
+        what
+        for what, ok in (
+            ("verification of several tokens per sequence", features.draft_verification),
+            ("chunked prefill", constraints.chunked_prefill),
+            ("mixed batches", constraints.mixed_batches),
+        )
+        if not ok
+    ]
+    if missing:
+        raise ValidationError(
+            f"`prediction` is verified as speculative decoding's guesses, and the {backend} backend's runner "
+            f"lacks {', '.join(missing)}: send the request without it"
         )

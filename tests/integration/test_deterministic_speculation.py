@@ -1,5 +1,6 @@
 """`--deterministic` with speculative decoding (`--speculate 3`, n-gram guesses) on the CPU backend, through
-`LLMEngine` on a tiny random Llama (and with a draft model's and Medusa heads' guesses): a verification step scores each sequence's guesses as decode rows (one
+`LLMEngine` on a tiny random Llama (and with a draft model's and Medusa heads' guesses, and with a request's
+own prediction): a verification step scores each sequence's guesses as decode rows (one
 query per fed token, its own context length), so the batch-invariant kernels make a guessed position's
 logits the bits a plain decode step gives it. A greedy and a seeded sampled request give the same token ids
 alone, beside 3 other requests that speculate too, and with speculation off."""
@@ -80,3 +81,40 @@ def test_medusa_heads_keep_the_tokens_batch_invariant(tiny_llama, tmp_path):
     assert alone == want, "with Medusa heads, alone"
     results = engine.generate([*OTHERS, TARGET, TARGET], [GREEDY] * len(OTHERS) + [GREEDY, SEEDED])
     assert [r.token_ids for r in results[-2:]] == want, "with Medusa heads, beside 3 other requests"
+
+
+def _predicted(engine: LLMEngine, prompts, params, predictions) -> list:
+    """Each prompt's events, its request predicting `predictions[i]` (token ids; () for none)."""
+    ids = [
+        engine.add_validated_request(engine.validate(list(p), sp, prediction=pred))
+        for p, sp, pred in zip(prompts, params, predictions, strict=True)
+    ]
+    events = {i: [] for i in ids}
+    while engine.has_unfinished():
+        for event in engine.step():
+            events[event.request_id].append(event)
+    return [events[i] for i in ids]
+
+
+@pytest.mark.parametrize("speculate", [0, 3], ids=["default-launch", "speculate-3"])
+def test_predictions_keep_the_tokens_batch_invariant(tiny_llama, speculate):
+    """A request's prediction (OpenAI's Predicted Outputs) guesses for it alone, on a default launch and
+    beside the launch's n-gram guesses: exact, edited or wrong, the tokens are plain decoding's."""
+    plain = _engine(tiny_llama, 0)
+    want = [plain.generate([TARGET], p)[0].token_ids for p in (GREEDY, SEEDED)]
+    engine = _engine(tiny_llama, speculate)
+    exact = _predicted(engine, [TARGET, TARGET], [GREEDY, SEEDED], want)
+    assert [[e.token_id for e in r] for r in exact] == want, "predicting the output itself"
+    for r in exact:  # every token predicted, none refused
+        assert (r[-1].num_accepted_prediction_tokens, r[-1].num_rejected_prediction_tokens) == (NEW_TOKENS, 0)
+    edited = [[*w[:4], (w[4] + 1) % 256, *w[6:]] for w in want]  # one token changed, one deleted
+    mixed = _predicted(
+        engine,
+        [*OTHERS, TARGET, TARGET],
+        [GREEDY] * len(OTHERS) + [GREEDY, SEEDED],
+        [(), (), [1, 2, 3], *edited],
+    )
+    assert [[e.token_id for e in r] for r in mixed[-2:]] == want, (
+        "edited predictions, beside 3 other requests"
+    )
+    assert all(0 < r[-1].num_accepted_prediction_tokens < NEW_TOKENS for r in mixed[-2:])

@@ -137,6 +137,29 @@ def test_steps_with_a_penalty_are_waited_for_and_agree(engines):
     assert overlapped.steps.num_overlapped == before
 
 
+def test_steps_of_a_request_with_a_prediction_are_waited_for_and_guessed_for(engines):
+    """Its next guesses follow the token a step draws (`Drafts.follows_tokens`): never left in flight."""
+    overlapped, waited = engines
+    params = SamplingParams(max_new_tokens=12, ignore_eos=True)
+    [reference] = run(waited, PROMPTS[2:], [params])  # its prompt and the other's fit one step
+
+    def predicted(engine: LLMEngine) -> tuple[list, list]:
+        request = engine.validate(list(PROMPTS[2]), params, prediction=reference.token_ids)
+        beside = SamplingParams(max_new_tokens=2, ignore_eos=True)  # ends with it: no step without it
+        ids = [engine.add_validated_request(request), engine.add_request(list(PROMPTS[1]), beside)]
+        events = {i: [] for i in ids}
+        while engine.has_unfinished():
+            for event in engine.step():
+                events[event.request_id].append(event)
+        last = events[ids[0]][-1]
+        counts = (last.num_accepted_prediction_tokens, last.num_rejected_prediction_tokens)
+        return [[e.token_id for e in events[i]] for i in ids], counts
+
+    before, guessed = overlapped.steps.num_overlapped, overlapped.scheduler.num_draft_tokens
+    assert predicted(overlapped) == predicted(waited)
+    assert overlapped.steps.num_overlapped == before and overlapped.scheduler.num_draft_tokens > guessed
+
+
 def test_preemption_under_a_small_cache_keeps_the_tokens(tiny_llama):
     small = dict(max_total_tokens=64, max_batch_total_tokens=96, max_batch_prefill_tokens=32, block_size=16)
     overlapped, waited = start(tiny_llama, **small), start(tiny_llama, async_scheduling=False, **small)

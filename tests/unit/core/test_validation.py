@@ -11,10 +11,11 @@ from tgi.core.async_engine import AsyncEngine
 from tgi.core.config import EngineConfig
 from tgi.core.engine import LLMEngine
 from tgi.core.guided import Grammar
+from tgi.core.interfaces import RunnerCapabilities, RunnerConstraints
 from tgi.core.request import EngineRequest, ValidationError
 from tgi.core.sampling_params import SamplingParams
 from tgi.core.testing.model import write_tiny_llama
-from tgi.core.validation import EMPTY_INPUTS, RequestLimits, validate_request
+from tgi.core.validation import EMPTY_INPUTS, RequestLimits, check_prediction, validate_request
 
 LIMITS = RequestLimits(max_input_tokens=64, max_total_tokens=128, vocab_size=1000)
 
@@ -135,6 +136,26 @@ def test_validate_makes_the_request_the_engine_adds(tiny_engine):
     # a grammar that is not the one carried compiled cannot reach the engine
     with pytest.raises(ValueError, match="must carry it compiled"):
         EngineRequest((5, 6), SamplingParams(grammar=Grammar.regex("a+")))
+
+
+def test_a_prediction_is_carried_in_the_request_or_refused_by_name(tiny_engine):
+    request = tiny_engine.validate([5, 6], SamplingParams(max_new_tokens=4), prediction=[7, 8])
+    assert request.prediction == (7, 8)
+    with pytest.raises(ValidationError, match=r"`prediction` token ids must be in \[0, 256\)"):
+        tiny_engine.validate([5, 6], SamplingParams(max_new_tokens=4), prediction=[7, 256])
+    with pytest.raises(ValidationError, match=r"`prediction` must have at most 64 tokens .*Given: 65"):
+        tiny_engine.validate([5, 6], SamplingParams(max_new_tokens=4), prediction=[7] * 65)
+    # what a runner of static shapes declares (the TPU's, Neuron's): its guesses could not be verified
+    static = RunnerConstraints(chunked_prefill=False, mixed_batches=False)
+    with pytest.raises(
+        ValidationError,
+        match="the tpu backend's runner lacks verification of several tokens per "
+        "sequence, chunked prefill, mixed batches",
+    ):
+        check_prediction([7], RunnerCapabilities(draft_verification=False), static, LIMITS, "tpu")
+    check_prediction(
+        [], RunnerCapabilities(draft_verification=False), static, LIMITS, "tpu"
+    )  # none: no check
 
 
 def test_images_for_a_runner_without_a_vision_tower_are_refused_by_name(tiny_engine):
