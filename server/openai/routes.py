@@ -23,6 +23,7 @@ from tgi.server.http.errors import OpenAIErrorResponse, validation_error
 from tgi.server.lora.adapters import model_list, openai_adapter
 from tgi.server.openai import format as fmt
 from tgi.server.openai.parameters import openai_sampling_params
+from tgi.server.openai.prediction import prediction_counts, prediction_tokens, prediction_usage
 from tgi.server.openai.prompt_details import chat_echo, prompt_logprobs_body, with_prompt_logprobs
 from tgi.server.openai.schemas import ChatCompletionRequest, CompletionRequest
 from tgi.server.service.generation import Generation, SequenceInput, visible_text
@@ -98,6 +99,7 @@ async def _chat_prompts(service: InferenceService, req: ChatCompletionRequest) -
     ids = _truncated(service, ids, req, bool(images))
     salt = req.cache_salt
     as_ids = req.return_tokens_as_token_ids
+    predicted = await prediction_tokens(service, req.prediction)
     return [
         Prompt(
             ids,
@@ -110,6 +112,7 @@ async def _chat_prompts(service: InferenceService, req: ChatCompletionRequest) -
             cache_salt=salt,
             as_ids=as_ids,
             echo=chat_echo(req),
+            prediction=predicted,
         )
     ]
 
@@ -154,11 +157,13 @@ def _usage(
     generated: dict[int, int],
     cached: dict[int, int],
     pieces: dict[int, list[str]],
+    predicted: dict[int, tuple[int, int]],
 ) -> dict:
     """Usage over the choices: `generated` and `cached` (prompt tokens read from the prefix cache) by choice
     index. A prompt counts once; its cached tokens are the fewest any of its choices read. With a reasoning
     parser, `completion_tokens_details.reasoning_tokens` counts the tokens that went to the reasoning
-    (`pieces`: each choice's token texts, as the parsers read them)."""
+    (`pieces`: each choice's token texts, as the parsers read them); with a `prediction`, its accepted and
+    rejected tokens (`predicted`: each choice's, `tgi.server.openai.prediction`)."""
     prompt_tokens = sum(len(p.prompt_token_ids) for p in generation.inputs)
     cached_per_prompt: dict[int, int] = {}
     for index, p in enumerate(generation.owners):
@@ -168,6 +173,8 @@ def _usage(
     if any(p.parsers.reasoning is not None for p in generation.inputs):
         reasoned = sum(reasoning_tokens(pieces.get(i, []), generation.input_of(i).parsers) for i in generated)
         out["completion_tokens_details"] = {"reasoning_tokens": reasoned}
+    if any(p.prediction for p in generation.inputs):
+        out.setdefault("completion_tokens_details", {}).update(prediction_usage(predicted.values()))
     return out
 
 
@@ -296,7 +303,8 @@ async def respond(request: Request, req, chat: bool) -> Response:
         generated = {i: len(events) for i, events in enumerate(results)}
         cached = {i: events[-1].num_cached_tokens for i, events in enumerate(results)}
         pieces = {i: _pieces(generation.input_of(i), events) for i, events in enumerate(results)}
-        body = env.body(choices, _usage(generation, generated, cached, pieces))
+        predicted = {i: prediction_counts(events[-1]) for i, events in enumerate(results)}
+        body = env.body(choices, _usage(generation, generated, cached, pieces, predicted))
         if chat:  # one prompt: its logprobs are the response's
             body.update(_prompt_logprobs(generation.input_of(0), results[0][-1]))
         return JSONResponse(body)
@@ -319,16 +327,17 @@ async def _chunks(
 ) -> AsyncIterator[bytes]:
     generated = dict.fromkeys(range(len(generation.requests)), 0)
     cached: dict[int, int] = {}
+    predicted: dict[int, tuple[int, int]] = {}
     pieces: dict[int, list[str]] = {}  # each choice's token texts, for the count of reasoning tokens
     async for i, event in generation.events():
         generated[i] = event.index + 1
         if event.finish_reason is not None:
-            cached[i] = event.num_cached_tokens
+            cached[i], predicted[i] = event.num_cached_tokens, prediction_counts(event)
         pieces.setdefault(i, []).extend(_pieces(generation.input_of(i), [event]))
         for choice in chunk(i, generation.input_of(i), event, logprobs):
             yield sse.event(env.body([choice]))
     if include_usage:
-        yield sse.event(env.body([], _usage(generation, generated, cached, pieces)))
+        yield sse.event(env.body([], _usage(generation, generated, cached, pieces, predicted)))
     yield sse.DONE
 
 

@@ -20,6 +20,7 @@ from pydantic import Field
 
 from tgi.server.chat.template import TemplateOptions, template_options
 from tgi.server.images.sources import image_part
+from tgi.server.openai.prediction import Prediction
 from tgi.server.validation.fields import NEUTRAL, RequestModel
 from tgi.server.validation.sampling_fields import SamplingExtensions
 
@@ -206,6 +207,7 @@ class ChatCompletionRequest(_Sampling):
     parallel_tool_calls: bool | None = None
     tool_prompt: str | None = None  # TGI's: the instruction shown before the tools
     echo: bool = False  # vLLM's: the last message's content before the answer (`prompt_details.chat_echo`)
+    prediction: Prediction | None = None  # OpenAI's Predicted Outputs (`tgi.server.openai.prediction`)
     # how the chat template is applied (`tgi.server.chat.template`: vLLM's fields and semantics; OpenAI's
     # `reasoning_effort` as vLLM passes it, a template variable)
     reasoning_effort: str | None = None

@@ -13,7 +13,7 @@ def validated(engine: ServingEngine, given: SequenceInput) -> EngineRequest:
     """`given` checked by the engine (`LLMEngine.validate`): its refusals as 422s (the grammar's named by
     the request field that asked for it), a busy grammar compiler as a 503."""
     try:
-        return engine.validate(given.prompt_token_ids, given.params, given.images)
+        return engine.validate(given.prompt_token_ids, given.params, given.images, given.prediction)
     except UnusableGrammarError as exc:
         raise validation_error(str(exc), given.grammar_field) from None
     except ValidationError as exc:

@@ -38,6 +38,7 @@ class SequenceInput:
     # seed + j (mod 2^64), as OpenAI's choices do
     images: tuple[ImageInput, ...] = ()  # the prompt's images, their placeholders in `prompt_token_ids`
     cache_salt: str | None = None  # the client's `cache_salt` (vLLM's), non-empty: `EngineRequest.cache_salt`
+    prediction: tuple[int, ...] = ()  # OpenAI's `prediction`, tokenized: `EngineRequest.prediction`
 
     def bound(self, request: EngineRequest, http: Request) -> EngineRequest:
         """`request` (this input as the engine validated it) with who may share its prefix-cache blocks: the

@@ -54,10 +54,15 @@ class ServingEngine(Protocol):
         """Start the engine loop (called once inside the running event loop)."""
 
     def validate(
-        self, prompt_token_ids: list[int], params: SamplingParams, images: Sequence[ImageInput] = ()
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        images: Sequence[ImageInput] = (),
+        prediction: Sequence[int] = (),
     ) -> EngineRequest:
         """The request's one validation (`tgi.core.validation`: defaults resolved, limits and features
-        checked, `images` refused by name unless the runner takes them) and its grammar compiled: `ValidationError` (a 422; `UnusableGrammarError` for the
+        checked, `images` refused by name unless the runner takes them, a `prediction` (OpenAI's Predicted
+        Outputs, token ids) unless it verifies guesses) and its grammar compiled: `ValidationError` (a 422; `UnusableGrammarError` for the
         grammar) or `tgi.core.guided.CompilerBusyError` (a 503). Thread-safe; with a grammar it may take
         seconds: the server calls it off the event loop."""
         ...

@@ -182,7 +182,11 @@ class FakeEngine:
         )
 
     def validate(
-        self, prompt_token_ids: list[int], params: SamplingParams, images: tuple[ImageInput, ...] = ()
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        images: tuple[ImageInput, ...] = (),
+        prediction: tuple[int, ...] = (),
     ) -> EngineRequest:
         if self.refuse:
             raise ValidationError(self.refuse)
@@ -196,7 +200,7 @@ class FakeEngine:
         check_runner_features(params, RunnerCapabilities(token_masks=False), "fake")
         params = validate_request(prompt_token_ids, params, limits)
         check_image_spans(images, len(prompt_token_ids))
-        return EngineRequest(tuple(prompt_token_ids), params, images=images)
+        return EngineRequest(tuple(prompt_token_ids), params, images=images, prediction=tuple(prediction))
 
     def stream_validated(
         self, request: EngineRequest, request_id: str | None = None

@@ -141,7 +141,7 @@ async def test_payload_refused_before_the_body_is_read():
         ("/v1/completions", {"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
         ("/v1/chat/completions", {"tool_choice": "required"}, "tool_choice"),
         ("/v1/chat/completions", {"guided_whitespace_pattern": "[ ]?"}, "guided_whitespace_pattern"),
-        ("/v1/chat/completions", {"prediction": {"type": "content", "content": "x"}}, "prediction"),
+        ("/v1/completions", {"prediction": {"type": "content", "content": "x"}}, "prediction"),  # chat's only
         ("/v1/completions", {"parallel_tool_calls": False}, "parallel_tool_calls"),
         (
             "/v1/chat/completions",

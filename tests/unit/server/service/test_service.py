@@ -58,9 +58,9 @@ def test_a_prompt_is_validated_once_for_all_its_sequences(monkeypatch):
     validated = []
     validate = engine.validate
 
-    def counting(prompt_token_ids, params, images=()):
+    def counting(prompt_token_ids, params, images=(), prediction=()):
         validated.append(list(prompt_token_ids))
-        return validate(prompt_token_ids, params, images)
+        return validate(prompt_token_ids, params, images, prediction)
 
     monkeypatch.setattr(engine, "validate", counting)
     body = {"prompt": ["Hi", "Yo"], "n": 3, "seed": 7, "max_tokens": 2}
