@@ -202,3 +202,13 @@ def test_every_official_client_in_the_suite_says_how_often_it_retries():
         for line in retrying_clients_in(path.read_text())
     ]
     assert not found, "official clients built without max_retries=0:\n" + "\n".join(found)
+
+
+def test_no_two_test_files_share_a_name():
+    """The test folders have no `__init__.py`: pytest imports each file as the module its basename names, so
+    two files of one name anywhere in the tree are a collection error when one run collects both."""
+    seen: dict[str, list[str]] = {}
+    for path in TESTS.rglob("test_*.py"):
+        seen.setdefault(path.name, []).append(str(path.relative_to(TESTS)))
+    twice = {name: paths for name, paths in seen.items() if len(paths) > 1}
+    assert not twice, f"rename one of each: {twice}"
