@@ -76,7 +76,9 @@ def test_swap_while_streaming(swap_server, models):
     after = time.monotonic()
     assert r.status_code == 200, r.text
     assert r.json()["model_id"] == str(new_model) and r.json()["draining_requests"] >= 0
-    time.sleep(3)  # requests on the new model
+    deadline = time.monotonic() + 120  # requests on the new model: waited for, not timed (a liveness bound)
+    while not any(sent > after for sent, _ in results) and time.monotonic() < deadline:
+        time.sleep(0.1)
     stop.set()
     for t in threads:
         t.join()

@@ -192,7 +192,7 @@ def test_previous_response_id_retrieve_and_delete(client):
     [
         ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
         ({"background": True}, "background"),
-        ({"reasoning": {"effort": "high"}}, "reasoning"),
+        ({"max_tool_calls": 3}, "max_tool_calls"),
         ({"include": ["file_search_call.results"]}, "include"),
         ({"truncation": "auto"}, "truncation"),
         (  # this server's model takes no images

@@ -235,7 +235,7 @@ def test_what_the_images_copy_builds_a_complete_wheel(tmp_path):
     assert out.returncode == 0, out.stderr
     names = zipfile.ZipFile(next((tmp_path / "w").glob("*.whl"))).namelist()
     for must in (
-        "tgi/server/cli.py",
+        "tgi/server/cli/main.py",
         "tgi/core/watermark.py",
         "tgi/server/tracing.py",
         "tgi/backends/cpu/plugin.py",
