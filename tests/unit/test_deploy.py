@@ -237,7 +237,7 @@ def test_what_the_images_copy_builds_a_complete_wheel(tmp_path):
     for must in (
         "tgi/server/cli/main.py",
         "tgi/core/watermark.py",
-        "tgi/server/tracing.py",
+        "tgi/server/observability/tracing.py",
         "tgi/backends/cpu/plugin.py",
     ):
         assert must in names
