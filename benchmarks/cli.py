@@ -2,7 +2,8 @@
 (engine micro-benchmark, `tgi.benchmarks.engine_bench`), `tgi benchmark multiturn ...` (multi-turn chat
 with prefix caching on and off, `tgi.benchmarks.multiturn`), `tgi benchmark guided` (guided decoding's cost,
 `tgi.benchmarks.guided_bench`), `tgi benchmark stall` (a stream's pauses beside a huge body,
-`tgi.benchmarks.stall_bench`), `tgi benchmark perplexity` (perplexity per weight format,
+`tgi.benchmarks.stall_bench`), `tgi benchmark prediction` (Predicted Outputs' speed on a code edit,
+`tgi.benchmarks.prediction_bench`), `tgi benchmark perplexity` (perplexity per weight format,
 `tgi.benchmarks.perplexity_cli`) and `tgi benchmark make-model` (`tgi.benchmarks.bench_model`). Importing this module imports neither torch nor httpx."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ def add_benchmark_command(subparsers) -> None:
         guided_bench,
         multiturn,
         perplexity_cli,
+        prediction_bench,
         serving_cli,
         stall_bench,
     )
@@ -32,6 +34,7 @@ def add_benchmark_command(subparsers) -> None:
         ("engine", engine_bench, "prefill and decode step latency and throughput straight on the engine (no HTTP)"),
         ("multiturn", multiturn, "multi-turn chat sharing a system prompt, our server with prefix caching on and off"),
         ("guided", guided_bench, "guided decoding's cost: grammar compile times, decode steps with and without a JSON schema"),
+        ("prediction", prediction_bench, "Predicted Outputs' speed: a code edit with and without `prediction`, side by side"),
         ("stall", stall_bench, "how long a stream pauses while another client sends a huge body to /tokenize, /chat_tokenize, /generate"),
         ("make-model", bench_model, "make (or reuse) the serving benchmark's random-weight 1B/8B-class Llama (llama.cpp's own tools where found) or SmolVLM-256M-shaped Idefics3"),
         ("perplexity", perplexity_cli, "perplexity of a fixed text per weight format: ours against llama-perplexity, --quantize against float32"),
