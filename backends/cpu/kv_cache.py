@@ -59,12 +59,7 @@ class CpuKVCache(KVCache):
             kc, vc = self.key_caches[layer_idx], self.value_caches[layer_idx]
             self.native_write(kc, vc, key, value, slot_mapping)  # one call: no per-layer mask/cast ops
             return
-        n = slot_mapping.shape[0]
-        key, value = key[:n], value[:n]
-        if bool((slot_mapping < 0).any()):
-            keep = slot_mapping >= 0
-            slot_mapping, key, value = slot_mapping[keep], key[keep], value[keep]
-        slot_mapping = slot_mapping.to(torch.int64)
+        slot_mapping, key, value = written_rows(slot_mapping, key, value)
         h, d = self.spec.num_kv_heads, self.spec.head_dim
         self.key_caches[layer_idx].view(-1, h, d).index_copy_(0, slot_mapping, key.to(self.dtype))
         self.value_caches[layer_idx].view(-1, h, d).index_copy_(0, slot_mapping, value.to(self.dtype))
@@ -95,3 +90,16 @@ def create_cpu_kv_cache(spec: KVCacheSpec, num_blocks: int, native_writes: bool)
     if native_writes:
         cache.native_write = native.fused().kv_write
     return cache
+
+
+def written_rows(
+    slot_mapping: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The rows a cache write stores: the first `len(slot_mapping)` of `key` and `value`, less the padded ones
+    (slot < 0), with their slots as int64 indices."""
+    n = slot_mapping.shape[0]
+    key, value = key[:n], value[:n]
+    if bool((slot_mapping < 0).any()):
+        keep = slot_mapping >= 0
+        slot_mapping, key, value = slot_mapping[keep], key[keep], value[keep]
+    return slot_mapping.to(torch.int64), key, value

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from tgi.backends.cpu.kv_cache import lazily_zeroed
+from tgi.backends.cpu.kv_cache import lazily_zeroed, written_rows
 from tgi.backends.cpu.kv_quant import CODE_DTYPES, KINDS, QuantizedPart, quantize
 from tgi.core.interfaces import KVCacheSpec
 from tgi.core.torch.kv_cache import KVCache
@@ -58,12 +58,7 @@ class QuantizedCpuKVCache(KVCache):
         if self.native_write is not None:
             self.native_write(k_part, v_part, key, value, slot_mapping, k_fixed, v_fixed)
             return
-        n = slot_mapping.shape[0]
-        key, value = key[:n], value[:n]
-        if bool((slot_mapping < 0).any()):
-            keep = slot_mapping >= 0
-            slot_mapping, key, value = slot_mapping[keep], key[keep], value[keep]
-        slots = slot_mapping.to(torch.int64)
+        slots, key, value = written_rows(slot_mapping, key, value)
         h, d = self.spec.num_kv_heads, self.spec.head_dim
         for part, x, fixed in ((k_part, key, k_fixed), (v_part, value, v_fixed)):
             codes, scales = quantize(x, self.kv_dtype, fixed)
