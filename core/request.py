@@ -186,7 +186,12 @@ class StepError(EngineError):
 
 
 class ValidationError(ValueError):
-    """A request the engine refuses before it is queued (TGI answers 422)."""
+    """A request the engine refuses before it is queued (TGI answers 422). `param`: the request field it
+    refuses, where one field is to blame (the server's error names it, as OpenAI's `param`)."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 class UnusableGrammarError(ValidationError):

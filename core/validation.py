@@ -221,10 +221,11 @@ def check_prediction(
     if len(prediction) > limits.max_total_tokens:
         raise ValidationError(
             f"`prediction` must have at most {limits.max_total_tokens} tokens (`max_total_tokens`). "
-            f"Given: {len(prediction)}"
+            f"Given: {len(prediction)}",
+            param="prediction",
         )
     if any(not 0 <= t < limits.vocab_size for t in prediction):
-        raise ValidationError(f"`prediction` token ids must be in [0, {limits.vocab_size})")
+        raise ValidationError(f"`prediction` token ids must be in [0, {limits.vocab_size})", param="prediction")
     missing = [
         what
         for what, ok in (
@@ -237,5 +238,6 @@ def check_prediction(
     if missing:
         raise ValidationError(
             f"`prediction` is verified as speculative decoding's guesses, and the {backend} backend's runner "
-            f"lacks {', '.join(missing)}: send the request without it"
+            f"lacks {', '.join(missing)}: send the request without it",
+            param="prediction",
         )

@@ -17,7 +17,7 @@ def validated(engine: ServingEngine, given: SequenceInput) -> EngineRequest:
     except UnusableGrammarError as exc:
         raise validation_error(str(exc), given.grammar_field) from None
     except ValidationError as exc:
-        raise validation_error(str(exc)) from None
+        raise validation_error(str(exc), exc.param) from None
     except CompilerBusyError as exc:
         raise ApiError(503, f"Grammar compilation is busy: {exc}", "overloaded") from None
 
@@ -28,7 +28,7 @@ def api_error(exc: Exception) -> ApiError:
     if isinstance(exc, ApiError):
         return exc
     if isinstance(exc, ValidationError):
-        return validation_error(str(exc))
+        return validation_error(str(exc), exc.param)
     if isinstance(exc, EngineError):  # its client message is written to be shown (no raw exception text)
         shown = exc.client_message()
         if shown == str(exc):

@@ -150,9 +150,9 @@ def test_known_fields_are_refused_and_unknown_ones_ignored(openai_client):
             model="tgi",
             messages=MESSAGES,
             max_tokens=2,
-            extra_body={"prediction": {"type": "content", "content": "x"}},
+            extra_body={"audio": {"voice": "alloy", "format": "wav"}},
         )
-    assert refused.value.body["param"] == "prediction" and "`prediction`" in refused.value.message
+    assert refused.value.body["param"] == "audio" and "`audio`" in refused.value.message
     ok = openai_client.chat.completions.create(
         model="tgi", messages=MESSAGES, max_tokens=2, extra_body={"no_api_has_this": 1}
     )

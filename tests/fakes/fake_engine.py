@@ -18,7 +18,7 @@ from types import SimpleNamespace
 from transformers.utils.chat_template_utils import render_jinja_template
 
 from tgi.core.config import EngineConfig
-from tgi.core.interfaces import ModelInfo, RunnerCapabilities
+from tgi.core.interfaces import ModelInfo, RunnerCapabilities, RunnerConstraints
 from tgi.core.request import (
     EngineError,
     EngineRequest,
@@ -35,6 +35,7 @@ from tgi.core.validation import (
     RequestLimits,
     check_image_spans,
     check_images,
+    check_prediction,
     check_runner_features,
     validate_request,
 )
@@ -140,6 +141,7 @@ class FakeEngine:
     cached_tokens: tuple[int, ...] = ()
     reply: str = REPLY  # the text every request "generates" (a recorded model output, for parsers)
     image_inputs: bool = False  # takes images as a runner with a vision tower does (else refused by name)
+    verifies_drafts: bool = True  # takes Predicted Outputs as a runner that verifies guesses does
 
     async def start(self) -> None:
         self.started = True
@@ -200,6 +202,8 @@ class FakeEngine:
         check_runner_features(params, RunnerCapabilities(token_masks=False), "fake")
         params = validate_request(prompt_token_ids, params, limits)
         check_image_spans(images, len(prompt_token_ids))
+        features = RunnerCapabilities(draft_verification=self.verifies_drafts)
+        check_prediction(prediction, features, RunnerConstraints(), limits, "fake")
         return EngineRequest(tuple(prompt_token_ids), params, images=images, prediction=tuple(prediction))
 
     def stream_validated(

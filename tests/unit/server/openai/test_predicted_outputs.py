@@ -74,6 +74,12 @@ def test_what_is_not_a_content_prediction_is_refused_by_name(engine, prediction,
     assert engine.requests == []
 
 
+def test_a_backend_that_verifies_no_guesses_refuses_it_by_name():
+    r = _chat(FakeEngine(verifies_drafts=False), prediction={"type": "content", "content": "x"})
+    assert r.status_code == 422 and r.json()["error"]["param"] == "prediction", r.text
+    assert "send the request without it" in r.json()["error"]["message"]
+
+
 def test_usage_sums_the_choices_counts():
     def last(accepted: int, rejected: int) -> TokenEvent:
         return TokenEvent(
