@@ -225,7 +225,9 @@ def check_prediction(
             param="prediction",
         )
     if any(not 0 <= t < limits.vocab_size for t in prediction):
-        raise ValidationError(f"`prediction` token ids must be in [0, {limits.vocab_size})", param="prediction")
+        raise ValidationError(
+            f"`prediction` token ids must be in [0, {limits.vocab_size})", param="prediction"
+        )
     missing = [
         what
         for what, ok in (

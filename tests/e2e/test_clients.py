@@ -202,12 +202,16 @@ def test_openai_client_reads_our_refusals(server, deployment):
 
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=120, max_retries=0)
     with pytest.raises(openai.UnprocessableEntityError) as refused:  # audio output: not served here
-        client.chat.completions.create(model="tgi", messages=MESSAGES, max_tokens=2, modalities=["text", "audio"])
+        client.chat.completions.create(
+            model="tgi", messages=MESSAGES, max_tokens=2, modalities=["text", "audio"]
+        )
     assert refused.value.status_code == 422 and "`modalities`" in refused.value.message
     assert (
         refused.value.body["param"] == "modalities" and refused.value.body["type"] == "invalid_request_error"
     )
-    if deployment[2] == "tpu":  # its runner verifies no guesses: Predicted Outputs refused by the engine, by name
+    if (
+        deployment[2] == "tpu"
+    ):  # its runner verifies no guesses: Predicted Outputs refused by the engine, by name
         predicted = {"type": "content", "content": "Paris"}
         with pytest.raises(openai.UnprocessableEntityError) as refused:
             client.chat.completions.create(model="tgi", messages=MESSAGES, max_tokens=2, prediction=predicted)
