@@ -63,7 +63,7 @@ def test_stop_token_ids_past_the_cap_or_the_vocabulary_are_refused(openai_client
 )
 def test_a_megabyte_to_tokenize_is_refused_beside_a_stream_that_completes(server, route, body):
     """The property: the body is refused by its length and the stream beside it goes on past it. How long
-    that stream pauses meanwhile is a measurement (`tgi benchmark stall`, benchmarks/README.md), not a bar
+    that stream pauses meanwhile is a measurement (`tgi benchmark stall`, src/tgi/benchmarks/README.md), not a bar
     here: a gap timed against a fixed bar is decided by whatever else the machine is doing."""
     text = "hello " * 175_000  # 1 MB, 175,000 tokens: past --max-input-tokens (1023)
 

@@ -1,4 +1,4 @@
-"""--trust-remote-code on a real `tgi launch` with a checkpoint of custom code (core/testing/remote_code.py):
+"""--trust-remote-code on a real `tgi launch` with a checkpoint of custom code (src/tgi/core/testing/remote_code.py):
 without the flag the start stops with exit 2 naming it; with it (as TRUST_REMOTE_CODE=true) the log says
 the model runs on the transformers fallback with the checkpoint's code, and /generate gives transformers'
 greedy tokens (`trust_remote_code=True`)."""

@@ -3,7 +3,7 @@ configuration_custom.py / modeling_custom.py in its folder, a `model_type` trans
 refused at start naming the flag, and with the flag runs through the transformers fallback on the
 checkpoint's own model class: greedy tokens equal transformers' (`trust_remote_code=True`) on the same
 folder, alone and batched with preemption, on the CPU backend in float32. The custom model negates its
-logits (core/testing/remote_code.py), so equal tokens show that its code, not Llama's, ran."""
+logits (src/tgi/core/testing/remote_code.py), so equal tokens show that its code, not Llama's, ran."""
 
 from __future__ import annotations
 

@@ -62,7 +62,7 @@ def test_the_tree_keeps_the_contracts():
 
 
 def _fake_tree(tmp_path: pathlib.Path, importer: str, imported: str) -> pathlib.Path:
-    """A plain `tgi` tree (no package-dir) of empty packages: every package the contracts name, the imports
+    """A `tgi` tree of empty packages: every package the contracts name, the imports
     their `ignore_imports` allow, and `importer` importing `imported`; the real pyproject.toml beside it.
     Returns the folder to put on PYTHONPATH."""
     src = tmp_path / "src"
@@ -159,11 +159,11 @@ FRAMEWORKS = ("torch", "jax")
 
 
 def _claims() -> dict[str, tuple[pathlib.Path, str]]:
-    """Every module under core/ (but tgi.core.torch) whose docstring claims it is free of torch: its file
+    """Every module under src/tgi/core/ (but tgi.core.torch) whose docstring claims it is free of torch: its file
     and its docstring on one line."""
     claims = {}
-    for path in sorted((ROOT / "core").rglob("*.py")):
-        relative = path.relative_to(ROOT).with_suffix("")
+    for path in sorted((ROOT / "src" / "tgi" / "core").rglob("*.py")):
+        relative = path.relative_to(ROOT / "src" / "tgi").with_suffix("")
         if relative.parts[:2] == ("core", "torch"):
             continue
         docstring = " ".join((ast.get_docstring(ast.parse(path.read_text())) or "").split())

@@ -77,7 +77,7 @@ def test_dockerfile(hw):
     assert len(base) == 1 and base[0].startswith(VENDOR_BASES[hw]), base
     assert ":" in base[0].split("/")[-1], "the base image names a tag"
     runs = " ".join(args for op, args in steps if op == "RUN")
-    assert f'pip install "./src[{hw},otel]"' in runs  # its hardware's extra, and tracing
+    assert f'pip install "./package[{hw},otel]"' in runs  # its hardware's extra, and tracing
     envs = " ".join(args for op, args in steps if op == "ENV")
     # port 8080 (the image's user cannot bind below 1024)
     assert "HF_HOME=/data" in envs and "PORT=8080" in envs and f"TGI_BACKEND={hw}" in envs
@@ -202,7 +202,7 @@ def test_hadolint_finds_nothing():
 
 
 def test_what_the_images_copy_builds_a_complete_wheel(tmp_path):
-    """The COPY lines replayed into a folder, then the images' `pip install ./src[...]` minus the download:
+    """The COPY lines replayed into a folder, then the images' `pip install ./package[...]` minus the download:
     a wheel of every package of pyproject.toml, the CPU backend's C++ sources included."""
     steps = instructions(DOCKER / "Dockerfile.cpu")
     for op, args in steps:
@@ -226,7 +226,7 @@ def test_what_the_images_copy_builds_a_complete_wheel(tmp_path):
             "-q",
             "-w",
             str(tmp_path / "w"),
-            str(tmp_path / "src"),
+            str(tmp_path / "package"),
         ],
         capture_output=True,
         text=True,

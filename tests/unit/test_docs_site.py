@@ -82,7 +82,7 @@ def test_the_readmes_relative_links_land_on_files_and_headings_that_exist():
 def test_every_backend_readme_points_to_its_page():
     """The backends' READMEs moved to docs/backends/: each folder keeps a README that names its page, and
     every in-tree backend has one."""
-    for folder in sorted((ROOT / "backends").iterdir()):
+    for folder in sorted((ROOT / "src" / "tgi" / "backends").iterdir()):
         readme = folder / "README.md"
         if not readme.exists():
             continue

@@ -9,11 +9,11 @@ import pathlib
 import tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-MAPPING = {
-    "core": "tgi.core",
-    "backends": "tgi.backends",
-    "server": "tgi.server",
-    "benchmarks": "tgi.benchmarks",
+MAPPING = {  # the src layout: each package's folder under src/
+    "src/tgi/core": "tgi.core",
+    "src/tgi/backends": "tgi.backends",
+    "src/tgi/server": "tgi.server",
+    "src/tgi/benchmarks": "tgi.benchmarks",
 }
 
 
@@ -55,7 +55,7 @@ def test_every_native_source_is_package_data():
         if package in listed
         for pattern in key_patterns
     ]
-    sources = sorted(p for p in (ROOT / "backends").rglob("*") if p.suffix in (".cpp", ".h"))
+    sources = sorted(p for p in (ROOT / "src" / "tgi" / "backends").rglob("*") if p.suffix in (".cpp", ".h"))
     assert any(p.name == "bindings.cpp" for p in sources), "the native kernels' sources moved?"
     unmatched = [
         str(source.relative_to(ROOT))
@@ -70,12 +70,14 @@ def test_every_native_source_is_package_data():
 
 def test_native_kernels_are_not_python_strings():
     """The kernels live as .cpp/.h files (real line numbers, C++ tooling), not as C++ source in Python modules."""
-    leftovers = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "backends").rglob("*_src.py"))
+    leftovers = sorted(
+        str(p.relative_to(ROOT)) for p in (ROOT / "src" / "tgi" / "backends").rglob("*_src.py")
+    )
     assert not leftovers, leftovers
 
 
 def test_no_backend_folder_is_empty():
-    for folder in (ROOT / "backends").iterdir():
+    for folder in (ROOT / "src" / "tgi" / "backends").iterdir():
         if folder.is_dir() and folder.name != "__pycache__":
             modules = [p for p in folder.glob("*.py") if p.name != "__init__.py"]
             assert modules, f"backends/{folder.name} is an empty backend"
@@ -84,7 +86,7 @@ def test_no_backend_folder_is_empty():
 def test_core_imports_no_backend():
     """Core reaches backends through the plugin host only (entry points), never by importing one."""
     offenders = []
-    for path in (ROOT / "core").rglob("*.py"):
+    for path in (ROOT / "src" / "tgi" / "core").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]

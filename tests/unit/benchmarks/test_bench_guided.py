@@ -1,4 +1,4 @@
-"""`tgi benchmark guided`'s report (the measurement itself needs the model: benchmarks/README.md)."""
+"""`tgi benchmark guided`'s report (the measurement itself needs the model: src/tgi/benchmarks/README.md)."""
 
 from __future__ import annotations
 

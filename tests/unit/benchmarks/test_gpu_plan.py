@@ -1,4 +1,4 @@
-"""The GPU plan's scripts (benchmarks/gpu/) run end to end in their dry mode on the CPU: each exits 0 and
+"""The GPU plan's scripts (src/tgi/benchmarks/gpu/) run end to end in their dry mode on the CPU: each exits 0 and
 writes the summary, with the fields, that the real call writes on the GPU (the figures mean nothing here).
 About a minute: each model pass starts an engine on a 2-layer model in Triton's interpreter."""
 
@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("triton", reason="triton is not installed (pip install triton; CI installs it)")
 
-PLAN = Path(__file__).resolve().parents[3] / "benchmarks" / "gpu"
+PLAN = Path(__file__).resolve().parents[3] / "src" / "tgi" / "benchmarks" / "gpu"
 
 
 def _dry_run(script: str, out: Path, timeout: float = 120) -> dict:

@@ -1,4 +1,4 @@
-"""The scheduler's chunking rules (core/chunk_policy.py), without a scheduler: chunk lengths within the budget
+"""The scheduler's chunking rules (src/tgi/core/chunk_policy.py), without a scheduler: chunk lengths within the budget
 and the runner's buckets, padded prefill areas, prompt logprobs owed, recomputability, the cached prefix."""
 
 from __future__ import annotations

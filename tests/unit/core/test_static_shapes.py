@@ -1,4 +1,4 @@
-"""Static shapes (core/static_shapes.py): buckets, warm-up shapes, padding (no torch).
+"""Static shapes (src/tgi/core/static_shapes.py): buckets, warm-up shapes, padding (no torch).
 
 The scheduler is driven with the constraints each layout declares, and every batch goes through a fake
 paged model that only sees the padded arrays (with garbage where they are padded): each batch must take a

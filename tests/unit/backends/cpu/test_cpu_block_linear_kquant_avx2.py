@@ -147,7 +147,7 @@ def test_auto_takes_avx2_int8_for_float32_k_quants_here():
 
 def test_float32_k_quants_take_their_rows_and_deterministic_mode_keeps_the_float32_loop(monkeypatch):
     """The int8 path beats the dense float32 product at every size measured where the CPU has no AVX-512 (up
-    to 64 rows where it has: [M, 2048] x [2048, 8192] Q4_K, backends/cpu/linear.py), so float32 K-quants use
+    to 64 rows where it has: [M, 2048] x [2048, 8192] Q4_K, src/tgi/backends/cpu/linear.py), so float32 K-quants use
     the blocks for every row count there (None: no dense copy kept), up to 64 rows elsewhere;
     `--deterministic` keeps the exact-input float32 loop nest for them ("reference"), the others on "auto"."""
     from tgi.backends.cpu.linear import block_rows, invariant_block_impl

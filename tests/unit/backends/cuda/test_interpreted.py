@@ -56,5 +56,5 @@ def test_no_entry_point_registers_it():
     entry_points = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
     registered = [module for group in entry_points.values() for module in group.values()]
     assert not any("interpreted" in module for module in registered)
-    plugin = (ROOT / "backends" / "cuda" / "plugin.py").read_text()
+    plugin = (ROOT / "src" / "tgi" / "backends" / "cuda" / "plugin.py").read_text()
     assert "interpreted" not in plugin.lower()

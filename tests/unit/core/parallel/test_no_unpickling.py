@@ -1,4 +1,4 @@
-"""Nothing in `core/parallel` unpickles what another process sent: unpickling runs the sender's code, and the
+"""Nothing in `src/tgi/core/parallel` unpickles what another process sent: unpickling runs the sender's code, and the
 store and the group's sockets can be reached by others (`dist_auth.py`). Read from the source's syntax tree:
 no pickle-like module is imported, and none of the calls that unpickle is made (torch.distributed's
 `*_object*` collectives, `torch.load`, numpy's `allow_pickle`, a multiprocessing `Connection.recv()`)."""
