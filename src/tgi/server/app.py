@@ -17,6 +17,8 @@ from tgi.server.http.auth import BearerAuth
 from tgi.server.http.errors import install_error_handlers, register_dialect
 from tgi.server.http.payload import PayloadLimit
 from tgi.server.lora.routes import router as lora_router
+from tgi.server.ollama.errors import OLLAMA_ERRORS
+from tgi.server.ollama.routes import router as ollama_router
 from tgi.server.openai.routes import router as openai_router
 from tgi.server.responses.routes import router as responses_router
 from tgi.server.responses.store import ResponsesStore
@@ -75,10 +77,12 @@ def create_app(engine: ServingEngine, settings: ServerSettings | None = None) ->
     )
     install_error_handlers(app)
     register_dialect(ANTHROPIC_ERRORS)  # Anthropic's shape on its paths, whoever raises the error
+    register_dialect(OLLAMA_ERRORS)  # Ollama's on `/api/*`
     app.include_router(tgi_router)
     app.include_router(openai_router)
     app.include_router(anthropic_router)
     app.include_router(responses_router)
+    app.include_router(ollama_router)
     app.include_router(sagemaker_router)
     app.include_router(chat_tokenize_router)
     app.include_router(admin_router)

@@ -33,6 +33,11 @@ def _schema_of(value: Any, field: str) -> Grammar:
     return _grammar(field, Grammar.json_schema, value)
 
 
+def json_schema_grammar(value: Any, field: str) -> Grammar:
+    """A JSON schema given as an object (or its JSON text) as a grammar; the 422 names `field`."""
+    return _schema_of(value, field)
+
+
 def tgi_grammar(value: Any, field: str = "grammar") -> Grammar:
     """TGI's `{"type": "json", "value": <schema>}`, `{"type": "json_schema", "value": {"name", "schema"}}`
     or `{"type": "regex", "value": "<pattern>"}`."""
