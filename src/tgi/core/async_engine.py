@@ -144,12 +144,13 @@ class AsyncEngine:
         params: SamplingParams,
         images: Sequence[ImageInput] = (),
         prediction: Sequence[int] = (),
+        pooling: bool = False,
     ) -> EngineRequest:
         """`LLMEngine.validate`: the request's one validation, its grammar compiled (`ValidationError`,
         `CompilerBusyError`), its `images` refused by name unless the runner takes them, its `prediction`
-        unless the runner verifies guesses. Thread-safe; with a grammar it may take seconds, so the server
+        unless the runner verifies guesses; `pooling` a pooling request (embeddings). Thread-safe; with a grammar it may take seconds, so the server
         calls it off the event loop."""
-        return self.engine.validate(prompt_token_ids, params, images, prediction)
+        return self.engine.validate(prompt_token_ids, params, images, prediction, pooling)
 
     def stream(
         self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tgi.core.interfaces.pooling import PoolingSpec
 from tgi.core.interfaces.quantization import QUANTIZE_METHODS
 from tgi.core.interfaces.types import KV_CACHE_DTYPES
 
@@ -95,6 +96,11 @@ class EngineConfig:
     # --logits-processors: the logits processors requests may select, by their entry-point names (group
     # `tgi.logits_processors`); each is loaded at start-up, and one that cannot be stops the start
     logits_processors: tuple[str, ...] = ()
+    # --runner: what the model is served as: "generate", "pooling" (embeddings), or "auto" (pooling where the
+    # folder has sentence-transformers' modules.json, `tgi.core.loading.pooling_config`)
+    runner: str = "auto"
+    # how a pooling model pools, resolved at start from the folder and --runner (None: a generative model)
+    pooling: PoolingSpec | None = None
 
     def __post_init__(self) -> None:
         self.validate()

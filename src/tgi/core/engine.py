@@ -12,12 +12,12 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
 from tgi.core.block_hash import request_cache_key
 from tgi.core.block_manager import BlockManager
 from tgi.core.config import ConfigError, EngineConfig
 from tgi.core.engine_startup import choose_proposer, start_engine
+from tgi.core.engine_stats import EngineStats
 from tgi.core.guided.compiler import CompiledGrammar, GrammarCompiler
 from tgi.core.guided.decoding import GuidedDecoding
 from tgi.core.guided.grammar import Grammar, GrammarError
@@ -48,6 +48,7 @@ from tgi.core.validation import (
     check_image_budget,
     check_image_spans,
     check_images,
+    check_pooling,
     check_prediction,
     check_runner_features,
     check_token_masks,
@@ -55,32 +56,6 @@ from tgi.core.validation import (
 )
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class EngineStats:
-    """A snapshot for metrics and `/info`."""
-
-    num_waiting: int
-    num_running: int
-    num_batch_tokens: int  # tokens in the last executed step
-    num_free_blocks: int
-    num_total_blocks: int
-    block_size: int
-    num_preemptions: int
-    num_prefill_tokens: int  # prompt tokens run through the model since start (chunks and recomputation)
-    prefix_caching: bool = False  # whether KV blocks of prompts already seen are reused
-    # tokens of admitted sequences read from the prefix cache / computed, since start (re-admissions after
-    # preemption included)
-    num_prefix_cache_hit_tokens: int = 0
-    num_prefix_cache_miss_tokens: int = 0
-    # speculative decoding: guesses verified and accepted, since start
-    num_draft_tokens: int = 0
-    num_accepted_draft_tokens: int = 0
-    # seconds since start in the runner's steps (`execute`, sampling included) and, of those, in the vision
-    # encoder (`StepOutput.encoder_seconds`): the encoder's share of the steps
-    step_seconds: float = 0.0
-    encoder_seconds: float = 0.0
 
 
 class LLMEngine:
@@ -167,6 +142,7 @@ class LLMEngine:
         params: SamplingParams,
         images: Iterable[ImageInput] = (),
         prediction: Iterable[int] = (),
+        pooling: bool = False,
     ) -> EngineRequest:
         """The request's one validation: what the engine queues (`add_validated_request`), with `params`'
         defaults resolved and its grammar compiled (`compile_grammar`), or `ValidationError` (TGI's 422)
@@ -176,9 +152,11 @@ class LLMEngine:
         `images`: the prompt's images (`ImageInput`, placeholders already in `prompt_token_ids`), refused by
         name unless the runner runs a vision tower (`RunnerCapabilities.image_inputs`). `prediction`: token ids
         of the output the request expects (OpenAI's Predicted Outputs: guesses, never a change of the output),
-        refused by name where the runner cannot verify guesses."""
+        refused by name where the runner cannot verify guesses. `pooling`: pool the prompt (embeddings) instead
+        of generating; each kind only on a model that serves it (`ModelInfo.pooling`)."""
         images, prediction = tuple(images), tuple(prediction)
         capabilities, backend = self.runner.capabilities(), self._backend_name()
+        check_pooling(pooling, self.model_info, params)
         check_images(images, capabilities, self._backend_name(), self.model_info.architecture)
         check_runner_features(params, capabilities, self._backend_name())
         params = validate_request(prompt_token_ids, params, self.limits)
@@ -187,7 +165,9 @@ class LLMEngine:
         check_atomic_images(images, self.scheduler.chunks.atomic_image_limit)
         check_prediction(prediction, capabilities, self.scheduler.constraints, self.limits, backend)
         grammar = None if params.grammar is None else self.compile_grammar(params.grammar)
-        return EngineRequest(tuple(prompt_token_ids), params, grammar, images, prediction=prediction)
+        return EngineRequest(
+            tuple(prompt_token_ids), params, grammar, images, prediction=prediction, pooling=pooling
+        )
 
     def _backend_name(self) -> str:
         return getattr(getattr(self.backend, "spec", None), "name", type(self.backend).__name__)
@@ -232,6 +212,7 @@ class LLMEngine:
             seed,
             cache_key=cache_key,
             images=request.images,
+            pooling=request.pooling,
         )
         if request.grammar is not None:
             self.guided.start(request_id, request.grammar)
@@ -337,10 +318,10 @@ class LLMEngine:
         pipeline, sequences that stop finished and released. `new_tokens`: the scheduler's `update` (or
         `settle`) of `output`."""
         self.encoder_seconds += output.encoder_seconds
+        events = [self._pooled(rid, vector) for rid, vector in output.pooled.items() if rid in self._outputs]
         for request_id in output.prompt_logprobs:
             if request_id in self._outputs:
                 self._outputs[request_id].add_prompt_logprobs(output)
-        events = []
         for seq in new_tokens:
             out = self._outputs[seq.request_id]
             for i in seq.new_token_rows:
@@ -363,6 +344,13 @@ class LLMEngine:
                     guesses = output.guesses[seq.new_token_rows[-1]]
                     self.proposer.observe_runner_guesses(seq.request_id, seq.num_tokens, guesses)
         return events
+
+    def _pooled(self, request_id: str, vector: list[float]) -> TokenEvent:
+        """A pooling request's one event; the request ends with it (no KV kept past its step)."""
+        event = self._outputs[request_id].on_pooled(vector)
+        self.scheduler.finish(request_id, event.finish_reason)
+        self._release(request_id)
+        return event
 
     def _final(self, seq: Sequence, event: TokenEvent) -> TokenEvent:
         """A request's last event with what speculation did for it: tokens accepted from guesses, and its

@@ -188,8 +188,13 @@ def start_backend(config: EngineConfig, registry, say: Callable[[str], None]) ->
     return backend, config
 
 
-def _check_loaded(config: EngineConfig, info: ModelInfo, backend_name: str) -> None:
-    """Refuse a runner that ignored `--lora-adapters` or `--quantize`."""
+def _check_loaded(config: EngineConfig, info: ModelInfo, backend_name: str, runner: ModelRunner) -> None:
+    """Refuse a runner that ignored `--lora-adapters` or `--quantize`, or cannot pool a pooling model."""
+    if config.pooling is not None and not runner.capabilities().pooling:
+        raise ConfigError(
+            f"{info.architecture} is a pooling model ({config.pooling.source}): the {backend_name} backend's "
+            "runner cannot pool (RunnerCapabilities.pooling)"
+        )
     wanted = tuple(name for name, _ in config.lora_adapters)
     if info.lora_adapters != wanted:
         raise ConfigError(
@@ -199,6 +204,21 @@ def _check_loaded(config: EngineConfig, info: ModelInfo, backend_name: str) -> N
         raise ConfigError(
             f"--quantize {config.quantize}: the {backend_name} backend's runner loaded no quantized weights"
         )
+
+
+def _with_pooling(config: EngineConfig, source: Any, say: Callable[[str], None]) -> EngineConfig:
+    """`config` with the model's pooling spec (`--runner`, the folder's sentence-transformers modules)."""
+    from tgi.core.loading import load_config
+    from tgi.core.loading.pooling_config import read_pooling
+
+    folder = source.path if source.format == "safetensors" else None
+    hf_config = load_config(source) if folder or config.runner == "pooling" else None
+    spec = read_pooling(folder, config.runner, hf_config)
+    if spec is None:
+        return config
+    norm = ", normalized" if spec.normalize else ""
+    say(f"pooling model: {spec.mode} pooling{norm}, {spec.dimension} dims (from {spec.source})")
+    return dataclasses.replace(config, pooling=spec)
 
 
 def start_engine(
@@ -225,11 +245,13 @@ def start_engine(
     # --num-shard (× --pipeline-parallel-size): the backend decides how its devices share the model (torch
     # backends: one process per rank, tensor-parallel layers, pipeline stages of layers)
     _check_pipeline_backend(config, backend)
+    config = _with_pooling(config, source, say)
     runner = backend.create_runner(source, config, config.world_size)
     draft: ModelRunner | None = None
     try:
         info = runner.load()
-        _check_loaded(config, info, backend.spec.name)
+        _check_loaded(config, info, backend.spec.name, runner)
+        info = dataclasses.replace(info, pooling=config.pooling)
         if info.quantization is not None:
             q = info.quantization
             say(f"quantization: {q.description}: {q.num_linears} linears on {q.kernel}")

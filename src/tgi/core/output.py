@@ -82,6 +82,26 @@ class RequestOutput:
             inference_time=now - first,
         )
 
+    def on_pooled(self, vector: list[float]) -> TokenEvent:
+        """A pooling request's one event: its pooled vector, no token (`index` and `token_id` -1)."""
+        seq, now = self.seq, time.monotonic()
+        first = self.first_scheduled or now
+        return TokenEvent(
+            request_id=seq.request_id,
+            index=-1,
+            token_id=-1,
+            token_text="",
+            text="",
+            logprob=None,
+            special=False,
+            finish_reason=FinishReason.LENGTH,  # the prompt was the whole of it
+            generated_text="",
+            num_prompt_tokens=seq.num_prompt_tokens,
+            queue_time=first - self.arrival,
+            inference_time=now - first,
+            embedding=tuple(vector),
+        )
+
     def _top_tokens(self, tops: tuple[list[int], list[float]]) -> tuple[TopToken, ...]:
         ids, logprobs = tops
         text = self.detokenizer.token_text

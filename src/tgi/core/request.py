@@ -71,6 +71,9 @@ class TokenEvent:
     seed: int | None = None  # the seed used, when sampling
     queue_time: float = 0.0  # seconds from arrival to the first scheduled step
     inference_time: float = 0.0  # seconds from the first scheduled step to the end
+    # a pooling request's one event (final; `index` -1 and `token_id` -1: no token was generated): the pooled
+    # vector of its prompt (`tgi.core.interfaces.pooling.PoolingSpec`, before normalization)
+    embedding: tuple[float, ...] | None = None
 
 
 @dataclass
@@ -140,6 +143,9 @@ class EngineRequest:
     # the output's tokens as the client predicts them (OpenAI's Predicted Outputs): guesses verified as
     # speculative decoding's, so they change the output's speed, never the output (`LLMEngine.validate`)
     prediction: tuple[int, ...] = ()
+    # a pooling request (embeddings, `LLMEngine.validate(..., pooling=True)`): its prompt is pooled, nothing
+    # is generated; its one event carries `TokenEvent.embedding`
+    pooling: bool = False
 
     def __post_init__(self) -> None:
         if self.cache_salt == "" or self.tenant == "":

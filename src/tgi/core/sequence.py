@@ -42,6 +42,7 @@ class Sequence:
         arrival_time: float | None = None,
         cache_key: bytes = b"",
         images: tuple[ImageInput, ...] = (),
+        pooling: bool = False,
     ) -> None:
         if not prompt_token_ids:
             raise ValueError(f"request {request_id!r}: the prompt must have at least one token")
@@ -68,6 +69,9 @@ class Sequence:
         # runner with every prefill chunk (a recomputation after preemption too); their `content_hash`es key the
         # prefix-cache blocks that hold their placeholders
         self.images = images
+        # a pooling request (embeddings): its prompt is fed, pooled by the runner and the request ends; it never
+        # samples (`ScheduledSequence.pool` in place of `sample`)
+        self.pooling = pooling
         self.block_hashes: list[bytes] = []  # chained hashes of the full blocks of token_ids, grown lazily
         self.num_registered_blocks = 0  # leading block_table blocks already offered to the prefix cache
         self.num_cached_prompt_tokens = 0  # prompt tokens read from the cache when first scheduled
@@ -138,13 +142,15 @@ class Sequence:
         start = self.num_computed_tokens
         drafts = self.draft_token_ids if self.is_decode and n > 1 else []
         known = n - len(drafts)
+        ends = start + known == self.num_tokens
         return ScheduledSequence(
             request_id=self.request_id,
             token_ids=self.token_ids[start : start + known] + drafts,
             start_pos=start,
             block_table=tuple(self.block_table),
             is_prefill=is_prefill,
-            sample=start + known == self.num_tokens,
+            sample=ends and not self.pooling,
+            pool=ends and self.pooling,
             num_draft_tokens=len(drafts),
             sampling=self.params,
             seed=self.seed,

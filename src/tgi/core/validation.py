@@ -25,7 +25,7 @@ from tgi.core.request import ImageInput, UnusableGrammarError, ValidationError
 from tgi.core.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
-    from tgi.core.interfaces import RunnerCapabilities, RunnerConstraints
+    from tgi.core.interfaces import ModelInfo, RunnerCapabilities, RunnerConstraints
 
 #: each `SamplingParams` field's default (a field a backend cannot honour may only keep it)
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(SamplingParams)}
@@ -243,3 +243,21 @@ def check_prediction(
             f"lacks {', '.join(missing)}: send the request without it",
             param="prediction",
         )
+
+
+def check_pooling(pooling: bool, info: ModelInfo, params: SamplingParams) -> None:
+    """`ValidationError` for a request of the kind the model does not serve: a generation on a pooling model
+    (embeddings only), a pooling request on a generative one; a pooling request generates nothing
+    (`max_new_tokens` 1: its prefill is its one step)."""
+    if pooling and info.pooling is None:
+        raise ValidationError(
+            f"the model {info.architecture} generates text: it is not a pooling model (embeddings are served "
+            "for models launched with --runner pooling or a sentence-transformers folder)"
+        )
+    if not pooling and info.pooling is not None:
+        raise ValidationError(
+            f"the model {info.architecture} is a pooling model: it serves embeddings (POST /v1/embeddings, "
+            "POST /embed), not text generation"
+        )
+    if pooling and params.max_new_tokens != 1:
+        raise ValueError("a pooling request is validated with SamplingParams(max_new_tokens=1)")

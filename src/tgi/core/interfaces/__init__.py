@@ -13,6 +13,7 @@ backend built for another version, with a message naming both.
 
 from tgi.core.interfaces.backend import Backend
 from tgi.core.interfaces.collective import Collective, SingleProcessCollective
+from tgi.core.interfaces.pooling import POOLING_MODES, PoolingSpec
 from tgi.core.interfaces.quantization import (
     QUANTIZE_METHODS,
     WEIGHT_FORMATS,
@@ -36,12 +37,14 @@ from tgi.core.interfaces.types import (
 
 # 2: the contract without torch (tgi.core.torch), create_runner(..., world_size)
 # 3: the batch and step types moved into the contract: `tgi.core.interfaces.batch` (was `tgi.core.batch`)
-INTERFACE_VERSION = 3
+# 4: pooling models: `PoolingSpec`, `ScheduledSequence.pool`, `StepOutput.pooled`, `RunnerCapabilities.pooling`
+INTERFACE_VERSION = 4
 
 __all__ = [
     "DTYPES",
     "INTERFACE_VERSION",
     "KV_CACHE_DTYPES",
+    "POOLING_MODES",
     "QUANTIZE_METHODS",
     "WEIGHT_FORMATS",
     "AttentionCaps",
@@ -54,6 +57,7 @@ __all__ = [
     "MemoryInfo",
     "ModelInfo",
     "ModelRunner",
+    "PoolingSpec",
     "ProbeResult",
     "QuantizationInfo",
     "QuantizationSpec",

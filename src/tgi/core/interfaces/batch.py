@@ -51,6 +51,10 @@ class ScheduledSequence:
     # request that has any: a runner that takes images (`RunnerCapabilities.image_inputs`) puts their
     # encoder output in place of the placeholders this chunk feeds
     images: Sequence[ImageInput] = ()
+    # a pooling request's chunk that ends its prompt (`RunnerCapabilities.pooling`): the runner returns the
+    # pooled hidden state of the whole prompt in `StepOutput.pooled` and samples nothing (`sample` is False);
+    # such a prompt is fed in one chunk (a pooling runner declares `RunnerConstraints.chunked_prefill=False`)
+    pool: bool = False
 
     @property
     def num_tokens(self) -> int:
@@ -149,3 +153,6 @@ class StepOutput:
     # seconds this step spent in the vision encoder (images whose placeholders it started feeding), the
     # device's work included; 0.0 for a step that encoded no image or a runner without a vision tower
     encoder_seconds: float = 0.0
+    # request_id -> the pooled vector (`tgi.core.interfaces.pooling.PoolingSpec`, before normalization, float32
+    # values) of each sequence with `pool=True`
+    pooled: dict[str, list[float]] = field(default_factory=dict)

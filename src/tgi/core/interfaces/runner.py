@@ -6,6 +6,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 from tgi.core.interfaces.batch import ScheduledBatch, StepOutput
+from tgi.core.interfaces.pooling import PoolingSpec
 from tgi.core.interfaces.quantization import QuantizationInfo
 from tgi.core.interfaces.types import KVCacheSpec, MemoryInfo, RunnerCapabilities, RunnerConstraints
 
@@ -42,6 +43,8 @@ class ModelInfo:
     lora_adapters: tuple[str, ...] = ()  # ids of the LoRA adapters loaded with it (`--lora-adapters`)
     # the quantized weights it computes with (`--quantize` or the checkpoint's); None: dense weights only
     quantization: QuantizationInfo | None = None
+    # a pooling model (embeddings): how its vectors are made; None: a generative model
+    pooling: PoolingSpec | None = None
 
 
 class ModelRunner(ABC):

@@ -222,3 +222,6 @@ class RunnerCapabilities:
     # "dry_multiplier", "xtc_probability", "bad_words_ids", "allowed_token_ids", "logits_processors"...): a
     # request that sets one to anything but its default is refused, naming it, never sampled without it
     unsupported_sampling: frozenset[str] = frozenset()
+    # runs a pooling model (`EngineConfig.pooling`): returns `StepOutput.pooled` for sequences with
+    # `ScheduledSequence.pool`; False: the engine refuses to start a pooling model on it, naming the backend
+    pooling: bool = False

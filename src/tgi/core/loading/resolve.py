@@ -52,6 +52,12 @@ HUB_ALLOW_PATTERNS = [
     "merges.txt",
     "chat_template.jinja",
     "chat_template.json",
+    # a sentence-transformers folder: its modules and their configs say it is a pooling model, and how it pools
+    "modules.json",
+    "config_sentence_transformers.json",
+    "sentence_bert_config.json",
+    "*_Pooling/config.json",
+    "*_Normalize/config.json",
 ]
 
 

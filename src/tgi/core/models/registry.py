@@ -34,6 +34,11 @@ _ARCHITECTURES: dict[str, tuple[str, str]] = {
     "Qwen2_5_VLForConditionalGeneration": ("tgi.core.models.qwen2_vl", "Qwen2_5_VLForConditionalGeneration"),
     "Idefics3ForConditionalGeneration": ("tgi.core.models.idefics3", "Idefics3ForConditionalGeneration"),
     "Gemma3ForConditionalGeneration": ("tgi.core.models.gemma3_vl", "Gemma3ForConditionalGeneration"),
+    # pooling only (`tgi.core.loading.pooling_config`): an encoder, and decoders saved without their head
+    "BertModel": ("tgi.core.models.bert", "BertEncoder"),
+    "LlamaModel": ("tgi.core.models.embedders", "LlamaEmbedder"),
+    "Qwen2Model": ("tgi.core.models.embedders", "Qwen2Embedder"),
+    "Qwen3Model": ("tgi.core.models.embedders", "Qwen3Embedder"),
 }
 _MODEL_TYPES: dict[str, str] = {
     "llama": "LlamaForCausalLM",

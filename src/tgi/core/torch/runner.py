@@ -34,6 +34,7 @@ from tgi.core.torch.dense_free_loading import (
 )
 from tgi.core.torch.host_transfer import HostCopy, start_to_host, to_device
 from tgi.core.torch.pending_tokens import LastSampled
+from tgi.core.torch.pooling import pooled_vectors
 from tgi.core.torch.prompt_logprobs import add_prompt_logprobs, prompt_positions
 
 if TYPE_CHECKING:
@@ -191,7 +192,10 @@ class TorchModelRunner(ModelRunner):
         return select
 
     def constraints(self) -> RunnerConstraints:
-        return RunnerConstraints(atomic_images=self.bidirectional_images)
+        # a pooled prompt comes whole: its pooling reads every token's hidden state (and an encoder's
+        # tokens attend both ways)
+        pooling = self.config.pooling is not None
+        return RunnerConstraints(atomic_images=self.bidirectional_images, chunked_prefill=not pooling)
 
     def capabilities(self) -> RunnerCapabilities:
         return RunnerCapabilities(
@@ -204,6 +208,7 @@ class TorchModelRunner(ModelRunner):
             # the backend switched to its batch-invariant kernels before this runner took them
             batch_invariant=getattr(self.backend, "batch_invariant", False),
             image_inputs=self.images is not None,  # the model has a vision tower
+            pooling=True,  # `StepOutput.pooled` from the final hidden states of any model it runs
             # the backend's device runs queued work while the host goes on; one process (no rank to tell); a
             # subclass with its own `execute` (static shapes) would be bypassed by `execute_async`
             async_steps=self.backend.overlaps_steps
@@ -259,16 +264,17 @@ class TorchModelRunner(ModelRunner):
         bs = self.config.block_size
         blocks = self.kv_cache.num_blocks
         n = min(max_batch_tokens, blocks * bs, self.backend.warmup_prefill_tokens or max_batch_tokens)
-        params = SamplingParams()
+        params, pool = SamplingParams(), self.config.pooling is not None
+        blocks_n = list(range(-(-n // bs)))
         prefill = ScheduledSequence(
-            "warmup", [0] * n, 0, list(range(-(-n // bs))), True, True, params, 0, n, [0] * n
+            "warmup", [0] * n, 0, blocks_n, True, not pool, params, 0, n, [0] * n, pool=pool
         )
         self.execute(ScheduledBatch(0, [prefill], 1))
         decodes = [
-            ScheduledSequence(f"w{i}", [0], 0, [i % blocks], False, True, params, 0, 1, [0])
+            ScheduledSequence(f"w{i}", [0], 0, [i % blocks], pool, not pool, params, 0, 1, [0], pool=pool)
             for i in range(min(max_num_seqs, blocks, self.backend.warmup_decode_seqs or max_num_seqs))
         ]
-        self.execute(ScheduledBatch(0, decodes, 0))
+        self.execute(ScheduledBatch(0, decodes, len(decodes) if pool else 0))  # pooled: prefills of 1
         self.backend.synchronize()
 
     # -- one step ---------------------------------------------------------------------------------------
@@ -328,6 +334,8 @@ class TorchModelRunner(ModelRunner):
             ends.append(end)
         sampled = [i for i, s in enumerate(seqs) if s.sample]
         output = StepOutput(request_ids=[], token_ids=[], logprobs=[])
+        if self.config.pooling is not None:
+            output.pooled = pooled_vectors(hidden, seqs, starts, ends, self.config.pooling.mode)
         if sampled:
             # one row per sampled position: the last, or the last num_draft_tokens + 1 of a verify chunk
             rows, positions = [], []

@@ -1,0 +1,129 @@
+"""Whether a model folder is a pooling model, and how it pools, read as sentence-transformers reads it
+(no torch here).
+
+sentence-transformers lists a model's modules in `modules.json`: the transformer, then a `Pooling` module
+(its `config.json`: the pooling mode, in either of its two formats), maybe a `Normalize`. Its
+`config_sentence_transformers.json` holds the prompts put before inputs (`prompts`, `default_prompt_name`)
+and maybe `truncate_dim`. `--runner pooling` makes any supported model a pooling model (vLLM's
+`--runner pooling`): the folder's modules where it has them, else last-token pooling of a decoder (CLS of an
+encoder), normalized. What this slice does not serve is refused by name: other modules (Dense, ...), a
+pooling that leaves the prompt out (`include_prompt: false`), several modes at once.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tgi.core.config import ConfigError
+from tgi.core.interfaces.pooling import POOLING_MODES, PoolingSpec
+
+#: `--runner`'s values: what `tgi launch` serves a model as
+RUNNERS = ("auto", "generate", "pooling")
+#: architectures that attend both ways (encoders): they only pool
+ENCODER_ARCHITECTURES = ("BertModel",)
+#: base models without a language-model head (what sentence-transformers saves of a decoder): they only pool
+BASE_DECODER_ARCHITECTURES = ("LlamaModel", "Qwen2Model", "Qwen3Model")
+# sentence-transformers' older Pooling config: one flag per mode
+_MODE_FLAGS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_lasttoken": "lasttoken",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+}
+_MODULES = ("Transformer", "Pooling", "Normalize")
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: cannot be read as JSON ({exc})") from None
+
+
+def pooling_mode(config: dict[str, Any], where: str) -> str:
+    """The mode of a sentence-transformers `Pooling` config (`pooling_mode: "mean"`, or the older
+    `pooling_mode_mean_tokens: true` flags); `ConfigError` for none, several, or one not served."""
+    if isinstance(config.get("pooling_mode"), str):
+        modes = [config["pooling_mode"]]
+    else:
+        modes = [mode for flag, mode in _MODE_FLAGS.items() if config.get(flag)]
+    if len(modes) != 1:
+        raise ConfigError(f"{where}: one pooling mode expected, found {modes or 'none'}")
+    if modes[0] not in POOLING_MODES:
+        raise ConfigError(
+            f"{where}: pooling mode {modes[0]!r} is not served (served: {', '.join(POOLING_MODES)})"
+        )
+    if config.get("include_prompt", True) is False:
+        raise ConfigError(
+            f"{where}: include_prompt=false (pooling without the prompt's tokens) is not served"
+        )
+    return modes[0]
+
+
+def read_pooling(folder: str | Path | None, runner: str, hf_config: Any) -> PoolingSpec | None:
+    """The pooling spec of the model in `folder` (None: a generative model) under `--runner runner`;
+    `ConfigError` saying why a folder cannot be served as asked."""
+    if runner not in RUNNERS:
+        raise ConfigError(f"--runner {runner!r}: expected one of {', '.join(RUNNERS)}")
+    archs = list(getattr(hf_config, "architectures", None) or [])
+    pooling_only = any(a in ENCODER_ARCHITECTURES + BASE_DECODER_ARCHITECTURES for a in archs)
+    root = Path(folder) if folder is not None and Path(folder).is_dir() else None
+    modules = root / "modules.json" if root is not None else None
+    if runner == "generate":
+        if pooling_only:
+            raise ConfigError(f"--runner generate: {archs[0]} has no language-model head; it only pools")
+        return None
+    if modules is None or not modules.exists():
+        if runner == "auto" and not pooling_only:
+            return None
+        if runner == "auto":  # a base model or an encoder without sentence-transformers' modules
+            raise ConfigError(
+                f"{archs[0]} has no language-model head and its folder no modules.json: serve it with "
+                "--runner pooling"
+            )
+        mode = "cls" if any(a in ENCODER_ARCHITECTURES for a in archs) else "lasttoken"
+        return _spec(root, hf_config, mode, normalize=True, source="--runner pooling")
+    mode, normalize = None, False
+    for module in _json(modules):
+        kind = str(module.get("type", "")).rsplit(".", 1)[-1]
+        if kind not in _MODULES:
+            raise ConfigError(
+                f"{modules}: module {module.get('type')!r} is not served (served: {', '.join(_MODULES)})"
+            )
+        if kind == "Pooling":
+            config_path = root / module.get("path", "") / "config.json"
+            mode = pooling_mode(_json(config_path), str(config_path))
+        normalize = normalize or kind == "Normalize"
+    if mode is None:
+        raise ConfigError(f"{modules}: no Pooling module")
+    return _spec(root, hf_config, mode, normalize, source="modules.json")
+
+
+def _spec(root: Path | None, hf_config: Any, mode: str, normalize: bool, source: str) -> PoolingSpec:
+    st_path = root / "config_sentence_transformers.json" if root is not None else None
+    st = _json(st_path) if st_path is not None and st_path.exists() else {}
+    dimension = int(hf_config.hidden_size)
+    dims = tuple(int(d) for d in getattr(hf_config, "matryoshka_dimensions", None) or ())
+    truncate = st.get("truncate_dim")
+    matryoshka = bool(dims) or bool(getattr(hf_config, "is_matryoshka", False)) or truncate is not None
+    if truncate is not None and (not isinstance(truncate, int) or not 1 <= truncate <= dimension):
+        raise ConfigError(f"{st_path}: truncate_dim {truncate!r} is not a width from 1 to {dimension}")
+    prompts = st.get("prompts") or {}
+    default = st.get("default_prompt_name")
+    if default is not None and default not in prompts:
+        raise ConfigError(f"{st_path}: default_prompt_name {default!r} is not one of its prompts")
+    return PoolingSpec(
+        mode=mode,
+        normalize=normalize,
+        dimension=dimension,
+        matryoshka=matryoshka,
+        matryoshka_dimensions=dims,
+        default_dimensions=truncate,
+        prompts={str(k): str(v) for k, v in prompts.items()},
+        default_prompt_name=default,
+        source=source,
+    )

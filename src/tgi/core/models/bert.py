@@ -1,0 +1,93 @@
+"""BERT as an encoder for pooling (embeddings), through transformers' own modules: every token of a prompt
+attends to every other (both ways), and nothing is kept in the KV cache.
+
+A step's sequences come flat ([T], each a whole prompt: a pooling runner never chunks them) with their
+positions; each starts at position 0, which is where the flat tokens are cut into rows. The rows are padded
+into one batch [B, L] with an attention mask, run through transformers' `BertModel` (no pooler head: the
+engine pools), and the padding is dropped again, so `forward` returns [T, hidden] like a native model.
+
+The engine still sizes a KV cache of one layer for it, which it never writes: the blocks count the tokens
+of the requests in flight, for admission and limits, as they do for a decoder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import nn
+
+from tgi.core.interfaces.types import AttentionLayerSpec
+from tgi.core.models.context import AttentionContext
+from tgi.core.models.registry import UnsupportedModelError
+
+
+class BertEncoder(nn.Module):
+    """transformers' `BertModel` without its pooler, run over a step's flat prompts."""
+
+    architecture = "BertModel"
+    implementation_note = "transformers modules, bidirectional"
+
+    def __init__(self, config: Any, *, dtype: torch.dtype, device: object, linear: object = None) -> None:
+        super().__init__()
+        from transformers import BertModel
+
+        if linear is not None:
+            raise UnsupportedModelError("BertModel: tensor parallelism is not served for encoders")
+        config = _sdpa(config)
+        self.config = config
+        self.bert = BertModel(config, add_pooling_layer=False).to(device=device, dtype=dtype)
+        for p in self.parameters():
+            p.requires_grad_(False)
+
+    @classmethod
+    def attention_layer_specs(cls, config: Any, tp_size: int = 1) -> list[AttentionLayerSpec]:
+        """One layer's worth (the KV cache only counts tokens: see the module docstring)."""
+        heads = config.num_attention_heads
+        head_dim = config.hidden_size // heads
+        return [
+            AttentionLayerSpec(num_heads=heads, num_kv_heads=heads, head_dim=head_dim, scale=head_dim**-0.5)
+        ]
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """The checkpoint's tensors by their names in `BertModel` (a `bert.` prefix and the pooler dropped);
+        raises on unknown or missing names."""
+        params = dict(self.bert.state_dict())
+        loaded: set[str] = set()
+        for name, tensor in weights:
+            name = name.removeprefix("bert.")
+            if name.startswith(("pooler.", "cls.")):
+                continue  # the pooler / masked-LM heads: the engine pools the hidden states itself
+            if name not in params:
+                raise ValueError(f"BertModel: unexpected weight '{name}' in the checkpoint")
+            with torch.no_grad():
+                params[name].copy_(tensor.to(params[name].dtype))
+            loaded.add(name)
+        missing = sorted(n for n in params if n not in loaded and not n.endswith("position_ids"))
+        if missing:
+            raise ValueError(f"BertModel: weights missing from the checkpoint: {', '.join(missing)}")
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, ctx: AttentionContext
+    ) -> torch.Tensor:
+        """input_ids, positions [T] (each prompt from position 0) -> final hidden states [T, hidden]."""
+        starts = torch.nonzero(positions == 0).flatten().tolist()
+        bounds = list(zip(starts, [*starts[1:], input_ids.shape[0]], strict=True))
+        longest = max(end - start for start, end in bounds)
+        rows = input_ids.new_zeros((len(bounds), longest))
+        mask = torch.zeros_like(rows)
+        for i, (start, end) in enumerate(bounds):
+            rows[i, : end - start] = input_ids[start:end]
+            mask[i, : end - start] = 1
+        hidden = self.bert(input_ids=rows, attention_mask=mask).last_hidden_state  # [B, L, H]
+        return hidden[mask.bool()]  # [T, H], the rows' tokens in order
+
+
+def _sdpa(config: Any) -> Any:
+    """`config` with torch's scaled-dot-product attention, as transformers runs BERT by default."""
+    import copy
+
+    config = copy.deepcopy(config)
+    config._attn_implementation = "sdpa"
+    return config

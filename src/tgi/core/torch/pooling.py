@@ -1,0 +1,40 @@
+"""A step's pooled vectors: each pooling sequence's final hidden states made into one vector, as
+sentence-transformers' `Pooling` module makes it (`tgi.core.interfaces.pooling.PoolingSpec`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from tgi.core.interfaces.batch import ScheduledSequence
+
+
+def pool(hidden: torch.Tensor, mode: str) -> torch.Tensor:
+    """hidden [L, H] of one whole prompt -> [H] float32: its first token's (cls), their mean, their
+    element-wise max, or the last token's (lasttoken)."""
+    hidden = hidden.float()
+    if mode == "cls":
+        return hidden[0]
+    if mode == "mean":
+        return hidden.mean(dim=0)
+    if mode == "max":
+        return hidden.max(dim=0).values
+    if mode == "lasttoken":
+        return hidden[-1]
+    raise ValueError(f"unknown pooling mode {mode!r}")
+
+
+def pooled_vectors(
+    hidden: torch.Tensor, seqs: Sequence[ScheduledSequence], starts: list[int], ends: list[int], mode: str
+) -> dict[str, list[float]]:
+    """request id -> pooled vector, for the sequences with `pool` (each a whole prompt: `starts[i]` ..
+    `ends[i]` of the step's hidden states [T, H]); one copy back for them all."""
+    rows = [i for i, s in enumerate(seqs) if s.pool]
+    if not rows:
+        return {}
+    for i in rows:
+        if seqs[i].start_pos != 0:
+            raise ValueError(f"{seqs[i].request_id}: a pooled prompt must come in one chunk from position 0")
+    vectors = torch.stack([pool(hidden[starts[i] : ends[i]], mode) for i in rows]).cpu().tolist()
+    return {seqs[i].request_id: v for i, v in zip(rows, vectors, strict=True)}

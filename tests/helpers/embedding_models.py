@@ -1,0 +1,80 @@
+"""Tiny random-weight embedders saved with sentence-transformers itself (its `modules.json`, `Pooling` and
+`Normalize` configs), and its own reading of them as the reference: a BERT with mean pooling and a
+Qwen3-shaped decoder with last-token pooling."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+#: the word-level vocabulary: four special tokens, then w0 .. w195
+WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"] + [f"w{i}" for i in range(196)]
+
+
+def _tokenizer(template: bool):
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    if template:  # BERT's [CLS] text [SEP]
+        backend.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+        )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]", eos_token="[SEP]"
+    )
+
+
+def save_embedder(
+    folder: Path | str,
+    kind: str,
+    pooling: str,
+    normalize: bool = True,
+    prompts: dict[str, str] | None = None,
+    seed: int = 0,
+) -> Path:
+    """A random `kind` ("bert" or "qwen3") model with `pooling` ("mean", "cls", "lasttoken", "max") and a
+    `Normalize` module where `normalize`, saved by sentence-transformers to `folder`."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers import models as st_modules
+    from transformers import BertConfig, BertModel, Qwen3Config, Qwen3Model
+
+    folder = Path(folder)
+    hf = folder.parent / f"{folder.name}_hf"
+    torch.manual_seed(seed)
+    if kind == "bert":
+        config = BertConfig(
+            vocab_size=len(WORDS), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+            intermediate_size=128, max_position_embeddings=128,
+        )  # fmt: skip
+        model = BertModel(config)
+    elif kind == "qwen3":
+        config = Qwen3Config(
+            vocab_size=len(WORDS), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+            tie_word_embeddings=True, eos_token_id=3, bos_token_id=2,
+        )  # fmt: skip
+        model = Qwen3Model(config)
+    else:
+        raise ValueError(kind)
+    with torch.no_grad():  # large enough weights that the layers matter
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0, 0.2)
+    model.save_pretrained(hf)
+    _tokenizer(template=kind == "bert").save_pretrained(hf)
+    modules = [st_modules.Transformer(str(hf)), st_modules.Pooling(64, pooling)]
+    if normalize:
+        modules.append(st_modules.Normalize())
+    st = SentenceTransformer(modules=modules, prompts=prompts or {})
+    st.save(str(folder))
+    return folder
+
+
+def reference_embeddings(folder: Path | str, texts: list[str], prompt_name: str | None = None):
+    """sentence-transformers' own embeddings of `texts` (float32 numpy [N, H])."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(folder), device="cpu")
+    return model.encode(texts, prompt_name=prompt_name, convert_to_numpy=True)

@@ -1,0 +1,63 @@
+"""Pooling models through the engine against sentence-transformers, in float32: random-weight models saved
+with sentence-transformers in the test (a BERT encoder with mean pooling + Normalize, a Qwen3-shaped decoder
+with last-token pooling + Normalize, and the other modes), their prompts of different lengths batched in one
+step by the scheduler, equal to sentence-transformers' own `encode` (cosine > 0.9999, max abs diff < 1e-3)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers.embedding_models import WORDS, reference_embeddings, save_embedder
+
+from tgi.core.config import EngineConfig
+from tgi.core.engine import LLMEngine
+from tgi.core.sampling_params import SamplingParams
+
+TEXTS = ["w1 w2 w3", "w5", " ".join(WORDS[4:40]), "w7 w8 w9 w10 w11 w12 w13", "w100 w1 w100"]
+
+
+def pooled(engine: LLMEngine, texts: list[str]) -> np.ndarray:
+    """Every text pooled by the engine, all queued at once, normalized as the model's Normalize does."""
+    ids = [engine.add_validated_request(
+        engine.validate(engine.tokenizer.encode(t), SamplingParams(max_new_tokens=1), pooling=True)
+    ) for t in texts]  # fmt: skip
+    vectors, steps = {}, 0
+    while engine.has_unfinished():
+        steps += 1
+        for event in engine.step():
+            assert event.finish_reason is not None and event.token_id == -1
+            vectors[event.request_id] = np.array(event.embedding, dtype=np.float64)
+    assert steps < len(texts)  # batched: several prompts shared a step
+    got = np.stack([vectors[i] for i in ids])
+    return got / np.linalg.norm(got, axis=1, keepdims=True)
+
+
+def assert_close(got: np.ndarray, want: np.ndarray) -> None:
+    cosine = (got * want).sum(axis=1) / np.linalg.norm(want, axis=1)
+    assert cosine.min() > 0.9999, cosine
+    assert np.abs(got - want).max() < 1e-3
+
+
+@pytest.mark.parametrize(
+    ("kind", "mode"),
+    [("bert", "mean"), ("qwen3", "lasttoken"), ("bert", "cls"), ("qwen3", "max")],
+)
+def test_engine_equals_sentence_transformers(tmp_path, kind, mode):
+    folder = save_embedder(tmp_path / "st", kind, mode)
+    engine = LLMEngine.from_config(
+        EngineConfig(model_id=str(folder), dtype="float32", max_batch_total_tokens=2048)
+    )
+    spec = engine.model_info.pooling
+    assert (spec.mode, spec.normalize, spec.source) == (mode, True, "modules.json")
+    assert_close(pooled(engine, TEXTS), reference_embeddings(folder, TEXTS))
+
+
+def test_generation_is_refused_on_a_pooling_model(tmp_path):
+    from tgi.core.request import ValidationError
+
+    engine = LLMEngine.from_config(
+        EngineConfig(model_id=str(save_embedder(tmp_path / "st", "qwen3", "lasttoken")), dtype="float32",
+                     max_batch_total_tokens=1024)
+    )  # fmt: skip
+    with pytest.raises(ValidationError, match="pooling model"):
+        engine.validate([4, 5], SamplingParams(max_new_tokens=2))
