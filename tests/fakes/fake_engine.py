@@ -18,7 +18,7 @@ from types import SimpleNamespace
 from transformers.utils.chat_template_utils import render_jinja_template
 
 from tgi.core.config import EngineConfig
-from tgi.core.interfaces import ModelInfo, RunnerCapabilities, RunnerConstraints
+from tgi.core.interfaces import ModelInfo, PoolingSpec, RunnerCapabilities, RunnerConstraints
 from tgi.core.request import (
     EngineError,
     EngineRequest,
@@ -35,6 +35,7 @@ from tgi.core.validation import (
     RequestLimits,
     check_image_spans,
     check_images,
+    check_pooling,
     check_prediction,
     check_runner_features,
     validate_request,
@@ -189,9 +190,11 @@ class FakeEngine:
         params: SamplingParams,
         images: tuple[ImageInput, ...] = (),
         prediction: tuple[int, ...] = (),
+        pooling: bool = False,
     ) -> EngineRequest:
         if self.refuse:
             raise ValidationError(self.refuse)
+        check_pooling(pooling, self.model_info, params)
         images = tuple(images)
         check_images(images, RunnerCapabilities(image_inputs=self.image_inputs), "fake", "Fake")
         config, info = self.config, self.model_info
@@ -204,7 +207,9 @@ class FakeEngine:
         check_image_spans(images, len(prompt_token_ids))
         features = RunnerCapabilities(draft_verification=self.verifies_drafts)
         check_prediction(prediction, features, RunnerConstraints(), limits, "fake")
-        return EngineRequest(tuple(prompt_token_ids), params, images=images, prediction=tuple(prediction))
+        return EngineRequest(
+            tuple(prompt_token_ids), params, images=images, prediction=tuple(prediction), pooling=pooling
+        )
 
     def stream_validated(
         self, request: EngineRequest, request_id: str | None = None
@@ -215,6 +220,8 @@ class FakeEngine:
         self.queued.append(request)
         k = len(self.requests) - 1
         cached = self.cached_tokens[k] if k < len(self.cached_tokens) else 0
+        if request.pooling:
+            return self._pooled(request_id or "r", prompt, k == self.fail_stream)
         return self._run(request_id or "r", prompt, params, k == self.fail_stream, cached)
 
     async def _run(
@@ -284,6 +291,33 @@ class FakeEngine:
             self.running -= 1
             if not finished:
                 self.cancelled.append(rid)
+
+    async def _pooled(self, rid: str, prompt: list[int], fails: bool) -> AsyncIterator[TokenEvent]:
+        """A pooling request's one event: `fake_vector(prompt)`, as a pooling model's engine answers."""
+        self.running += 1
+        try:
+            await asyncio.sleep(self.first_delay)
+            if fails:
+                raise self.fail_with or EngineError("the engine failed while running this request")
+            vector = tuple(fake_vector(prompt, self.model_info.pooling.dimension))
+            yield TokenEvent(
+                rid, -1, -1, "", "", None, False, finish_reason=FinishReason.LENGTH, generated_text="",
+                num_prompt_tokens=len(prompt), embedding=vector,
+            )  # fmt: skip
+        finally:
+            self.running -= 1
+
+
+def fake_vector(prompt: list[int], dimension: int) -> list[float]:
+    """The fake pooling model's vector of a prompt (not normalized): its length, then values of its ids."""
+    return [float(len(prompt))] + [float((sum(prompt) * (j + 1)) % 7 + 1) for j in range(dimension - 1)]
+
+
+def pooling_engine(spec: PoolingSpec, **fields) -> FakeEngine:
+    """A fake engine serving a pooling model of `spec` (`fake_vector`s)."""
+    engine = FakeEngine(**fields)
+    engine.model_info = dataclasses.replace(engine.model_info, pooling=spec)
+    return engine
 
 
 def error_of(response, path: str) -> tuple[str, str]:

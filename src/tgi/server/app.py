@@ -19,6 +19,7 @@ from tgi.server.http.payload import PayloadLimit
 from tgi.server.lora.routes import router as lora_router
 from tgi.server.ollama.errors import OLLAMA_ERRORS
 from tgi.server.ollama.routes import router as ollama_router
+from tgi.server.openai.embeddings import router as embeddings_router
 from tgi.server.openai.routes import router as openai_router
 from tgi.server.responses.routes import router as responses_router
 from tgi.server.responses.store import ResponsesStore
@@ -28,6 +29,7 @@ from tgi.server.service.protocol import ServingEngine
 from tgi.server.service.settings import ServerSettings
 from tgi.server.swap.routes import router as admin_router
 from tgi.server.swap.swapper import ModelSwapper
+from tgi.server.tei.routes import router as tei_router
 from tgi.server.tgi.chat_tokenize import router as chat_tokenize_router
 from tgi.server.tgi.routes import router as tgi_router
 
@@ -80,6 +82,8 @@ def create_app(engine: ServingEngine, settings: ServerSettings | None = None) ->
     register_dialect(OLLAMA_ERRORS)  # Ollama's on `/api/*`
     app.include_router(tgi_router)
     app.include_router(openai_router)
+    app.include_router(embeddings_router)
+    app.include_router(tei_router)
     app.include_router(anthropic_router)
     app.include_router(responses_router)
     app.include_router(ollama_router)

@@ -77,6 +77,21 @@ MODEL_FLAGS = (
         example="eetq",
     ),
     Flag(
+        ("--runner",),
+        "what the model is served as: generate (text), pooling (embeddings: POST /v1/embeddings and /embed), "
+        "or auto: pooling where the folder is a sentence-transformers model (its modules.json), else generate",
+        MODEL,
+        Engine("runner"),
+        env=("RUNNER",),
+        choices=("auto", "generate", "pooling"),
+        default="auto",
+        tgi="vLLM's `--runner`: `pooling` serves a model's pooled hidden states as embeddings, with the "
+        "folder's sentence-transformers `Pooling` and `Normalize` modules where it has them, else last-token "
+        "pooling (CLS for an encoder), normalized; a backend whose runner cannot pool is refused at start "
+        "([Embeddings](../features/embeddings.md))",
+        example="pooling",
+    ),
+    Flag(
         ("--trust-remote-code",),
         "let a checkpoint's own code (auto_map: its config, tokenizer and, on the transformers fallback, model "
         "classes) run; without it such a checkpoint is refused. Native architectures always run tgi's model code",

@@ -38,6 +38,7 @@ from tgi.server.images.token_spans import aligned_spans
 from tgi.server.observability.metrics import ServerMetrics
 from tgi.server.service.engine_errors import api_error, validated
 from tgi.server.service.generation import Generation, I, SequenceInput
+from tgi.server.service.pooling import Embedding, EmbedRequest, embed
 from tgi.server.service.protocol import ServingEngine
 from tgi.server.service.settings import ServerSettings
 
@@ -293,6 +294,12 @@ class InferenceService:
         `tracker`). A client that leaves meanwhile cancels them all. Every error is an `ApiError`, and
         finishes `tracker` with it."""
         try:
+            if self.engine.model_info.pooling is not None:
+                getattr(inputs, "close", lambda: None)()  # the route's coroutine, never to run
+                raise validation_error(
+                    f"the model {self.model_name} is a pooling model: it serves embeddings (POST "
+                    "/v1/embeddings, POST /embed), not text generation"
+                )
             given = await inputs
             requests, owners = [], []
             for i, (x, request) in enumerate(zip(given, await self._validated(given), strict=True)):
@@ -310,6 +317,11 @@ class InferenceService:
             tracker.finish(exc)
             raise
         return Generation(given, requests, owners, [], first, merged, tracker)
+
+    async def embed(self, http: Request, tracker: RequestTracker, req: EmbedRequest) -> list[Embedding]:
+        """The one path of an embeddings request, for every API (`tgi.server.service.pooling.embed`): its
+        inputs pooled by the engine through the generation's streams (`_events`); `tracker` finishes here."""
+        return await embed(self, http, tracker, req, self._events)
 
     async def _validated(self, inputs: list[SequenceInput]) -> list[EngineRequest]:
         """Each input validated by the request's engine. With a grammar this runs on a worker thread

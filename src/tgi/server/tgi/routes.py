@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from tgi.core.interfaces import QuantizationInfo
+from tgi.core.interfaces import PoolingSpec, QuantizationInfo
 from tgi.core.request import TokenEvent
 from tgi.core.validation import EMPTY_INPUTS
 from tgi.server.http import sse
@@ -211,12 +211,13 @@ async def info(request: Request) -> dict:
     service = _service(request)
     engine, settings = service.engine, service.settings
     cfg = engine.config
+    pooling = engine.model_info.pooling
     return {
         "model_id": service.model_name,
         "model_sha": None,
         "model_dtype": engine.model_info.dtype,
         "model_device_type": engine.backend_name,
-        "model_pipeline_tag": "text-generation",
+        "model_pipeline_tag": "text-generation" if pooling is None else "feature-extraction",
         "max_concurrent_requests": settings.max_concurrent_requests,
         "max_best_of": settings.max_best_of,
         "max_stop_sequences": settings.max_stop_sequences,
@@ -240,6 +241,19 @@ async def info(request: Request) -> dict:
         "speculation": engine.speculation,
         "kernels": engine.kernels,
         **_quantization(engine.model_info.quantization),
+        "pooling": _pooling(pooling),
+    }
+
+
+def _pooling(spec: PoolingSpec | None) -> dict[str, Any] | None:
+    if spec is None:
+        return None
+    return {
+        "mode": spec.mode,
+        "normalize": spec.normalize,
+        "dimension": spec.dimension,
+        "matryoshka_dimensions": list(spec.matryoshka_dimensions) if spec.matryoshka else None,
+        "prompts": sorted(spec.prompts),
     }
 
 

@@ -7,6 +7,8 @@ this server does not serve is refused by name, one TGI does not define is logged
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field
 
 from tgi.server.validation.fields import RequestModel
@@ -167,6 +169,12 @@ class Info(BaseModel):
     speculation: str | None = Field(
         default=None,
         description='who guesses them: "ngram", "draft-model" or "medusa" (None: no speculation)',
+    )
+    pooling: dict[str, Any] | None = Field(
+        default=None,
+        description="a pooling model (embeddings, served at /v1/embeddings and /embed): its pooling mode, "
+        "whether its vectors are normalized, their width, the Matryoshka widths it takes (null: none; [] any up "
+        "to its width), its prompts' names; null for a model that generates text",
     )
     kernels: dict[str, str] = Field(
         default_factory=dict, description="the backend's kernels and the implementation each runs with here"

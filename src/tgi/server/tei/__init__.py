@@ -1,0 +1,1 @@
+"""Text Embeddings Inference's API: `POST /embed`, its request fields and response."""
