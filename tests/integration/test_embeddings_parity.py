@@ -61,3 +61,34 @@ def test_generation_is_refused_on_a_pooling_model(tmp_path):
     )  # fmt: skip
     with pytest.raises(ValidationError, match="pooling model"):
         engine.validate([4, 5], SamplingParams(max_new_tokens=2))
+
+
+def test_runner_pooling_makes_a_causal_lm_an_embedder(tmp_path):
+    """`--runner pooling` on a causal LM's folder (no modules.json): last-token pooling, normalized, equal to
+    transformers' base model's last hidden state."""
+    import torch
+    from transformers import AutoModel
+
+    from tgi.core.testing.tiny_models import save_random_model
+
+    folder = save_random_model(tmp_path / "llama", "llama", init_std=0.2)
+    config = EngineConfig(
+        model_id=str(folder), dtype="float32", max_batch_total_tokens=1024, runner="pooling"
+    )
+    engine = LLMEngine.from_config(config)
+    spec = engine.model_info.pooling
+    assert (spec.mode, spec.normalize, spec.source) == ("lasttoken", True, "--runner pooling")
+    prompts = [[5, 6, 7, 8], [9, 10], [11, 12, 13, 14, 15, 16]]
+    ids = [
+        engine.add_validated_request(engine.validate(p, SamplingParams(max_new_tokens=1), pooling=True))
+        for p in prompts
+    ]
+    got = {}
+    while engine.has_unfinished():
+        got.update({e.request_id: np.array(e.embedding) for e in engine.step()})
+    model = AutoModel.from_pretrained(folder, dtype=torch.float32).eval()
+    with torch.no_grad():
+        want = np.stack([model(torch.tensor([p])).last_hidden_state[0, -1].numpy() for p in prompts])
+    got = np.stack([got[i] for i in ids])
+    want = want / np.linalg.norm(want, axis=1, keepdims=True)
+    assert_close(got / np.linalg.norm(got, axis=1, keepdims=True), want)

@@ -208,7 +208,7 @@ class TorchModelRunner(ModelRunner):
             # the backend switched to its batch-invariant kernels before this runner took them
             batch_invariant=getattr(self.backend, "batch_invariant", False),
             image_inputs=self.images is not None,  # the model has a vision tower
-            pooling=True,  # `StepOutput.pooled` from the final hidden states of any model it runs
+            pooling=self.collective.world_size == 1,  # `StepOutput.pooled`; not yet over shards or stages
             # the backend's device runs queued work while the host goes on; one process (no rank to tell); a
             # subclass with its own `execute` (static shapes) would be bypassed by `execute_async`
             async_steps=self.backend.overlaps_steps
