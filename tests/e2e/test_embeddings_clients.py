@@ -64,8 +64,9 @@ def test_tei_embed_over_http(embedder):
     assert r.status_code == 422 and "/v1/embeddings" in r.json()["error"]
 
 
-def test_32_concurrent_requests_all_equal_the_reference(embedder):
+def test_32_concurrent_requests_all_equal_the_reference(embedder, get_metrics):
     server, want = embedder
+    before = get_metrics(server.url)
     with httpx.Client(timeout=120) as http, ThreadPoolExecutor(32) as pool:
         answers = list(
             pool.map(
@@ -76,3 +77,6 @@ def test_32_concurrent_requests_all_equal_the_reference(embedder):
     for i, r in enumerate(answers):
         assert r.status_code == 200, r.text
         assert_close(r.json()[0], want[i % len(TEXTS)])
+    after = get_metrics(server.url)  # counted as the generation routes' requests are
+    assert after["tgi_request_success"] - before["tgi_request_success"] == 32
+    assert after["tgi_request_input_length_count"] - before["tgi_request_input_length_count"] == 32

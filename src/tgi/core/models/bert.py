@@ -6,8 +6,8 @@ positions; each starts at position 0, which is where the flat tokens are cut int
 into one batch [B, L] with an attention mask, run through transformers' `BertModel` (no pooler head: the
 engine pools), and the padding is dropped again, so `forward` returns [T, hidden] like a native model.
 
-The engine still sizes a KV cache of one layer for it, which it never writes: the blocks count the tokens
-of the requests in flight, for admission and limits, as they do for a decoder.
+The engine still sizes a KV cache of one head of one layer for it, which it never writes: the blocks count
+the tokens of the requests in flight, for admission and limits, as they do for a decoder.
 """
 
 from __future__ import annotations
@@ -43,12 +43,10 @@ class BertEncoder(nn.Module):
 
     @classmethod
     def attention_layer_specs(cls, config: Any, tp_size: int = 1) -> list[AttentionLayerSpec]:
-        """One layer's worth (the KV cache only counts tokens: see the module docstring)."""
-        heads = config.num_attention_heads
-        head_dim = config.hidden_size // heads
-        return [
-            AttentionLayerSpec(num_heads=heads, num_kv_heads=heads, head_dim=head_dim, scale=head_dim**-0.5)
-        ]
+        """One head of one layer (the KV cache only counts tokens: see the module docstring), the smallest
+        cache the engine can size with the model's own head size."""
+        head_dim = config.hidden_size // config.num_attention_heads
+        return [AttentionLayerSpec(num_heads=1, num_kv_heads=1, head_dim=head_dim, scale=head_dim**-0.5)]
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """The checkpoint's tensors by their names in `BertModel` (a `bert.` prefix and the pooler dropped);
