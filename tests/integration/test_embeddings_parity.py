@@ -92,3 +92,17 @@ def test_runner_pooling_makes_a_causal_lm_an_embedder(tmp_path):
     got = np.stack([got[i] for i in ids])
     want = want / np.linalg.norm(want, axis=1, keepdims=True)
     assert_close(got / np.linalg.norm(got, axis=1, keepdims=True), want)
+
+
+def test_a_decoder_embedder_saved_with_its_causal_lm_config(tmp_path):
+    """A folder whose config names the causal LM (`Qwen3ForCausalLM`) but whose tensors are the base model's
+    (no `model.` prefix), as some decoder embedders ship: served as the same pooling model."""
+    import json
+
+    folder = save_embedder(tmp_path / "st", "qwen3", "lasttoken")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "architectures": ["Qwen3ForCausalLM"]}))
+    engine = LLMEngine.from_config(
+        EngineConfig(model_id=str(folder), dtype="float32", max_batch_total_tokens=2048)
+    )
+    assert_close(pooled(engine, TEXTS), reference_embeddings(folder, TEXTS))

@@ -82,10 +82,24 @@ def architecture_of(config: Any) -> str:
     )
 
 
-def model_class_for(config: Any) -> type:
+#: a pooling model's class in place of a causal LM's: the same layers, reading tensors named with or without
+#: `model.` (embedders such as Qwen3-Embedding ship their causal LM's config with a base model's tensors)
+_EMBEDDERS = {
+    "LlamaForCausalLM": "LlamaEmbedder",
+    "Qwen2ForCausalLM": "Qwen2Embedder",
+    "Qwen3ForCausalLM": "Qwen3Embedder",
+}
+
+
+def model_class_for(config: Any, pooling: bool = False) -> type:
     """The model class for a transformers config: the native one (by `architectures[0]`, else
     `model_type`), else the transformers fallback (`TransformersCausalLM`) where it can run the model;
-    raises `UnsupportedModelError` saying why neither can."""
+    raises `UnsupportedModelError` saying why neither can. `pooling`: the class that serves it as a pooling
+    model, where it differs (`_EMBEDDERS`)."""
+    if pooling:
+        cls = model_class_for(config)
+        name = _EMBEDDERS.get(getattr(cls, "architecture", ""))
+        return cls if name is None else getattr(importlib.import_module("tgi.core.models.embedders"), name)
     try:
         module, cls = _ARCHITECTURES[architecture_of(config)]
     except UnsupportedModelError:

@@ -77,7 +77,8 @@ class TorchModelRunner(ModelRunner):
     def load(self) -> ModelInfo:
         self.backend.check_dtype(self.dtype)
         self.hf_config = load_config(self.source)
-        model_cls = model_class_for(self.hf_config)  # refuses unsupported architectures, naming the supported
+        # refuses unsupported architectures, naming the supported
+        model_cls = model_class_for(self.hf_config, pooling=self.config.pooling is not None)
         tp_size = self.collective.world_size
         for layer in attention_layer_specs(self.hf_config, tp_size):
             self.attention.check(layer, self.config.block_size, self.dtype)
