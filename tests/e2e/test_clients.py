@@ -34,7 +34,10 @@ def deployment(request, tmp_path_factory):
     in 3), and against the TPU backend (JAX) on a JAX CPU device (`TGI_JAX_PLATFORM=cpu`; no TPU here; its
     `--num-shard 3` is tests/integration/test_tpu_engine.py's). Every run uses float32, where neither the
     all-reduce order, the prefix cache nor the step's thread count can flip a greedy choice, against a
-    float32 reference (the torch CPU engine's), as the shared server does (tests/e2e/conftest.py)."""
+    float32 reference (the torch CPU engine's), as the shared server does (tests/e2e/conftest.py).
+    The tests marked `ROUTES_ON_ONE_SHARD` check what a route or client adds over another that reaches the
+    same engine call (the async client, huggingface_hub's, completions, the raw routes): the route layer is
+    the same code whatever serves behind it, so they run against the single-process server only."""
     if request.param == 1:
         yield request.getfixturevalue("shared_server"), reference_for("float32"), request.param
         return
@@ -61,6 +64,10 @@ def deployment(request, tmp_path_factory):
         yield sharded, reference_for("float32"), request.param
     finally:
         assert stop(sharded) == 0, sharded.logs()
+
+
+#: a test of the route layer: run against the single-process deployment only (see `deployment`)
+ROUTES_ON_ONE_SHARD = pytest.mark.parametrize("deployment", [1], ids=["1-shard"], indirect=True)
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +106,7 @@ def test_text_generation_client(server, expected):
     assert all(r.details is None for r in streamed[:-1])
 
 
+@ROUTES_ON_ONE_SHARD
 def test_text_generation_async_client(server, expected):
     from text_generation import AsyncClient
 
@@ -114,6 +122,7 @@ def test_text_generation_async_client(server, expected):
     assert "".join(r.token.text for r in streamed if not r.token.special) == expected
 
 
+@ROUTES_ON_ONE_SHARD
 def test_huggingface_hub_text_generation(server, expected, local_hub):
     from huggingface_hub import InferenceClient
 
@@ -126,6 +135,7 @@ def test_huggingface_hub_text_generation(server, expected, local_hub):
     assert events[-1].generated_text == expected
 
 
+@ROUTES_ON_ONE_SHARD
 def test_huggingface_hub_chat_completion(server, expected_chat, local_hub):
     from huggingface_hub import InferenceClient
 
@@ -157,6 +167,7 @@ def test_openai_chat_completions(server, expected_chat):
     assert chunks[-1].usage.completion_tokens == used
 
 
+@ROUTES_ON_ONE_SHARD
 def test_openai_completions(server, expected):
     from openai import OpenAI
 
@@ -174,6 +185,7 @@ def test_openai_completions(server, expected):
     assert [m.id for m in client.models.list().data]
 
 
+@ROUTES_ON_ONE_SHARD
 def test_raw_routes_match(server, expected):
     import httpx
 
