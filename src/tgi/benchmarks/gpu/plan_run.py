@@ -129,8 +129,9 @@ def write_summary(args: PlanArgs, name: str, summary: dict) -> Path:
     return path
 
 
-#: cuda_bench.py's sizes in a dry run: a few requests of a few tokens, a couple of steps
-DRY_BENCH_ARGS = ["--num-requests", "4", "--input-len", "16", "--output-len", "4", "--decode-tokens", "4",
+#: cuda_bench.py's sizes in a dry run: the smallest that reach every code path (2 requests of 8 tokens for 2 more, a
+#: step of 4 rows run twice): its figures mean nothing, every pass and field is the real run's
+DRY_BENCH_ARGS = ["--num-requests", "2", "--input-len", "8", "--output-len", "2", "--decode-tokens", "2",
                   "--step-concurrency", "4", "--step-iters", "2", "--warmup-steps", "1", "--max-num-seqs", "4"]  # fmt: skip
 
 
