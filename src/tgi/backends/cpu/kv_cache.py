@@ -3,27 +3,31 @@
 from __future__ import annotations
 
 import math
+import mmap
 
-import numpy as np
 import torch
 
 from tgi.core.dtypes import to_torch_dtype
 from tgi.core.interfaces import KVCacheSpec
 from tgi.core.torch.kv_cache import KVCache
 
-_ALIGN = 64  # bytes: a cache line, as torch's own CPU allocator aligns
-
 
 def lazily_zeroed(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A zero tensor whose pages the OS zeroes on first touch: numpy's `zeros` allocates with `calloc`,
-    which takes a large block straight from `mmap` (zero by definition) instead of writing zeros over it.
-    All-zero bytes are 0.0 in every float dtype. Elsewhere than host memory: `torch.zeros`."""
+    """A zero tensor whose pages the OS zeroes on first touch: its own anonymous memory map (zero by
+    definition, page-aligned), asked for transparent huge pages where the kernel offers them, released when
+    the tensor is. Not `calloc` (numpy's `zeros`): glibc serves a large `calloc` from an earlier free when
+    its own `mmap` fails (a process near `vm.max_map_count`) and then writes zeros over all of it, resident
+    at once. All-zero bytes are 0.0 in every float dtype. Elsewhere than host memory: `torch.zeros`."""
     if device.type != "cpu":
         return torch.zeros(shape, dtype=dtype, device=device)
     nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-    raw = np.zeros(nbytes + _ALIGN, dtype=np.uint8)
-    start = -raw.ctypes.data % _ALIGN
-    return torch.from_numpy(raw[start : start + nbytes]).view(dtype).view(shape)
+    if nbytes == 0:
+        return torch.zeros(shape, dtype=dtype)
+    # private (a forked child gets a copy on write, not this cache); an OSError names a refusal: no fallback
+    region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"):  # the TLB's reach over a large cache (numpy asked the same)
+        region.madvise(mmap.MADV_HUGEPAGE)
+    return torch.frombuffer(region, dtype=torch.uint8).view(dtype).view(shape)  # holds `region`
 
 
 class CpuKVCache(KVCache):
