@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import resource
 
 # Each pytest-xdist worker (and every process it starts: servers, ranks) computes on one thread, unless the
 # caller set OMP_NUM_THREADS: two workers of two OpenMP threads each on two cores spent their time in each
@@ -29,9 +30,16 @@ if not torch.cuda.is_available():
 # tests never reach a model hub
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+_PHASE_START = pytest.StashKey[float]()
+
 
 #: seconds spent per folder of tests (setup, call and teardown), summed over the run: where the time goes
 _FOLDER_SECONDS: dict[str, float] = {}
+#: CPU seconds (user and system) per test file, of the worker and of the processes it started and reaped
+#: (servers, ranks: counted when a fixture stops them, in its file's last teardown)
+_FILE_CPU: dict[str, float] = {}
+#: the suite's CPU time per file travels from the xdist workers in each report's user_properties, named so
+CPU_PROPERTY = "cpu_seconds"
 
 
 def _folder(nodeid: str) -> str:
@@ -40,10 +48,36 @@ def _folder(nodeid: str) -> str:
     return "/".join(parts[: min(depth, len(parts) - 1)]) or parts[0]
 
 
+def _cpu_seconds() -> float:
+    """User and system CPU seconds of this process and of its reaped children, so far."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    item.stash[_PHASE_START] = _cpu_seconds()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each phase's report carries the CPU seconds spent since the previous phase's report was made."""
+    outcome = yield
+    now = _cpu_seconds()
+    report = outcome.get_result()
+    report.user_properties.append((CPU_PROPERTY, now - item.stash.get(_PHASE_START, now)))
+    item.stash[_PHASE_START] = now
+
+
 def pytest_runtest_logreport(report) -> None:
     _FOLDER_SECONDS[_folder(report.nodeid)] = (
         _FOLDER_SECONDS.get(_folder(report.nodeid), 0.0) + report.duration
     )
+    path = report.nodeid.split("::", 1)[0]
+    for name, value in report.user_properties:
+        if name == CPU_PROPERTY:
+            _FILE_CPU[path] = _FILE_CPU.get(path, 0.0) + value
 
 
 def _skip_reason(report) -> str:
@@ -76,6 +110,10 @@ def pytest_terminal_summary(terminalreporter) -> None:
     for folder, seconds in sorted(_FOLDER_SECONDS.items(), key=lambda kv: -kv[1]):
         write(f"{seconds:8.1f} s {100 * seconds / max(total, 1e-9):5.1f} %  {folder}")
     write(f"{total:8.1f} s in tests (summed over workers)")
+    cpu = sum(_FILE_CPU.values())
+    write(f"{cpu:8.1f} CPU s (user and system, with the processes tests started), the most in:")
+    for path, seconds in sorted(_FILE_CPU.items(), key=lambda kv: -kv[1])[:15]:
+        write(f"{seconds:8.1f} CPU s {100 * seconds / max(cpu, 1e-9):5.1f} %  {path}")
     skipped = terminalreporter.stats.get("skipped", [])
     reasons: dict[str, int] = {}
     for report in skipped:
