@@ -4,7 +4,8 @@ with prefix caching on and off, `tgi.benchmarks.multiturn`), `tgi benchmark guid
 `tgi.benchmarks.guided_bench`), `tgi benchmark stall` (a stream's pauses beside a huge body,
 `tgi.benchmarks.stall_bench`), `tgi benchmark prediction` (Predicted Outputs' speed on a code edit,
 `tgi.benchmarks.prediction_bench`), `tgi benchmark perplexity` (perplexity per weight format,
-`tgi.benchmarks.perplexity_cli`) and `tgi benchmark make-model` (`tgi.benchmarks.bench_model`). Importing this module imports neither torch nor httpx."""
+`tgi.benchmarks.perplexity_cli`), `tgi benchmark kv-cache` (a quantized KV cache's capacity, quality and speed,
+`tgi.benchmarks.kv_cache_bench`) and `tgi benchmark make-model` (`tgi.benchmarks.bench_model`). Importing this module imports neither torch nor httpx."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ def add_benchmark_command(subparsers) -> None:
         bench_model,
         engine_bench,
         guided_bench,
+        kv_cache_bench,
         multiturn,
         perplexity_cli,
         prediction_bench,
@@ -37,6 +39,7 @@ def add_benchmark_command(subparsers) -> None:
         ("prediction", prediction_bench, "Predicted Outputs' speed: a code edit with and without `prediction`, side by side"),
         ("stall", stall_bench, "how long a stream pauses while another client sends a huge body to /tokenize, /chat_tokenize, /generate"),
         ("make-model", bench_model, "make (or reuse) the serving benchmark's random-weight 1B/8B-class Llama (llama.cpp's own tools where found) or SmolVLM-256M-shaped Idefics3"),
+        ("kv-cache", kv_cache_bench, "a quantized KV cache (--kv-cache-dtype): tokens held, perplexity and top-1 agreement, decode speed, per KV dtype"),
         ("perplexity", perplexity_cli, "perplexity of a fixed text per weight format: ours against llama-perplexity, --quantize against float32"),
     ):  # fmt: skip
         command = sub.add_parser(

@@ -1,5 +1,6 @@
-"""`python -m tgi.benchmarks.kv_cache_bench`: what a quantized KV cache (`--kv-cache-dtype`) buys and costs on a
-model (the default one unless `--model-id`), each KV dtype beside the model's own (`auto`):
+"""`tgi benchmark kv-cache` (or `python -m tgi.benchmarks.kv_cache_bench`): what a quantized KV cache
+(`--kv-cache-dtype`) buys and costs on a model (the default one unless `--model-id`), each KV dtype beside the
+model's own (`auto`):
 
 - capacity: bytes a token takes in the cache (keys and values of every layer, scales included) and how many
   tokens the same memory holds, against `auto`;
