@@ -10,7 +10,7 @@ from pathlib import Path
 WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"] + [f"w{i}" for i in range(196)]
 
 
-def _tokenizer(template: bool):
+def _tokenizer(template: bool, token_types: bool = False):
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
@@ -18,11 +18,15 @@ def _tokenizer(template: bool):
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
     if template:  # BERT's [CLS] text [SEP]
         backend.post_processor = processors.TemplateProcessing(
-            single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+            single="[CLS] $A [SEP]",
+            pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+            special_tokens=[("[CLS]", 2), ("[SEP]", 3)],
         )
+    names = ["input_ids", "token_type_ids", "attention_mask"] if token_types else None  # BERT's
     return PreTrainedTokenizerFast(
-        tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]", eos_token="[SEP]"
-    )
+        tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]", eos_token="[SEP]",
+        **({"model_input_names": names} if names else {}),
+    )  # fmt: skip
 
 
 def save_embedder(
@@ -78,3 +82,35 @@ def reference_embeddings(folder: Path | str, texts: list[str], prompt_name: str 
 
     model = SentenceTransformer(str(folder), device="cpu")
     return model.encode(texts, prompt_name=prompt_name, convert_to_numpy=True)
+
+
+def save_classifier(
+    folder: Path | str, num_labels: int = 1, seed: int = 0, cross_encoder: bool = True
+) -> Path:
+    """A random BERT `BertForSequenceClassification` with `num_labels` labels (named `label_<i>`), saved by
+    sentence-transformers' `CrossEncoder` (its modules.json and activation) where `cross_encoder`, else by
+    transformers alone; its tokenizer makes pairs as BERT's does (`[CLS] a [SEP] b [SEP]`, token types)."""
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    folder = Path(folder)
+    hf = folder.parent / f"{folder.name}_hf" if cross_encoder else folder
+    torch.manual_seed(seed)
+    labels = {i: f"label_{i}" for i in range(num_labels)}
+    config = BertConfig(
+        vocab_size=len(WORDS), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, max_position_embeddings=128, num_labels=num_labels, id2label=labels,
+        label2id={v: k for k, v in labels.items()},
+    )  # fmt: skip
+    model = BertForSequenceClassification(config)
+    with torch.no_grad():  # large enough weights that the layers (and the token types) matter
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0, 0.2)
+    model.save_pretrained(hf)
+    _tokenizer(template=True, token_types=True).save_pretrained(hf)
+    if cross_encoder:
+        from sentence_transformers import CrossEncoder
+
+        CrossEncoder(str(hf), device="cpu").save(str(folder))
+    return folder

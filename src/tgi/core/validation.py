@@ -255,9 +255,13 @@ def check_pooling(pooling: bool, info: ModelInfo, params: SamplingParams) -> Non
             "for models launched with --runner pooling or a sentence-transformers folder)"
         )
     if not pooling and info.pooling is not None:
+        serves = (
+            "scores (POST /rerank, /predict, /v1/rerank, /score, /classify)"
+            if info.pooling.kind == "classify"
+            else "embeddings (POST /v1/embeddings, POST /embed)"
+        )
         raise ValidationError(
-            f"the model {info.architecture} is a pooling model: it serves embeddings (POST /v1/embeddings, "
-            "POST /embed), not text generation"
+            f"the model {info.architecture} is a pooling model: it serves {serves}, not text generation"
         )
     if pooling and params.max_new_tokens != 1:
         raise ValueError("a pooling request is validated with SamplingParams(max_new_tokens=1)")

@@ -38,7 +38,9 @@ from tgi.core.interfaces.types import (
 # 2: the contract without torch (tgi.core.torch), create_runner(..., world_size)
 # 3: the batch and step types moved into the contract: `tgi.core.interfaces.batch` (was `tgi.core.batch`)
 # 4: pooling models: `PoolingSpec`, `ScheduledSequence.pool`, `StepOutput.pooled`, `RunnerCapabilities.pooling`
-INTERFACE_VERSION = 4
+# 5: classifiers: `PoolingSpec.kind` ("embed" | "classify"), `labels`, `activation`; a classifier's pooled
+#    output is its head's logits
+INTERFACE_VERSION = 5
 
 __all__ = [
     "DTYPES",

@@ -5,6 +5,10 @@ A pooling model (an embedder) is served by `tgi launch` when its folder says so 
 reads it (`modules.json` with a `Pooling` module, `tgi.core.loading.pooling_config`) or `--runner pooling`
 forces it. Its requests are prefill-only sequences: the runner returns one pooled vector per request
 (`StepOutput.pooled`) where a generation would sample a token.
+
+A classifier (`kind` "classify": a `*ForSequenceClassification` checkpoint, cross-encoders among them) is a
+pooling model too: its pooled output is its classification head's logits, one per label, read from the
+pooled hidden state of the whole prompt (a text, or two texts as one pair) by the model's own head.
 """
 
 from __future__ import annotations
@@ -13,6 +17,10 @@ from dataclasses import dataclass, field
 
 #: how the hidden states of a prompt's tokens become one vector (sentence-transformers' pooling modes)
 POOLING_MODES = ("cls", "mean", "lasttoken", "max")
+#: what a pooling model's output is: a vector to embed with, or a classifier's logits (one per label)
+POOLING_KINDS = ("embed", "classify")
+#: what makes a classifier's logits into its scores (sentence-transformers' `CrossEncoder` activations)
+ACTIVATIONS = ("sigmoid", "identity")
 
 
 @dataclass(frozen=True)
@@ -38,11 +46,27 @@ class PoolingSpec:
     # input, and the one used when a request names none
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
-    source: str = "modules.json"  # where the spec came from ("modules.json" or "--runner pooling")
+    source: str = (
+        "modules.json"  # where the spec came from ("modules.json", "--runner pooling", "config.json")
+    )
+    # "embed": the pooled hidden state is the output; "classify": the model's classification head (its
+    # `classify([N, hidden]) -> [N, labels]`) makes it into logits, `dimension` of them, one per label
+    kind: str = "embed"
+    # a classifier's labels in logit order (its config's `id2label`); empty for an embedder
+    labels: tuple[str, ...] = ()
+    # a classifier's default scores from its logits, as its `CrossEncoder` computes them (its folder's
+    # `activation_fn`, else sigmoid for one label and identity for more); None for an embedder
+    activation: str | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in POOLING_MODES:
             raise ValueError(f"pooling mode {self.mode!r} is not one of {', '.join(POOLING_MODES)}")
+        if self.kind not in POOLING_KINDS:
+            raise ValueError(f"pooling kind {self.kind!r} is not one of {', '.join(POOLING_KINDS)}")
+        if self.kind == "classify" and (
+            len(self.labels) != self.dimension or self.activation not in ACTIVATIONS
+        ):
+            raise ValueError("a classifier's spec has one label per logit and an activation of ACTIVATIONS")
 
     def allows_dimensions(self, n: int) -> bool:
         """Whether a request may ask for the first `n` values of a vector (Matryoshka)."""

@@ -8,6 +8,10 @@ and maybe `truncate_dim`. `--runner pooling` makes any supported model a pooling
 `--runner pooling`): the folder's modules where it has them, else last-token pooling of a decoder (CLS of an
 encoder), normalized. What this slice does not serve is refused by name: other modules (Dense, ...), a
 pooling that leaves the prompt out (`include_prompt: false`), several modes at once.
+
+A `*ForSequenceClassification` folder (a classifier, or a cross-encoder as sentence-transformers'
+`CrossEncoder` saves it: `modules.json` with its one `Transformer` module, `config_sentence_transformers.json`
+with its `activation_fn`) is a classifier: its output is the head's logits over `id2label`'s labels.
 """
 
 from __future__ import annotations
@@ -35,6 +39,13 @@ _MODE_FLAGS = {
     "pooling_mode_weightedmean_tokens": "weightedmean",
 }
 _MODULES = ("Transformer", "Pooling", "Normalize")
+#: classifiers (`PoolingSpec.kind` "classify"): the head reads the first token's hidden state
+CLASSIFIER_ARCHITECTURES = ("BertForSequenceClassification",)
+# sentence-transformers' `activation_fn` classes -> `PoolingSpec.activation`
+_ACTIVATIONS = {
+    "torch.nn.modules.activation.Sigmoid": "sigmoid",
+    "torch.nn.modules.linear.Identity": "identity",
+}
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -73,6 +84,10 @@ def read_pooling(folder: str | Path | None, runner: str, hf_config: Any) -> Pool
     pooling_only = any(a in ENCODER_ARCHITECTURES + BASE_DECODER_ARCHITECTURES for a in archs)
     root = Path(folder) if folder is not None and Path(folder).is_dir() else None
     modules = root / "modules.json" if root is not None else None
+    if any(a in CLASSIFIER_ARCHITECTURES for a in archs):
+        if runner == "generate":
+            raise ConfigError(f"--runner generate: {archs[0]} is a classifier; it has no language-model head")
+        return classifier_spec(root, hf_config)
     if runner == "generate":
         if pooling_only:
             raise ConfigError(f"--runner generate: {archs[0]} has no language-model head; it only pools")
@@ -127,3 +142,33 @@ def _spec(root: Path | None, hf_config: Any, mode: str, normalize: bool, source:
         default_prompt_name=default,
         source=source,
     )
+
+
+def classifier_spec(root: Path | None, hf_config: Any) -> PoolingSpec:
+    """A `*ForSequenceClassification` model's spec: its labels (`id2label`, in logit order) and the
+    activation of its scores (sentence-transformers' `activation_fn` where its folder has one, else
+    `CrossEncoder`'s default: sigmoid for one label, identity for more); `ConfigError` for modules or an
+    activation not served."""
+    modules = root / "modules.json" if root is not None else None
+    if modules is not None and modules.exists():
+        kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in _json(modules)]
+        if kinds != ["Transformer"]:
+            raise ConfigError(f"{modules}: a classifier's modules must be one Transformer, found {kinds}")
+    id2label = getattr(hf_config, "id2label", None) or {}
+    n = int(getattr(hf_config, "num_labels", 0) or len(id2label))
+    labels = tuple(str(id2label.get(i, id2label.get(str(i), f"LABEL_{i}"))) for i in range(n))
+    st_path = root / "config_sentence_transformers.json" if root is not None else None
+    st = _json(st_path) if st_path is not None and st_path.exists() else {}
+    given = st.get("activation_fn") or (getattr(hf_config, "sentence_transformers", None) or {}).get(
+        "activation_fn"
+    )
+    if given is None:
+        activation = "sigmoid" if n == 1 else "identity"
+    elif given in _ACTIVATIONS:
+        activation = _ACTIVATIONS[given]
+    else:
+        raise ConfigError(f"activation_fn {given!r} is not served (served: {', '.join(_ACTIVATIONS)})")
+    return PoolingSpec(
+        mode="cls", normalize=False, dimension=n, kind="classify", labels=labels, activation=activation,
+        source="config.json",
+    )  # fmt: skip

@@ -8,6 +8,11 @@ engine pools), and the padding is dropped again, so `forward` returns [T, hidden
 
 The engine still sizes a KV cache of one head of one layer for it, which it never writes: the blocks count
 the tokens of the requests in flight, for admission and limits, as they do for a decoder.
+
+`BertClassifier` is `BertForSequenceClassification` (cross-encoders among them): the same encoder with its
+pooler, and `classify` makes the first tokens' hidden states into logits. A pair of texts comes as BERT's
+template makes it, `[CLS] a [SEP] b [SEP]`: a row's last token is its separator, and the tokens after its
+first occurrence are the second segment (token type 1), as the tokenizer's `token_type_ids` say.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ class BertEncoder(nn.Module):
 
     architecture = "BertModel"
     implementation_note = "transformers modules, bidirectional"
+    _pairs = False  # its rows may be pairs of texts (`BertClassifier`): token types from the separator
 
     def __init__(self, config: Any, *, dtype: torch.dtype, device: object, linear: object = None) -> None:
         super().__init__()
@@ -78,8 +84,61 @@ class BertEncoder(nn.Module):
         for i, (start, end) in enumerate(bounds):
             rows[i, : end - start] = input_ids[start:end]
             mask[i, : end - start] = 1
-        hidden = self.bert(input_ids=rows, attention_mask=mask).last_hidden_state  # [B, L, H]
+        types = self.token_types(rows, [end - start for start, end in bounds]) if self._pairs else None
+        hidden = self.bert(input_ids=rows, attention_mask=mask, token_type_ids=types).last_hidden_state
         return hidden[mask.bool()]  # [T, H], the rows' tokens in order
+
+
+class BertClassifier(BertEncoder):
+    """transformers' `BertForSequenceClassification`: the encoder (`forward`, its pooler kept) and the
+    classification head (`classify`)."""
+
+    architecture = "BertForSequenceClassification"
+    _pairs = True
+
+    def __init__(self, config: Any, *, dtype: torch.dtype, device: object, linear: object = None) -> None:
+        nn.Module.__init__(self)
+        from transformers import BertModel
+
+        if linear is not None:
+            raise UnsupportedModelError(f"{self.architecture}: tensor parallelism is not served for encoders")
+        self.config = config = _sdpa(config)
+        self.bert = BertModel(config, add_pooling_layer=True).to(device=device, dtype=dtype)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels).to(device=device, dtype=dtype)
+        for p in self.parameters():
+            p.requires_grad_(False)
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """The checkpoint's tensors by their names in `BertForSequenceClassification`; raises on unknown or
+        missing names."""
+        params = dict(self.state_dict())
+        loaded: set[str] = set()
+        for name, tensor in weights:
+            if name not in params:
+                raise ValueError(f"{self.architecture}: unexpected weight '{name}' in the checkpoint")
+            with torch.no_grad():
+                params[name].copy_(tensor.to(params[name].dtype))
+            loaded.add(name)
+        missing = sorted(n for n in params if n not in loaded and not n.endswith("position_ids"))
+        if missing:
+            raise ValueError(
+                f"{self.architecture}: weights missing from the checkpoint: {', '.join(missing)}"
+            )
+
+    def token_types(self, rows: torch.Tensor, lengths: list[int]) -> torch.Tensor:
+        """[B, L] token type ids: 1 after the first occurrence of each row's last token (its separator) where
+        that is not the last token itself (a pair), else 0 (one text)."""
+        types = torch.zeros_like(rows)
+        for i, n in enumerate(lengths):
+            sep = torch.nonzero(rows[i, :n] == rows[i, n - 1]).flatten()
+            if sep.numel() > 1:
+                types[i, int(sep[0]) + 1 : n] = 1
+        return types
+
+    def classify(self, first: torch.Tensor) -> torch.Tensor:
+        """The first tokens' hidden states [N, hidden] -> logits [N, num_labels] (the pooler's dense and
+        tanh, then the classifier; dropout is off at inference)."""
+        return self.classifier(self.bert.pooler.activation(self.bert.pooler.dense(first)))
 
 
 def _sdpa(config: Any) -> Any:

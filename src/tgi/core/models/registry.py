@@ -36,6 +36,7 @@ _ARCHITECTURES: dict[str, tuple[str, str]] = {
     "Gemma3ForConditionalGeneration": ("tgi.core.models.gemma3_vl", "Gemma3ForConditionalGeneration"),
     # pooling only (`tgi.core.loading.pooling_config`): an encoder, and decoders saved without their head
     "BertModel": ("tgi.core.models.bert", "BertEncoder"),
+    "BertForSequenceClassification": ("tgi.core.models.bert", "BertClassifier"),
     "LlamaModel": ("tgi.core.models.embedders", "LlamaEmbedder"),
     "Qwen2Model": ("tgi.core.models.embedders", "Qwen2Embedder"),
     "Qwen3Model": ("tgi.core.models.embedders", "Qwen3Embedder"),

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import torch
 
 from tgi.core.interfaces.batch import ScheduledSequence
+from tgi.core.interfaces.pooling import PoolingSpec
 
 
 def pool(hidden: torch.Tensor, mode: str) -> torch.Tensor:
@@ -26,15 +27,24 @@ def pool(hidden: torch.Tensor, mode: str) -> torch.Tensor:
 
 
 def pooled_vectors(
-    hidden: torch.Tensor, seqs: Sequence[ScheduledSequence], starts: list[int], ends: list[int], mode: str
+    hidden: torch.Tensor,
+    seqs: Sequence[ScheduledSequence],
+    starts: list[int],
+    ends: list[int],
+    spec: PoolingSpec,
+    model: object = None,
 ) -> dict[str, list[float]]:
     """request id -> pooled vector, for the sequences with `pool` (each a whole prompt: `starts[i]` ..
-    `ends[i]` of the step's hidden states [T, H]); one copy back for them all."""
+    `ends[i]` of the step's hidden states [T, H]); one copy back for them all. A classifier's (`spec.kind`
+    "classify") are its logits: `model.classify` of the pooled states [N, H] in the model's dtype."""
     rows = [i for i, s in enumerate(seqs) if s.pool]
     if not rows:
         return {}
     for i in rows:
         if seqs[i].start_pos != 0:
             raise ValueError(f"{seqs[i].request_id}: a pooled prompt must come in one chunk from position 0")
-    vectors = torch.stack([pool(hidden[starts[i] : ends[i]], mode) for i in rows]).cpu().tolist()
+    pooled = torch.stack([pool(hidden[starts[i] : ends[i]], spec.mode) for i in rows])  # [N, H] float32
+    if spec.kind == "classify":
+        pooled = model.classify(pooled.to(hidden.dtype)).float()  # [N, labels]
+    vectors = pooled.cpu().tolist()
     return {seqs[i].request_id: v for i, v in zip(rows, vectors, strict=True)}

@@ -336,7 +336,7 @@ class TorchModelRunner(ModelRunner):
         sampled = [i for i, s in enumerate(seqs) if s.sample]
         output = StepOutput(request_ids=[], token_ids=[], logprobs=[])
         if self.config.pooling is not None:
-            output.pooled = pooled_vectors(hidden, seqs, starts, ends, self.config.pooling.mode)
+            output.pooled = pooled_vectors(hidden, seqs, starts, ends, self.config.pooling, self.model)
         if sampled:
             # one row per sampled position: the last, or the last num_draft_tokens + 1 of a verify chunk
             rows, positions = [], []

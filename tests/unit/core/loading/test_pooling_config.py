@@ -92,3 +92,29 @@ def test_runner_decides(tmp_path):
 def test_what_is_not_served_is_refused_by_name(tmp_path, pooling, extra, words):
     with pytest.raises(ConfigError, match=words):
         read_pooling(_folder(tmp_path, pooling, extra=extra), "auto", DECODER)
+
+
+CLASSIFIER = SimpleNamespace(
+    architectures=["BertForSequenceClassification"],
+    hidden_size=32,
+    num_labels=2,
+    id2label={0: "neg", 1: "pos"},
+)
+
+
+def test_a_classifier_is_its_labels_and_activation(tmp_path):
+    spec = read_pooling(_folder(tmp_path, None, normalize=False), "auto", CLASSIFIER)
+    assert (spec.kind, spec.mode, spec.labels, spec.dimension) == ("classify", "cls", ("neg", "pos"), 2)
+    assert spec.activation == "identity"  # CrossEncoder's default for more than one label
+    one = SimpleNamespace(architectures=CLASSIFIER.architectures, hidden_size=32, num_labels=1, id2label={})
+    assert read_pooling(None, "auto", one).activation == "sigmoid"
+
+
+def test_a_classifier_refuses_what_it_cannot_serve(tmp_path):
+    with pytest.raises(ConfigError, match="--runner generate"):
+        read_pooling(None, "generate", CLASSIFIER)
+    st = {"activation_fn": "torch.nn.modules.activation.Tanh"}
+    with pytest.raises(ConfigError, match=r"activation_fn '\S+Tanh' is not served"):
+        read_pooling(_folder(tmp_path, None, normalize=False, st=st), "auto", CLASSIFIER)
+    with pytest.raises(ConfigError, match="one Transformer"):
+        read_pooling(_folder(tmp_path, {"pooling_mode": "cls"}, normalize=False), "auto", CLASSIFIER)
