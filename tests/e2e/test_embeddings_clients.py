@@ -1,7 +1,8 @@
 """Embeddings through real `tgi launch` servers, one per model (random-weight models saved with
 sentence-transformers in the test: a BERT with mean pooling + Normalize, a Qwen3-shaped decoder with last-token
 pooling + Normalize), in float32: OpenAI's official client (`client.embeddings.create`, float and base64)
-and TEI's `/embed` over HTTP equal sentence-transformers' own `encode`, and so do 32 concurrent requests."""
+and TEI's `/embed` over HTTP equal sentence-transformers' own `encode`, and so do 32 concurrent requests and
+Ollama's official client (`embed`, `embeddings`)."""
 
 from __future__ import annotations
 
@@ -80,3 +81,18 @@ def test_32_concurrent_requests_all_equal_the_reference(embedder, get_metrics):
     after = get_metrics(server.url)  # counted as the generation routes' requests are
     assert after["tgi_request_success"] - before["tgi_request_success"] == 32
     assert after["tgi_request_input_length_count"] - before["tgi_request_input_length_count"] == 32
+
+
+def test_ollama_client_embed_and_the_older_embeddings(embedder):
+    """Ollama's official client: `embed` (texts, its durations and token count) and the older `embeddings`."""
+    import ollama
+
+    server, want = embedder
+    client = ollama.Client(host=server.url)
+    model = client.list().models[0].model  # the one served, as Ollama names it
+    got = client.embed(model=model, input=TEXTS)
+    assert_close(got.embeddings, want)
+    assert got.prompt_eval_count > len(TEXTS) and got.total_duration > 0
+    assert_close(client.embeddings(model=model, prompt=TEXTS[1]).embedding, want[1])
+    with pytest.raises(ollama.ResponseError, match="dimensions"):  # not a Matryoshka model
+        client.embed(model=model, input=TEXTS[0], dimensions=8)

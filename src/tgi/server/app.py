@@ -7,16 +7,19 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
+from pydantic import ValidationError as PydanticValidationError
 
 from tgi.server import __version__
 from tgi.server.anthropic.errors import ANTHROPIC_ERRORS
 from tgi.server.anthropic.routes import router as anthropic_router
 from tgi.server.http.auth import BearerAuth
-from tgi.server.http.errors import install_error_handlers, register_dialect
+from tgi.server.http.errors import install_error_handlers, register_dialect, validation_error
 from tgi.server.http.payload import PayloadLimit
 from tgi.server.lora.routes import router as lora_router
+from tgi.server.ollama.embeddings import router as ollama_embeddings_router
 from tgi.server.ollama.errors import OLLAMA_ERRORS
 from tgi.server.ollama.routes import router as ollama_router
 from tgi.server.openai.embeddings import router as embeddings_router
@@ -30,10 +33,33 @@ from tgi.server.service.settings import ServerSettings
 from tgi.server.swap.routes import router as admin_router
 from tgi.server.swap.swapper import ModelSwapper
 from tgi.server.tei.routes import router as tei_router
+from tgi.server.tei.scores import RerankBody
+from tgi.server.tei.scores import rerank as tei_rerank
+from tgi.server.tei.scores import router as tei_scores_router
 from tgi.server.tgi.chat_tokenize import router as chat_tokenize_router
 from tgi.server.tgi.routes import router as tgi_router
+from tgi.server.vllm.errors import VLLM_ERRORS
+from tgi.server.vllm.routes import RerankRequest, rerank_documents
+from tgi.server.vllm.routes import router as vllm_router
 
 log = logging.getLogger("tgi.server")
+
+
+async def rerank(request: Request) -> object:
+    """`POST /rerank`, two APIs' route: TEI's for a body with `texts` (its answer a list), vLLM's and Jina's
+    for one with `documents` (`{results, usage}`)."""
+    try:
+        body = await request.json()
+    except ValueError:
+        raise validation_error("the body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise validation_error("the body must be a JSON object")
+    model, route = (RerankRequest, rerank_documents) if "documents" in body else (RerankBody, tei_rerank)
+    try:
+        parsed = model.model_validate(body)
+    except PydanticValidationError as exc:  # worded as every other 422
+        raise RequestValidationError(exc.errors()) from None
+    return await route(parsed, request)
 
 
 def create_app(engine: ServingEngine, settings: ServerSettings | None = None) -> FastAPI:
@@ -80,13 +106,18 @@ def create_app(engine: ServingEngine, settings: ServerSettings | None = None) ->
     install_error_handlers(app)
     register_dialect(ANTHROPIC_ERRORS)  # Anthropic's shape on its paths, whoever raises the error
     register_dialect(OLLAMA_ERRORS)  # Ollama's on `/api/*`
+    register_dialect(VLLM_ERRORS)  # OpenAI's on vLLM's scoring routes outside `/v1`
     app.include_router(tgi_router)
     app.include_router(openai_router)
     app.include_router(embeddings_router)
     app.include_router(tei_router)
+    app.include_router(tei_scores_router)
+    app.include_router(vllm_router)
+    app.add_api_route("/rerank", rerank, methods=["POST"], tags=["Text Embeddings Inference", "vLLM scoring"])
     app.include_router(anthropic_router)
     app.include_router(responses_router)
     app.include_router(ollama_router)
+    app.include_router(ollama_embeddings_router)
     app.include_router(sagemaker_router)
     app.include_router(chat_tokenize_router)
     app.include_router(admin_router)

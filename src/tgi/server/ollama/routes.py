@@ -4,9 +4,9 @@ by default, one body with `stream: false`), `GET /api/tags`, `POST /api/show`, `
 `tgi.server.ollama.inputs`, the options in `tgi.server.ollama.options`, the bodies in
 `tgi.server.ollama.format` and `tgi.server.ollama.models`, the errors' shape in `tgi.server.ollama.errors`.
 
-Not served, each a 501 that says why: the embeddings routes (`/api/embed`, `/api/embeddings`: not on this
-server yet) and the model store's (`/api/pull`, `/api/push`, `/api/create`, `/api/copy`, `/api/delete`,
-`/api/blobs/...`: this server runs the one model it was launched with).
+The embeddings routes (`/api/embed`, `/api/embeddings`) are in `tgi.server.ollama.embeddings`. Not served,
+each a 501 that says why: the model store's (`/api/pull`, `/api/push`, `/api/create`, `/api/copy`,
+`/api/delete`, `/api/blobs/...`: this server runs the one model it was launched with).
 """
 
 from __future__ import annotations
@@ -193,7 +193,6 @@ async def version() -> dict:
     return {"version": __version__}
 
 
-_EMBEDDINGS = "embeddings are not served by this server yet (neither Ollama's routes nor OpenAI's)"
 _STORE = "this server runs the one model it was launched with: it has no model store"
 
 
@@ -204,8 +203,6 @@ def _not_served(why: str):
     return refuse
 
 
-for _path in ("/api/embed", "/api/embeddings"):
-    router.add_api_route(_path, _not_served(_EMBEDDINGS), methods=["POST"], include_in_schema=False)
 for _path, _methods in (
     ("/api/pull", ["POST"]),
     ("/api/push", ["POST"]),

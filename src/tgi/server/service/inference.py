@@ -38,7 +38,7 @@ from tgi.server.images.token_spans import aligned_spans
 from tgi.server.observability.metrics import ServerMetrics
 from tgi.server.service.engine_errors import api_error, validated
 from tgi.server.service.generation import Generation, I, SequenceInput
-from tgi.server.service.pooling import Embedding, EmbedRequest, embed
+from tgi.server.service.pooling import SERVES, Embedding, EmbedRequest, embed
 from tgi.server.service.protocol import ServingEngine
 from tgi.server.service.settings import ServerSettings
 
@@ -296,9 +296,9 @@ class InferenceService:
         try:
             if self.engine.model_info.pooling is not None:
                 getattr(inputs, "close", lambda: None)()  # the route's coroutine, never to run
+                served = SERVES[self.engine.model_info.pooling.kind]
                 raise validation_error(
-                    f"the model {self.model_name} is a pooling model: it serves embeddings (POST "
-                    "/v1/embeddings, POST /embed), not text generation"
+                    f"the model {self.model_name} is a pooling model: it serves {served}, not text generation"
                 )
             given = await inputs
             requests, owners = [], []

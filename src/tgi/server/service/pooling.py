@@ -1,5 +1,6 @@
 """The one path of an embeddings request, for every API that serves one (OpenAI's `/v1/embeddings`, TEI's
-`/embed`): each input tokenized, checked against the limits, validated by the engine as a pooling request
+`/embed`, Ollama's `/api/embed`; a classifier's scores take it too, `tgi.server.service.scoring`): each input
+tokenized, checked against the limits, validated by the engine as a pooling request
 and queued on the engine like a generation (same admission, scheduler, batching, limits, metrics), its
 pooled vector cut to the asked width (Matryoshka) and normalized."""
 
@@ -40,6 +41,7 @@ class EmbedRequest:
     # "left" its last (TEI's `truncate` and `truncation_direction`); None: refuse an input too long
     truncate: str | None = None
     prompt: str = ""  # sentence-transformers' prompt put before every text input (`prompt_name`)
+    kind: str = "embed"  # what the model must be (`PoolingSpec.kind`): an embedder, or a classifier
 
 
 @dataclass(frozen=True)
@@ -66,14 +68,27 @@ def inputs_of(given: str | list, field: str) -> list[str | list[int]]:
     return items
 
 
-def pooling_spec(service: InferenceService) -> PoolingSpec:
-    """The served model's pooling spec; a 422 saying what it serves when it generates instead."""
+#: what each kind of pooling model serves, for the refusals of the routes of the other kinds
+SERVES = {
+    "embed": "embeddings (POST /v1/embeddings, /embed, /api/embed)",
+    "classify": "scores (POST /rerank, /predict, /v1/rerank, /score, /classify)",
+}
+
+
+def pooling_spec(service: InferenceService, kind: str = "embed") -> PoolingSpec:
+    """The served model's pooling spec; a 422 saying what it serves when it is not a pooling model of
+    `kind` (it generates, or it is the other kind)."""
     spec = service.engine.model_info.pooling
+    wanted = "embeddings" if kind == "embed" else "scores (reranking, classification)"
     if spec is None:
         raise validation_error(
             f"the model {service.model_name} generates text (POST /generate, /v1/chat/completions, ...): it is "
-            "not a pooling model, embeddings are not served (launch a sentence-transformers folder or use "
-            "--runner pooling)"
+            f"not a pooling model, {wanted} are not served (launch a sentence-transformers folder, a "
+            "*ForSequenceClassification one, or use --runner pooling)"
+        )
+    if spec.kind != kind:
+        raise validation_error(
+            f"the model {service.model_name} serves {SERVES[spec.kind]}: {wanted} are not served"
         )
     return spec
 
@@ -153,7 +168,7 @@ async def embed(
     where one comes. `events`: the service's stream of one engine request, the generation's (metrics,
     traces, its errors as `ApiError`); a client that leaves cancels them."""
     try:
-        spec = pooling_spec(service)
+        spec = pooling_spec(service, req.kind)
         width = output_width(spec, req)
         prompts = await token_ids(service, req)
         requests = []

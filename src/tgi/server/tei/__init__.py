@@ -1,1 +1,2 @@
-"""Text Embeddings Inference's API: `POST /embed`, its request fields and response."""
+"""Text Embeddings Inference's API: `POST /embed` (`routes.py`), `POST /rerank` and `POST /predict`
+(`scores.py`), their request fields and responses."""

@@ -1,5 +1,5 @@
 """TEI's (Text Embeddings Inference's) `POST /embed`: its request and response, over the service's one
-embeddings path (`InferenceService.embed`). Errors in TGI's shape (`{"error", "error_type"}`), as TEI's."""
+embeddings path (`InferenceService.embed`); its `/rerank` and `/predict` are in `tgi.server.tei.scores`. Errors in TGI's shape (`{"error", "error_type"}`), as TEI's."""
 
 from __future__ import annotations
 
@@ -13,6 +13,22 @@ from tgi.server.validation.fields import RequestModel, check_fields
 router = APIRouter(tags=["Text Embeddings Inference"])
 
 TRUNCATION_DIRECTIONS = {"Right": "right", "Left": "left"}
+
+
+def truncation(truncate: bool | None, direction: str | None) -> str | None:
+    """TEI's `truncate` and `truncation_direction` as the service's ("right", "left", or None: refuse an
+    input too long); a 422 naming `truncation_direction` for another value, or one given without
+    `truncate` (it would ask for nothing)."""
+    direction = direction or "Right"
+    if direction not in TRUNCATION_DIRECTIONS:
+        raise validation_error(
+            f"`truncation_direction` must be Right or Left. Given: {direction!r}", "truncation_direction"
+        )
+    if direction == "Left" and not truncate:
+        raise validation_error(
+            "`truncation_direction` applies only with `truncate: true`", "truncation_direction"
+        )
+    return TRUNCATION_DIRECTIONS[direction] if truncate else None
 
 
 class EmbedBody(RequestModel):
@@ -34,19 +50,10 @@ async def embed(req: EmbedBody, request: Request) -> list[list[float]]:
     """TEI's embed: one vector per input, in order."""
     service: InferenceService = request.app.state.service
     check_fields(req)
-    direction = req.truncation_direction or "Right"
-    if direction not in TRUNCATION_DIRECTIONS:
-        raise validation_error(
-            f"`truncation_direction` must be Right or Left. Given: {direction!r}", "truncation_direction"
-        )
-    if direction == "Left" and not req.truncate:  # asks for nothing unless inputs are truncated
-        raise validation_error(
-            "`truncation_direction` applies only with `truncate: true`", "truncation_direction"
-        )
+    truncate = truncation(req.truncate, req.truncation_direction)
     spec = pooling_spec(service)
     prompt = prompt_text(spec, req.prompt_name)
     inputs = inputs_of(req.inputs, "inputs")
-    truncate = TRUNCATION_DIRECTIONS[direction] if req.truncate else None
     tracker = service.admit(len(inputs), "this request", "inputs")
     asked = EmbedRequest(inputs, "inputs", req.normalize, req.dimensions, truncate=truncate, prompt=prompt)
     return [v.vector for v in await service.embed(request, tracker, asked)]

@@ -217,7 +217,7 @@ async def info(request: Request) -> dict:
         "model_sha": None,
         "model_dtype": engine.model_info.dtype,
         "model_device_type": engine.backend_name,
-        "model_pipeline_tag": "text-generation" if pooling is None else "feature-extraction",
+        "model_pipeline_tag": _PIPELINE_TAGS[pooling.kind if pooling is not None else None],
         "max_concurrent_requests": settings.max_concurrent_requests,
         "max_best_of": settings.max_best_of,
         "max_stop_sequences": settings.max_stop_sequences,
@@ -245,6 +245,9 @@ async def info(request: Request) -> dict:
     }
 
 
+_PIPELINE_TAGS = {None: "text-generation", "embed": "feature-extraction", "classify": "text-classification"}
+
+
 def _pooling(spec: PoolingSpec | None) -> dict[str, Any] | None:
     if spec is None:
         return None
@@ -254,6 +257,8 @@ def _pooling(spec: PoolingSpec | None) -> dict[str, Any] | None:
         "dimension": spec.dimension,
         "matryoshka_dimensions": list(spec.matryoshka_dimensions) if spec.matryoshka else None,
         "prompts": sorted(spec.prompts),
+        "kind": spec.kind,
+        "labels": list(spec.labels) or None,
     }
 
 

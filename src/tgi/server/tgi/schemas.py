@@ -174,7 +174,8 @@ class Info(BaseModel):
         default=None,
         description="a pooling model (embeddings, served at /v1/embeddings and /embed): its pooling mode, "
         "whether its vectors are normalized, their width, the Matryoshka widths it takes (null: none; [] any up "
-        "to its width), its prompts' names; null for a model that generates text",
+        "to its width), its prompts' names, its kind (embed, or classify: a classifier, whose labels are listed); null "
+        "for a model that generates text",
     )
     kernels: dict[str, str] = Field(
         default_factory=dict, description="the backend's kernels and the implementation each runs with here"

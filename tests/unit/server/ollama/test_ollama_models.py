@@ -67,8 +67,6 @@ def test_no_tools_capability_without_grammars(client):
 @pytest.mark.parametrize(
     ("method", "path", "why"),
     [
-        ("post", "/api/embed", "embeddings"),
-        ("post", "/api/embeddings", "embeddings"),
         ("post", "/api/pull", "model store"),
         ("post", "/api/create", "model store"),
         ("delete", "/api/delete", "model store"),
@@ -77,6 +75,13 @@ def test_no_tools_capability_without_grammars(client):
 def test_routes_not_served_say_why(client, method, path, why):
     r = client.request(method.upper(), path, json={"model": MODEL})
     assert r.status_code == 501 and set(r.json()) == {"error"} and why in r.json()["error"]
+
+
+@pytest.mark.parametrize(("path", "field"), [("/api/embed", "input"), ("/api/embeddings", "prompt")])
+def test_embeddings_on_a_generative_model_say_what_it_serves(client, path, field):
+    r = client.post(path, json={"model": MODEL, field: "hi"})
+    assert r.status_code == 400 and set(r.json()) == {"error"}
+    assert "generates text" in r.json()["error"] and "embeddings are not served" in r.json()["error"]
 
 
 def test_an_unknown_api_route_is_404_in_ollamas_shape(client):
