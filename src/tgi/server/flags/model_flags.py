@@ -78,8 +78,9 @@ MODEL_FLAGS = (
     ),
     Flag(
         ("--runner",),
-        "what the model is served as: generate (text), pooling (embeddings: POST /v1/embeddings and /embed), "
-        "or auto: pooling where the folder is a sentence-transformers model (its modules.json), else generate",
+        "what the model is served as: generate (text), pooling (embeddings: POST /v1/embeddings and /embed; a "
+        "classifier's scores: /rerank, /predict), or auto: pooling where the folder is a sentence-transformers "
+        "model (its modules.json) or a *ForSequenceClassification one, else generate",
         MODEL,
         Engine("runner"),
         env=("RUNNER",),
@@ -87,8 +88,9 @@ MODEL_FLAGS = (
         default="auto",
         tgi="vLLM's `--runner`: `pooling` serves a model's pooled hidden states as embeddings, with the "
         "folder's sentence-transformers `Pooling` and `Normalize` modules where it has them, else last-token "
-        "pooling (CLS for an encoder), normalized; a backend whose runner cannot pool is refused at start "
-        "([Embeddings](../features/embeddings.md))",
+        "pooling (CLS for an encoder), normalized; a `*ForSequenceClassification` folder is a classifier (its "
+        "scores at `/rerank`, `/predict`, `/score`, `/classify`) under `auto` or `pooling`; a backend whose "
+        "runner cannot pool is refused at start ([Embeddings](../features/embeddings.md))",
         example="pooling",
     ),
     Flag(

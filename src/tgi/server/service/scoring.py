@@ -72,7 +72,7 @@ def _param(field: str) -> str:
     return field.split("[")[0]
 
 
-def _encoded(tokenizer, x: ScoreInput, limit: int, truncate: str | None) -> list[int]:
+def encoded(tokenizer, x: ScoreInput, limit: int, truncate: str | None) -> list[int]:
     """`x`'s tokens as the tokenizer makes a text or a pair; one too long cut at its last text's end
     ("right") or start ("left") where asked, else a 422 naming its field."""
     ids = tokenizer(*x.texts)["input_ids"]
@@ -96,7 +96,7 @@ def _encoded(tokenizer, x: ScoreInput, limit: int, truncate: str | None) -> list
     return ids
 
 
-def _checked_segments(ids: list[int], x: ScoreInput) -> None:
+def checked_segments(ids: list[int], x: ScoreInput) -> None:
     """BERT's template ends a text and a pair's each text with its separator, from which the model reads the
     segments (`tgi.core.models.bert`): a text that holds the separator itself is refused, naming its field."""
     if ids.count(ids[-1]) != len(x.texts):
@@ -121,11 +121,11 @@ async def score(
         tokenizer, limit = service.engine.tokenizer, service.engine.config.max_input_tokens
 
         def encode_all() -> list[list[int]]:
-            return [_encoded(tokenizer, x, limit, truncate) for x in inputs]
+            return [encoded(tokenizer, x, limit, truncate) for x in inputs]
 
         ids = await service._tokenizing(encode_all)
         for tokens, x in zip(ids, inputs, strict=True):
-            _checked_segments(tokens, x)
+            checked_segments(tokens, x)
     except BaseException as exc:
         tracker.finish(exc)
         raise
