@@ -2,7 +2,8 @@
 server on the default model, each checked by its effect: min-p 1 at temperature 1 is greedy; a bad word
 greedy would say is not said; every token is one of `allowed_token_ids`; XTC at threshold 0 over the two
 best tokens always takes the second; greedy with a large DRY penalty never extends a repeat of two tokens;
-and a logits-processor plugin installed from a test package, enabled at launch, used by name."""
+and a logits-processor plugin installed from a test package, enabled at launch, used by name; beam search
+of one beam is greedy, of three gives three answers."""
 
 from __future__ import annotations
 
@@ -141,3 +142,18 @@ def test_a_logits_processor_plugin_is_used_by_name(plugin_server):
         _completion(client, "x", extra_body={"logits_processors": ["other"]})
     with pytest.raises(openai.UnprocessableEntityError, match="takes `token_ids`"):
         _completion(client, "x", extra_body={"logits_processors": [{"name": "e2e_ban_tokens", "args": {}}]})
+
+
+def test_beam_search_of_one_beam_is_greedy_and_of_three_gives_three_answers(openai_client):
+    """vLLM's `use_beam_search`: one beam that never ends keeps the likeliest token each step (greedy, in
+    float32); three beams come back as three different answers."""
+    prompt = "The three primary colours are"
+    greedy = _completion(openai_client, prompt, max_tokens=6, temperature=0, extra_body={"ignore_eos": True})
+    beam = _completion(openai_client, prompt, max_tokens=6, temperature=0,
+                       extra_body={"use_beam_search": True, "ignore_eos": True})  # fmt: skip
+    assert beam.text == greedy.text
+    out = openai_client.completions.create(
+        model="tgi", prompt=prompt, max_tokens=6, n=3, temperature=0, extra_body={"use_beam_search": True}
+    )
+    texts = [c.text for c in out.choices]
+    assert len(set(texts)) == 3 and [c.index for c in out.choices] == [0, 1, 2], texts

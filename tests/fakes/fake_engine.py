@@ -66,12 +66,13 @@ class CharTokenizer:
     split_special_tokens = False
     chat_template = TEMPLATE
     eos_token_id = EOS_ID
+    all_special_ids = (EOS_ID,)
     name_or_path = ""  # no folder: no image processor
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return [ord(c) for c in text]
 
-    def decode(self, ids: list[int]) -> str:
+    def decode(self, ids: list[int], **_options) -> str:  # a detokenizer's options change nothing here
         return "".join(chr(i) for i in ids if i != EOS_ID)
 
     def __call__(
@@ -141,6 +142,7 @@ class FakeEngine:
     # the k-th stream asked for says cached_tokens[k] prompt tokens came from the prefix cache (0 past it)
     cached_tokens: tuple[int, ...] = ()
     reply: str = REPLY  # the text every request "generates" (a recorded model output, for parsers)
+    eos_token_ids: frozenset[int] = frozenset({EOS_ID})
     image_inputs: bool = False  # takes images as a runner with a vision tower does (else refused by name)
     verifies_drafts: bool = True  # takes Predicted Outputs as a runner that verifies guesses does
 

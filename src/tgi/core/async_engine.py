@@ -83,6 +83,11 @@ class AsyncEngine:
         return self.engine.model_info
 
     @property
+    def eos_token_ids(self) -> frozenset[int]:
+        """The tokens that end a sequence (`LLMEngine.eos_token_ids`)."""
+        return self.engine.eos_token_ids
+
+    @property
     def speculation(self) -> str | None:
         """Who guesses the `--speculate` tokens ("ngram", "draft-model", "medusa"), None without speculation."""
         proposer = self.engine.proposer

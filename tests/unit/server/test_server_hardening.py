@@ -149,7 +149,8 @@ async def test_payload_refused_before_the_body_is_read():
             "stream_options.continuous_usage_stats",
         ),
         ("/v1/completions", {"best_of": 3}, "best_of"),
-        ("/v1/completions", {"use_beam_search": True}, "use_beam_search"),
+        ("/v1/completions", {"use_beam_search": True, "stream": True}, "stream"),
+        ("/v1/completions", {"length_penalty": 0.5}, "length_penalty"),
         (
             "/v1/completions",
             {"structured_outputs": {"regex": "a", "whitespace_pattern": "[ ]?"}},

@@ -22,7 +22,7 @@ from tgi.server.http import sse
 from tgi.server.http.errors import OpenAIErrorResponse, validation_error
 from tgi.server.lora.adapters import model_list, openai_adapter
 from tgi.server.openai import format as fmt
-from tgi.server.openai.parameters import openai_sampling_params
+from tgi.server.openai.parameters import beam_search_of, openai_sampling_params
 from tgi.server.openai.prediction import prediction_counts, prediction_tokens, prediction_usage
 from tgi.server.openai.prompt_details import chat_echo, prompt_logprobs_body, with_prompt_logprobs
 from tgi.server.openai.schemas import ChatCompletionRequest, CompletionRequest
@@ -100,6 +100,7 @@ async def _chat_prompts(service: InferenceService, req: ChatCompletionRequest) -
     salt = req.cache_salt
     as_ids = req.return_tokens_as_token_ids
     predicted = await prediction_tokens(service, req.prediction)
+    beam = beam_search_of(req, base, field, req.stream, bool(predicted))
     return [
         Prompt(
             ids,
@@ -113,6 +114,7 @@ async def _chat_prompts(service: InferenceService, req: ChatCompletionRequest) -
             as_ids=as_ids,
             echo=chat_echo(req),
             prediction=predicted,
+            beam=beam,
         )
     ]
 
@@ -137,6 +139,7 @@ async def _completion_prompts(service: InferenceService, req: CompletionRequest)
         check_prompt_logprobs("echo", service.settings)
         base = replace(base, prompt_logprobs=True)
     base, field = _with_grammar(service, req, base)
+    beam = beam_search_of(req, base, field, req.stream, prediction=False)
     prompts = req.prompts()
     if not prompts:
         raise validation_error("`prompt` cannot be empty")
@@ -148,7 +151,9 @@ async def _completion_prompts(service: InferenceService, req: CompletionRequest)
             cut = isinstance(prompt, list) or req.truncate_prompt_tokens is not None  # echo what was run
             echo = await service.decode(ids) if cut else prompt
         as_ids = req.return_tokens_as_token_ids
-        out.append(Prompt(ids, base, field, req.n, echo=echo, cache_salt=req.cache_salt, as_ids=as_ids))
+        out.append(
+            Prompt(ids, base, field, req.n, echo=echo, cache_salt=req.cache_salt, as_ids=as_ids, beam=beam)
+        )
     return out
 
 

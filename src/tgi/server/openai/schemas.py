@@ -46,8 +46,6 @@ _OPENAI_UNSERVED: dict[str, tuple[Any, ...]] = {
     "prompt_cache_key": NEUTRAL,
     "best_of": (None, 1),
     # vLLM's extensions
-    "use_beam_search": (None, False),
-    "length_penalty": (None, 1.0, 1),
     # how vLLM runs guided_*: the backend (ours is llguidance) and JSON's whitespace (ours: single spaces)
     "guided_decoding_backend": NEUTRAL,
     "guided_whitespace_pattern": NEUTRAL,
@@ -155,6 +153,8 @@ class _Sampling(SamplingExtensions):
     presence_penalty: float | None = None
     logit_bias: dict[str, float] | None = None  # token id (as a string) -> bias in [-100, 100]
     # extensions (vLLM, TGI)
+    use_beam_search: bool = False  # vLLM's beam search: `n` beams (`tgi.server.service.beam_search`)
+    length_penalty: float | None = None  # its score's length exponent (1 when None)
     top_k: int | None = None
     repetition_penalty: float | None = None
     min_tokens: int | None = None

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from starlette.requests import Request
 
     from tgi.server.http.errors import ApiError
+    from tgi.server.service.beam_search import BeamSearch
     from tgi.server.service.inference import RequestTracker
 
 
@@ -39,6 +40,9 @@ class SequenceInput:
     images: tuple[ImageInput, ...] = ()  # the prompt's images, their placeholders in `prompt_token_ids`
     cache_salt: str | None = None  # the client's `cache_salt` (vLLM's), non-empty: `EngineRequest.cache_salt`
     prediction: tuple[int, ...] = ()  # OpenAI's `prediction`, tokenized: `EngineRequest.prediction`
+    beam: BeamSearch | None = (
+        None  # vLLM's `use_beam_search`: `n` is its width (`tgi.server.service.beam_search`)
+    )
 
     def bound(self, request: EngineRequest, http: Request) -> EngineRequest:
         """`request` (this input as the engine validated it) with who may share its prefix-cache blocks: the

@@ -36,6 +36,7 @@ from tgi.server.images.processor import ImagePreprocessor
 from tgi.server.images.sources import ImageRef
 from tgi.server.images.token_spans import aligned_spans
 from tgi.server.observability.metrics import ServerMetrics
+from tgi.server.service.beam_search import searched
 from tgi.server.service.engine_errors import api_error, validated
 from tgi.server.service.generation import Generation, I, SequenceInput
 from tgi.server.service.pooling import SERVES, Embedding, EmbedRequest, embed
@@ -305,6 +306,12 @@ class InferenceService:
             for i, (x, request) in enumerate(zip(given, await self._validated(given), strict=True)):
                 requests += _sampled(x.bound(request, http), x.n)
                 owners += [i] * x.n
+            if given and given[0].beam is not None:  # the route refuses it streamed
+                results = await sse.cancel_on_disconnect(
+                    http, searched(given, requests, owners, self._events, self.engine)
+                )
+                tracker.finish()
+                return Generation(given, requests, owners, results)
             merged = sse.merge(
                 [self._events(r, given[i].params) for r, i in zip(requests, owners, strict=True)]
             )

@@ -42,6 +42,9 @@ class ServingEngine(Protocol):
     config: EngineConfig  # every limit derived (not None) once loaded
     tokenizer: Any  # a transformers PreTrainedTokenizerFast (`chat_template`: None for a model without one)
     model_info: ModelInfo  # dtype, quantization, the LoRA adapters served now
+    eos_token_ids: frozenset[
+        int
+    ]  # the tokens that end a sequence: the model's, and its template's end of turn
     model_id: str
     backend_name: str
     speculation: str | None  # who guesses the `--speculate` tokens ("ngram", ...), None without speculation
