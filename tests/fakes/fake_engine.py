@@ -145,6 +145,7 @@ class FakeEngine:
     eos_token_ids: frozenset[int] = frozenset({EOS_ID})
     image_inputs: bool = False  # takes images as a runner with a vision tower does (else refused by name)
     verifies_drafts: bool = True  # takes Predicted Outputs as a runner that verifies guesses does
+    prefix_cache_resets: int = 0  # POST /flush_cache calls
 
     async def start(self) -> None:
         self.started = True
@@ -161,6 +162,11 @@ class FakeEngine:
             raise ValueError(f"a LoRA adapter named `{name}` is loaded already")
         adapters = (*self.model_info.lora_adapters, name)
         self.model_info = dataclasses.replace(self.model_info, lora_adapters=adapters)
+
+    async def reset_prefix_cache(self) -> int:
+        """Empty the prefix cache: the fake caches nothing, so nothing is dropped."""
+        self.prefix_cache_resets += 1
+        return 0
 
     async def unload_lora_adapter(self, name: str) -> None:
         if name not in self.model_info.lora_adapters:

@@ -17,7 +17,14 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 from tgi.core.config import EngineConfig
 from tgi.core.engine import EngineStats, LLMEngine
-from tgi.core.engine_commands import AbortRequest, AddRequest, EngineCommand, LoadAdapter, UnloadAdapter
+from tgi.core.engine_commands import (
+    AbortRequest,
+    AddRequest,
+    EngineCommand,
+    LoadAdapter,
+    ResetPrefixCache,
+    UnloadAdapter,
+)
 from tgi.core.interfaces import ModelInfo
 from tgi.core.request import (
     EngineError,
@@ -186,31 +193,36 @@ class AsyncEngine:
         """Load the PEFT adapter in folder `path` as `name`: the engine thread reads and attaches it between
         two steps. Raises what `tgi.core.lora.served_adapters.ServedAdapters.load` raises (ValueError: id
         taken, ConfigError: the adapter does not fit, with the reason)."""
-        await self._adapter_command(lambda done: LoadAdapter(name, path, done))
+        await self._engine_command(lambda done: LoadAdapter(name, path, done))
 
     async def unload_lora_adapter(self, name: str) -> None:
         """Unload adapter `name` without failing a request: from the next step on no new request may name
         it; the requests admitted before finish with it; then its weights are dropped, and this returns once
         those requests' streams (read at least once) have handed out their last event. KeyError when it is
         not loaded."""
-        await self._adapter_command(lambda done: UnloadAdapter(name, done))
+        await self._engine_command(lambda done: UnloadAdapter(name, done))
 
-    async def _adapter_command(self, make) -> None:
+    async def reset_prefix_cache(self) -> int:
+        """Empty the prefix cache between two steps; returns the blocks dropped from it (KV events:
+        `AllBlocksCleared`). Requests in flight keep their blocks."""
+        return await self._engine_command(ResetPrefixCache)
+
+    async def _engine_command(self, make):
         if not self.healthy or self._thread is None:
             raise self._not_running()
         done = asyncio.get_running_loop().create_future()
         self._commands.put(make(done))
         self._wakeup.set()
-        await done
+        return await done
 
     def _not_running(self) -> EngineError:
         shown = f"the engine is not running: {client_message_of(self.error)}"
         return EngineError(f"the engine is not running: {self.error}", shown=shown)
 
-    def _settle(self, done: asyncio.Future, error: BaseException | None) -> None:
+    def _settle(self, done: asyncio.Future, error: BaseException | None, result=None) -> None:
         def settle() -> None:
             if not done.done():
-                done.set_result(None) if error is None else done.set_exception(error)
+                done.set_result(result) if error is None else done.set_exception(error)
 
         self._loop.call_soon_threadsafe(settle)
 
@@ -337,6 +349,11 @@ class AsyncEngine:
                     self.engine.lora.load(command.name, command.path)
                     self._settle(command.done, None)
                 except Exception as exc:  # refused (with the reason), the engine keeps serving
+                    self._settle(command.done, exc)
+            elif isinstance(command, ResetPrefixCache):
+                try:
+                    self._settle(command.done, None, self.engine.reset_prefix_cache())
+                except Exception as exc:
                     self._settle(command.done, exc)
             elif isinstance(command, UnloadAdapter):
                 if command.name not in self.engine.lora.loaded:

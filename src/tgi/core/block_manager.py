@@ -15,6 +15,11 @@ list, least recently freed first, and is only reused (its index entry dropped) w
 is empty. Writes go only to blocks a sequence holds alone and that are not indexed (`allocate` checks),
 so a shared block is never written.
 
+Observers (`observers`, e.g. `tgi.core.kv_events.KVEventRecorder`) are told what enters and leaves the index:
+`blocks_stored` for each run of blocks a sequence enters (with the hash of the block before them), `blocks_removed`
+when an evicted block's entry is dropped, `cache_cleared` when `reset_prefix_cache` empties the index. They
+only read; this module knows nothing of what they do with it (a publisher of KV events, say).
+
 Free-block accounting: `num_free_blocks` counts both lists (an evictable block can be handed out at once);
 `num_used_blocks` counts blocks with a reference.
 """
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from dataclasses import dataclass
+from typing import Protocol
 
 from tgi.core.block_hash import extend_block_hashes, root_hash
 from tgi.core.sequence import Sequence
@@ -42,6 +48,22 @@ class CachedPrefix:
 
 
 NO_PREFIX = CachedPrefix()
+
+
+class CacheObserver(Protocol):
+    """Told, synchronously and in order, of each change of the prefix-cache index (`BlockManager.observers`)."""
+
+    def blocks_stored(
+        self, seq: Sequence, block_hashes: list[bytes], parent_hash: bytes | None, token_ids: list[int]
+    ) -> None:
+        """`seq`'s full blocks with these chained hashes (position order; `parent_hash`: the hash of the block
+        before the first, None for a sequence's first block) entered the index, holding `token_ids`."""
+
+    def blocks_removed(self, block_hashes: list[bytes]) -> None:
+        """The blocks with these hashes left the index (evicted to be reused)."""
+
+    def cache_cleared(self) -> None:
+        """Every entry of the index was dropped (`reset_prefix_cache`)."""
 
 
 class BlockManager:
@@ -71,6 +93,7 @@ class BlockManager:
         self._hash_of: list[bytes | None] = [None] * num_blocks  # block -> its hash while indexed
         self._index: dict[bytes, int] = {}  # hash -> block
         self.num_evictions = 0  # indexed blocks reused for other contents, since start
+        self.observers: list[CacheObserver] = []  # told of each change of the index
 
     # ---- counters -----------------------------------------------------------------------------------
     @property
@@ -137,12 +160,32 @@ class BlockManager:
             return
         num_full = min(seq.num_computed_tokens // self.block_size, len(seq.block_table))
         hashes = self._hashes(seq, num_full)
+        stored: list[int] = []  # positions entered now
         for i in range(seq.num_registered_blocks, num_full):
             block_id = seq.block_table[i]
             if self._hash_of[block_id] is None and hashes[i] not in self._index:
                 self._index[hashes[i]] = block_id
                 self._hash_of[block_id] = hashes[i]
+                stored.append(i)
         seq.num_registered_blocks = max(seq.num_registered_blocks, num_full)
+        if self.observers and stored:
+            self._tell_stored(seq, hashes, stored)
+
+    def _tell_stored(self, seq: Sequence, hashes: list[bytes], positions: list[int]) -> None:
+        """One `blocks_stored` per run of consecutive positions (a block kept out breaks a run)."""
+        runs: list[list[int]] = []
+        for i in positions:
+            if runs and runs[-1][-1] == i - 1:
+                runs[-1].append(i)
+            else:
+                runs.append([i])
+        size = self.block_size
+        for run in runs:
+            first, end = run[0], run[-1] + 1
+            parent = hashes[first - 1] if first else None
+            tokens = list(seq.token_ids[first * size : end * size])
+            for observer in self.observers:
+                observer.blocks_stored(seq, hashes[first:end], parent, tokens)
 
     def _hashes(self, seq: Sequence, num_blocks: int) -> list[bytes]:
         if len(seq.block_hashes) < num_blocks:
@@ -205,9 +248,12 @@ class BlockManager:
             block_id = self._free.popleft()
         else:  # the free list ran dry: evict the least recently freed cached block
             block_id, _ = self._evictable.popitem(last=False)
-            del self._index[self._hash_of[block_id]]
+            evicted = self._hash_of[block_id]
+            del self._index[evicted]
             self._hash_of[block_id] = None
             self.num_evictions += 1
+            for observer in self.observers:
+                observer.blocks_removed([evicted])
         if self._ref_counts[block_id] != 0:
             raise BlockManagerError(f"block {block_id} is on the free list with references")
         self._ref_counts[block_id] = 1
@@ -229,6 +275,20 @@ class BlockManager:
                     self._free.append(block_id)
         seq.block_table.clear()
         seq.num_registered_blocks = 0
+
+    def reset_prefix_cache(self) -> int:
+        """Empty the prefix-cache index: evictable blocks become plain free blocks, and blocks sequences still
+        hold stay theirs, unindexed (no later sequence reads them; they are freed as uncached). Returns the
+        entries dropped. Observers are told `cache_cleared` even when the index was empty already."""
+        dropped = len(self._index)
+        for block_id in self._evictable:
+            self._free.append(block_id)
+        self._evictable.clear()
+        self._index.clear()
+        self._hash_of = [None] * self.num_blocks
+        for observer in self.observers:
+            observer.cache_cleared()
+        return dropped
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
         """Share `parent`'s full, computed blocks with `child` (which must hold none): the child starts

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tgi.core.interfaces.pooling import PoolingSpec
 from tgi.core.interfaces.quantization import QUANTIZE_METHODS
 from tgi.core.interfaces.types import KV_CACHE_DTYPES
+
+if TYPE_CHECKING:
+    from tgi.core.kv_events.events import KVEventsConfig
 
 
 class ConfigError(ValueError):
@@ -50,6 +54,9 @@ class EngineConfig:
     # reuse the KV blocks of prompts already seen (`--prefix-caching`, TGI's PREFIX_CACHING); the engine
     # turns it off for a runner that cannot prefill from the middle of a prompt (no chunked prefill)
     prefix_caching: bool = True
+    # KV cache events in vLLM's format (`--kv-events-config`, `tgi.core.kv_events`): what enters and leaves the
+    # prefix cache, published per step on ZMQ for routers; None: none recorded
+    kv_events: KVEventsConfig | None = None
     speculate: int = 0  # draft tokens verified per decode step (n-gram prompt lookup); 0: off
     speculative_model: str | None = None  # a draft model (same tokenizer) guesses instead of n-grams
     # weight quantization (TGI's --quantize values, `tgi.core.interfaces.quantization.QUANTIZE_METHODS`):

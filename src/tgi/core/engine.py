@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from tgi.core.block_hash import request_cache_key
 from tgi.core.block_manager import BlockManager
 from tgi.core.config import ConfigError, EngineConfig
-from tgi.core.engine_startup import choose_proposer, start_engine
+from tgi.core.engine_startup import choose_proposer, start_engine, start_kv_events
 from tgi.core.engine_stats import EngineStats
 from tgi.core.guided.compiler import CompiledGrammar, GrammarCompiler
 from tgi.core.guided.decoding import GuidedDecoding
@@ -114,6 +114,8 @@ class LLMEngine:
         self._grammars = GrammarCompiler(tokenizer, info.vocab_size, self.eos_token_ids)
         # the LoRA adapters requests may name, loaded and unloaded at run time, and their prefix-cache keys
         self.lora = ServedAdapters(self, info.lora_adapters)
+        # the prefix cache's changes published for routers (--kv-events-config), None without
+        self.kv_events = start_kv_events(config, self.block_manager, self.lora)
         # steps one after another, or each started before the last is settled (the runner's async_steps)
         self.steps = StepOverlap(
             self, config.async_scheduling and runner.capabilities().async_steps and self.proposer is None
@@ -227,6 +229,13 @@ class LLMEngine:
         self._release(request_id)
         return self.scheduler.abort(request_id)
 
+    def reset_prefix_cache(self) -> int:
+        """Empty the prefix cache between steps (KV events: `AllBlocksCleared` at once); the blocks dropped."""
+        dropped = self.block_manager.reset_prefix_cache()
+        if self.kv_events is not None:
+            self.kv_events.end_step()
+        return dropped
+
     def _release(self, request_id: str) -> None:
         """Forget a request that ends (finished or aborted): its output pipeline, grammar state and guesses;
         the scheduler frees its blocks."""
@@ -247,6 +256,8 @@ class LLMEngine:
         is aborted, the runner shuts down (weights, KV cache, worker processes), the draft model's too, and
         the backend hands the freed memory back (`Backend.release_memory`). The engine cannot step again."""
         self.abort_all()
+        if self.kv_events is not None:
+            self.kv_events.close()
         self.runner.shutdown()
         draft = getattr(self.proposer, "runner", None)  # --speculative-model's runner
         if draft is not None:
@@ -295,6 +306,9 @@ class LLMEngine:
             if getattr(exc, "fatal", False):  # e.g. a tensor-parallel rank died: no step can run
                 raise
             raise StepError([s.request_id for s in batch.sequences] + self.steps.drop_in_flight()) from exc
+        finally:
+            if self.kv_events is not None:  # the step's changes of the prefix cache, as one batch
+                self.kv_events.end_step()
 
     def _run_step(self, batch) -> list[TokenEvent]:
         self.prepare_step(batch)

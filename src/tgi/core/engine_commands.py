@@ -42,4 +42,12 @@ class UnloadAdapter:
     done: asyncio.Future
 
 
-EngineCommand = AddRequest | AbortRequest | LoadAdapter | UnloadAdapter
+@dataclass(frozen=True)
+class ResetPrefixCache:
+    """Empty the prefix cache between two steps (`LLMEngine.reset_prefix_cache`); `done` gets the number of
+    blocks dropped from it."""
+
+    done: asyncio.Future
+
+
+EngineCommand = AddRequest | AbortRequest | LoadAdapter | UnloadAdapter | ResetPrefixCache

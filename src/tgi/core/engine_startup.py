@@ -295,3 +295,26 @@ def _check_pipeline_backend(config: EngineConfig, backend: Any) -> None:
             f"--pipeline-parallel-size {config.pipeline_parallel_size}: backend '{backend.spec.name}' brings "
             "its own model runner, which does not split the layers in stages (core's torch runner does: cpu)"
         )
+
+
+def start_kv_events(config: EngineConfig, block_manager, lora) -> Any:
+    """The engine's KV event stream (`tgi.core.kv_events.stream.KVEventStream`) when `--kv-events-config`
+    enables events, else None; `lora`: the engine's `ServedAdapters` (the adapters' ids in the events). The
+    events are the prefix cache's, so they need it on: refused by name when it is off (`--prefix-caching
+    false`, or a runner without chunked prefill)."""
+    events = config.kv_events
+    if events is None or not events.enable_kv_cache_events:
+        return None
+    if not config.prefix_caching:
+        raise ConfigError(
+            "--kv-events-config: KV events report the prefix cache's blocks, and prefix caching is off "
+            "(--prefix-caching false, or this backend's runner cannot prefill from the middle of a prompt)"
+        )
+    from tgi.core.kv_events.events import lora_event_id
+    from tgi.core.kv_events.stream import KVEventStream
+
+    def lora_id_of(seq) -> int | None:
+        adapter = seq.params.adapter_id
+        return None if adapter is None else lora_event_id(lora.cache_key(adapter))
+
+    return KVEventStream(events, block_manager, lora_id_of)

@@ -37,6 +37,7 @@ from tgi.server.tei.scores import RerankBody
 from tgi.server.tei.scores import rerank as tei_rerank
 from tgi.server.tei.scores import router as tei_scores_router
 from tgi.server.tgi.chat_tokenize import router as chat_tokenize_router
+from tgi.server.tgi.flush_cache import router as flush_cache_router
 from tgi.server.tgi.routes import router as tgi_router
 from tgi.server.vllm.errors import VLLM_ERRORS
 from tgi.server.vllm.routes import RerankRequest, rerank_documents
@@ -120,6 +121,7 @@ def create_app(engine: ServingEngine, settings: ServerSettings | None = None) ->
     app.include_router(ollama_embeddings_router)
     app.include_router(sagemaker_router)
     app.include_router(chat_tokenize_router)
+    app.include_router(flush_cache_router)
     app.include_router(admin_router)
     app.include_router(lora_router)
     app.add_middleware(PayloadLimit, limit=settings.payload_limit)

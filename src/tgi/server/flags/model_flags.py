@@ -6,7 +6,7 @@ from tgi.core.config import DEFAULT_MAX_ENCODER_TOKENS_PER_STEP, DEFAULT_MAX_LOR
 from tgi.core.interfaces.quantization import QUANTIZE_METHODS
 from tgi.core.interfaces.types import KV_CACHE_DTYPES
 from tgi.server.flags import derived, value_checks
-from tgi.server.flags.parsers import batch_sizes, comma_list, on_off
+from tgi.server.flags.parsers import batch_sizes, comma_list, kv_events_config, on_off
 from tgi.server.flags.spec import LAUNCHER, Engine, Flag
 
 AS_TGI = "as TGI"
@@ -337,6 +337,19 @@ MODEL_FLAGS = (
         default="true",
         metavar="{true,false}",
         example="false",
+    ),
+    Flag(
+        ("--kv-events-config",),
+        "KV cache events for routers, vLLM's --kv-events-config JSON (its keys: enable_kv_cache_events, "
+        "publisher, endpoint, replay_endpoint, buffer_steps, hwm, max_queue_size, topic; any other is refused): "
+        "the prefix cache's stored, evicted and cleared blocks, one batch per step on a ZMQ PUB socket in "
+        "vLLM's format, with our block hashes (docs/deployment/router.md); needs prefix caching; default: none",
+        BATCHING,
+        Engine("kv_events"),
+        env=("KV_EVENTS_CONFIG",),
+        parse=kv_events_config,
+        metavar="JSON",
+        example='{"enable_kv_cache_events": true, "publisher": "null"}',
     ),
     Flag(
         ("--cuda-graphs",),

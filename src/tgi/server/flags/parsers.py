@@ -54,3 +54,14 @@ def port_list(value: str) -> tuple[int, ...]:
 def lower(value: str) -> str:
     """The value in lower case (choices compared without regard to case, as TGI's variables are written)."""
     return str(value).lower()
+
+
+def kv_events_config(value: str):
+    """`--kv-events-config`: vLLM's KVEventsConfig as a JSON object (`tgi.core.kv_events.KVEventsConfig`)."""
+    from tgi.core.config import ConfigError
+    from tgi.core.kv_events.events import KVEventsConfig
+
+    try:
+        return KVEventsConfig.from_json(value)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--kv-events-config: ")) from None

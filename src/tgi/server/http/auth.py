@@ -2,7 +2,8 @@
 through untouched; keys compared in constant time):
 
 - open: `/health`, `/ping` (health checks) need no key;
-- operator: `/admin/*`, `/v1/load_lora_adapter`, `/v1/unload_lora_adapter` accept only the admin key
+- operator: `/admin/*`, `/v1/load_lora_adapter`, `/v1/unload_lora_adapter`, `/flush_cache` and
+  `/reset_prefix_cache` accept only the admin key
   (`--admin-api-key`), never the inference key; a server without an admin key lets them through to the route,
   which refuses them (403 naming the flag), behind the inference key when there is one;
 - inference: every other route needs an inference key (`--api-key`, or any key of `--api-key-file`) when
@@ -34,7 +35,10 @@ from tgi.server.http.errors import ApiError
 TENANT = "tgi.tenant"
 
 OPEN_PATHS = frozenset({"/health", "/ping"})  # health checks (`/ping`: SageMaker's)
-OPERATOR_PATHS = frozenset({"/v1/load_lora_adapter", "/v1/unload_lora_adapter"})  # and /admin/*
+# and /admin/*; the prefix cache's reset under SGLang's (vllm-router's) name and vLLM's
+OPERATOR_PATHS = frozenset(
+    {"/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/flush_cache", "/reset_prefix_cache"}
+)
 
 
 class RouteClass(Enum):

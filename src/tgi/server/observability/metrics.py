@@ -6,6 +6,11 @@ Extensions: `tgi_kv_free_blocks` / `tgi_kv_total_blocks` (the KV pool), `tgi_req
 concurrency slots taken: one per engine sequence), `tgi_prefill_tokens_total`,
 `tgi_prefix_cache_hit_tokens_total` / `tgi_prefix_cache_miss_tokens_total` (tokens of admitted sequences
 read from the prefix cache / computed).
+
+Beside them, the gauges routers read from a vLLM worker, under vLLM's names and its `model_name` label:
+`vllm:num_requests_running`, `vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc` (the fraction of KV
+blocks held, 0 to 1; blocks kept only for the prefix cache count as free, as vLLM counts them) and its older
+name `vllm:gpu_cache_usage_perc`, which the Gateway API Inference Extension's vLLM profile reads.
 """
 
 from __future__ import annotations
@@ -59,12 +64,19 @@ class _Counters:
 
 
 class _EngineGauges:
-    def __init__(self, stats: Callable[[], EngineStatsLike], in_flight: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        stats: Callable[[], EngineStatsLike],
+        in_flight: Callable[[], int],
+        model_name: Callable[[], str],
+    ) -> None:
         self._stats = stats
         self._in_flight = in_flight
+        self._model_name = model_name
 
     def collect(self) -> Iterator[Metric]:
         s = self._stats()
+        yield from self._vllm_gauges(s)
         for name, doc, value in (
             ("tgi_batch_current_size", "Sequences in the current batch", s.num_running),
             ("tgi_batch_current_max_tokens", "Tokens in the current batch", s.num_batch_tokens),
@@ -95,13 +107,30 @@ class _EngineGauges:
         ):
             yield CounterMetricFamily(f"tgi_{name}_seconds", doc, value=value)
 
+    def _vllm_gauges(self, s: EngineStatsLike) -> Iterator[Metric]:
+        usage = 1.0 - s.num_free_blocks / s.num_total_blocks if s.num_total_blocks else 0.0
+        for name, doc, value in (
+            ("vllm:num_requests_running", "Sequences in the running batch (vLLM's name)", s.num_running),
+            ("vllm:num_requests_waiting", "Requests waiting to be scheduled (vLLM's name)", s.num_waiting),
+            ("vllm:kv_cache_usage_perc", "KV-cache usage, 1 is all blocks held (vLLM's name)", usage),
+            ("vllm:gpu_cache_usage_perc", "KV-cache usage, vLLM's older name", usage),
+        ):
+            gauge = GaugeMetricFamily(name, doc, labels=["model_name"])
+            gauge.add_metric([self._model_name()], value)
+            yield gauge
+
 
 class ServerMetrics:
-    def __init__(self, stats: Callable[[], EngineStatsLike], in_flight: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        stats: Callable[[], EngineStatsLike],
+        in_flight: Callable[[], int],
+        model_name: Callable[[], str] = lambda: "",
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.counters = _Counters()
         self.registry.register(self.counters)
-        self.registry.register(_EngineGauges(stats, in_flight))
+        self.registry.register(_EngineGauges(stats, in_flight, model_name))
 
         def hist(name: str, doc: str, buckets: tuple) -> Histogram:
             return Histogram(name, doc, buckets=buckets, registry=self.registry)

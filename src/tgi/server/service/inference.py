@@ -98,7 +98,9 @@ class InferenceService:
         self.users: dict[int, int] = {}  # id(engine) -> admitted requests not finished
         self.settings = settings
         self.in_flight = 0
-        self.metrics = ServerMetrics(lambda: self.current_engine.stats(), lambda: self.in_flight)
+        self.metrics = ServerMetrics(
+            lambda: self.current_engine.stats(), lambda: self.in_flight, lambda: self.model_name
+        )
         self._workers = ThreadPoolExecutor(settings.validation_workers, thread_name_prefix="tgi-validation")
         self._fetchers = ThreadPoolExecutor(FETCH_WORKERS, thread_name_prefix="tgi-image-fetch")
         self.tracing = (

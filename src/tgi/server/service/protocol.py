@@ -87,6 +87,9 @@ class ServingEngine(Protocol):
     async def unload_lora_adapter(self, name: str) -> None:
         """Refuse new requests of an adapter now, drop it once its requests have finished (KeyError: none)."""
 
+    async def reset_prefix_cache(self) -> int:
+        """Empty the prefix cache between two steps; the number of blocks dropped from it."""
+
     async def shutdown(self, cancel_inflight: bool = False, reason: str | None = None) -> None:
         """Stop the engine loop: after the requests in flight, or at once with `cancel_inflight` (each
         ends cancelled, or with `EngineError(reason)` given a `reason`, which also refuses later streams)."""
