@@ -96,7 +96,7 @@ def test_shared_prefix_blocks_carry_the_block_managers_chain(events_server) -> N
     chain_one, chain_two = _chain(_root(events_server), first), _chain(_root(events_server), second)
     assert one.block_hashes == chain_one and one.parent_block_hash is None
     assert one.token_ids == first[: 6 * BS] and one.block_size == BS
-    assert (one.lora_id, one.medium) == (None, "GPU")
+    assert (one.lora_id, one.lora_name, one.medium) == (None, None, "GPU")
     # the second prompt read the prefix's four blocks from the cache: it stores only its own, after them
     assert two.block_hashes == chain_two[4:] and two.parent_block_hash == chain_one[3]
     assert two.token_ids == second[4 * BS : 7 * BS]

@@ -1,6 +1,7 @@
 """A subscriber of KV cache events written from vLLM's definitions (`vllm/distributed/kv_events.py`), not from
-ours: its structs are declared here as vLLM declares its own (array-like, events tagged by class name, block
-hashes bytes or int), so a test decoding our payloads with them checks the wire against vLLM's layout.
+ours: its structs are declared here as vLLM declares its own (the batch array-like, each event a map tagged by
+its class name under "type", block hashes bytes or int), so a test decoding our payloads with them checks the
+wire against vLLM's layout.
 
 `Subscriber` speaks vLLM's transport: SUB on the topic, frames (topic, 8-byte big-endian sequence number,
 payload); replay over a DEALER socket: send (empty delimiter, the first sequence number wanted), read
@@ -23,7 +24,7 @@ class EventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     data_parallel_rank: int | None = None
 
 
-class KVCacheEvent(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, tag=True):
+class KVCacheEvent(msgspec.Struct, omit_defaults=True, gc=False, tag=True):
     pass
 
 
@@ -34,11 +35,17 @@ class BlockStored(KVCacheEvent):
     block_size: int
     lora_id: int | None
     medium: str | None
+    lora_name: str | None
+    extra_keys: list | None = None
+    group_idx: int | None = None
+    kv_cache_spec_kind: str | None = None
+    kv_cache_spec_sliding_window: int | None = None
 
 
 class BlockRemoved(KVCacheEvent):
     block_hashes: list[ExternalBlockHash]
     medium: str | None
+    group_idx: int | None = None
 
 
 class AllBlocksCleared(KVCacheEvent):

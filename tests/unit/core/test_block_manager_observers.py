@@ -6,6 +6,7 @@ from __future__ import annotations
 from tgi.core.block_hash import extend_block_hashes, root_hash
 from tgi.core.block_manager import BlockManager
 from tgi.core.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventRecorder
+from tgi.core.sampling_params import SamplingParams
 from tgi.core.sequence import Sequence
 
 BS = 4
@@ -114,10 +115,11 @@ def test_a_block_kept_out_of_the_index_splits_the_stored_runs() -> None:
     assert bm.num_cached_blocks == 3
 
 
-def test_the_lora_id_comes_from_the_engine() -> None:
+def test_the_lora_id_comes_from_the_engine_and_the_name_from_the_request() -> None:
     bm = BlockManager(8, BS, prefix_caching=True)
     recorder = KVEventRecorder(BS, lambda seq: 7 if seq.request_id == "lora" else None)
     bm.observers.append(recorder)
-    _run(bm, Sequence("lora", list(range(5)), cache_key=b"adapter"))
+    params = SamplingParams(adapter_id="sql")
+    _run(bm, Sequence("lora", list(range(5)), params, cache_key=b"adapter"))
     [event] = recorder.drain()
-    assert event.lora_id == 7 and event.block_size == BS
+    assert (event.lora_id, event.lora_name, event.block_size) == (7, "sql", BS)

@@ -28,8 +28,9 @@ class BlockStored:
     parent_block_hash: bytes | None  # the block before the first; None for a sequence's first block
     token_ids: list[int]  # the blocks' tokens: len(block_hashes) * block_size of them
     block_size: int
-    lora_id: int | None  # the LoRA adapter's id (`KVEventRecorder`), None for the base model
+    lora_id: int | None  # the LoRA adapter's id (`lora_event_id`), None for the base model
     medium: str | None  # the cache tier: MEDIUM_GPU
+    lora_name: str | None = None  # the LoRA adapter's name, None for the base model
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ def lora_event_id(adapter_key: bytes) -> int:
 class KVEventRecorder:
     """A `tgi.core.block_manager.CacheObserver` that keeps the block manager's changes as events until the
     engine takes them (`drain`, once per step). `lora_id_of(seq)`: the id of the LoRA adapter a sequence runs
-    with, None for the base model."""
+    with, None for the base model (its name is the sequence's `params.adapter_id`)."""
 
     def __init__(self, block_size: int, lora_id_of: Callable[[Sequence], int | None]) -> None:
         self.block_size = block_size
@@ -68,8 +69,9 @@ class KVEventRecorder:
     def blocks_stored(
         self, seq: Sequence, block_hashes: list[bytes], parent_hash: bytes | None, token_ids: list[int]
     ) -> None:
-        lora = self._lora_id_of(seq)
-        event = BlockStored(list(block_hashes), parent_hash, token_ids, self.block_size, lora, MEDIUM_GPU)
+        lora, name = self._lora_id_of(seq), seq.params.adapter_id
+        size = self.block_size
+        event = BlockStored(list(block_hashes), parent_hash, token_ids, size, lora, MEDIUM_GPU, name)
         self._events.append(event)
 
     def blocks_removed(self, block_hashes: list[bytes]) -> None:

@@ -1,8 +1,8 @@
 """A step's KV events as vLLM puts them on the wire: a `KVEventBatch(ts, events, data_parallel_rank)`,
-msgpack-encoded by msgspec from structs laid out as vLLM's are (`array_like`: each struct is an array of its
-fields in order; events tagged by class name as the array's first item, so the batch's `events` is a tagged
-union `BlockStored | BlockRemoved | AllBlocksCleared`). Block hashes are msgpack bin (our 32-byte hashes);
-vLLM's `ExternalBlockHash` is bytes or int, so its decoder reads them.
+msgpack-encoded by msgspec from structs declared as vLLM declares its own: the batch `array_like` (an array
+`[ts, events, rank]`), each event a map of its fields tagged by its class name under "type" (a tagged union
+`BlockStored | BlockRemoved | AllBlocksCleared`), fields with a default left out when they hold it. Block hashes
+are msgpack bin (our 32-byte hashes); vLLM's `ExternalBlockHash` is bytes or int, so its decoder reads them.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ class _Batch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     data_parallel_rank: int | None = None
 
 
-class _Event(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, tag=True):
+class _Event(msgspec.Struct, omit_defaults=True, gc=False, tag=True):
     pass
 
 
@@ -29,6 +29,7 @@ class BlockStored(_Event):
     block_size: int
     lora_id: int | None
     medium: str | None
+    lora_name: str | None
 
 
 class BlockRemoved(_Event):
@@ -56,6 +57,7 @@ def _wire(event: ev.KVEvent) -> _Event:
             event.block_size,
             event.lora_id,
             event.medium,
+            event.lora_name,
         )
     if isinstance(event, ev.BlockRemoved):
         return BlockRemoved(event.block_hashes, event.medium)
