@@ -46,6 +46,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
         (["--admin-api-key", "k", "--api-key", "k"], "--admin-api-key must differ from --api-key"),
         (["--admin-api-key", " "], "--admin-api-key (or ADMIN_API_KEY) is empty"),
         (["--lora-root", "/tmp"], "--lora-root needs --allow-runtime-lora-updating"),
+        (
+            ["--enable-model-swap", "--admin-api-key", "a", "--swappable-models", "m", "--kv-events-config", '{"enable_kv_cache_events": true}'],
+            "--kv-events-config cannot go with --enable-model-swap",
+        ),
     ],
 )  # fmt: skip
 def test_operator_flags_that_do_not_go_together_are_refused_at_start(capsys, argv, message):

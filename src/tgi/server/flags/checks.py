@@ -87,6 +87,12 @@ def check_operator_flags(args: argparse.Namespace) -> None:
         raise ConfigError(
             "--enable-model-swap needs --admin-api-key (the only key POST /admin/model accepts)"
         )
+    events = getattr(args, "kv_events_config", None)
+    if args.enable_model_swap and events is not None and events.publishes:
+        raise ConfigError(
+            "--kv-events-config cannot go with --enable-model-swap: the model swapped in would open the event "
+            "sockets while the model it replaces still holds them"
+        )
     if args.enable_model_swap and not args.swappable_models:
         raise ConfigError(
             "--enable-model-swap needs --swappable-models (the model ids / paths POST /admin/model may load: "

@@ -343,7 +343,8 @@ MODEL_FLAGS = (
         "KV cache events for routers, vLLM's --kv-events-config JSON (its keys: enable_kv_cache_events, "
         "publisher, endpoint, replay_endpoint, buffer_steps, hwm, max_queue_size, topic; any other is refused): "
         "the prefix cache's stored, evicted and cleared blocks, one batch per step on a ZMQ PUB socket in "
-        "vLLM's format, with our block hashes (docs/deployment/router.md); needs prefix caching; default: none",
+        "vLLM's format, with our block hashes (docs/deployment/router.md); needs prefix caching, not with "
+        "--enable-model-swap; default: none",
         BATCHING,
         Engine("kv_events"),
         env=("KV_EVENTS_CONFIG",),

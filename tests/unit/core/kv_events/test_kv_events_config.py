@@ -47,3 +47,20 @@ def test_every_key_is_read() -> None:
 def test_bad_values_are_refused_by_name(text: str, named: str) -> None:
     with pytest.raises(ConfigError, match=named):
         KVEventsConfig.from_json(text)
+
+
+def test_events_need_the_prefix_cache_and_null_records_without_a_socket() -> None:
+    from tgi.core.block_manager import BlockManager
+    from tgi.core.config import EngineConfig
+    from tgi.core.engine_startup import start_kv_events
+
+    null = KVEventsConfig.from_json('{"enable_kv_cache_events": true, "publisher": "null"}')
+    with pytest.raises(ConfigError, match="prefix caching is off"):
+        start_kv_events(EngineConfig(prefix_caching=False, kv_events=null), BlockManager(4, 16), lora=None)
+    assert start_kv_events(EngineConfig(kv_events=KVEventsConfig()), BlockManager(4, 16), lora=None) is None
+    bm = BlockManager(4, 16, prefix_caching=True)
+    stream = start_kv_events(EngineConfig(kv_events=null), bm, lora=None)
+    assert stream.publisher is None and bm.observers == [stream.recorder]
+    bm.reset_prefix_cache()
+    stream.end_step()  # recorded, then dropped: "null" publishes nothing
+    assert stream.recorder.drain() == []
