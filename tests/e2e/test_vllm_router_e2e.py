@@ -10,13 +10,14 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
 from e2e_server import free_port
 
-REPLICA_FLAGS = ("--dtype", "float32", "--max-total-tokens", "2048", "--max-batch-total-tokens", "16384")
+REPLICA_FLAGS = ("--dtype", "float32", "--max-total-tokens", "2048")
 TOPICS = ("a lighthouse keeper", "a night-train conductor", "an alpine beekeeper")
 
 
@@ -25,7 +26,8 @@ def router(launch_server, stop_server, tmp_path_factory):
     root = tmp_path_factory.mktemp("vllm-router-e2e")
     binary = shutil.which("vllm-router", path=str(Path(sys.executable).parent))  # the venv's
     assert binary, "vllm-router is not installed (the dev extra's `vllm-router`)"
-    replicas = [launch_server(root, *REPLICA_FLAGS) for _ in range(2)]
+    with ThreadPoolExecutor(2) as pool:  # the two start at once (each waits for its own /health)
+        replicas = list(pool.map(lambda _: launch_server(root, *REPLICA_FLAGS), range(2)))
     port = free_port()
     log = (root / "router.log").open("w")
     cmd = [
@@ -70,7 +72,7 @@ def test_later_turns_read_the_shared_prefix_from_the_cache(router) -> None:
         cached[topic] = []
         for turn in ("Who are you?", "What did you do today?", "And tomorrow?"):
             messages.append({"role": "user", "content": turn})
-            body = {"model": "tgi", "messages": messages, "max_tokens": 8, "temperature": 0}
+            body = {"model": "tgi", "messages": messages, "max_tokens": 4, "temperature": 0}
             r = client.post("/v1/chat/completions", json=body)
             assert r.status_code == 200, r.text
             answer = r.json()
