@@ -84,7 +84,7 @@ class BertEncoder(nn.Module):
         for i, (start, end) in enumerate(bounds):
             rows[i, : end - start] = input_ids[start:end]
             mask[i, : end - start] = 1
-        types = self.token_types(rows, [end - start for start, end in bounds]) if self._pairs else None
+        types = self.token_types(rows, mask) if self._pairs else None
         hidden = self.bert(input_ids=rows, attention_mask=mask, token_type_ids=types).last_hidden_state
         return hidden[mask.bool()]  # [T, H], the rows' tokens in order
 
@@ -125,15 +125,14 @@ class BertClassifier(BertEncoder):
                 f"{self.architecture}: weights missing from the checkpoint: {', '.join(missing)}"
             )
 
-    def token_types(self, rows: torch.Tensor, lengths: list[int]) -> torch.Tensor:
-        """[B, L] token type ids: 1 after the first occurrence of each row's last token (its separator) where
-        that is not the last token itself (a pair), else 0 (one text)."""
-        types = torch.zeros_like(rows)
-        for i, n in enumerate(lengths):
-            sep = torch.nonzero(rows[i, :n] == rows[i, n - 1]).flatten()
-            if sep.numel() > 1:
-                types[i, int(sep[0]) + 1 : n] = 1
-        return types
+    def token_types(self, rows: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """rows, mask [B, L] -> token type ids [B, L]: 1 after the first occurrence of each row's last token
+        (its separator) where it occurs again later (a pair), else 0 (one text); no host sync."""
+        last = rows.gather(1, (mask.sum(dim=1, keepdim=True) - 1).clamp(min=0))  # [B, 1]
+        sep = (rows == last) & mask.bool()  # [B, L]
+        after_first = (sep.cumsum(dim=1) - sep.long()) >= 1  # strictly after the first separator
+        pair = sep.sum(dim=1, keepdim=True) > 1
+        return (after_first & mask.bool() & pair).long()
 
     def classify(self, first: torch.Tensor) -> torch.Tensor:
         """The first tokens' hidden states [N, hidden] -> logits [N, num_labels] (the pooler's dense and
