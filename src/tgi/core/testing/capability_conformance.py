@@ -1,7 +1,7 @@
 """The capability checks of the runner-level conformance suite (`runner_conformance.RunnerConformance`
 says what each one asserts): a runner either honours what its `capabilities()` claim (grammar masks,
-prompt logprobs, LoRA adapters at run time, batch invariance, overlapped steps) or has requests for it
-refused by name."""
+prompt logprobs, LoRA adapters at run time, batch invariance, overlapped steps, pooling) or has requests
+for it refused by name."""
 
 from __future__ import annotations
 
@@ -241,3 +241,33 @@ class CapabilityChecks(ConformanceEngines):
         assert [r.finish_reason for r in got] == [r.finish_reason for r in want]
         assert overlapped.steps.num_overlapped > 0, "the runner claims async_steps, but no step overlapped"
         self._assert_all_blocks_free(overlapped)
+
+    def test_pooling_matches_transformers_or_is_refused(self, engine_backend, tiny_llama, batches_checked):
+        from tgi.core.config import ConfigError
+        from tgi.core.sampling_params import SamplingParams
+        from tgi.core.testing.model import transformers_last_hidden_state
+
+        try:  # `--runner pooling`: last-token pooling of the causal LM, normalized by the server
+            engine = self.make_engine(engine_backend, tiny_llama, batches_checked, runner="pooling")
+        except ConfigError as exc:  # a runner that does not claim `pooling` is refused at start, by name
+            assert "cannot pool" in str(exc), exc
+            return
+        assert engine.runner.capabilities().pooling and engine.model_info.pooling is not None
+        # each prompt comes whole (a pooling runner does not chunk): those that fit one prefill step
+        params = SamplingParams(max_new_tokens=1)
+        prompts = [list(p) for p in PROMPTS if len(p) <= engine.config.max_batch_prefill_tokens]
+        ids = [engine.add_validated_request(engine.validate(p, params, pooling=True)) for p in prompts]
+        vectors: dict[str, tuple[float, ...]] = {}
+        while engine.has_unfinished():
+            for event in engine.step():
+                assert event.finish_reason is not None and event.token_id == -1, event
+                vectors[event.request_id] = event.embedding
+        assert set(vectors) == set(ids)  # each pooled request ends with its one step, with its vector
+        for rid, prompt in zip(ids, prompts, strict=True):
+            got = vectors[rid]
+            assert len(got) == engine.model_info.pooling.dimension
+            if engine.config.dtype == "float32":
+                want = transformers_last_hidden_state(tiny_llama, prompt)
+                assert max(abs(a - b) for a, b in zip(got, want, strict=True)) < 1e-3
+            else:  # rounded activations: finite values
+                assert all(abs(x) < float("inf") for x in got)

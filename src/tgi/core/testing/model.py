@@ -115,3 +115,14 @@ def transformers_prompt_logprob_rows(model_path: str | Path, prompt: Sequence[in
     with torch.no_grad():
         logprobs = torch.log_softmax(model(torch.tensor([list(prompt)])).logits[0, :-1].float(), dim=-1)
     return logprobs.tolist()
+
+
+def transformers_last_hidden_state(model_path: str | Path, prompt: Sequence[int]) -> list[float]:
+    """The reference for last-token pooling: `transformers`' float32 final hidden state (after the last norm)
+    of the prompt's last token, by the checkpoint's base model (its causal LM without the head)."""
+    import torch
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(model_path, dtype=torch.float32).eval()
+    with torch.no_grad():
+        return model(torch.tensor([list(prompt)])).last_hidden_state[0, -1].tolist()

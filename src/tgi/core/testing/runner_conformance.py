@@ -40,6 +40,12 @@ On a small random-weight Llama (`model.write_tiny_llama`), loaded through `LLMEn
   the same engine with every step waited for (greedy, a request that stops early, seeded sampling, a
   penalty whose steps are waited for), and at least one step did overlap; one that does not is never
   overlapped;
+* `test_pooling_matches_transformers_or_is_refused`: a runner whose `capabilities()` say `pooling` runs the
+  Llama as a pooling model (`--runner pooling`: last-token pooling): each prompt that fits one prefill step,
+  queued at once, is one
+  prefill-only step that ends its request with the pooled vector (`StepOutput.pooled`), equal to
+  `transformers`' final hidden state of its last token (float32 engines); one that does not is refused at
+  start with a `ConfigError` that says it cannot pool;
 * `test_runner_constraints_are_honoured`: every batch the engine hands the runner, in all the tests above,
   fits what the runner's `constraints()` declare (batch size, tokens per step, mixed batches, chunked
   prefill, prefill buckets, block size).
