@@ -159,10 +159,12 @@ def _resolve_snapshot(model_id: str, revision: str | None, trust_remote_code: bo
 
 def repo_listing(repo: str, revision: str | None, offline: bool) -> tuple[list[str], dict[str, int], bool]:
     """(the repository's file paths, their sizes where the hub says them, whether they come from the cache).
-    Online, the hub's listing; offline, or with the hub out of reach, the cached snapshot's files."""
+    Online, the hub's listing; offline, or with the hub out of reach (as snapshot_download falls back), the
+    cached snapshot's files. A repository or revision the hub says does not exist is not looked up."""
     import huggingface_hub
-    from huggingface_hub.errors import LocalEntryNotFoundError
+    from huggingface_hub import errors
 
+    online_error: ModelNotFoundError | None = None
     if not offline:
         try:
             with hub_errors(repo, revision, offline):
@@ -170,13 +172,18 @@ def repo_listing(repo: str, revision: str | None, offline: bool) -> tuple[list[s
             siblings = info.siblings or []
             return [s.rfilename for s in siblings], {s.rfilename: s.size for s in siblings if s.size}, False
         except ModelNotFoundError as e:
-            if not isinstance(e.__cause__, (OSError, LocalEntryNotFoundError)) and not type(
-                e.__cause__
-            ).__module__.startswith(("httpx", "httpcore")):
+            final = (errors.RevisionNotFoundError, errors.RepositoryNotFoundError, errors.HFValidationError)
+            if isinstance(e.__cause__, final):
                 raise
+            online_error = e
             log.warning("%s; looking in the local cache", e)
-    with hub_errors(repo, revision, True):
-        folder = Path(huggingface_hub.snapshot_download(repo, revision=revision, local_files_only=True))
+    try:
+        with hub_errors(repo, revision, True):
+            folder = Path(huggingface_hub.snapshot_download(repo, revision=revision, local_files_only=True))
+    except ModelNotFoundError:
+        if online_error is not None:
+            raise online_error from None
+        raise
     files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
     return files, {f: (folder / f).stat().st_size for f in files}, True
 

@@ -1,5 +1,5 @@
 """The `tgi` command: `tgi backends`, `tgi launch` (also installed as `text-generation-launcher`),
-`tgi watermark detect`."""
+`tgi watermark detect`, `tgi models pull|list|rm|show`."""
 
 from __future__ import annotations
 
@@ -65,6 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     from tgi.server.cli.watermark import add_watermark_command
 
     add_watermark_command(sub)
+
+    from tgi.server.cli.models import add_models_command
+
+    add_models_command(sub)
 
     try:
         from tgi.benchmarks.cli import add_benchmark_command
