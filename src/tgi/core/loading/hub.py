@@ -9,7 +9,8 @@ its resumable downloads, and revisions.
   into a `*.incomplete` file in `blobs/` and links it into the snapshot only once whole and of the announced
   size.
 
-Importing this module imports neither huggingface_hub nor torch (no torch here).
+Importing this module imports neither huggingface_hub nor torch: it imports no framework itself (its
+functions import huggingface_hub, and `resolve` for a snapshot's folder).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 its cache API (`scan_cache_dir`, `delete_files`, `delete_revisions`), never a second store of ours.
 
 A cached model is named as `tgi launch --model-id` takes it: `owner/repo:TAG` for each GGUF model file (a split
-one counts once, with all its parts), `owner/repo` for a snapshot of safetensors weights. No torch here.
+one counts once, with all its parts), `owner/repo` for a snapshot of safetensors weights. It imports no framework itself.
 """
 
 from __future__ import annotations
@@ -93,12 +93,12 @@ def _entries(info) -> dict[str, tuple[CachedModel, list]]:
 
 
 def cached_models() -> CacheReport:
-    """Every model in the cache, by name, and the interrupted downloads left there."""
+    """Every model in the cache, sorted by name, and the interrupted downloads left there."""
     info = _scan()
     if info is None:
         return CacheReport([], 0, 0)
     incomplete = list(getattr(info, "incomplete_files", ()))
-    models = [model for model, _ in _entries(info).values()]
+    models = sorted((model for model, _ in _entries(info).values()), key=lambda m: m.name)
     return CacheReport(models, len(incomplete), sum(f.size_on_disk for f in incomplete))
 
 
