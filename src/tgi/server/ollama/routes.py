@@ -193,7 +193,10 @@ async def version() -> dict:
     return {"version": __version__}
 
 
-_STORE = "this server runs the one model it was launched with: it has no model store"
+_STORE = (
+    "this server runs the one model it was launched with and changes no model store over HTTP: pull, list and "
+    "delete models in the Hugging Face cache with `tgi models pull|list|rm NAME` on the host"
+)
 
 
 def _not_served(why: str):
