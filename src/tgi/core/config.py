@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tgi.core.interfaces.pooling import PoolingSpec
@@ -55,8 +55,9 @@ class EngineConfig:
     # turns it off for a runner that cannot prefill from the middle of a prompt (no chunked prefill)
     prefix_caching: bool = True
     # KV cache events in vLLM's format (`--kv-events-config`, `tgi.core.kv_events`): what enters and leaves the
-    # prefix cache, published per step on ZMQ for routers; None: none recorded
-    kv_events: KVEventsConfig | None = None
+    # prefix cache, published per step on ZMQ for routers; None: none recorded. Node 0's own (its engine
+    # publishes): it does not travel to the other nodes of a group (`compare=False`: `tgi.core.parallel.wire`)
+    kv_events: KVEventsConfig | None = field(default=None, compare=False)
     speculate: int = 0  # draft tokens verified per decode step (n-gram prompt lookup); 0: off
     speculative_model: str | None = None  # a draft model (same tokenizer) guesses instead of n-grams
     # weight quantization (TGI's --quantize values, `tgi.core.interfaces.quantization.QUANTIZE_METHODS`):

@@ -56,9 +56,12 @@ def to_data(value: Any) -> Any:
 
 
 def _hints(cls: type) -> dict[str, Any]:
-    from tgi.core.watermark import Watermark  # named only under TYPE_CHECKING in sampling_params
+    # named only under TYPE_CHECKING where they are used (sampling_params, config): every annotation is
+    # evaluated here, a field that does not travel too
+    from tgi.core.kv_events.events import KVEventsConfig
+    from tgi.core.watermark import Watermark
 
-    return typing.get_type_hints(cls, localns={"Watermark": Watermark})
+    return typing.get_type_hints(cls, localns={"Watermark": Watermark, "KVEventsConfig": KVEventsConfig})
 
 
 def from_data(cls: type, data: Any, what: str) -> Any:
