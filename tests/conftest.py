@@ -31,6 +31,7 @@ if not torch.cuda.is_available():
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 _PHASE_START = pytest.StashKey[float]()
+_LAST = pytest.StashKey[bool]()
 
 
 #: seconds spent per folder of tests (setup, call and teardown), summed over the run: where the time goes
@@ -40,6 +41,9 @@ _FOLDER_SECONDS: dict[str, float] = {}
 _FILE_CPU: dict[str, float] = {}
 #: the suite's CPU time per file travels from the xdist workers in each report's user_properties, named so
 CPU_PROPERTY = "cpu_seconds"
+#: a worker's last teardown, which stops the session's fixtures (the shared servers), counted apart
+SESSION_CPU_PROPERTY = "session_cpu_seconds"
+_SESSION_CPU: list[float] = []
 
 
 def _folder(nodeid: str) -> str:
@@ -57,6 +61,7 @@ def _cpu_seconds() -> float:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     item.stash[_PHASE_START] = _cpu_seconds()
+    item.stash[_LAST] = nextitem is None  # its teardown also tears down the session's fixtures
     yield
 
 
@@ -66,7 +71,9 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     now = _cpu_seconds()
     report = outcome.get_result()
-    report.user_properties.append((CPU_PROPERTY, now - item.stash.get(_PHASE_START, now)))
+    spent = now - item.stash.get(_PHASE_START, now)
+    last = call.when == "teardown" and item.stash.get(_LAST, False)
+    report.user_properties.append((SESSION_CPU_PROPERTY if last else CPU_PROPERTY, spent))
     item.stash[_PHASE_START] = now
 
 
@@ -78,6 +85,8 @@ def pytest_runtest_logreport(report) -> None:
     for name, value in report.user_properties:
         if name == CPU_PROPERTY:
             _FILE_CPU[path] = _FILE_CPU.get(path, 0.0) + value
+        elif name == SESSION_CPU_PROPERTY:
+            _SESSION_CPU.append(value)
 
 
 def _skip_reason(report) -> str:
@@ -111,7 +120,12 @@ def pytest_terminal_summary(terminalreporter) -> None:
         write(f"{seconds:8.1f} s {100 * seconds / max(total, 1e-9):5.1f} %  {folder}")
     write(f"{total:8.1f} s in tests (summed over workers)")
     cpu = sum(_FILE_CPU.values())
-    write(f"{cpu:8.1f} CPU s (user and system, with the processes tests started), the most in:")
+    session = sum(_SESSION_CPU)
+    write(f"{cpu + session:8.1f} CPU s (user and system, with the processes tests started), of which")
+    write(
+        f"{session:8.1f} CPU s in the session's fixtures (the shared servers, stopped at each worker's end)"
+    )
+    write("and the most in:")
     for path, seconds in sorted(_FILE_CPU.items(), key=lambda kv: -kv[1])[:15]:
         write(f"{seconds:8.1f} CPU s {100 * seconds / max(cpu, 1e-9):5.1f} %  {path}")
     skipped = terminalreporter.stats.get("skipped", [])
