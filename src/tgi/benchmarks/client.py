@@ -9,8 +9,9 @@ import asyncio
 import ipaddress
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from tgi.benchmarks.prompts import BenchPrompt
@@ -19,6 +20,37 @@ if TYPE_CHECKING:
     import httpx
 
 APIS = ("openai", "tgi")
+
+
+async def stream_chat(
+    client: httpx.AsyncClient, url: str, body: dict, run: Any, usage: Callable[[dict], None]
+) -> None:
+    """Stream one chat completion into `run` (an object with `start`, `end`, `ttft`, `text`, `error`): the reply's
+    text, the time to its first choice, `usage(chunk["usage"])` for the chunk that carries it; an HTTP error, a
+    server error event or a failed connection goes to `run.error`; `run.end` is set however it ends."""
+    try:
+        async with client.stream("POST", url + "/v1/chat/completions", json=body) as response:
+            if response.status_code != 200:
+                text = (await response.aread()).decode(errors="replace")[:300]
+                run.error = f"HTTP {response.status_code}: {text}"
+                return
+            async for line in response.aiter_lines():
+                if not line.startswith("data:") or line[5:].strip() == "[DONE]":
+                    continue
+                chunk = json.loads(line[5:])
+                if chunk.get("error"):
+                    run.error = f"server error: {str(chunk['error'])[:300]}"
+                    return
+                for choice in chunk.get("choices") or []:
+                    if run.ttft is None:
+                        run.ttft = time.perf_counter() - run.start
+                    run.text += (choice.get("delta") or {}).get("content") or ""
+                if chunk.get("usage"):
+                    usage(chunk["usage"])
+    except Exception as exc:  # connection refused, reset, malformed stream
+        run.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        run.end = time.perf_counter()
 
 
 def check_loopback(url: str) -> str:

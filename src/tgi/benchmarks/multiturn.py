@@ -24,7 +24,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from tgi.benchmarks.client import check_loopback
+from tgi.benchmarks.client import check_loopback, stream_chat
 from tgi.benchmarks.prompts import VOCABULARY
 from tgi.benchmarks.report import machine_info
 from tgi.benchmarks.stats import percentile, summarize
@@ -85,33 +85,13 @@ async def chat_turn(client, url: str, messages: list[dict], max_tokens: int, res
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    try:
-        async with client.stream("POST", url + "/v1/chat/completions", json=body) as response:
-            if response.status_code != 200:
-                text = (await response.aread()).decode(errors="replace")[:300]
-                result.error = f"HTTP {response.status_code}: {text}"
-                return
-            async for line in response.aiter_lines():
-                if not line.startswith("data:") or line[5:].strip() == "[DONE]":
-                    continue
-                chunk = json.loads(line[5:])
-                if chunk.get("error"):
-                    result.error = f"server error: {str(chunk['error'])[:300]}"
-                    return
-                for choice in chunk.get("choices") or []:
-                    if result.ttft is None:
-                        result.ttft = time.perf_counter() - result.start
-                    result.text += (choice.get("delta") or {}).get("content") or ""
-                usage = chunk.get("usage")
-                if usage:
-                    result.prompt_tokens = usage["prompt_tokens"]
-                    result.completion_tokens = usage["completion_tokens"]
-                    details = usage.get("prompt_tokens_details") or {}
-                    result.cached_tokens = details.get("cached_tokens") or 0
-    except Exception as exc:  # connection refused, reset, malformed stream
-        result.error = f"{type(exc).__name__}: {exc}"
-    finally:
-        result.end = time.perf_counter()
+
+    def usage(u: dict) -> None:
+        result.prompt_tokens = u["prompt_tokens"]
+        result.completion_tokens = u["completion_tokens"]
+        result.cached_tokens = (u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+
+    await stream_chat(client, url, body, result, usage)
 
 
 async def run_conversations(

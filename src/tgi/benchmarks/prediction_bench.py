@@ -35,7 +35,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from tgi.benchmarks.client import check_loopback
+from tgi.benchmarks.client import check_loopback, stream_chat
 from tgi.benchmarks.report import machine_info
 from tgi.benchmarks.stats import percentile
 
@@ -128,34 +128,14 @@ class Run:
 
 async def one_run(client, url: str, body: dict, run: Run) -> None:
     """Stream one chat completion into `run`; errors go to `error`."""
-    try:
-        async with client.stream("POST", url + "/v1/chat/completions", json=body) as response:
-            if response.status_code != 200:
-                run.error = (
-                    f"HTTP {response.status_code}: {(await response.aread()).decode(errors='replace')[:300]}"
-                )
-                return
-            async for line in response.aiter_lines():
-                if not line.startswith("data:") or line[5:].strip() == "[DONE]":
-                    continue
-                chunk = json.loads(line[5:])
-                if chunk.get("error"):
-                    run.error = f"server error: {str(chunk['error'])[:300]}"
-                    return
-                for choice in chunk.get("choices") or []:
-                    if run.ttft is None:
-                        run.ttft = time.perf_counter() - run.start
-                    run.text += (choice.get("delta") or {}).get("content") or ""
-                usage = chunk.get("usage")
-                if usage:
-                    run.completion_tokens = usage["completion_tokens"]
-                    details = usage.get("completion_tokens_details") or {}
-                    run.accepted = details.get("accepted_prediction_tokens")
-                    run.rejected = details.get("rejected_prediction_tokens")
-    except Exception as exc:  # connection refused, reset, malformed stream
-        run.error = f"{type(exc).__name__}: {exc}"
-    finally:
-        run.end = time.perf_counter()
+
+    def usage(u: dict) -> None:
+        run.completion_tokens = u["completion_tokens"]
+        details = u.get("completion_tokens_details") or {}
+        run.accepted = details.get("accepted_prediction_tokens")
+        run.rejected = details.get("rejected_prediction_tokens")
+
+    await stream_chat(client, url, body, run, usage)
 
 
 async def measure(url: str, workload: Workload, max_tokens: int, rounds: int, changed: int = 3) -> list[Run]:
