@@ -6,6 +6,7 @@ from entry points unless a test asks for more (`TGI_PLUGINS`).
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import resource
@@ -36,6 +37,11 @@ _LAST = pytest.StashKey[bool]()
 
 #: seconds spent per folder of tests (setup, call and teardown), summed over the run: where the time goes
 _FOLDER_SECONDS: dict[str, float] = {}
+#: seconds (setup, call and teardown) per test file
+_FILE_SECONDS: dict[str, float] = {}
+#: where the run's per-file seconds and CPU seconds are written as JSON (`TGI_SUITE_TIMES=path`), to compare
+#: two runs file by file
+TIMES_VARIABLE = "TGI_SUITE_TIMES"
 #: CPU seconds (user and system) per test file, of the worker and of the processes it started and reaped
 #: (servers, ranks: counted when a fixture stops them, in its file's last teardown)
 _FILE_CPU: dict[str, float] = {}
@@ -82,6 +88,7 @@ def pytest_runtest_logreport(report) -> None:
         _FOLDER_SECONDS.get(_folder(report.nodeid), 0.0) + report.duration
     )
     path = report.nodeid.split("::", 1)[0]
+    _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
     for name, value in report.user_properties:
         if name == CPU_PROPERTY:
             _FILE_CPU[path] = _FILE_CPU.get(path, 0.0) + value
@@ -128,6 +135,13 @@ def pytest_terminal_summary(terminalreporter) -> None:
     write("and the most in:")
     for path, seconds in sorted(_FILE_CPU.items(), key=lambda kv: -kv[1])[:15]:
         write(f"{seconds:8.1f} CPU s {100 * seconds / max(cpu, 1e-9):5.1f} %  {path}")
+    if os.environ.get(TIMES_VARIABLE):
+        record = {
+            path: {"seconds": round(seconds, 2), "cpu_seconds": round(_FILE_CPU.get(path, 0.0), 2)}
+            for path, seconds in sorted(_FILE_SECONDS.items())
+        }
+        pathlib.Path(os.environ[TIMES_VARIABLE]).write_text(json.dumps(record, indent=1) + "\n")
+        write(f"per-file seconds and CPU seconds written to {os.environ[TIMES_VARIABLE]}")
     skipped = terminalreporter.stats.get("skipped", [])
     reasons: dict[str, int] = {}
     for report in skipped:
