@@ -14,11 +14,14 @@ import shutil
 from pathlib import Path
 
 from tgi.benchmarks.make_model import ModelShape, random_tensors
-from tgi.core.loading.gguf_loader import hf_tensor_name
 
 
 def hf_name(gguf_name: str) -> tuple[str, str]:
     """GGUF tensor name -> (Hugging Face name, as the GGUF loader maps it; the shard it goes to)."""
+    # imported here: the loader imports torch and transformers, which `tgi --help` and every `tgi` command's
+    # parser (this module is imported to build `tgi benchmark`'s) must not wait for
+    from tgi.core.loading.gguf_loader import hf_tensor_name
+
     name = hf_tensor_name(gguf_name)
     if name is None:
         raise ValueError(f"{gguf_name!r} is no model parameter")
