@@ -3,7 +3,15 @@ replaced by a fake that records every call and answers like an idle Intel GPU, i
 the Triton kernels it shares with cuda/rocm (`tgi.backends.triton_common`) run by triton's interpreter.
 
 What runs here is XpuBackend's own code (device-module calls, memory sizing, the activation profile, the
-xccl process group) and the shared kernels; what cannot run is Intel's Triton compiler and the GPU.
+xccl process group) and one engine generation through that seam (its greedy tokens equal the CPU backend's).
+What cannot run is Intel's Triton compiler and the GPU.
+
+The backend conformance suite (attention, KV cache, quantized KV and linears, sampler, and every
+runner-level check through a real engine) is not run again here: `XpuBackend` and `CudaBackend` are the same
+`TritonBackend` (the same runner, attention, KV cache, sampler, kernels and capability answers:
+`test_xpu_answers_as_cuda` checks it) and differ only in the device seam this file checks, so
+test_triton_interpret.py, which runs the whole suite on `CudaBackend` with the same kernels interpreted,
+covers the same code path.
 """
 
 from __future__ import annotations
@@ -27,7 +35,6 @@ pytest.importorskip("triton", reason="triton is not installed (pip install trito
 from tgi.backends.xpu.backend import XpuBackend
 from tgi.core.interfaces import DeviceInfo
 from tgi.core.testing.model import PROMPTS, generate_greedy
-from tgi.core.torch.testing import TorchBackendConformance
 
 GiB = 1 << 30
 
@@ -96,26 +103,6 @@ class FakeDeviceXpuBackend(XpuBackend):
 
     def default_dtype(self):
         return "float32"  # the interpreter's dots are exact in float32 (see docs/backends/cuda.md)
-
-
-class TestXpuInterpretedConformance(TorchBackendConformance):
-    """The conformance suite (attention, KV write, sampler, and generation through a real engine equal to
-    transformers' tokens) on XpuBackend; float32 and a part of the attention grid: the kernels are the
-    ones test_triton_interpret.py checks in full on CudaBackend."""
-
-    dtypes = ("float32",)
-    attention_cases = ("gqa4-d64-bs16", "softcap-window5-bs8")
-
-    def make_backend(self):
-        return FakeDeviceXpuBackend()
-
-    def test_deterministic_mode_is_batch_invariant_or_refused(self, tiny_llama, batches_checked):
-        """The mode is the shared Triton kernels' (their tokens alone, beside others, from the prefix cache and
-        after a preemption are checked on CudaBackend in test_triton_interpret.py, ~50 s in the interpreter):
-        here, that XpuBackend takes it and its runner states it."""
-        settings = dict(deterministic=True, max_num_seqs=16, prefix_caching=False)
-        engine = self.make_engine(self.make_backend(), tiny_llama, batches_checked, **settings)
-        assert engine.runner.capabilities().batch_invariant
 
 
 def test_device_module_is_torch_xpu_and_names_xccl():
@@ -188,3 +175,26 @@ def test_tokens_equal_the_cpu_backend(tmp_path_factory):
     xpu = generate_greedy(path, "xpu", FakeDeviceXpuBackend, "float32", 16, prompts, max_new_tokens=6)
     cpu = generate_greedy(path, "cpu", CpuBackend, "float32", 16, prompts, max_new_tokens=6)
     assert xpu == cpu
+
+
+def test_xpu_answers_as_cuda():
+    """Everything but the device seam is `TritonBackend`'s: XpuBackend (with its device faked) states the
+    interpreted CudaBackend's dtypes, attention and its caps, KV cache dtypes, weight formats and sampler,
+    and overrides nothing else (its runner is `TritonBackend.create_runner`'s): the conformance suite that
+    test_triton_interpret.py runs on CudaBackend covers xpu's code but for the seam."""
+    from interpreted_cuda import InterpretedCudaBackend
+
+    from tgi.backends.cuda.backend import CudaBackend
+    from tgi.backends.triton_common.backend import TritonBackend
+
+    assert XpuBackend.__bases__ == CudaBackend.__bases__ == (TritonBackend,)
+    xpu, cuda = FakeDeviceXpuBackend(), InterpretedCudaBackend()
+    assert xpu.supported_dtypes() == cuda.supported_dtypes()
+    assert xpu.attention_names() == cuda.attention_names()
+    assert xpu.attention().caps() == cuda.attention().caps()
+    assert type(xpu.attention()) is type(cuda.attention()) and type(xpu.sampler()) is type(cuda.sampler())
+    for dtype in xpu.supported_dtypes():
+        assert xpu.kv_cache_dtypes(dtype) == cuda.kv_cache_dtypes(dtype)
+        assert xpu.weight_formats(dtype) == cuda.weight_formats(dtype)
+    own = {n for n in vars(XpuBackend) if not n.startswith("_")}
+    assert own == {"name", "device_type", "graph_class", "process_group_backend", "devices"}, own
