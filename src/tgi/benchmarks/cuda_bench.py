@@ -49,7 +49,7 @@ from tgi.benchmarks.cuda_bench_device import Device, bandwidth_of, dry_backend
 
 SECTIONS = ("batch1", "throughput", "step", "transformers")
 ENV_DRY_RUN = "TGI_GPU_DRY_RUN"
-#: prompt tokens of the batch-1 and decode-step requests
+#: prompt tokens of the batch-1 and decode-step requests (`--prompt-len`)
 PROMPT_LEN = 32
 
 
@@ -65,6 +65,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--input-len", type=int, default=512)
     p.add_argument("--output-len", type=int, default=256)
     p.add_argument("--decode-tokens", type=int, default=256, help="tokens generated in the batch-1 run")
+    p.add_argument(
+        "--prompt-len",
+        type=int,
+        default=PROMPT_LEN,
+        help="prompt tokens of the batch-1 and decode-step requests",
+    )
+    p.add_argument(
+        "--max-batch-prefill-tokens", type=int, default=None,
+        help="the engine's token budget of one step (default: the engine's), the warm-up's largest prefill",
+    )  # fmt: skip
     p.add_argument("--bandwidth", type=float, default=None, help="TB/s of the card (default: from its name)")
     p.add_argument("--attention", default="triton", help="attention implementation (TGI_ATTENTION)")
     p.add_argument("--cuda-graphs", action="store_true", help="capture decode steps as CUDA graphs")
@@ -117,6 +127,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "input_len",
         "output_len",
         "decode_tokens",
+        "prompt_len",
     ):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be positive")
@@ -187,10 +198,11 @@ def make_engine(args: argparse.Namespace):
         model_id=args.model_dir, backend="cuda", dtype="float32" if args.dry_run else "bfloat16",
         max_total_tokens=8 + max(
             args.input_len + args.output_len,
-            PROMPT_LEN + args.decode_tokens + 1,
-            PROMPT_LEN + step_tokens(args),
+            args.prompt_len + args.decode_tokens + 1,
+            args.prompt_len + step_tokens(args),
         ),
         max_num_seqs=max(args.max_num_seqs, args.step_concurrency), quantize=args.quantize,
+        max_batch_prefill_tokens=args.max_batch_prefill_tokens,
     )  # fmt: skip
     return LLMEngine.from_config(config, registry=backend_registry("cuda", create), progress=print)
 
@@ -200,7 +212,7 @@ def bench_batch1(args, engine, device: Device, figures: dict) -> None:
     from tgi.core.sampling_params import SamplingParams
 
     vocab = engine.model_info.vocab_size
-    prompt = random_prompts(1, PROMPT_LEN, vocab, 1)[0]
+    prompt = random_prompts(1, args.prompt_len, vocab, 1)[0]
     engine.generate([prompt], SamplingParams(max_new_tokens=min(8, args.decode_tokens) + 1, ignore_eos=True))
     engine.add_request(prompt, SamplingParams(max_new_tokens=args.decode_tokens + 1, ignore_eos=True))
     stamps = []
@@ -301,7 +313,7 @@ def bench_transformers(args: argparse.Namespace, device: Device, figures: dict) 
     model.eval()
     vocab = model.config.vocab_size
     with torch.inference_mode():
-        ids = torch.tensor(random_prompts(1, 32, vocab, 1), device=where)
+        ids = torch.tensor(random_prompts(1, args.prompt_len, vocab, 1), device=where)
         model.generate(ids, max_new_tokens=8, min_new_tokens=8, do_sample=False)  # warm-up
         device.synchronize()
         t0 = time.perf_counter()

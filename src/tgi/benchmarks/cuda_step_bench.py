@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from tgi.benchmarks.cuda_bench import PROMPT_LEN, random_prompts, step_tokens
+from tgi.benchmarks.cuda_bench import random_prompts, step_tokens
 
 
 def busy_fraction(intervals: list[tuple[float, float]], wall: float) -> float:
@@ -31,7 +31,7 @@ def bench_decode_step(args, engine, device, figures: dict) -> None:
     c = args.step_concurrency
     total = step_tokens(args)
     vocab = engine.model_info.vocab_size
-    for prompt in random_prompts(c, PROMPT_LEN, vocab, 4):
+    for prompt in random_prompts(c, args.prompt_len, vocab, 4):
         engine.add_request(prompt, SamplingParams(max_new_tokens=total, ignore_eos=True))
     started: set[str] = set()
     while len(started) < c:  # prefill every request (the steps below are pure decode steps of c rows)

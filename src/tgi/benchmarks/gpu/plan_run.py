@@ -130,9 +130,11 @@ def write_summary(args: PlanArgs, name: str, summary: dict) -> Path:
 
 
 #: cuda_bench.py's sizes in a dry run: the smallest that reach every code path (2 requests of 8 tokens for 2 more, a
-#: step of 4 rows run twice): its figures mean nothing, every pass and field is the real run's
+#: step of 4 rows run twice, prompts of 8 tokens, a step budget of 32 tokens: the warm-up's prefill and the 4 rows'
+#: prefills in one step): its figures mean nothing, every pass and field is the real run's
 DRY_BENCH_ARGS = ["--num-requests", "2", "--input-len", "8", "--output-len", "2", "--decode-tokens", "2",
-                  "--step-concurrency", "4", "--step-iters", "2", "--warmup-steps", "1", "--max-num-seqs", "4"]  # fmt: skip
+                  "--step-concurrency", "4", "--step-iters", "2", "--warmup-steps", "1", "--max-num-seqs", "4",
+                  "--prompt-len", "8", "--max-batch-prefill-tokens", "32"]  # fmt: skip
 
 
 def run_cuda_bench(
