@@ -1,4 +1,6 @@
-"""The out-of-tree example backend, installed as a real package, is discovered and selected by name."""
+"""The out-of-tree example backend, installed as a real package, is discovered and selected by name: once by the
+`tgi` command in a process of its own, the other checks in this process with the package's folder put on
+`sys.path` (the same entry-point discovery, without starting Python and importing torch again for each)."""
 
 from __future__ import annotations
 
@@ -48,25 +50,42 @@ def test_tgi_backends_lists_and_selects_the_example(example_site):
     assert "selected (example): example" in out.stdout
 
 
-def test_auto_prefers_cpu_over_the_lower_priority_example(example_site):
-    out = run_tgi(["backends"], example_site, allow="cpu,example")
-    assert out.returncode == 0, out.stderr
-    assert "selected (auto): cpu" in out.stdout
+@pytest.fixture
+def example_here(example_site, monkeypatch, capsys):
+    """Run `tgi <args>` in this process with the example's folder on `sys.path`, only `allow`'s plugins
+    allowed: its exit code, stdout and stderr."""
+    monkeypatch.syspath_prepend(str(example_site))
+
+    def run(args, allow="cpu,example"):
+        from tgi.server.cli.main import main
+
+        monkeypatch.setenv("TGI_PLUGINS", allow)
+        capsys.readouterr()
+        try:
+            code = main(args)
+        except SystemExit as exc:
+            code = exc.code
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return run
 
 
-def test_unknown_backend_fails_naming_the_known_ones(example_site):
-    out = run_tgi(["backends", "--backend", "nosuch"], example_site, allow="cpu,example")
-    assert out.returncode == 2
-    assert "unknown backend 'nosuch' (known backends: cpu, example" in out.stderr
+def test_auto_prefers_cpu_over_the_lower_priority_example(example_here):
+    code, out, err = example_here(["backends"])
+    assert code == 0, err
+    assert "example" in out and "selected (auto): cpu" in out
 
 
-def test_example_backend_instantiates(example_site):
-    code = (
-        "from tgi.core.plugins import BackendRegistry\n"
-        "b = BackendRegistry().select('example').create()\n"
-        "print(b.name, b.default_dtype(), b.attention().name)\n"
-    )
-    env = dict(os.environ, PYTHONPATH=str(example_site), TGI_PLUGINS="example")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["example", "float32", "example-naive"]
+def test_unknown_backend_fails_naming_the_known_ones(example_here):
+    code, _, err = example_here(["backends", "--backend", "nosuch"])
+    assert code == 2
+    assert "unknown backend 'nosuch' (known backends: cpu, example" in err
+
+
+def test_example_backend_instantiates(example_here, monkeypatch):
+    from tgi.core.plugins import BackendRegistry
+
+    monkeypatch.setenv("TGI_PLUGINS", "example")  # only the example is allowed
+    b = BackendRegistry().select("example").create()
+    assert [b.name, str(b.default_dtype()), b.attention().name] == ["example", "float32", "example-naive"]
