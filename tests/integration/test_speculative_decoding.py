@@ -38,6 +38,20 @@ def spec_engine(engine):
     return make
 
 
+@pytest.fixture(scope="module")
+def plain_runs(spec_engine):
+    """`plain(key, prompts, params, **limits)`: `_run` on an engine without speculation, once per `key` for
+    the module (the reference every speculating run of the same requests is compared with)."""
+    memo = {}
+
+    def plain(key: str, prompts, params, **limits):
+        if key not in memo:
+            memo[key] = _run(spec_engine(0, **limits), prompts, params)
+        return memo[key]
+
+    return plain
+
+
 def _run(engine: LLMEngine, prompts: list[list[int]], params: list[SamplingParams]):
     rids = [engine.add_request(p, sp) for p, sp in zip(prompts, params, strict=True)]
     done = {}
@@ -52,7 +66,7 @@ def _run(engine: LLMEngine, prompts: list[list[int]], params: list[SamplingParam
 
 
 @pytest.mark.parametrize("k", [1, 5])
-def test_greedy_and_sampled_tokens_equal_plain_decoding(spec_engine, prompts, tokenizer, k):
+def test_greedy_and_sampled_tokens_equal_plain_decoding(spec_engine, plain_runs, prompts, tokenizer, k):
     texts = [
         tokenizer.encode(REPEAT),
         prompts["code"],
@@ -67,7 +81,7 @@ def test_greedy_and_sampled_tokens_equal_plain_decoding(spec_engine, prompts, to
         SamplingParams(max_new_tokens=32, do_sample=True, temperature=0.7, top_p=0.9, seed=8, logprobs=True),
         SamplingParams(max_new_tokens=32, do_sample=True, top_k=20, presence_penalty=0.5, seed=9),
     ]
-    plain, plain_final = _run(spec_engine(0), texts, params)
+    plain, plain_final = plain_runs("mixed", texts, params)  # computed once for both k
     engine = spec_engine(k)
     fast, fast_final = _run(engine, texts, params)
     assert fast == plain
