@@ -120,13 +120,14 @@ def test_unsupported_peft_settings_are_refused(lora_model, tmp_path):
         _engine(base, {"head": head})
 
 
-def test_two_ranks_give_the_tokens_of_one(lora_model):
-    """Tensor parallelism (gloo, two processes): lora_A/B sharded like the layers they adapt."""
+def test_two_ranks_give_the_tokens_of_one(lora_model, peft_tokens):
+    """Tensor parallelism (gloo, two processes): lora_A/B sharded like the layers they adapt. One rank's
+    tokens are peft's (test_mixed_batch_equals_peft_per_adapter): the two ranks are held to those."""
     import multiprocessing
 
     base, paths = lora_model
     requests = [(p, a) for p in PROMPTS[1:] for a in (None, *ADAPTERS)]
-    one = _run(_engine(base, paths), requests)
+    one = [peft_tokens[a][PROMPTS.index(p)] for p, a in requests]
     engine = _engine(base, paths, num_shard=2)
     try:
         assert _run(engine, requests) == one
@@ -135,9 +136,9 @@ def test_two_ranks_give_the_tokens_of_one(lora_model):
     assert not multiprocessing.active_children()
 
 
-def test_a_draft_model_guesses_for_adapter_requests(lora_model, tmp_path):
+def test_a_draft_model_guesses_for_adapter_requests(lora_model, peft_tokens, tmp_path):
     """--speculative-model with adapters: the draft (another model) loads without them; verification keeps
-    each request's tokens those of its adapter."""
+    each request's tokens those of its adapter (peft's, as one engine without a draft gives them)."""
     base, paths = lora_model
     # another shape, the same vocabulary: the adapters do not fit it
     draft = save_random_model(
@@ -151,5 +152,5 @@ def test_a_draft_model_guesses_for_adapter_requests(lora_model, tmp_path):
         init_std=0.08,
     )  # fmt: skip
     requests = [(p, a) for p in PROMPTS[1:] for a in (None, "all")]
-    plain = _run(_engine(base, paths), requests)
+    plain = [peft_tokens[a][PROMPTS.index(p)] for p, a in requests]
     assert _run(_engine(base, paths, speculate=3, speculative_model=str(draft)), requests) == plain

@@ -103,22 +103,38 @@ def test_an_id_loaded_again_never_reads_the_old_weights_blocks(model):
     assert engine.stats().num_prefix_cache_hit_tokens == hits
 
 
-def test_two_ranks_load_and_refuse_at_run_time(model, tmp_path):
-    base, paths, want = model
-    engine = _engine(base, num_shard=2)
+@pytest.fixture(scope="module")
+def two_ranks(model, tmp_path_factory):
+    """One group of two ranks for the module's tensor-parallel tests (each leaves it without adapters),
+    its worker spawned in a working folder of its own (`spawned_in`), and rank 0's folder beside it."""
+    base, _, _ = model
+    root = tmp_path_factory.mktemp("two-ranks")
+    spawned_in, here = root / "workers", root / "rank0"
+    spawned_in.mkdir()
+    here.mkdir()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(spawned_in)
+        engine = _engine(base, num_shard=2)
     try:
-        engine.lora.load("two", str(paths["two"]))
-        requests = [(p, "two") for p in PROMPTS]
-        assert _run(engine, requests) == want["two"]
-        bad = tmp_path / "missing"
-        with pytest.raises(AdapterError, match="is not a folder"):
-            engine.lora.load("bad", str(bad))
-        engine.lora.unload("two")
-        engine.lora.load("one", str(paths["one"]))  # the group still serves after a refusal
-        assert _run(engine, [(p, "one") for p in PROMPTS]) == want["one"]
+        yield engine, here
     finally:
         engine.runner.shutdown()
     assert not multiprocessing.active_children()
+
+
+def test_two_ranks_load_and_refuse_at_run_time(model, two_ranks, tmp_path):
+    _, paths, want = model
+    engine, _ = two_ranks
+    engine.lora.load("two", str(paths["two"]))
+    requests = [(p, "two") for p in PROMPTS]
+    assert _run(engine, requests) == want["two"]
+    bad = tmp_path / "missing"
+    with pytest.raises(AdapterError, match="is not a folder"):
+        engine.lora.load("bad", str(bad))
+    engine.lora.unload("two")
+    engine.lora.load("one", str(paths["one"]))  # the group still serves after a refusal
+    assert _run(engine, [(p, "one") for p in PROMPTS]) == want["one"]
+    engine.lora.unload("one")
 
 
 def test_max_loras_and_max_lora_rank_are_refused_by_name(model, tmp_path):
@@ -139,23 +155,16 @@ def test_max_loras_and_max_lora_rank_are_refused_by_name(model, tmp_path):
     assert engine.model_info.lora_adapters == ("three",)
 
 
-def test_a_refusal_on_another_rank_than_0_leaves_the_group_serving(model, tmp_path, monkeypatch):
+def test_a_refusal_on_another_rank_than_0_leaves_the_group_serving(model, two_ranks, monkeypatch):
     """Rank 1 alone cannot read the adapter: the workers were started in another working folder, where the
     relative `lora_path` names nothing. Every rank checks before any applies, so it is only refused."""
-    base, paths, want = model
-    spawned_in, here = tmp_path / "workers", tmp_path / "rank0"
-    spawned_in.mkdir()
-    here.mkdir()
-    monkeypatch.chdir(spawned_in)
-    engine = _engine(base, num_shard=2)
-    try:
-        monkeypatch.chdir(here)
-        (here / "adapter").symlink_to(paths["one"])  # rank 0 finds it, rank 1 (in `spawned_in`) does not
-        with pytest.raises(AdapterError, match=r"refused on tensor-parallel rank\(s\) \[1\]"):
-            engine.lora.load("one", "adapter")
-        assert engine.model_info.lora_adapters == ()
-        engine.lora.load("one", str(paths["one"]))  # the group still serves
-        assert _run(engine, [(p, "one") for p in PROMPTS]) == want["one"]
-    finally:
-        engine.runner.shutdown()
-    assert not multiprocessing.active_children()
+    _, paths, want = model
+    engine, here = two_ranks
+    monkeypatch.chdir(here)
+    (here / "adapter").symlink_to(paths["one"])  # rank 0 finds it, rank 1 (in `spawned_in`) does not
+    with pytest.raises(AdapterError, match=r"refused on tensor-parallel rank\(s\) \[1\]"):
+        engine.lora.load("one", "adapter")
+    assert engine.model_info.lora_adapters == ()
+    engine.lora.load("one", str(paths["one"]))  # the group still serves
+    assert _run(engine, [(p, "one") for p in PROMPTS]) == want["one"]
+    engine.lora.unload("one")
