@@ -93,13 +93,15 @@ def _run(engine: LLMEngine, continuations: list[list[int]] | None):
     greedy = [
         r.token_ids for r in engine.generate(PROMPTS, SamplingParams(max_new_tokens=NEW, ignore_eos=True))
     ]
-    forced = None
-    if continuations is not None:
-        tokenizer = engine.tokenizer
-        ids = [tokenizer.encode(p) + c for p, c in zip(PROMPTS, continuations, strict=True)]
-        results = engine.generate(ids, SamplingParams(max_new_tokens=1, prompt_logprobs=True))
-        forced = [[t.logprob for t in r.final.prompt_tokens[1:]] for r in results]
-    return greedy, forced
+    return greedy, None if continuations is None else _forced(engine, continuations)
+
+
+def _forced(engine: LLMEngine, continuations: list[list[int]]) -> list[list[float]]:
+    """The next-token logprobs over each prompt + its continuation (teacher forced)."""
+    tokenizer = engine.tokenizer
+    ids = [tokenizer.encode(p) + c for p, c in zip(PROMPTS, continuations, strict=True)]
+    results = engine.generate(ids, SamplingParams(max_new_tokens=1, prompt_logprobs=True))
+    return [[t.logprob for t in r.final.prompt_tokens[1:]] for r in results]
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +110,7 @@ def reference(q4_k_m):
         engine = _engine(mp, q4_k_m, "float32", blocks=False)
         assert not _block_kernels(engine)
         greedy, _ = _run(engine, None)
-        _, forced = _run(engine, greedy)
+        forced = _forced(engine, greedy)
     return greedy, forced
 
 
