@@ -104,7 +104,7 @@ def test_unconstrained_requests_give_the_same_tokens_beside_constrained_ones(mak
 
 
 def test_grammar_state_survives_preemption(make_engine, tokenizer):
-    names = ["recipe", "address", "closed_object"]  # nested objects and arrays; a closed object
+    names = ["recipe", "items_of_objects", "address", "person", "deeply_nested", "closed_object"]
     requests = [(_chat(tokenizer, schema_prompt(n)), Grammar.json_schema(JSON_SCHEMAS[n])) for n in names]
 
     def run(engine):
