@@ -61,10 +61,10 @@ def test_the_tree_keeps_the_contracts():
     assert f"Contracts: {len(CONTRACTS)} kept, 0 broken." in out.stdout
 
 
-def _fake_tree(tmp_path: pathlib.Path, importer: str, imported: str) -> pathlib.Path:
+def _fake_tree(tmp_path: pathlib.Path, forbidden: list[tuple[str, str]]) -> pathlib.Path:
     """A `tgi` tree of empty packages: every package the contracts name, the imports
-    their `ignore_imports` allow, and `importer` importing `imported`; the real pyproject.toml beside it.
-    Returns the folder to put on PYTHONPATH."""
+    their `ignore_imports` allow, and each (importer, imported) of `forbidden`; the real pyproject.toml beside
+    it. Returns the folder to put on PYTHONPATH."""
     src = tmp_path / "src"
     imports: dict[str, list[str]] = {root: [] for root in CONFIG["tool"]["importlinter"]["root_packages"]}
     for contract in CONTRACTS.values():
@@ -75,7 +75,8 @@ def _fake_tree(tmp_path: pathlib.Path, importer: str, imported: str) -> pathlib.
             a, b = (m.strip() for m in rule.split("->"))
             imports.setdefault(a, []).append(b)
             imports.setdefault(b, [])
-    imports.setdefault(importer, []).append(imported)
+    for importer, imported in forbidden:
+        imports.setdefault(importer, []).append(imported)
     for module, targets in imports.items():
         parts = module.split(".")
         for depth in range(2, len(parts) + 1):  # `tgi` itself stays a namespace package
@@ -101,28 +102,43 @@ TORCH_FREE_CASES = [
 ]
 
 
+#: each forbidden import, with the contract it breaks
+FORBIDDEN_IMPORTS = [
+    *TORCH_FREE_CASES,
+    ("tgi.core.engine", "tgi.backends.cpu", "core-no-backend"),
+    ("tgi.core.engine", "tgi.server", "core-no-server"),
+    ("tgi.backends.rocm.backend", "tgi.backends.cuda", "backend-no-backend"),
+    ("tgi.backends.triton_common.backend", "tgi.backends.cuda", "shared-no-backend"),
+    ("tgi.backends.cpu.backend", "tgi.server", "backend-no-server"),
+    ("tgi.core.interfaces.runner", "torch", "interfaces-framework-free"),
+    ("tgi.core.interfaces.runner", "tgi.core.torch", "interfaces-framework-free"),
+    ("tgi.backends.cpu.backend", "tgi.benchmarks", "no-benchmarks"),
+]
+
+
+def _report_sections(report: str) -> dict[str, str]:
+    """lint-imports' report cut at its underlined headings (a broken contract's name, then its findings)."""
+    lines = report.splitlines()
+    heads = [i for i in range(1, len(lines)) if lines[i] and set(lines[i]) <= {"-", "="}]
+    heads = [i for i in heads if len(lines[i]) == len(lines[i - 1])]
+    ends = [i - 1 for i in heads[1:]] + [len(lines)]
+    return {lines[i - 1]: "\n".join(lines[i + 1 : end]) for i, end in zip(heads, ends, strict=True)}
+
+
 @requires_import_linter
-@pytest.mark.parametrize(
-    ("importer", "imported", "contract"),
-    [
-        *TORCH_FREE_CASES,
-        ("tgi.core.engine", "tgi.backends.cpu", "core-no-backend"),
-        ("tgi.core.engine", "tgi.server", "core-no-server"),
-        ("tgi.backends.rocm.backend", "tgi.backends.cuda", "backend-no-backend"),
-        ("tgi.backends.triton_common.backend", "tgi.backends.cuda", "shared-no-backend"),
-        ("tgi.backends.cpu.backend", "tgi.server", "backend-no-server"),
-        ("tgi.core.interfaces.runner", "torch", "interfaces-framework-free"),
-        ("tgi.core.interfaces.runner", "tgi.core.torch", "interfaces-framework-free"),
-        ("tgi.backends.cpu.backend", "tgi.benchmarks", "no-benchmarks"),
-    ],
-)
-def test_a_forbidden_import_breaks_its_contract(tmp_path, importer, imported, contract):
-    src = _fake_tree(tmp_path, importer, imported)
+def test_a_forbidden_import_breaks_its_contract(tmp_path):
+    """Every forbidden import at once in one stand-in tree (one lint-imports run, not one per import): each is
+    reported under the contract it breaks, each of those contracts is broken, and the others are kept."""
+    src = _fake_tree(tmp_path, [(importer, imported) for importer, imported, _ in FORBIDDEN_IMPORTS])
     out = _lint_imports(tmp_path, pythonpath=src)
     assert out.returncode == 1, out.stdout + out.stderr
-    assert f"{CONTRACTS[contract]['name']} BROKEN" in out.stdout
-    assert f"{importer} -> {imported}" in out.stdout
-    assert f"Contracts: {len(CONTRACTS) - 1} kept, 1 broken." in out.stdout
+    sections = _report_sections(out.stdout)
+    for importer, imported, contract in FORBIDDEN_IMPORTS:
+        name = CONTRACTS[contract]["name"]
+        assert f"{name} BROKEN" in out.stdout, contract
+        assert f"{importer} -> {imported}" in sections.get(name, ""), (importer, imported, contract)
+    broken = len({contract for _, _, contract in FORBIDDEN_IMPORTS})
+    assert f"Contracts: {len(CONTRACTS) - broken} kept, {broken} broken." in out.stdout
 
 
 #: modules checked by importing them: what importing each one must not load. Those that claim only that
