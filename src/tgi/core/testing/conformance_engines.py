@@ -15,9 +15,10 @@ from tgi.core.interfaces import Backend, RunnerConstraints
 from tgi.core.interfaces.batch import ScheduledBatch
 from tgi.core.testing.model import PROMPTS, backend_registry, write_tiny_llama
 
-#: the reference's length: every request generates this many tokens (EOS ignored)
+#: the reference's length: every request generates this many tokens (EOS ignored), unless a backend's suite
+#: sets `max_new_tokens`
 MAX_NEW_TOKENS = 8
-_REFERENCE: dict[str, list[list[int]]] = {}  # transformers' greedy tokens, by checkpoint
+_REFERENCE: dict[tuple[str, int], list[list[int]]] = {}  # transformers' greedy tokens, by checkpoint, length
 
 
 def constraint_violations(
@@ -65,6 +66,9 @@ class ConformanceEngines:
     generation_dtype: ClassVar[str | None] = None
     #: the engine's step budget: 32 prefills the 45-token prompt in two chunks (64 for runners that cannot)
     max_batch_prefill_tokens: ClassVar[int] = 32
+    #: the tokens each request generates (the reference's length); a backend whose steps are slow (Triton's
+    #: interpreter) sets fewer: 5 still leaves the preemption, cancellation and early-stop checks room
+    max_new_tokens: ClassVar[int] = MAX_NEW_TOKENS
 
     def make_backend(self) -> Backend:
         if self.backend_name is None:
@@ -102,9 +106,9 @@ class ConformanceEngines:
         """`transformers`' greedy tokens for `PROMPTS` (computed once per session)."""
         from tgi.core.testing.model import transformers_greedy
 
-        key = str(tiny_llama)
+        key = (str(tiny_llama), self.max_new_tokens)
         if key not in _REFERENCE:
-            _REFERENCE[key] = transformers_greedy(tiny_llama, PROMPTS, MAX_NEW_TOKENS)
+            _REFERENCE[key] = transformers_greedy(tiny_llama, PROMPTS, self.max_new_tokens)
         return _REFERENCE[key]
 
     def engine_dtype(self, backend: Backend) -> str:
@@ -142,11 +146,10 @@ class ConformanceEngines:
             engine.runner.execute_async = checking(engine.runner.execute_async)
         return engine
 
-    @staticmethod
-    def _params():
+    def _params(self):
         from tgi.core.sampling_params import SamplingParams
 
-        return SamplingParams(max_new_tokens=MAX_NEW_TOKENS, ignore_eos=True)
+        return SamplingParams(max_new_tokens=self.max_new_tokens, ignore_eos=True)
 
     @staticmethod
     def _assert_all_blocks_free(engine) -> None:

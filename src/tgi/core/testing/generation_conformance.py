@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tgi.core.testing.conformance_engines import MAX_NEW_TOKENS, ConformanceEngines
+from tgi.core.testing.conformance_engines import ConformanceEngines
 from tgi.core.testing.model import PROMPTS
 
 
@@ -54,7 +54,7 @@ class GenerationChecks(ConformanceEngines):
         while engine.has_unfinished():
             for event in engine.step():
                 tokens[event.request_id].append(event.token_id)
-        assert len(tokens[victim]) == cancelled_at < MAX_NEW_TOKENS and tokens[queued] == []
+        assert len(tokens[victim]) == cancelled_at < self.max_new_tokens and tokens[queued] == []
         spared = [i for i, rid in enumerate(ids) if rid != victim]
         assert [tokens[ids[i]] for i in spared] == [reference[i] for i in spared]
         self._assert_all_blocks_free(engine)

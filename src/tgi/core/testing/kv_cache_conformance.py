@@ -4,7 +4,7 @@ own dtype does, within stated tolerances.
 
 Compared teacher-forced, never free-running (a near-tie of the random-weight model flips a greedy token and
 every token after it): the conformance prompt (45 tokens, prefilled in chunks where the runner chunks, so
-that a later chunk reads the earlier one's keys from the quantized cache) then the 8 tokens `transformers`
+that a later chunk reads the earlier one's keys from the quantized cache) then the tokens `transformers`
 generates greedily from it, fed one decode at a time. On both engines, the same positions give:
 
 - the prompt's logprobs (where the runner returns them): each within `KV_TOLERANCE` of the unquantized's;
