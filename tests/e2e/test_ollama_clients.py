@@ -1,7 +1,8 @@
-"""The official `ollama` client against a real server (one, for this module): the model listed, shown and
-loaded as Ollama describes its models, `/api/version`, `generate` with `raw=True` equal to TGI's own
-`/generate` greedy text on the same server, `chat` streamed equal to `chat` whole, `format` with a JSON schema
-whose answer validates, and Ollama's errors (an unknown model's 404, an unknown option named in the 400)."""
+"""The official `ollama` client against a real server (the shared float32 one, tests/e2e/conftest.py: these
+tests only send requests): the model listed, shown and loaded as Ollama describes its models, `/api/version`,
+`generate` with `raw=True` equal to TGI's own `/generate` greedy text on the same server, `chat` streamed
+equal to `chat` whole, `format` with a JSON schema whose answer validates, and Ollama's errors (an unknown
+model's 404, an unknown option named in the 400)."""
 
 from __future__ import annotations
 
@@ -23,14 +24,6 @@ PLACE = {
     },
     "required": ["city", "country"],
 }
-
-
-@pytest.fixture(scope="module")
-def server(launch_server, stop_server, tmp_path_factory):
-    s = launch_server(tmp_path_factory.mktemp("ollama-e2e"), "--dtype", "float32")
-    yield s
-    code = stop_server(s)
-    assert code == 0, f"the server exited with {code} on SIGTERM:\n{s.logs()}"
 
 
 @pytest.fixture(scope="module")
