@@ -13,7 +13,16 @@ import re
 
 import httpx
 import pytest
-from e2e_server import SHARED_FLAGS, launch, reference_for, stop
+from e2e_server import (
+    KEYED_FLAGS,
+    REASONING_ADMIN_KEY,
+    REASONING_TEMPLATE,
+    SHARED_FLAGS,
+    TENANT_KEYS,
+    launch,
+    reference_for,
+    stop,
+)
 
 
 @pytest.fixture(scope="session")
@@ -30,19 +39,47 @@ def server(shared_server):
 
 
 @pytest.fixture(scope="session")
-def reasoning_server(tmp_path_factory):
-    """`tgi launch --reasoning-parser deepseek_r1` on a tiny random model whose chat template opens `<think>`
-    as DeepSeek-R1's does (`helpers.reasoning_model`), float32, 512 total tokens: one server, started when a
-    test first asks for it, for every file that reads its reasoning with these flags (Anthropic Messages,
-    OpenAI Responses). Its tests only send requests: none changes what the server serves."""
+def reasoning_models(tmp_path_factory):
+    """(the reasoning model, a plain one): tiny random Llamas; the first with `REASONING_TEMPLATE`
+    (`helpers.reasoning_model`), the second with no chat template (it cannot reason in `<think>`)."""
     from helpers.reasoning_model import save_reasoning_model
 
-    root = tmp_path_factory.mktemp("reasoning-e2e")
-    model = save_reasoning_model(root / "model")
+    from tgi.core.testing.tiny_models import save_random_model
+
+    root = tmp_path_factory.mktemp("reasoning-models")
+    return save_reasoning_model(root / "model", REASONING_TEMPLATE), save_random_model(root / "plain")
+
+
+@pytest.fixture(scope="session")
+def reasoning_server(tmp_path_factory, reasoning_models):
+    """`tgi launch --reasoning-parser deepseek_r1 --tool-call-parser auto` on a tiny random model whose chat
+    template opens `<think>` as DeepSeek-R1's does and teaches Hermes tool calls (`REASONING_TEMPLATE`),
+    float32, 512 total tokens, with `--enable-model-swap` to the plain model of `reasoning_models` (which the
+    reasoning parser refuses: test_reasoning_e2e.py): one server, started when a test first asks for it, for
+    every file that reads its reasoning with these flags (chat completions, Anthropic Messages, OpenAI
+    Responses). Its tests only send requests: none changes what the server serves."""
+    model, plain = reasoning_models
     s = launch(
-        root, "--model-id", str(model), "--backend", "cpu", "--dtype", "float32", "--max-total-tokens", "512",
-        "--reasoning-parser", "deepseek_r1",
+        tmp_path_factory.mktemp("reasoning-e2e"), "--model-id", str(model), "--backend", "cpu",
+        "--dtype", "float32", "--max-total-tokens", "512", "--reasoning-parser", "deepseek_r1",
+        "--tool-call-parser", "auto", "--enable-model-swap", "--admin-api-key", REASONING_ADMIN_KEY,
+        "--swappable-models", str(plain),
     )  # fmt: skip
+    yield s
+    code = stop(s)
+    assert code == 0, f"the server exited with {code} on SIGTERM:\n{s.logs()}"
+
+
+@pytest.fixture(scope="session")
+def keyed_server(tmp_path_factory):
+    """`tgi launch --api-key s3cret --max-batch-size 1 --stream-write-timeout 2` (`KEYED_FLAGS`) and an
+    `--api-key-file` of two tenants (`TENANT_KEYS`) on the default model: one server for the tests of these
+    flags that only send requests (the key's headers, a request queued behind the one running sequence, a
+    stalled reader cancelled, tenants kept apart); every request takes a key. Each test leaves it idle, every
+    KV block free."""
+    root = tmp_path_factory.mktemp("keyed-e2e")
+    (root / "api-keys.txt").write_text(TENANT_KEYS)
+    s = launch(root, *KEYED_FLAGS, "--api-key-file", str(root / "api-keys.txt"))
     yield s
     code = stop(s)
     assert code == 0, f"the server exited with {code} on SIGTERM:\n{s.logs()}"

@@ -31,6 +31,27 @@ LAUNCH_ARGS = [
 #: (test_templates_e2e.py; no other test sends one)
 SHARED_FLAGS = ("--dtype", "float32", "--trust-request-chat-template")
 
+#: the reasoning server's chat template (tests/e2e/conftest.py): DeepSeek-R1's, which opens `<think>`, taught
+#: Hermes tool calls when a request has tools (without tools: DeepSeek-R1's prompt, byte for byte)
+REASONING_TEMPLATE = (
+    "{% if tools %}You may call: {{ tools | tojson }}. Answer a call as "
+    '<tool_call>{"name": <name>, "arguments": <object>}</tool_call>.{% endif %}'
+    "{% for m in messages %}{% if m['role'] == 'user' %}<|User|>{{ m['content'] }}"
+    "{% else %}<|Assistant|>{{ m['content'].split('</think>')[-1] }}</s>{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|Assistant|><think>\n{% endif %}"
+)
+#: its admin key (`--enable-model-swap`: test_reasoning_e2e.py asks for a swap that is refused)
+REASONING_ADMIN_KEY = "reasoning-admin-key"
+
+#: the keyed server's flags (tests/e2e/conftest.py) beside its `--api-key-file` of `TENANT_KEYS`: an inference
+#: key, one running sequence (a second request queues), and a stream whose reader stalls this many seconds is
+#: cancelled
+KEY = "s3cret"
+WRITE_TIMEOUT_S = 2
+KEYED_FLAGS = ("--api-key", KEY, "--max-batch-size", "1", "--stream-write-timeout", str(WRITE_TIMEOUT_S))
+#: its `--api-key-file`: two tenants (test_tenants_e2e.py)
+TENANT_KEYS = "# two tenants\nkey-of-a team-a\nkey-of-b team-b\n"
+
 
 def free_port() -> int:
     with socket.socket() as s:

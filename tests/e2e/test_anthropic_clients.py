@@ -10,6 +10,7 @@ import httpx
 import jsonschema
 import pytest
 from anthropic_schemas import ERROR, MESSAGE, check_stream, parse_stream
+from e2e_server import KEY
 
 pytestmark = pytest.mark.e2e
 
@@ -193,30 +194,27 @@ def test_errors_in_anthropics_shape(client, server):
     jsonschema.validate(r.json(), ERROR)
 
 
-def test_api_key_as_x_api_key(launch_server, stop_server, tmp_path):
+def test_api_key_as_x_api_key(keyed_server):
+    """On the session's keyed server (`--api-key s3cret`)."""
     import anthropic
 
-    server = launch_server(tmp_path, "--api-key", "s3cret")
-    try:
-        as_header = anthropic.Anthropic(
-            base_url=server.url,
-            api_key=None,
-            default_headers={"x-api-key": "s3cret"},
-            timeout=120,
-            max_retries=0,
-        )
-        assert as_header.messages.count_tokens(model="tgi", messages=ASK).input_tokens > 0
-        as_bearer = anthropic.Anthropic(base_url=server.url, auth_token="s3cret", timeout=120, max_retries=0)
-        assert as_bearer.messages.create(model="tgi", max_tokens=2, messages=ASK).usage.output_tokens <= 2
-        wrong = anthropic.Anthropic(
-            base_url=server.url,
-            api_key=None,
-            default_headers={"x-api-key": "nope"},
-            timeout=120,
-            max_retries=0,
-        )
-        with pytest.raises(anthropic.AuthenticationError) as refused:
-            wrong.messages.count_tokens(model="tgi", messages=ASK)
-        assert refused.value.body["error"]["type"] == "authentication_error"
-    finally:
-        assert stop_server(server) == 0, server.logs()
+    as_header = anthropic.Anthropic(
+        base_url=keyed_server.url,
+        api_key=None,
+        default_headers={"x-api-key": KEY},
+        timeout=120,
+        max_retries=0,
+    )
+    assert as_header.messages.count_tokens(model="tgi", messages=ASK).input_tokens > 0
+    as_bearer = anthropic.Anthropic(base_url=keyed_server.url, auth_token=KEY, timeout=120, max_retries=0)
+    assert as_bearer.messages.create(model="tgi", max_tokens=2, messages=ASK).usage.output_tokens <= 2
+    wrong = anthropic.Anthropic(
+        base_url=keyed_server.url,
+        api_key=None,
+        default_headers={"x-api-key": "nope"},
+        timeout=120,
+        max_retries=0,
+    )
+    with pytest.raises(anthropic.AuthenticationError) as refused:
+        wrong.messages.count_tokens(model="tgi", messages=ASK)
+    assert refused.value.body["error"]["type"] == "authentication_error"

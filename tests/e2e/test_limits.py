@@ -10,6 +10,7 @@ import time
 
 import httpx
 import pytest
+from e2e_server import KEY
 
 from fake_engine import error_of
 
@@ -221,30 +222,38 @@ def test_oversized_and_fan_out_requests_are_refused_at_once(get_metrics, server)
     assert m["tgi_kv_free_blocks"] == total and m["tgi_request_in_flight"] == 0
 
 
-def test_disconnect_while_queued_frees_its_slot_and_runs_no_prefill(
-    tmp_path, launch_server, stop_server, get_metrics
-):
-    s = launch_server(tmp_path, "--max-batch-size", "1")  # one running sequence: the next one queues
-    try:
-        total = get_metrics(s.url)["tgi_kv_total_blocks"]
-        long = {"prompt": "Once upon a time", "max_tokens": 900, "ignore_eos": True, "stream": True}
-        with httpx.Client(timeout=120) as c, c.stream("POST", s.url + "/v1/completions", json=long) as held:
-            lines = _first_event(held)
-            prefilled = get_metrics(s.url)["tgi_prefill_tokens_total"]
-            queued = {"inputs": "A long prompt that never runs. " * 40, "parameters": {"max_new_tokens": 5}}
-            with pytest.raises(httpx.ReadTimeout):  # no header before its first token: the client leaves
-                httpx.post(s.url + "/generate_stream", json=queued, timeout=httpx.Timeout(120, read=1.0))
-            # the queued request leaves the queue once its client has gone (within the wait's bound: a
-            # liveness bound, the order shown by the metrics), while the held stream runs on
-            m = _wait_until(
-                get_metrics, s.url, lambda m: m["tgi_request_in_flight"] == 1 and m["tgi_queue_size"] == 0, 30
+def test_disconnect_while_queued_frees_its_slot_and_runs_no_prefill(keyed_server, get_metrics):
+    """On the session's keyed server (`--max-batch-size 1`: one running sequence, the next one queues)."""
+    s, auth = keyed_server, {"Authorization": f"Bearer {KEY}"}
+
+    def metrics(url):
+        return get_metrics(url, auth)
+
+    total = metrics(s.url)["tgi_kv_total_blocks"]
+    long = {"prompt": "Once upon a time", "max_tokens": 900, "ignore_eos": True, "stream": True}
+    with (
+        httpx.Client(timeout=120, headers=auth) as c,
+        c.stream("POST", s.url + "/v1/completions", json=long) as held,
+    ):
+        lines = _first_event(held)
+        prefilled = metrics(s.url)["tgi_prefill_tokens_total"]
+        cancelled = metrics(s.url).get('tgi_request_failure{err="cancelled"}', 0)
+        queued = {"inputs": "A long prompt that never runs. " * 40, "parameters": {"max_new_tokens": 5}}
+        with pytest.raises(httpx.ReadTimeout):  # no header before its first token: the client leaves
+            httpx.post(
+                s.url + "/generate_stream", json=queued, headers=auth, timeout=httpx.Timeout(120, read=1.0)
             )
-            assert m["tgi_request_in_flight"] == 1 and m["tgi_queue_size"] == 0, m
-            assert m["tgi_batch_current_size"] == 1
-            del lines
-        m = _wait_until(get_metrics, s.url, lambda m: m["tgi_kv_free_blocks"] == total, 10)
-        assert m["tgi_kv_free_blocks"] == total and m["tgi_request_in_flight"] == 0
-        assert m["tgi_prefill_tokens_total"] == prefilled  # the queued prompt was never run
-        assert m['tgi_request_failure{err="cancelled"}'] >= 1
-    finally:
-        assert stop_server(s) == 0, s.logs()
+        # the queued request leaves the queue once its client has gone (within the wait's bound: a
+        # liveness bound, the order shown by the metrics), while the held stream runs on
+        m = _wait_until(
+            metrics, s.url, lambda m: m["tgi_request_in_flight"] == 1 and m["tgi_queue_size"] == 0, 30
+        )
+        assert m["tgi_request_in_flight"] == 1 and m["tgi_queue_size"] == 0, m
+        assert m["tgi_batch_current_size"] == 1
+        del lines
+    m = _wait_until(
+        metrics, s.url, lambda m: m["tgi_kv_free_blocks"] == total and m["tgi_request_in_flight"] == 0, 10
+    )
+    assert m["tgi_kv_free_blocks"] == total and m["tgi_request_in_flight"] == 0
+    assert m["tgi_prefill_tokens_total"] == prefilled  # the queued prompt was never run
+    assert m['tgi_request_failure{err="cancelled"}'] >= cancelled + 1

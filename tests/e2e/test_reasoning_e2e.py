@@ -1,10 +1,10 @@
-"""Reasoning output and models' own tool calls through a real `tgi launch --reasoning-parser auto
---tool-call-parser auto` on a tiny random model whose chat template (built here) opens `<think>` as
-DeepSeek-R1's does and teaches Hermes tool calls, with the official `openai` client: the reasoning and the
-answer stream in their own delta fields; a guided regex constrains the answer after the reasoning, not the
-thinking (`</think>` is made likely with `logit_bias` so that the random model ends its thinking); a tools
-request whose output is no call answers as text, never an error; a model swap to a model the named
-reasoning parser cannot read is refused."""
+"""Reasoning output and models' own tool calls through a real `tgi launch --reasoning-parser deepseek_r1
+--tool-call-parser auto` (the session's `reasoning_server`) on a tiny random model whose chat template
+(`e2e_server.REASONING_TEMPLATE`) opens `<think>` as DeepSeek-R1's does and teaches Hermes tool calls, with
+the official `openai` client: the reasoning and the answer stream in their own delta fields; a guided regex
+constrains the answer after the reasoning, not the thinking (`</think>` is made likely with `logit_bias` so
+that the random model ends its thinking); a tools request whose output is no call answers as text, never an
+error; a model swap to a model the named reasoning parser cannot read is refused."""
 
 from __future__ import annotations
 
@@ -13,30 +13,18 @@ import re
 import httpx
 import openai
 import pytest
-from helpers.reasoning_model import DEEPSEEK_R1_TEMPLATE, byte_tokenizer, save_reasoning_model
+from e2e_server import REASONING_ADMIN_KEY as ADMIN_KEY
+from helpers.reasoning_model import byte_tokenizer
 
-from tgi.core.testing.tiny_models import save_random_model
-
-TEMPLATE = (
-    "{% if tools %}You may call: {{ tools | tojson }}. Answer a call as "
-    '<tool_call>{"name": <name>, "arguments": <object>}</tool_call>.{% endif %}' + DEEPSEEK_R1_TEMPLATE
-)
 ANSWER = "[a-z]{3,8}"
-ADMIN_KEY = "reasoning-admin-key"
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory, launch_server, stop_server):
-    root = tmp_path_factory.mktemp("reasoning-e2e")
-    model = save_reasoning_model(root / "model", TEMPLATE)
-    plain = save_random_model(root / "plain")  # no chat template: it cannot reason in `<think>`
-    server = launch_server(
-        root, "--model-id", str(model), "--backend", "cpu", "--dtype", "float32", "--max-total-tokens", "512",
-        "--reasoning-parser", "deepseek_r1", "--tool-call-parser", "auto",
-        "--enable-model-swap", "--admin-api-key", ADMIN_KEY, "--swappable-models", str(plain),
-    )  # fmt: skip
-    yield openai.OpenAI(base_url=server.url + "/v1", api_key="-", max_retries=0), server.url, plain
-    assert stop_server(server) == 0, server.logs()
+def served(reasoning_server, reasoning_models):
+    """The session's reasoning server (tests/e2e/conftest.py: the flags above, the template of
+    `REASONING_TEMPLATE`), and the plain model it may be asked to swap to."""
+    client = openai.OpenAI(base_url=reasoning_server.url + "/v1", api_key="-", max_retries=0)
+    return client, reasoning_server.url, reasoning_models[1]
 
 
 def _request(**extra) -> dict:

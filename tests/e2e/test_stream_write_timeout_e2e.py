@@ -8,7 +8,7 @@ import socket
 import time
 from urllib.parse import urlsplit
 
-WRITE_TIMEOUT_S = 2
+from e2e_server import KEY, WRITE_TIMEOUT_S
 
 
 def _stalled_stream(url: str, body: dict) -> socket.socket:
@@ -23,44 +23,46 @@ def _stalled_stream(url: str, body: dict) -> socket.socket:
     data = json.dumps(body).encode()
     head = (
         f"POST /v1/completions HTTP/1.1\r\nHost: {u.netloc}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(data)}\r\n\r\n"
+        f"Authorization: Bearer {KEY}\r\nContent-Length: {len(data)}\r\n\r\n"
     )
     sock.sendall(head.encode() + data)
     return sock
 
 
-def test_stalled_reader_is_cancelled_and_frees_its_slot(tmp_path, launch_server, stop_server, get_metrics):
-    server = launch_server(tmp_path, "--stream-write-timeout", str(WRITE_TIMEOUT_S))
+def test_stalled_reader_is_cancelled_and_frees_its_slot(keyed_server, get_metrics):
+    """On the session's keyed server (`--stream-write-timeout 2`, `--api-key`)."""
+    server, auth = keyed_server, {"Authorization": f"Bearer {KEY}"}
+
+    def metrics():
+        return get_metrics(server.url, auth)
+
+    total = metrics()["tgi_kv_total_blocks"]
+    # ignore_eos and five logprobs per token: far more than the socket buffers hold
+    body = {
+        "prompt": "Once upon a time",
+        "max_tokens": 900,
+        "ignore_eos": True,
+        "logprobs": 5,
+        "stream": True,
+        "temperature": 0,
+    }
+    sock = _stalled_stream(server.url, body)
     try:
-        total = get_metrics(server.url)["tgi_kv_total_blocks"]
-        # ignore_eos and five logprobs per token: far more than the socket buffers hold
-        body = {
-            "prompt": "Once upon a time",
-            "max_tokens": 900,
-            "ignore_eos": True,
-            "logprobs": 5,
-            "stream": True,
-            "temperature": 0,
-        }
-        sock = _stalled_stream(server.url, body)
-        try:
-            deadline = time.monotonic() + 60
-            while get_metrics(server.url)["tgi_request_in_flight"] != 1:
-                assert time.monotonic() < deadline, "the streamed request was never admitted"
-                time.sleep(0.1)
-            # the reader stalls from the first byte: within the deadline plus a few engine steps (a loaded
-            # machine: generous) the request is gone, though the socket is still open
-            deadline = time.monotonic() + WRITE_TIMEOUT_S + 60
-            while time.monotonic() < deadline:
-                m = get_metrics(server.url)
-                if m["tgi_request_in_flight"] == 0 and m["tgi_kv_free_blocks"] == total:
-                    break
-                time.sleep(0.2)
-            assert m["tgi_request_in_flight"] == 0, m
-            assert m["tgi_kv_free_blocks"] == total, m
-            assert m["tgi_batch_current_size"] == 0, m
-        finally:
-            sock.close()
-        assert "--stream-write-timeout" in server.logs()
+        deadline = time.monotonic() + 60
+        while metrics()["tgi_request_in_flight"] != 1:
+            assert time.monotonic() < deadline, "the streamed request was never admitted"
+            time.sleep(0.1)
+        # the reader stalls from the first byte: within the deadline plus a few engine steps (a loaded
+        # machine: generous) the request is gone, though the socket is still open
+        deadline = time.monotonic() + WRITE_TIMEOUT_S + 60
+        while time.monotonic() < deadline:
+            m = metrics()
+            if m["tgi_request_in_flight"] == 0 and m["tgi_kv_free_blocks"] == total:
+                break
+            time.sleep(0.2)
+        assert m["tgi_request_in_flight"] == 0, m
+        assert m["tgi_kv_free_blocks"] == total, m
+        assert m["tgi_batch_current_size"] == 0, m
     finally:
-        stop_server(server)
+        sock.close()
+    assert "--stream-write-timeout" in server.logs()

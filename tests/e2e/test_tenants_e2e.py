@@ -1,5 +1,5 @@
-"""Tenants through a real `tgi launch --api-key-file` (one server, a tiny random model, for every check),
-spoken to with the official `openai` client: a tenant's repeated prompt reads the prefix cache, another
+"""Tenants through a real `tgi launch --api-key-file` (the session's keyed server, tests/e2e/conftest.py: the
+default model; these tests only send requests, under keys of their own), spoken to with the official `openai` client: a tenant's repeated prompt reads the prefix cache, another
 tenant's identical prompt reads none of it (`usage.prompt_tokens_details.cached_tokens`), and another
 tenant's stored response is a 404 for `GET`, `DELETE` and `previous_response_id`."""
 
@@ -7,23 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-PROMPT = "Tenant-private document: " + "the vault code is under the third floorboard. " * 6
+PROMPT = "Tenant-private document: " + "the vault code is under the third floorboard. " * 8
 
 
 @pytest.fixture(scope="module")
-def tenants_server(launch_server, stop_server, tmp_path_factory):
-    from helpers.reasoning_model import save_reasoning_model
-
-    root = tmp_path_factory.mktemp("tenants-e2e")
-    model = save_reasoning_model(root / "model")
-    keys = root / "api-keys.txt"
-    keys.write_text("# two tenants\nkey-of-a team-a\nkey-of-b team-b\n")
-    s = launch_server(
-        root, "--model-id", str(model), "--backend", "cpu", "--dtype", "float32", "--max-total-tokens", "512",
-        "--api-key-file", str(keys),
-    )  # fmt: skip
-    yield s
-    assert stop_server(s) == 0, s.logs()
+def tenants_server(keyed_server):
+    """The session's keyed server: its `--api-key-file` names the tenants (`e2e_server.TENANT_KEYS`)."""
+    return keyed_server
 
 
 def _client(server, key: str):
