@@ -14,9 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 from e2e_server import launch, stop
-from fake_hub import FakeHub
+from fake_hub import FakeHub, point_huggingface_hub
 
 from tgi.core.loading import default_model_path
+from tgi.server.cli.main import main
 
 REPO = "tgi-test/SmolLM2-135M-Instruct-GGUF"
 Q4_1 = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -66,6 +67,17 @@ def _generate(url: str) -> str:
     )
     assert r.status_code == 200, r.text
     return r.json()["generated_text"]
+
+
+def _models(monkeypatch, capsys, hub, env: dict[str, str], *argv: str) -> tuple[int, str, str]:
+    """`tgi models ...` in this process on `env`'s cache and hub (`point_huggingface_hub`: what `HF_HOME` and
+    `HF_ENDPOINT` give a new process), as (exit code, stdout, stderr): the command's code, without a new
+    interpreter's imports (the launches above read the same variables in their own processes)."""
+    with monkeypatch.context() as patched:
+        point_huggingface_hub(patched, hub.url, Path(env["HF_HOME"]) / "hub")
+        code = main(["models", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 def _snapshot_files(env: dict[str, str]) -> list[str]:
@@ -126,14 +138,15 @@ def test_a_download_cut_short_is_never_served_and_the_next_start_completes_it(hu
     assert served.read_bytes() == Path(hub.repos[REPO][Q4_K_M]).read_bytes()
 
 
-def test_models_list_show_rm_on_that_cache(hub_env):
-    listed = _tgi(hub_env, "models", "list")
-    rows = [line.split()[:2] for line in listed.stdout.splitlines()]
+def test_models_list_show_rm_on_that_cache(hub, hub_env, monkeypatch, capsys):
+    def models(*argv: str) -> tuple[int, str, str]:
+        return _models(monkeypatch, capsys, hub, hub_env, *argv)
+
+    code, listed, _ = models("list")
+    assert code == 0
+    rows = [line.split()[:2] for line in listed.splitlines()]
     assert rows == [["NAME", "QUANTIZATION"], [f"{REPO}:Q4_1", "Q4_1"], [f"{REPO}:Q4_K_M", "Q4_K_M"]], listed
-    shown = _tgi(hub_env, "models", "show", f"{REPO}:Q4_K_M").stdout
+    shown = models("show", f"{REPO}:Q4_K_M")[1]
     assert re.search(r"^architecture +llama$", shown, re.M) and re.search(r"^parameters +135M$", shown, re.M)
-    assert _tgi(hub_env, "models", "rm", f"{REPO}:Q4_K_M").returncode == 0
-    assert [line.split()[0] for line in _tgi(hub_env, "models", "list").stdout.splitlines()] == [
-        "NAME",
-        f"{REPO}:Q4_1",
-    ]
+    assert models("rm", f"{REPO}:Q4_K_M")[0] == 0
+    assert [line.split()[0] for line in models("list")[1].splitlines()] == ["NAME", f"{REPO}:Q4_1"]
