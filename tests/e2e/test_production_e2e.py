@@ -1,11 +1,12 @@
 """Issue 21 on a real `tgi launch` of the default model, started with `--otlp-endpoint` to a real OTLP/HTTP
-receiver on loopback: 200-token generations of 6 prompts with `watermark: true` give a detector z-score
-above 4, the same requests without it below 2 on average (each below 4); every request is a trace with its four children."""
+receiver on loopback: 128-token generations of 6 prompts with `watermark: true` give a detector z-score above
+4 (measured 6.5 to 8.5; 8.1 to 10.7 at 200 tokens: z grows as the square root of the length), the same
+requests without it below 2 on average (each below 4); every request is a trace with its four children."""
 
 from __future__ import annotations
 
+import io
 import json
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -17,6 +18,7 @@ from otlp_receiver import OtlpReceiver
 from tgi.core.loading import resolve_model
 from tgi.core.tokenization import load_tokenizer
 from tgi.core.watermark import detect_text
+from tgi.server.cli.main import main
 
 PROMPTS = [
     "Write a short story about a lighthouse keeper.",
@@ -26,7 +28,7 @@ PROMPTS = [
     "Describe the city of Lisbon to a visitor.",
     "Once upon a time in a distant galaxy,",
 ]
-N = 200
+N = 128
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +61,7 @@ def _full_generation(url: str, prompt: str, watermark: bool) -> tuple[str, int]:
     raise AssertionError(f"no {N}-token generation for {prompt!r} in 7 seeds")
 
 
-def test_watermarked_text_is_detected_and_plain_text_is_not(wm_server, capsys):
+def test_watermarked_text_is_detected_and_plain_text_is_not(wm_server, capsys, monkeypatch):
     tokenizer = load_tokenizer(resolve_model(None))
     jobs = [(p, mark) for mark in (True, False) for p in PROMPTS]  # N tokens each
     with ThreadPoolExecutor(len(jobs)) as pool:
@@ -75,16 +77,12 @@ def test_watermarked_text_is_detected_and_plain_text_is_not(wm_server, capsys):
     # unwatermarked text scores N(0, 1): one prompt in 44 is above 2 by chance, so the 6 are held to a mean
     # below 2 (its deviation is 0.41: 4.9 deviations of margin) and each to the detection threshold
     assert sum(s.z_score for s in plain) / len(plain) < 2 and all(s.z_score < 4 for s in plain), plain
-    # the command gives the function's answer
-    out = subprocess.run(
-        [sys.executable, "-m", "tgi.server.cli.main", "watermark", "detect"],
-        input=texts[0],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    assert json.loads(out.stdout.splitlines()[-1])["z_score"] == pytest.approx(marked[0].z_score)
+    # the command gives the function's answer (its code in this process: no new interpreter to import)
+    monkeypatch.setattr(sys, "stdin", io.StringIO(texts[0]))
+    capsys.readouterr()
+    assert main(["watermark", "detect"]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out.splitlines()[-1])["z_score"] == pytest.approx(marked[0].z_score)
 
 
 def test_requests_are_traced_to_the_otlp_receiver(wm_server, receiver):
