@@ -1,6 +1,6 @@
 """Issue 21 on a real `tgi launch` of the default model, started with `--otlp-endpoint` to a real OTLP/HTTP
 receiver on loopback: 128-token generations of 6 prompts with `watermark: true` give a detector z-score above
-4 (measured 6.5 to 8.5; 8.1 to 10.7 at 200 tokens: z grows as the square root of the length), the same
+4 (measured 6.0 to 8.9; 8.1 to 10.7 at 200 tokens: z grows as the square root of the length), the same
 requests without it below 2 on average (each below 4); every request is a trace with its four children."""
 
 from __future__ import annotations
