@@ -35,6 +35,13 @@ def tiny_llama(tmp_path_factory):
     return write_tiny_llama(tmp_path_factory.mktemp("spec") / "llama")
 
 
+@pytest.fixture(scope="module")
+def want(tiny_llama) -> list[list[int]]:
+    """The greedy and the seeded request's tokens alone with speculation off (one engine for the module)."""
+    plain = _engine(tiny_llama, 0)
+    return [plain.generate([TARGET], p)[0].token_ids for p in (GREEDY, SEEDED)]
+
+
 def _engine(path, speculate: int, speculative_model: str | None = None) -> LLMEngine:
     config = EngineConfig(
         model_id=str(path), backend="cpu", dtype="bfloat16", deterministic=True, speculate=speculate,
@@ -44,9 +51,7 @@ def _engine(path, speculate: int, speculative_model: str | None = None) -> LLMEn
     return LLMEngine.from_config(config)
 
 
-def test_speculation_keeps_the_tokens_batch_invariant(tiny_llama):
-    plain = _engine(tiny_llama, 0)
-    want = [plain.generate([TARGET], p)[0].token_ids for p in (GREEDY, SEEDED)]
+def test_speculation_keeps_the_tokens_batch_invariant(tiny_llama, want):
     engine = _engine(tiny_llama, 3)
     alone = [engine.generate([TARGET], p)[0].token_ids for p in (GREEDY, SEEDED)]
     assert engine.scheduler.num_draft_tokens > 0, "nothing was guessed: no verification step ran"
@@ -55,12 +60,10 @@ def test_speculation_keeps_the_tokens_batch_invariant(tiny_llama):
     assert [r.token_ids for r in results[-2:]] == want, "with speculation, beside 3 other requests"
 
 
-def test_a_draft_models_guesses_keep_the_tokens_batch_invariant(tiny_llama, tmp_path_factory):
+def test_a_draft_models_guesses_keep_the_tokens_batch_invariant(tiny_llama, tmp_path_factory, want):
     """Whatever proposes the guesses (here a draft model, whose own steps are batched as the target's are),
     the accepted tokens are the target's: the verification rows decide them, so the tokens are plain decoding's."""
     draft = write_tiny_llama(tmp_path_factory.mktemp("draft") / "llama", seed=1)
-    plain = _engine(tiny_llama, 0)
-    want = [plain.generate([TARGET], p)[0].token_ids for p in (GREEDY, SEEDED)]
     engine = _engine(tiny_llama, 3, speculative_model=str(draft))
     alone = [engine.generate([TARGET], p)[0].token_ids for p in (GREEDY, SEEDED)]
     assert engine.scheduler.num_draft_tokens > 0, "nothing was guessed: no verification step ran"
@@ -69,11 +72,9 @@ def test_a_draft_models_guesses_keep_the_tokens_batch_invariant(tiny_llama, tmp_
     assert [r.token_ids for r in results[-2:]] == want, "with a draft model, beside 3 other requests"
 
 
-def test_medusa_heads_keep_the_tokens_batch_invariant(tiny_llama, tmp_path):
+def test_medusa_heads_keep_the_tokens_batch_invariant(tiny_llama, tmp_path, want):
     """Medusa heads guess from the target's last hidden state; the verification rows decide the tokens."""
     write_medusa(tmp_path / "medusa", tiny_llama, own_projection=True)
-    plain = _engine(tiny_llama, 0)
-    want = [plain.generate([TARGET], p)[0].token_ids for p in (GREEDY, SEEDED)]
     engine = _engine(tmp_path / "medusa", 2)
     assert engine.runner.capabilities().medusa_heads > 0
     alone = [engine.generate([TARGET], p)[0].token_ids for p in (GREEDY, SEEDED)]
@@ -97,11 +98,9 @@ def _predicted(engine: LLMEngine, prompts, params, predictions) -> list:
 
 
 @pytest.mark.parametrize("speculate", [0, 3], ids=["default-launch", "speculate-3"])
-def test_predictions_keep_the_tokens_batch_invariant(tiny_llama, speculate):
+def test_predictions_keep_the_tokens_batch_invariant(tiny_llama, speculate, want):
     """A request's prediction (OpenAI's Predicted Outputs) guesses for it alone, on a default launch and
     beside the launch's n-gram guesses: exact, edited or wrong, the tokens are plain decoding's."""
-    plain = _engine(tiny_llama, 0)
-    want = [plain.generate([TARGET], p)[0].token_ids for p in (GREEDY, SEEDED)]
     engine = _engine(tiny_llama, speculate)
     exact = _predicted(engine, [TARGET, TARGET], [GREEDY, SEEDED], want)
     assert [[e.token_id for e in r] for r in exact] == want, "predicting the output itself"
