@@ -5,7 +5,8 @@ with prefix caching on and off, `tgi.benchmarks.multiturn`), `tgi benchmark guid
 `tgi.benchmarks.stall_bench`), `tgi benchmark prediction` (Predicted Outputs' speed on a code edit,
 `tgi.benchmarks.prediction_bench`), `tgi benchmark perplexity` (perplexity per weight format,
 `tgi.benchmarks.perplexity_cli`), `tgi benchmark kv-cache` (a quantized KV cache's capacity, quality and speed,
-`tgi.benchmarks.kv_cache_bench`) and `tgi benchmark make-model` (`tgi.benchmarks.bench_model`). Importing this module imports neither torch nor httpx."""
+`tgi.benchmarks.kv_cache_bench`), `tgi benchmark roofline` (the machine's own limits, `tgi.benchmarks.roofline`)
+and `tgi benchmark make-model` (`tgi.benchmarks.bench_model`). Importing this module imports neither torch nor httpx."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ def add_benchmark_command(subparsers) -> None:
         multiturn,
         perplexity_cli,
         prediction_bench,
+        roofline,
         serving_cli,
         stall_bench,
     )
@@ -40,6 +42,7 @@ def add_benchmark_command(subparsers) -> None:
         ("stall", stall_bench, "how long a stream pauses while another client sends a huge body to /tokenize, /chat_tokenize, /generate"),
         ("make-model", bench_model, "make (or reuse) the serving benchmark's random-weight 1B/8B-class Llama (llama.cpp's own tools where found) or SmolVLM-256M-shaped Idefics3"),
         ("kv-cache", kv_cache_bench, "a quantized KV cache (--kv-cache-dtype): tokens held, perplexity and top-1 agreement, decode speed, per KV dtype"),
+        ("roofline", roofline, "this machine's read bandwidth and the peak of each product instruction, measured; serving figures as shares of them"),
         ("perplexity", perplexity_cli, "perplexity of a fixed text per weight format: ours against llama-perplexity, --quantize against float32"),
     ):  # fmt: skip
         command = sub.add_parser(

@@ -146,12 +146,17 @@ def format_table(report: dict) -> str:
     header = ["server", "level", "ok", "out tok/s", "tot tok/s", "req/s"]
     for m in ("TTFT", "ITL", "E2E"):
         header += [f"{m} p50", "p90", "p99"]
+    roofline = "roofline" in report  # `tgi benchmark serving --roofline`: the shares of the machine's limits
+    if roofline:
+        header += ["BW %", "peak %"]
     body = []
     for r in report["results"]:
         row = [r["server"], r["level_label"], f"{r['num_ok']}/{r['num_requests']}"]
         row += [_f(r["output_tok_s"]), _f(r["total_tok_s"]), _f(r["req_s"], 2)]
         for key, digits in (("ttft_ms", 0), ("itl_ms", 1), ("e2e_ms", 0)):
             row += [_f(r[key][p], digits) for p in ("p50", "p90", "p99")]
+        if roofline:
+            row += [_f(_pct(r.get("bandwidth_share")), 0), _f(_pct(r.get("peak_share")), 0)]
         body.append(row)
     return _grid(header, body)
 
@@ -176,6 +181,10 @@ def format_markdown(report: dict) -> str:
         "",
         table("TTFT p50 (ms)", lambda r: _f(r["ttft_ms"]["p50"], 0)),
     ]
+    if "roofline" in report:  # `--roofline`: each level's shares of the machine's measured limits
+        peak = next((r["peak"] for r in report["results"] if r.get("peak")), "peak")
+        out += ["", table("share of read bandwidth, %", lambda r: _f(_pct(r.get("bandwidth_share")), 0))]
+        out += ["", table(f"share of the {peak} peak, %", lambda r: _f(_pct(r.get("peak_share")), 0))]
     if any(r.get("encoder_share") for r in report["results"]):  # the image workload on our server
         out += ["", table("vision encoder, % of step time", lambda r: _f(_pct(r.get("encoder_share")), 0))]
     if report.get("ratios"):

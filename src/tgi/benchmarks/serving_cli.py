@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import sys
 
@@ -88,6 +89,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a("--plot", dest="plot_path", default=None, help="write a throughput-vs-latency PNG here (matplotlib)")
     a("--markdown", action="store_true", help="also print the summary tables as Markdown")
     a("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    a(
+        "--roofline",
+        default=None,
+        metavar="FILE",
+        help="`tgi benchmark roofline --json FILE`'s measurements: adds each level's share of the read "
+        "bandwidth and of the peak, for the weights of the GGUF the peers serve (--model-id, "
+        "--model-shape or the default model's)",
+    )
     peers = p.add_argument_group("started peers (--start)")
     peers.add_argument("--model-id", default=None, help="GGUF for the peers (default: the default model's)")
     peers.add_argument("--llama-server", default=None, help="llama-server binary (default: from PATH)")
@@ -206,6 +215,8 @@ def run(args: argparse.Namespace) -> int:
         report = asyncio.run(run_benchmark(targets, options))
         if made:
             report["model"] = made.describe()
+        if args.roofline:
+            add_roofline(report, args.roofline, made.gguf if made else args.model_id or peers.default_gguf())
     except (RuntimeError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -228,6 +239,18 @@ def run(args: argparse.Namespace) -> int:
         plot_report(report, args.plot_path)
         print(f"plot: {args.plot_path}", file=sys.stderr)
     return 1 if any(r["num_errors"] for r in report["results"]) else 0
+
+
+def add_roofline(report: dict, roofline_json: str, gguf: str) -> None:
+    """Each row's shares of the measured roofline (`roofline.serving_fractions`), for `gguf`'s weights."""
+    from tgi.benchmarks.roofline import Roofline, serving_fractions, weight_cost
+
+    with open(roofline_json) as f:
+        roofline = Roofline.from_json(json.load(f))
+    cost = weight_cost(gguf)
+    report["roofline"] = {**roofline.to_json(), "weights": gguf, **dataclasses.asdict(cost)}
+    for row in report["results"]:
+        row.update(serving_fractions(row, cost, roofline))
 
 
 def _made_model(args: argparse.Namespace):

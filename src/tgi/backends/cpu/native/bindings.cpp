@@ -22,6 +22,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("kv_write", torch::wrap_pybind_function(kv_write), "kv_write");
   m.def("greedy_pick", torch::wrap_pybind_function(greedy_pick), "greedy_pick");
   m.def("release_openmp_threads", &release_openmp_threads, "release_openmp_threads");
+  m.def("roofline_peaks", &roofline_peaks, "roofline_peaks");
+  m.def("roofline_peak", &roofline_peak, "roofline_peak");
+  m.def("roofline_read", &roofline_read, "roofline_read");
   m.def("lora_sgmv", torch::wrap_pybind_function(lora_sgmv), "lora_sgmv");
   m.def("lora_impls", torch::wrap_pybind_function(lora_impls), "lora_impls");
   m.def("fp8_pack", torch::wrap_pybind_function(fp8_pack), "fp8_pack");

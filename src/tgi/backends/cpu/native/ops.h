@@ -43,3 +43,10 @@ std::tuple<torch::Tensor, torch::Tensor> greedy_pick(torch::Tensor logits);
 // openmp_threads.cpp: frees the OpenMP workers the calling thread's parallel regions made (why: native
 // release_openmp_threads in __init__.py); false inside a parallel region
 bool release_openmp_threads();
+
+// roofline.cpp: the machine's limits as `tgi benchmark roofline` measures them (tgi.benchmarks.roofline):
+// the product loops this CPU can run, by name; one loop on `threads` threads -> (seconds, multiply-adds);
+// a streaming read of a 64-byte-aligned uint8 buffer, `passes` times on `threads` threads -> (seconds, bytes)
+std::vector<std::string> roofline_peaks();
+std::tuple<double, double> roofline_peak(const std::string& name, int64_t iterations, int64_t threads);
+std::tuple<double, double> roofline_read(torch::Tensor buffer, int64_t passes, int64_t threads);
