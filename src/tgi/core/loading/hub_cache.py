@@ -34,11 +34,14 @@ class CacheReport:
 
 
 def _scan():
-    from huggingface_hub import scan_cache_dir
+    from huggingface_hub import constants, scan_cache_dir
     from huggingface_hub.errors import CacheNotFound
 
     try:
-        return scan_cache_dir()
+        # the cache folder as it is now: scan_cache_dir's own default is the one its module read when it was
+        # first imported, so a process that points huggingface_hub at another cache later (a second
+        # `--huggingface-hub-cache` in one process) would scan the first
+        return scan_cache_dir(constants.HF_HUB_CACHE)
     except CacheNotFound:
         return None
 
