@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from dataclasses import asdict, dataclass, field
@@ -167,19 +168,19 @@ class WeightCost:
 
 
 def weight_cost(gguf_path: str) -> WeightCost:
-    """A GGUF file's `WeightCost`, read from its tensor table."""
-    from gguf import GGUFReader
+    """A GGUF file's `WeightCost`, read from its tensor table (the project's own reader: it maps the file and
+    parses only the header, where gguf's `GGUFReader` takes seconds to build every tensor's view)."""
+    from tgi.core.loading.gguf_file import GGUFFile
 
-    reader = GGUFReader(gguf_path)
-    names = {t.name for t in reader.tensors}
-    tied = "output.weight" not in names
+    tensors = GGUFFile(gguf_path).tensors
+    tied = "output.weight" not in {t.name for t in tensors}
     nbytes = macs = 0
     quantized = False
-    for t in reader.tensors:
+    for t in tensors:
         if len(t.shape) < 2 or (t.name == "token_embd.weight" and not tied):
             continue
-        nbytes += int(t.n_bytes)
-        macs += int(t.n_elements)
+        nbytes += int(t.data.nbytes)
+        macs += math.prod(int(d) for d in t.shape)
         quantized |= t.tensor_type.name not in ("F32", "F16", "BF16")
     return WeightCost(nbytes, macs, "int8" if quantized else "bf16")
 
