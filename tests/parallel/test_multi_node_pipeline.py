@@ -42,7 +42,7 @@ def test_two_nodes_of_two_shards_one_stage_each_give_one_process_tokens(model, s
     leader = start(0, model, master, *shards)
     reference = one_process(model, prompts, 8)  # while the nodes start
     wait_healthy(leader)
-    assert "ranks [2, 3]" in worker.logs(), worker.logs()
+    assert "ranks [2, 3]" in worker.text(), worker.logs()
     with ThreadPoolExecutor(len(prompts)) as pool:
         outputs = list(pool.map(lambda p: served(leader, p, 8), prompts))
     for (tokens, logprobs), (ref_tokens, ref_logprobs) in zip(outputs, reference, strict=True):
