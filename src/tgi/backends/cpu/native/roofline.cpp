@@ -126,7 +126,10 @@ TileConfig amx_config() {
   return cfg;
 }
 
-__attribute__((target("amx-tile,amx-int8"))) int64_t amx_int8(const float* in, int64_t iters) {
+// One loop for both tile products (kInt8: tdpbusd, else tdpbf16ps); the accumulators are read back as raw
+// 32-bit lanes, only to feed the sink.
+template <bool kInt8>
+__attribute__((target("amx-tile,amx-int8,amx-bf16"))) int64_t amx_loop(const float* in, int64_t iters) {
   const TileConfig cfg = amx_config();
   _tile_loadconfig(&cfg);
   alignas(64) int32_t out[16 * 16];
@@ -139,38 +142,24 @@ __attribute__((target("amx-tile,amx-int8"))) int64_t amx_int8(const float* in, i
   _tile_zero(2);
   _tile_zero(3);
   for (int64_t i = 0; i < iters; ++i) {
-    _tile_dpbusd(0, 4, 6);
-    _tile_dpbusd(1, 4, 7);
-    _tile_dpbusd(2, 5, 6);
-    _tile_dpbusd(3, 5, 7);
+    if constexpr (kInt8) {
+      _tile_dpbusd(0, 4, 6);
+      _tile_dpbusd(1, 4, 7);
+      _tile_dpbusd(2, 5, 6);
+      _tile_dpbusd(3, 5, 7);
+    } else {
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
   }
   _tile_stored(0, out, 64);
   _tile_release();
   return out[0] + out[255];
 }
-
-__attribute__((target("amx-tile,amx-bf16"))) int64_t amx_bf16(const float* in, int64_t iters) {
-  const TileConfig cfg = amx_config();
-  _tile_loadconfig(&cfg);
-  alignas(64) float out[16 * 16];
-  _tile_loadd(4, in, 64);
-  _tile_loadd(5, in + 256, 64);
-  _tile_loadd(6, in, 64);
-  _tile_loadd(7, in + 256, 64);
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
-  for (int64_t i = 0; i < iters; ++i) {
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
-  }
-  _tile_stored(0, out, 64);
-  _tile_release();
-  return static_cast<int64_t>(out[0] + out[255]);
-}
+int64_t amx_int8(const float* in, int64_t iters) { return amx_loop<true>(in, iters); }
+int64_t amx_bf16(const float* in, int64_t iters) { return amx_loop<false>(in, iters); }
 #endif
 
 struct Peak {
