@@ -10,12 +10,12 @@ Loading the model costs tens of seconds, so it is loaded once per session, lazil
   is only ever read at positions the same engine wrote first, so stale blocks from an earlier engine never
   matter. Engines made here must not step concurrently (pytest runs tests one after another);
 - `hf_model`: `transformers`' reference, `AutoModelForCausalLM.from_pretrained(folder, gguf_file=...)` in
-  float32, and `hf_greedy(ids, n)`: its greedy `generate`, memoised.
+  float32 (its checkpoint cached per machine: `tgi.core.testing.transformers_gguf`), and `hf_greedy(ids, n)`:
+  its greedy `generate`, memoised.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
 import pytest
@@ -88,13 +88,10 @@ def prompts(tokenizer) -> dict[str, list[int]]:
 
 @pytest.fixture(scope="session")
 def hf_model():
-    from transformers import AutoModelForCausalLM
-
     from tgi.core.loading import default_model_path
+    from tgi.core.testing.transformers_gguf import load_transformers_gguf
 
-    folder, name = os.path.split(default_model_path())
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
-    return model.eval()
+    return load_transformers_gguf(default_model_path())  # converted by transformers once per machine
 
 
 @pytest.fixture(scope="session")

@@ -13,9 +13,11 @@ def load_base(base_model: str | Path):
     import torch
     from transformers import AutoModelForCausalLM
 
+    from tgi.core.testing.transformers_gguf import load_transformers_gguf
+
     path = Path(base_model)
     if path.suffix == ".gguf":
-        return AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+        return load_transformers_gguf(path)  # transformers' reading, cached per machine
     return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
 
 
