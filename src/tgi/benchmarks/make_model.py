@@ -13,6 +13,7 @@ quantizer (`tgi.core.testing.kquants`), the other block types from `gguf`'s.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import time
 from dataclasses import dataclass
@@ -102,6 +103,22 @@ def _encode(weight: np.ndarray, qtype: str):
     return quantize(weight, gtype), gtype
 
 
+@functools.lru_cache(maxsize=2)
+def _tokenizer_fields(path: str, size: int, mtime_ns: int) -> dict[str, tuple]:
+    """The `tokenizer.*` metadata of the GGUF at `path`: key -> (contents, value type, array item type), in
+    the file's order. gguf's reader takes seconds on a 49k-token vocabulary: read once per process for each
+    version of the file (`size`, `mtime_ns`), where several formats are written one after another."""
+    import gguf
+
+    fields = {}
+    for key, field in gguf.GGUFReader(path).fields.items():
+        if key.startswith("tokenizer."):
+            vtype = field.types[0]
+            sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+            fields[key] = (field.contents(), vtype, sub)
+    return fields
+
+
 def write_gguf(path: str, kind: str, shape: ModelShape = LLAMA_1B, seed: int = 0) -> str:
     """Write the model with 2-D weights in `kind` (one of `TYPES`) to `path`; returns `path`. Tokenizer
     metadata comes from the default model's GGUF (its vocabulary size must equal `shape.vocab`)."""
@@ -111,18 +128,17 @@ def write_gguf(path: str, kind: str, shape: ModelShape = LLAMA_1B, seed: int = 0
 
     if kind not in TYPES:
         raise ValueError(f"unknown weight type {kind!r} (known: {', '.join(TYPES)})")
-    source = gguf.GGUFReader(default_model_path())
-    tokens = len(source.fields["tokenizer.ggml.tokens"].data)
+    source = default_model_path()
+    stat = os.stat(source)
+    fields = _tokenizer_fields(source, stat.st_size, stat.st_mtime_ns)
+    tokens = len(fields["tokenizer.ggml.tokens"][0])
     if tokens != shape.vocab:
         raise ValueError(
             f"the default model's tokenizer has {tokens} tokens, the shape asks for {shape.vocab}"
         )
     writer = gguf.GGUFWriter(path, "llama")
-    for key, field in source.fields.items():
-        if key.startswith("tokenizer."):
-            vtype = field.types[0]
-            sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-            writer.add_key_value(key, field.contents(), vtype, sub_type=sub)
+    for key, (contents, vtype, sub) in fields.items():
+        writer.add_key_value(key, contents, vtype, sub_type=sub)
     writer.add_name(f"tgi-random-llama-{shape.layers}l-{shape.hidden}")
     writer.add_context_length(shape.context)
     writer.add_embedding_length(shape.hidden)
