@@ -1,10 +1,12 @@
 """A real `tgi launch` process on a free port, shared by the e2e tests (started once per session).
 
-The shared server and the in-process reference its greedy texts are held to run in float32: in bfloat16 the
-default model's chat answer starts on a near-tie ("The" / "L", 0.08 apart in log p), which the server's warm
-prefix cache, its step thread count or a batch beside a request may tip either way (docs/testing.md,
-"Near-ties"). The default launch's bfloat16 is served by the other e2e servers, whose tests assert no greedy
-text.
+The shared server and the in-process reference its greedy texts are held to run with `--deterministic`: in
+bfloat16 the default model's chat answer starts on a near-tie ("The" / "L", 0.08 apart in log p), which the
+server's warm prefix cache, its chunking or a batch beside a request would tip either way with the default
+kernels (docs/testing.md, "Near-ties"); the batch-invariant kernels give the same bits in the server and in
+the reference whatever runs beside (one machine, one thread count: both take the worker's OMP_NUM_THREADS).
+It decodes at ~2.2x float32's speed here (float32 reads its weights dense). The default launch's kernels are
+served by the other e2e servers, whose tests assert no greedy text.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from e2e_server import (
     REASONING_ADMIN_KEY,
     REASONING_TEMPLATE,
     SHARED_FLAGS,
+    SHARED_REFERENCE,
     TENANT_KEYS,
     launch,
     reference_for,
@@ -87,8 +90,8 @@ def keyed_server(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def reference():
-    """Greedy text of the in-process engine with the shared server's settings (float32)."""
-    return reference_for("float32")
+    """Greedy text of the in-process engine with the shared server's settings (`--deterministic`)."""
+    return reference_for(**SHARED_REFERENCE)
 
 
 @pytest.fixture(scope="session")

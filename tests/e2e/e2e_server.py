@@ -26,10 +26,13 @@ LAUNCH_ARGS = [
 ]
 
 
-#: the shared server's flags beside LAUNCH_ARGS: float32, so that greedy texts compared with the in-process
-#: reference rest on no bfloat16 near-tie (tests/e2e/conftest.py); requests may bring their own chat template
-#: (test_templates_e2e.py; no other test sends one)
-SHARED_FLAGS = ("--dtype", "float32", "--trust-request-chat-template")
+#: the shared server's flags beside LAUNCH_ARGS: `--deterministic` (the default bfloat16 with batch-invariant
+#: kernels), so that greedy texts compared with the in-process reference (`SHARED_REFERENCE`) are the same bits
+#: whatever the prefix cache, the chunking or the batch beside a request (tests/e2e/conftest.py); requests may
+#: bring their own chat template (test_templates_e2e.py; no other test sends one)
+SHARED_FLAGS = ("--deterministic", "--trust-request-chat-template")
+#: `reference_for`'s arguments for the shared server's settings
+SHARED_REFERENCE = dict(dtype=None, deterministic=True)
 
 #: the reasoning server's chat template (tests/e2e/conftest.py): DeepSeek-R1's, which opens `<think>`, taught
 #: Hermes tool calls when a request has tools (without tools: DeepSeek-R1's prompt, byte for byte)
@@ -118,17 +121,21 @@ def stop(server: Server, timeout: float = 60) -> int:
 _REFERENCES: dict = {}
 
 
-def reference_for(dtype: str | None):
+def reference_for(dtype: str | None, deterministic: bool = False):
     """The engine's own greedy text for a prompt (text or token ids), in this process, in `dtype`
-    (None: the backend's default, as the server uses without --dtype). One engine per dtype."""
-    if dtype in _REFERENCES:
-        return _REFERENCES[dtype]
+    (None: the backend's default, as the server uses without --dtype), with `--deterministic`'s kernels when
+    `deterministic`. One engine per setting."""
+    key = (dtype, deterministic)
+    if key in _REFERENCES:
+        return _REFERENCES[key]
     from tgi.core.config import EngineConfig
     from tgi.core.engine import LLMEngine
     from tgi.core.sampling_params import SamplingParams
 
     engine = LLMEngine.from_config(
-        EngineConfig(max_batch_total_tokens=8192, max_total_tokens=1024, dtype=dtype)
+        EngineConfig(
+            max_batch_total_tokens=8192, max_total_tokens=1024, dtype=dtype, deterministic=deterministic
+        )
     )
 
     def greedy(prompt: str | list[int], max_new_tokens: int) -> str:
@@ -136,5 +143,5 @@ def reference_for(dtype: str | None):
         return result.generated_text
 
     greedy.tokenizer = engine.tokenizer
-    _REFERENCES[dtype] = greedy
+    _REFERENCES[key] = greedy
     return greedy

@@ -6,7 +6,7 @@ import asyncio
 import tempfile
 
 import pytest
-from e2e_server import launch, reference_for, stop
+from e2e_server import SHARED_REFERENCE, launch, reference_for, stop
 
 pytestmark = pytest.mark.e2e
 
@@ -32,14 +32,15 @@ def deployment(request, tmp_path_factory):
     """The served API must not change with tensor parallelism or the backend: every test here runs against
     the shared single-process server, against `--num-shard 3` (the default model's 9 query / 3 KV heads split
     in 3), and against the TPU backend (JAX) on a JAX CPU device (`TGI_JAX_PLATFORM=cpu`; no TPU here; its
-    `--num-shard 3` is tests/integration/test_tpu_engine.py's). Every run uses float32, where neither the
-    all-reduce order, the prefix cache nor the step's thread count can flip a greedy choice, against a
-    float32 reference (the torch CPU engine's), as the shared server does (tests/e2e/conftest.py).
+    `--num-shard 3` is tests/integration/test_tpu_engine.py's). The sharded runs use float32, where neither
+    the all-reduce order, the prefix cache nor the step's thread count can flip a greedy choice, against a
+    float32 reference (the torch CPU engine's); the shared server is `--deterministic`, against a reference
+    with its settings (tests/e2e/conftest.py).
     The tests marked `ROUTES_ON_ONE_SHARD` check what a route or client adds over another that reaches the
     same engine call (the async client, huggingface_hub's, completions, the raw routes): the route layer is
     the same code whatever serves behind it, so they run against the single-process server only."""
     if request.param == 1:
-        yield request.getfixturevalue("shared_server"), reference_for("float32"), request.param
+        yield request.getfixturevalue("shared_server"), reference_for(**SHARED_REFERENCE), request.param
         return
     flags, env = ["--num-shard", "3", "--dtype", "float32"], None
     if request.param == "tpu":
