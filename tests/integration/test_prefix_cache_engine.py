@@ -25,7 +25,9 @@ QUESTIONS = [
     ["Recommend a novel about the sea.", "Something shorter, please."],
     ["How fast do orders ship?", "Can I pick it up instead?"],
 ]
-GREEDY = SamplingParams(max_new_tokens=20)
+#: 12 new tokens: a first turn's prompt (100-104 tokens, 7 blocks) then needs an 8th block on its last steps,
+#: so that two conversations that took the 14 blocks between them preempt one another
+GREEDY = SamplingParams(max_new_tokens=12)
 
 
 def run_conversations(engine: LLMEngine, tokenizer) -> tuple[list[list[list[int]]], list[int]]:
@@ -47,7 +49,7 @@ def run_conversations(engine: LLMEngine, tokenizer) -> tuple[list[list[list[int]
 
 
 def test_conversations_give_the_same_greedy_tokens_with_the_cache_on_and_off(make_engine, tokenizer):
-    # 14 blocks of 16 = 224 tokens for four conversations of ~100-160 tokens each: decodes preempt
+    # 14 blocks of 16 = 224 tokens for four conversations of ~100-140 tokens each: decodes preempt
     small = dict(max_batch_total_tokens=224, max_total_tokens=224, max_batch_prefill_tokens=128)
     off = make_engine(prefix_caching=False, **small)
     on = make_engine(prefix_caching=True, **small)
