@@ -97,11 +97,15 @@ def hf_model():
 @pytest.fixture(scope="session")
 def hf_greedy(hf_model) -> Callable[[list[int], int], list[int]]:
     """`hf_greedy(ids, n)`: the token ids of `transformers`' greedy `generate` (at most `n`, ending with EOS
-    when the model emits it), memoised for the session."""
+    when the model emits it), memoised for the session: a shorter answer for the same prompt is the first `n`
+    tokens of a longer one already generated."""
     memo: dict[tuple[tuple[int, ...], int], list[int]] = {}
 
     def greedy(ids: list[int], n: int) -> list[int]:
         key = (tuple(ids), n)
+        longer = [m for (p, m) in memo if p == key[0] and m > n]
+        if key not in memo and longer:
+            return memo[(key[0], min(longer))][:n]
         if key not in memo:
             x = torch.tensor([ids])
             with torch.inference_mode():

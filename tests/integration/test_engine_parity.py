@@ -66,14 +66,21 @@ def test_prompts_are_varied(prompts):
     assert lengths[0] <= 8 and lengths[-1] >= 64, lengths  # short and long (chunked over steps below)
 
 
+#: one request at a time: the shortest prompt, the longest (prefilled in one step), one whose answer ends at
+#: EOS (23 tokens) and the chat-templated one; the other prompts run the same path, and every prompt is
+#: compared with transformers in flight together and preempted below
+ALONE = ("short", "long", "math", "chat")
+
+
 def test_greedy_one_at_a_time_equals_transformers(make_engine, prompts, hf_greedy):
     engine = make_engine()
     got = {}
-    for name, ids in prompts.items():
-        [result] = engine.generate([ids], GREEDY)
+    for name in ALONE:
+        [result] = engine.generate([prompts[name]], GREEDY)
         got[name] = result.token_ids
         assert result.finish_reason == expected_reason(result.token_ids), name
     assert_same(got, prompts, hf_greedy)
+    assert got["math"][-1] == EOS and len(got["math"]) < N
     # the reference itself is varied: some prompts end at EOS, some run to the length limit
     reasons = {expected_reason(hf_greedy(ids, N)) for ids in prompts.values()}
     assert reasons == {FinishReason.EOS, FinishReason.LENGTH}
