@@ -20,7 +20,7 @@ pytest.importorskip("triton", reason="triton is not installed (pip install trito
 
 import transformers
 from host_sync_guard import HostSyncError, no_host_sync
-from interpreted_cuda import InterpretedCudaBackend
+from triton_device import one_split_test_backend
 
 from tgi.core.config import EngineConfig
 from tgi.core.engine import LLMEngine
@@ -86,12 +86,13 @@ class SyncingModel(DecodeUnderGuard):
 
 
 def _engine(folder) -> LLMEngine:
+    """Contexts of up to 16 tokens: decoded in one split (one decode variant warmed up)."""
     config = EngineConfig(
         model_id=str(folder), backend="cuda-interpreted", dtype="float32", block_size=4,
         max_total_tokens=32, max_batch_total_tokens=128, max_batch_prefill_tokens=16, max_num_seqs=2,
     )  # fmt: skip
     return LLMEngine.from_config(
-        config, registry=backend_registry("cuda-interpreted", InterpretedCudaBackend)
+        config, registry=backend_registry("cuda-interpreted", one_split_test_backend())
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from triton_device import DEVICE, KERNEL_TYPE, kernel_test_backend, skip_unless_triton_runs
+from triton_device import DEVICE, KERNEL_TYPE, one_split_test_backend, skip_unless_triton_runs
 
 skip_unless_triton_runs()
 
@@ -70,7 +70,7 @@ def test_mixtral_through_the_cuda_backend_equals_transformers(tmp_path):
     attached = []
 
     def create():
-        backend = kernel_test_backend()()
+        backend = one_split_test_backend()()  # contexts of < 30 tokens: one split
         prepare = backend.prepare_model
 
         def prepare_and_check(model):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from triton_device import kernel_test_backend, skip_unless_triton_runs
+from triton_device import kernel_test_backend, one_split_test_backend, skip_unless_triton_runs
 
 skip_unless_triton_runs()
 
@@ -37,7 +37,9 @@ def _engine(path, quantize: str | None = None) -> LLMEngine:
         model_id=str(path), backend="cuda-interpreted", max_total_tokens=64, max_batch_total_tokens=512,
         max_num_seqs=8, max_batch_prefill_tokens=32, quantize=quantize,
     )  # fmt: skip
-    return LLMEngine.from_config(config, registry=backend_registry("cuda-interpreted", kernel_test_backend()))
+    return LLMEngine.from_config(
+        config, registry=backend_registry("cuda-interpreted", one_split_test_backend())
+    )
 
 
 def _generate(engine: LLMEngine) -> list[tuple[list[int], list[float], list[list[float]], list[float]]]:
