@@ -1,12 +1,13 @@
 """A real `tgi launch` process on a free port, shared by the e2e tests (started once per session).
 
-The shared server and the in-process reference its greedy texts are held to run with `--deterministic`: in
-bfloat16 the default model's chat answer starts on a near-tie ("The" / "L", 0.08 apart in log p), which the
-server's warm prefix cache, its chunking or a batch beside a request would tip either way with the default
-kernels (docs/testing.md, "Near-ties"); the batch-invariant kernels give the same bits in the server and in
-the reference whatever runs beside (one machine, one thread count: both take the worker's OMP_NUM_THREADS).
-It decodes at ~2.2x float32's speed here (float32 reads its weights dense). The default launch's kernels are
-served by the other e2e servers, whose tests assert no greedy text.
+The shared server and the in-process reference its greedy texts are held to run in float32 with
+`--deterministic`: in bfloat16 the default model's chat answer starts on a near-tie ("The" / "L", 0.08 apart
+in log p), which the server's warm prefix cache, its chunking or a batch beside a request may tip either way
+(docs/testing.md, "Near-ties"), and the batch-invariant kernels give the same bits in the server and in the
+reference whatever runs beside (one machine, one thread count: both take the worker's OMP_NUM_THREADS). In
+this mode a float32 model computes on the GGUF blocks (the float32 block kernel, every CPU kind) instead of
+dense float32 weights: it decoded at 2.2x plain float32's speed here (Intel Xeon, one thread). The default
+launch's bfloat16 is served by the other e2e servers, whose tests assert no greedy text.
 """
 
 from __future__ import annotations

@@ -26,13 +26,14 @@ LAUNCH_ARGS = [
 ]
 
 
-#: the shared server's flags beside LAUNCH_ARGS: `--deterministic` (the default bfloat16 with batch-invariant
-#: kernels), so that greedy texts compared with the in-process reference (`SHARED_REFERENCE`) are the same bits
-#: whatever the prefix cache, the chunking or the batch beside a request (tests/e2e/conftest.py); requests may
-#: bring their own chat template (test_templates_e2e.py; no other test sends one)
-SHARED_FLAGS = ("--deterministic", "--trust-request-chat-template")
+#: the shared server's flags beside LAUNCH_ARGS: float32 with `--deterministic`'s batch-invariant kernels, so
+#: that greedy texts compared with the in-process reference (`SHARED_REFERENCE`) rest on no bfloat16 near-tie
+#: and are the same bits whatever the prefix cache, the chunking or the batch beside a request
+#: (tests/e2e/conftest.py); requests may bring their own chat template (test_templates_e2e.py; no other test
+#: sends one)
+SHARED_FLAGS = ("--dtype", "float32", "--deterministic", "--trust-request-chat-template")
 #: `reference_for`'s arguments for the shared server's settings
-SHARED_REFERENCE = dict(dtype=None, deterministic=True)
+SHARED_REFERENCE = dict(dtype="float32", deterministic=True)
 
 #: the reasoning server's chat template (tests/e2e/conftest.py): DeepSeek-R1's, which opens `<think>`, taught
 #: Hermes tool calls when a request has tools (without tools: DeepSeek-R1's prompt, byte for byte)
