@@ -36,8 +36,10 @@ def _check_json(name: str, text: str) -> None:
 
 @pytest.mark.parametrize("sampled", [False, True], ids=["greedy", "sampled"])
 def test_every_schema_gives_json_that_validates(make_engine, tokenizer, sampled):
+    """Each schema once, every other one greedy (an all-greedy batch: the greedy kernel on masked logits)
+    and the others sampled (the sampling path); the grammar's mask is the same whichever picks the token."""
     engine = make_engine()
-    names = list(JSON_SCHEMAS)
+    names = list(JSON_SCHEMAS)[int(sampled) :: 2]
     ids = {}
     for i, name in enumerate(names):
         params = SamplingParams(
@@ -54,7 +56,7 @@ def test_every_schema_gives_json_that_validates(make_engine, tokenizer, sampled)
             if event.finish_reason is not None:
                 assert event.finish_reason is FinishReason.EOS, (ids[event.request_id], event.generated_text)
                 texts[ids[event.request_id]] = event.generated_text
-    assert len(texts) == len(names) == 20
+    assert len(texts) == len(names) == 10 and len(JSON_SCHEMAS) == 20
     for name, text in texts.items():
         _check_json(name, text)
     assert len(engine.guided) == 0, "every finished request's parser state is dropped"
