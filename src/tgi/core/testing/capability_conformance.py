@@ -194,9 +194,10 @@ class CapabilityChecks(ConformanceEngines):
             results = engine.generate([*crowd, target, target], [greedy] * len(crowd) + [greedy, seeded])
             return [r.token_ids for r in results[-2:]]
 
-        # beside 7 (prefills chunked elsewhere, decodes in a batch of 9); the preemption check below runs it
-        # beside 4 more
-        assert targets_beside(engine, others[:7]) == alone, "beside 7 other requests"
+        # beside 7 (prefills chunked elsewhere, decodes in a batch of 9; `deterministic_crowd`); the preemption
+        # check below runs it beside 4
+        crowd = self.deterministic_crowd
+        assert targets_beside(engine, others[:crowd]) == alone, f"beside {crowd} other requests"
         cached = self.make_engine(
             backend, tiny_llama, batches_checked, **{**settings, "prefix_caching": True}
         )

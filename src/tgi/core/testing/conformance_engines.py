@@ -69,6 +69,10 @@ class ConformanceEngines:
     #: the tokens each request generates (the reference's length); a backend whose steps are slow (Triton's
     #: interpreter) sets fewer: 5 still leaves the preemption, cancellation and early-stop checks room
     max_new_tokens: ClassVar[int] = MAX_NEW_TOKENS
+    #: how many other requests the deterministic check runs its target beside (7: its 45-token prompt chunked
+    #: elsewhere, its decodes in a batch of 9); a backend whose steps are slow sets fewer (3: still chunked
+    #: elsewhere, decoded in a batch of 5)
+    deterministic_crowd: ClassVar[int] = 7
 
     def make_backend(self) -> Backend:
         if self.backend_name is None:

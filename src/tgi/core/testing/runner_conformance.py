@@ -33,8 +33,8 @@ On a small random-weight Llama (`model.write_tiny_llama`), loaded through `LLMEn
 * `test_deterministic_mode_is_batch_invariant_or_refused`: an engine asked for `deterministic` either is
   refused at start with a `ConfigError` naming `--deterministic`, or runs a runner whose `capabilities()`
   say `batch_invariant`, and then a greedy and a seeded sampled request give the same tokens alone, beside
-  7 other requests of other lengths (prefills chunked differently), continued from the prefix cache, and
-  after a preemption (beside 4 others);
+  7 other requests of other lengths (prefills chunked differently; `deterministic_crowd`), continued from
+  the prefix cache, and after a preemption (beside 4 others);
 * `test_overlapped_steps_give_the_tokens_of_waited_ones`: a runner whose `capabilities()` say `async_steps`
   (`execute_async`, decodes fed `PENDING_TOKEN`) gives, with steps overlapped, the tokens and finish reasons of
   the same engine with every step waited for (greedy, a request that stops early, seeded sampling, a
@@ -61,7 +61,7 @@ Use (a test module of the backend's package; torch backends get it with `TorchBa
 
 Knobs (class attributes): `generation_dtype`, `max_batch_prefill_tokens` (a runner that cannot chunk
 prefills sets it to 64, so that the longest prompt fits one step), `max_new_tokens` (8; fewer where a step is
-slow), `engine_block_size()`.
+slow), `deterministic_crowd` (7; fewer where a step is slow), `engine_block_size()`.
 """
 
 from __future__ import annotations
