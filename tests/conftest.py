@@ -31,6 +31,26 @@ if not torch.cuda.is_available():
 # tests never reach a model hub
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+Q4_K_M_NAME = "SmolLM2-135M-Instruct.Q4_K_M.gguf"
+
+
+@pytest.fixture(scope="session")
+def default_q4_k_m(tmp_path_factory) -> tuple[str, dict[str, str]]:
+    """The default model requantized to Q4_K_M by core's reference K-quantizer (`write_k_quant_gguf`): (its
+    path, {tensor: type}), written once per test run for every worker (`helpers.built_once`)."""
+    from helpers.built_once import built_once
+
+    from tgi.core.loading import default_model_path
+    from tgi.core.testing.kquants import write_k_quant_gguf
+
+    def build(folder: pathlib.Path) -> None:
+        types = write_k_quant_gguf(default_model_path(), str(folder / Q4_K_M_NAME), "Q4_K_M")
+        (folder / "types.json").write_text(json.dumps(types))
+
+    folder = built_once(tmp_path_factory, "default-q4-k-m", build)
+    return str(folder / Q4_K_M_NAME), json.loads((folder / "types.json").read_text())
+
+
 _PHASE_START = pytest.StashKey[float]()
 _LAST = pytest.StashKey[bool]()
 

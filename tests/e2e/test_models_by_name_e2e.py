@@ -25,15 +25,11 @@ Q4_K_M = "SmolLM2-135M-Instruct.Q4_K_M.gguf"
 
 
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory):
-    from tgi.core.testing.kquants import write_k_quant_gguf
-
+def hub(tmp_path_factory, default_q4_k_m):
     folder = tmp_path_factory.mktemp("repo")
-    q4_k_m = folder / Q4_K_M
-    write_k_quant_gguf(default_model_path(), str(q4_k_m), "Q4_K_M")
     readme = folder / "README.md"
     readme.write_text("# SmolLM2-135M-Instruct, GGUF\n")
-    files = {"README.md": readme, Q4_1: Path(default_model_path()), Q4_K_M: q4_k_m}
+    files = {"README.md": readme, Q4_1: Path(default_model_path()), Q4_K_M: Path(default_q4_k_m[0])}
     with FakeHub({REPO: files}) as hub:
         yield hub
 

