@@ -189,9 +189,10 @@ def _run(attention, cache, layer, tables, queries, chunks):
     return list(out.split(sizes))
 
 
+#: GQA and a window in float32, a soft-cap and a head size padded to 32 in bfloat16 (its loads, rounding and
+#: stores are the same code in every case: one 16-bit case)
 @pytest.mark.parametrize(
-    ("case", "dtype"),
-    [("gqa", "float32"), ("gqa", "bfloat16"), ("window", "float32"), ("softcap-d24", "bfloat16")],
+    ("case", "dtype"), [("gqa", "float32"), ("window", "float32"), ("softcap-d24", "bfloat16")]
 )
 def test_attention_is_the_same_however_the_query_is_batched(case, dtype):
     layer, cache, tables, queries = _setup(case, dtype)

@@ -55,19 +55,32 @@ def test_kernels_are_interpreted():
     assert type(quant_w8._w8_gemm_kernel).__name__ == "InterpretedFunction"
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-@pytest.mark.parametrize(
-    ("bits", "k", "group_size", "sym", "desc_act", "v1"),
-    [
-        (4, 384, 128, True, False, True),  # the common published checkpoint
-        (4, 160, 32, False, False, True),  # K not a multiple of the 64-row tile
-        (4, 256, -1, False, False, False),  # per channel, gptq_v2 zero points
-        (4, 256, 32, False, True, True),  # desc_act: permuted g_idx
-        (8, 256, 128, True, True, True),
-        (8, 192, 32, False, False, True),
-    ],
-)
-def test_gptq_equals_dequantized_reference(dtype, bits, k, group_size, sym, desc_act, v1):
+GPTQ = {  # bits, k, group size, sym, desc_act, v1
+    "common": (4, 384, 128, True, False, True),  # the common published checkpoint
+    "k-tail": (4, 160, 32, False, False, True),  # K not a multiple of the 64-row tile
+    "per-channel-v2": (4, 256, -1, False, False, False),  # per channel, gptq_v2 zero points
+    "act-order": (4, 256, 32, False, True, True),  # desc_act: permuted g_idx
+    "int8-act-order": (8, 256, 128, True, True, True),
+    "int8-g32": (8, 192, 32, False, False, True),
+}
+#: every case in float32 (the tightest tolerance); each 16-bit dtype on two cases, the same code in every case:
+#: float16's tile product in its dtype (the interpreter's only 16-bit product: bfloat16's runs in float32, as
+#: float32's) once per branch (whole-group tiles: per-channel-v2; per-row groups: k-tail), bfloat16's loads
+#: and rounding on a 4-bit and an 8-bit case (one case per format feature and dtype is a sweep)
+F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
+GPTQ_DTYPES = [
+    *((c, F32) for c in GPTQ),
+    ("common", BF16), ("int8-act-order", BF16), ("k-tail", F16), ("per-channel-v2", F16),
+]  # fmt: skip
+
+
+def _id(value) -> str:
+    return str(value).replace("torch.", "")
+
+
+@pytest.mark.parametrize(("case", "dtype"), GPTQ_DTYPES, ids=_id)
+def test_gptq_equals_dequantized_reference(case, dtype):
+    bits, k, group_size, sym, desc_act, v1 = GPTQ[case]
     qz = quantize_int(_weight(N, k), bits, group_size, sym=sym, desc_act=desc_act)
     qweight, qzeros = pack_gptq(qz, v1=v1)
     ref = _dequantized(qz, dtype)
@@ -82,9 +95,12 @@ def test_gptq_equals_dequantized_reference(dtype, bits, k, group_size, sym, desc
     assert (qz.dequantize() - _weight(N, k)).abs().max() < 0.05  # the quantizer itself is sane
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-@pytest.mark.parametrize(("k", "group_size"), [(384, 128), (160, 32), (256, -1)])
-def test_awq_equals_dequantized_reference(dtype, k, group_size):
+@pytest.mark.parametrize(
+    ("k", "group_size", "dtype"),
+    [(384, 128, F32), (160, 32, F32), (256, -1, F32), (384, 128, BF16), (160, 32, F16)],  # as GPTQ_DTYPES
+    ids=_id,
+)
+def test_awq_equals_dequantized_reference(k, group_size, dtype):
     qz = quantize_int(_weight(N, k, seed=1), 4, group_size, sym=False)
     qweight, qzeros = pack_awq(qz)
     ref = _dequantized(qz, dtype)
@@ -103,9 +119,10 @@ def test_awq_interleave_matters():
     assert (got - want).abs().max() > 0.1 * want.abs().max()
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("per_channel", [True, False])
-def test_fp8_equals_dequantized_reference(dtype, per_channel):
+@pytest.mark.parametrize(
+    ("per_channel", "dtype"), [(True, F32), (False, F32), (True, BF16), (False, F16)], ids=_id
+)  # as GPTQ_DTYPES
+def test_fp8_equals_dequantized_reference(per_channel, dtype):
     k = 160
     w8, scale = quantize_fp8(_weight(N, k, seed=3), per_channel)
     ref = w8.float() * scale
