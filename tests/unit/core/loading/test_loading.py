@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 
 import numpy as np
@@ -222,52 +221,6 @@ def test_gguf_rope_freqs_that_are_not_llama3_scaling_are_refused(tmp_path):
     write_gguf(path, model, "llama", rope_freqs=np.linspace(1.0, 3.0, head_dim // 2))
     with pytest.raises(UnsupportedModelError, match=r"tiny-rope-freqs\.gguf: .*rope_freqs"):
         load_config(resolve_model(str(path)))
-
-
-def _first_block_copy(source: str, path) -> set[str]:
-    """`source` with its first block only (`block_count` 1) and without the tokenizer's merges: the same bytes
-    of the same quantized tensors (the Q8_0 table, the Q4_1 projections), head counts and tied head. Its 29
-    other blocks repeat block 0's formats and shapes, and cost transformers ~30 s to map and dequantize."""
-    import gguf
-
-    reader = gguf.GGUFReader(source)
-    writer = gguf.GGUFWriter(str(path), reader.fields["general.architecture"].contents())
-    for field in reader.fields.values():
-        if field.name.startswith("GGUF.") or field.name in ("general.architecture", "tokenizer.ggml.merges"):
-            continue
-        value = 1 if field.name.endswith(".block_count") else field.contents()
-        sub = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(field.name, value, field.types[0], sub_type=sub)
-    kept = [t for t in reader.tensors if not t.name.startswith("blk.") or t.name.startswith("blk.0.")]
-    for t in kept:
-        writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    for t in kept:
-        writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
-    writer.close()
-    return {t.tensor_type.name for t in kept}
-
-
-@pytest.mark.slow
-def test_gguf_weights_equal_transformers(default_source, tmp_path):
-    """The default model's own quantized tensors (its first block, the table and norms) dequantize to exactly
-    transformers' weights."""
-    from transformers import AutoModelForCausalLM
-
-    path = tmp_path / os.path.basename(default_source.path)
-    assert _first_block_copy(default_source.path, path) == {"Q8_0", "Q4_1", "F32"}
-    source = resolve_model(str(path))
-    config = load_config(source)
-    assert config.num_hidden_layers == 1
-    model = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name, dtype=torch.float32)
-    got = dict(iter_weights(source, config))
-    assert all(t.dtype == torch.float32 and t.device.type == "cpu" for t in got.values())
-    assert_same_weights(got, model)  # exact equality, Q/K permutation undone
-    assert torch.equal(model.state_dict()["lm_head.weight"], got["model.embed_tokens.weight"])
-    for field in ("num_attention_heads", "num_key_value_heads", "vocab_size", "tie_word_embeddings"):
-        assert getattr(config, field) == getattr(model.config, field)
 
 
 # -- numpy arrays (for backends of other frameworks) -----------------------------------------------------
