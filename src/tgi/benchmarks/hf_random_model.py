@@ -34,16 +34,18 @@ def write_hf_folder(folder: str | Path, shape: ModelShape, seed: int = 0) -> Pat
     """Write the model to `folder` (through `<folder>.partial`, renamed when complete); returns `folder`."""
     import torch
     from safetensors.torch import save_file
-    from transformers import AutoTokenizer, LlamaConfig
+    from transformers import LlamaConfig
 
-    from tgi.core.loading.resolve import default_model_path
+    from tgi.core.loading.resolve import default_model_path, resolve_model
+    from tgi.core.tokenization import load_tokenizer
 
     folder = Path(folder)
     partial = folder.with_name(folder.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    gguf = default_model_path()
-    tokenizer = AutoTokenizer.from_pretrained(os.path.dirname(gguf), gguf_file=os.path.basename(gguf))
+    tokenizer = load_tokenizer(
+        resolve_model(default_model_path())
+    )  # transformers' reading, cached per machine
     if len(tokenizer) != shape.vocab:
         raise ValueError(
             f"the default tokenizer has {len(tokenizer)} tokens, the shape asks for {shape.vocab}"

@@ -80,12 +80,12 @@ CHAT_TEMPLATE = (
 def smolvlm_tokenizer():
     """The default model's tokenizer with `ADDED_TOKENS` at ids `BASE_VOCAB`... (`len` 49,280), EOS
     `<end_of_utterance>`; ValueError where the default tokenizer is not `BASE_VOCAB` tokens."""
-    from transformers import AutoTokenizer
+    from tgi.core.loading.resolve import default_model_path, resolve_model
+    from tgi.core.tokenization import load_tokenizer
 
-    from tgi.core.loading.resolve import default_model_path
-
-    gguf = default_model_path()
-    tokenizer = AutoTokenizer.from_pretrained(os.path.dirname(gguf), gguf_file=os.path.basename(gguf))
+    tokenizer = load_tokenizer(
+        resolve_model(default_model_path())
+    )  # transformers' reading, cached per machine
     if len(tokenizer) != BASE_VOCAB:
         raise ValueError(
             f"the default tokenizer has {len(tokenizer)} tokens, SmolVLM's starts at {BASE_VOCAB}"

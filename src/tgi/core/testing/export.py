@@ -12,9 +12,9 @@ def export_default_model(folder: str | Path, dtype: str = "bfloat16") -> Path:
     `folder` as safetensors in `dtype`; return the folder (reused when already written)."""
     import torch
     from safetensors.torch import save_file
-    from transformers import AutoTokenizer
 
     from tgi.core.loading import iter_weights, load_config, resolve_model
+    from tgi.core.tokenization import load_tokenizer
 
     folder = Path(folder)
     if (folder / "model.safetensors").exists():
@@ -25,8 +25,7 @@ def export_default_model(folder: str | Path, dtype: str = "bfloat16") -> Path:
     tensors = {name: t.to(getattr(torch, dtype)).contiguous() for name, t in iter_weights(source, config)}
     config.dtype = dtype
     config.save_pretrained(folder)
-    gguf = Path(source.path)
-    AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(folder)
+    load_tokenizer(source).save_pretrained(folder)  # transformers' reading of the GGUF, cached per machine
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
     return folder
 
