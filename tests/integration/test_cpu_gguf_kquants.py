@@ -63,7 +63,7 @@ def _engine(monkeypatch, path: str, dtype: str, blocks: bool, rows: str | None =
     return LLMEngine.from_config(
         EngineConfig(
             model_id=path, dtype=dtype, max_batch_total_tokens=2048, max_total_tokens=512,
-            max_batch_prefill_tokens=256, max_num_seqs=8,
+            max_batch_prefill_tokens=128, max_num_seqs=8,
         )
     )  # fmt: skip
 
