@@ -150,7 +150,7 @@ def test_disconnect_mid_stream_returns_every_block(get_metrics, server):
     assert m["tgi_request_in_flight"] == 0
 
 
-def test_api_key_and_sigterm_exit_0(tmp_path, launch_server, stop_server):
+def test_api_key_and_sigterm_exit_0(tmp_path, launch_server, stop_server, get_metrics):
     s = launch_server(tmp_path, "--api-key", "s3cret")
     try:
         assert httpx.get(s.url + "/health").status_code == 200
@@ -168,7 +168,11 @@ def test_api_key_and_sigterm_exit_0(tmp_path, launch_server, stop_server):
 
         t = threading.Thread(target=run)
         t.start()
-        time.sleep(1.0)
+        # SIGTERM once the request runs (the engine has it, not the queue): a signal sent after a fixed
+        # sleep could come before the request arrived, on a loaded machine, and test another path
+        metrics = lambda url: get_metrics(url, auth)  # noqa: E731
+        running = lambda m: m["tgi_request_in_flight"] == 1 and m["tgi_queue_size"] == 0  # noqa: E731
+        assert running(_wait_until(metrics, s.url, running, 60))
         s.proc.send_signal(signal.SIGTERM)
         t.join(120)
         assert result["r"].status_code == 200 and result["r"].json()["generated_text"]
