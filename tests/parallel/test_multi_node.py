@@ -278,9 +278,9 @@ def test_node_0_without_the_shared_secret_is_refused_at_start(model, start):
 
 
 def test_a_node_that_never_joins_is_named_and_node_0_exits(model, start):
-    leader = start(0, model, free_port(), "--dist-timeout", "3")
+    leader = start(0, model, free_port(), "--dist-timeout", "0.5")
     assert leader.proc.wait(90) == 1, leader.logs()
-    assert "node(s) 1 did not join within 3 s (--dist-timeout)" in leader.text()
+    assert "node(s) 1 did not join within 0.5 s (--dist-timeout)" in leader.text()
 
 
 def test_the_headless_node_exits_when_node_0_dies(model, start):

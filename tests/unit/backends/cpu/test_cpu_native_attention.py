@@ -63,12 +63,37 @@ def make_decode_batch(layer, block_size, dtype, lengths, seed=0):
 LENGTHS = [1, 2, 17, 5, 64, 33, 1, 100, 16]
 
 
-@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)], ids=["f32", "bf16"])
-@pytest.mark.parametrize("heads", [(4, 4), (6, 2), (8, 2)], ids=["mha", "gqa3", "gqa4"])
-# every head size the AVX2 path has a variant for, and 48 (none: the plain loops)
-@pytest.mark.parametrize("head_dim", [32, 64, 80, 48, 96, 128, 256])
-@pytest.mark.parametrize("block_size", [1, 4, 16])
-def test_native_decode_matches_dense(dtype, tol, heads, head_dim, block_size):
+MHA, GQA3, GQA4 = (4, 4), (6, 2), (8, 2)
+TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
+# one case per code path of the vector decode, each dtype: every head size the AVX-512 / AVX2 paths have a
+# variant for (32, 64, 80, 96, 128, 256) and 48 (none: the plain loops); query-head groups of 1, 3, 4 and
+# block sizes 1, 4, 16 (8-key groups spanning 8, 2 or no block boundaries) spread over them. bfloat16 keeps
+# off the AMX shapes here (block size 16 only at head sizes 80 and 256): the AMX path has its own tests below.
+DENSE_CASES = [
+    (torch.float32, MHA, 32, 1),
+    (torch.float32, GQA3, 64, 4),
+    (torch.float32, GQA4, 80, 16),
+    (torch.float32, MHA, 48, 4),
+    (torch.float32, GQA3, 96, 16),
+    (torch.float32, GQA4, 128, 1),
+    (torch.float32, GQA3, 256, 16),
+    (torch.bfloat16, GQA4, 32, 1),
+    (torch.bfloat16, MHA, 64, 4),
+    (torch.bfloat16, GQA3, 80, 16),
+    (torch.bfloat16, GQA4, 48, 1),
+    (torch.bfloat16, MHA, 96, 4),
+    (torch.bfloat16, GQA3, 128, 1),
+    (torch.bfloat16, GQA4, 256, 16),
+]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "heads", "head_dim", "block_size"),
+    DENSE_CASES,
+    ids=[f"{str(d)[6:]}-{h[0]}x{h[1]}-d{dh}-b{b}" for d, h, dh, b in DENSE_CASES],
+)
+def test_native_decode_matches_dense(dtype, heads, head_dim, block_size):
+    tol = TOL[dtype]
     layer = AttentionLayerSpec(heads[0], heads[1], head_dim, head_dim**-0.5)
     q, cache, meta, ks, vs = make_decode_batch(layer, block_size, dtype, LENGTHS)
     attn = CpuNativeAttention()
@@ -83,8 +108,10 @@ def test_native_decode_matches_dense(dtype, tol, heads, head_dim, block_size):
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)], ids=["f32", "bf16"])
-@pytest.mark.parametrize("window,softcap", [(1, None), (6, None), (40, None), (None, 3.0), (5, 3.0)])
-@pytest.mark.parametrize("block_size", [1, 4, 16])
+# block sizes 1, 4, 16 spread over the windows (bfloat16 at 16: the AMX path, taken by default here)
+@pytest.mark.parametrize(
+    "window,softcap,block_size", [(1, None, 1), (6, None, 4), (40, None, 16), (None, 3.0, 1), (5, 3.0, 16)]
+)
 def test_native_decode_window_and_softcap(dtype, tol, window, softcap, block_size):
     layer = AttentionLayerSpec(6, 2, 64, 64**-0.5, sliding_window=window, softcap=softcap)
     q, cache, meta, ks, vs = make_decode_batch(layer, block_size, dtype, LENGTHS, seed=1)
@@ -169,9 +196,13 @@ def _decode(q, cache, meta, layer, impl):
 
 
 @pytest.mark.skipif(not AMX, reason=f"{MISSING_CPU_FEATURE}: amx_tile, amx_bf16")
-@pytest.mark.parametrize("heads", [(4, 4), (9, 3), (16, 1)], ids=["mha", "smollm", "g16"])
-@pytest.mark.parametrize("head_dim", [32, 64, 96, 128])
-@pytest.mark.parametrize("block_size", [16, 32])
+# every head size the AMX path has a variant for (1 to 4 tiles of 32), groups of 1, 3 and 16 query heads, and
+# blocks of 16 and 32 spread over them
+@pytest.mark.parametrize(
+    "heads,head_dim,block_size", [((4, 4), 32, 16), ((9, 3), 64, 32), ((16, 1), 96, 16), ((9, 3), 128, 16),
+                                  ((16, 1), 128, 32)],
+    ids=["mha-d32-b16", "smollm-d64-b32", "g16-d96-b16", "smollm-d128-b16", "g16-d128-b32"],
+)  # fmt: skip
 def test_amx_decode_matches_dense(heads, head_dim, block_size):
     layer = AttentionLayerSpec(heads[0], heads[1], head_dim, head_dim**-0.5)
     q, cache, meta, ks, vs = make_decode_batch(layer, block_size, torch.bfloat16, LONG_LENGTHS, seed=2)
