@@ -38,25 +38,56 @@ importlib.util.find_spec = lambda name, *a: (
 """
 
 
-def test_without_tpu_devices_the_probe_says_why_and_never_falls_back() -> None:
-    out = _run(WITH_LIBTPU + PROBE)
-    available, reason, priority, auto = json.loads(out.stdout.strip().splitlines()[-1])
+# Three fresh processes, each running one probe and then, as JAX stands after it, one device rule (the
+# probe's scenario and the rule's need the same start: JAX not yet started, or already started):
+# libtpu faked + XLA_FLAGS forcing 2 devices; nothing set (the probe never starts JAX); TGI_JAX_PLATFORM=cpu
+# (its probe does not start JAX either; the script starts it with one device).
+PREPARE = "from tgi.backends.tpu.backend import TpuBackend\nb = TpuBackend(platform='cpu', cache_dir='/tmp/tgi-tests-jax-cache')\n"
+SCENARIOS = {
+    "libtpu": (WITH_LIBTPU + PROBE + PREPARE + "b.prepare_devices(3)\n", {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}),
+    "no runtime": (
+        PROBE + "import sys; print(json.dumps('jax' in sys.modules))\n" + PREPARE + "b.prepare_devices(3)\n"
+        "import jax\nprint(len(jax.devices('cpu')), b.describe_kernels('float32')['devices'])\n",
+        {},
+    ),
+    "cpu": (PROBE + "import jax\njax.devices()\n" + PREPARE + "b.prepare_devices(3)\n", {"TGI_JAX_PLATFORM": "cpu"}),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def ran():
+    """`ran(scenario)`: the finished process of that scenario, run once for the module."""
+    done: dict[str, subprocess.CompletedProcess] = {}
+
+    def get(name: str) -> subprocess.CompletedProcess:
+        if name not in done:
+            code, env = SCENARIOS[name]
+            done[name] = _run(code, **env)
+        return done[name]
+
+    return get
+
+
+def _probed(out: subprocess.CompletedProcess, line: int = 0) -> list:
+    return json.loads(out.stdout.strip().splitlines()[line])
+
+
+def test_without_tpu_devices_the_probe_says_why_and_never_falls_back(ran) -> None:
+    available, reason, priority, auto = _probed(ran("libtpu"))
     assert not available and "no JAX tpu devices" in reason and "TGI_JAX_PLATFORM=cpu" in reason
     assert priority == 20 and auto == "cpu"
 
 
-def test_without_the_tpu_runtime_the_probe_says_so_without_importing_jax() -> None:
-    out = _run(PROBE + "import sys; print(json.dumps('jax' in sys.modules))")
-    lines = out.stdout.strip().splitlines()
-    available, reason, priority, auto = json.loads(lines[-2])
+def test_without_the_tpu_runtime_the_probe_says_so_without_importing_jax(ran) -> None:
+    out = ran("no runtime")
+    available, reason, priority, auto = _probed(out)
     assert not available and "libtpu" in reason and "TGI_JAX_PLATFORM=cpu" in reason
     assert priority == 20 and auto == "cpu"
-    assert json.loads(lines[-1]) is False  # a start-up on a machine without TPUs does not import JAX
+    assert _probed(out, 1) is False  # a start-up on a machine without TPUs does not import JAX
 
 
-def test_cpu_devices_only_when_asked_and_said() -> None:
-    out = _run(PROBE, TGI_JAX_PLATFORM="cpu")
-    available, reason, priority, auto = json.loads(out.stdout.strip().splitlines()[-1])
+def test_cpu_devices_only_when_asked_and_said(ran) -> None:
+    available, reason, priority, auto = _probed(ran("cpu"))
     assert available and reason.endswith("on CPU devices (TGI_JAX_PLATFORM=cpu: not a TPU)")
     assert priority == -1 and auto == "cpu"  # auto never picks JAX-on-CPU over the torch CPU backend
 
@@ -70,30 +101,16 @@ def test_another_platform_is_refused(monkeypatch) -> None:
 
 
 @pytest.mark.parametrize(
-    ("env", "message"),
-    [
-        ({"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}, "XLA_FLAGS forces 2"),
-        ({}, "JAX was started with 1"),
-    ],
+    ("scenario", "message"),
+    [("libtpu", "XLA_FLAGS forces 2"), ("cpu", "JAX was started with 1")],  # JAX already started: 1 device
 )
-def test_too_few_cpu_devices_for_the_shards_is_refused(env: dict, message: str) -> None:
-    code = (
-        "import jax\nfrom tgi.backends.tpu.backend import TpuBackend\n"
-        "b = TpuBackend(platform='cpu', cache_dir='/tmp/tgi-tests-jax-cache')\n"
-        + ("jax.devices()\n" if not env else "")  # JAX already started with one device
-        + "b.prepare_devices(3)\n"
-    )
-    out = _run(code, **env)
+def test_too_few_cpu_devices_for_the_shards_is_refused(ran, scenario: str, message: str) -> None:
+    out = ran(scenario)
     assert out.returncode != 0 and message in out.stderr and "--num-shard 3" in out.stderr
 
 
-def test_shards_make_their_cpu_devices_before_jax_starts() -> None:
-    code = (
-        "import jax\nfrom tgi.backends.tpu.backend import TpuBackend\n"
-        "b = TpuBackend(platform='cpu', cache_dir='/tmp/tgi-tests-jax-cache')\nb.prepare_devices(3)\n"
-        "print(len(jax.devices('cpu')), b.describe_kernels('float32')['devices'])\n"
-    )
-    out = _run(code)
+def test_shards_make_their_cpu_devices_before_jax_starts(ran) -> None:
+    out = ran("no runtime")
     assert out.stdout.strip().splitlines()[-1] == "3 3 JAX CPU devices for --num-shard 3", out.stderr
 
 
