@@ -12,7 +12,7 @@ import pytest
 import torch
 from avx2_int8_checks import assert_integer_product, assert_rows_do_not_depend_on_the_batch, require_avx2
 from test_cpu_block_linear_kquant_int8 import q8k
-from test_cpu_block_linear_kquants import k_blocks
+from test_cpu_block_linear_kquants import cached_blocks, k_blocks
 
 from tgi.backends.cpu import native
 from tgi.backends.cpu.cpuinfo import cpu_info
@@ -71,15 +71,22 @@ def int8_model(x: torch.Tensor, block: BlockWeight) -> np.ndarray:
     return y
 
 
-@pytest.mark.parametrize("rows,cols", SHAPES)
-@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 7, 13, 37, 64])
-@pytest.mark.parametrize("qtype", sorted(K_QUANTS))
+# rows: tiles of 4, then a tail of 1-3 (1, 2, 3, 4: none, 5: 1, 7: 3, 13: 1, 37: 1, 64: none), taken in
+# turn over every K-quant at every shape
+ROWS = [1, 2, 3, 4, 5, 7, 13, 37, 64]
+INT_CASES = [
+    (q, *shape, ROWS[i % len(ROWS)])
+    for i, (q, shape) in enumerate((q, s) for q in sorted(K_QUANTS) for s in SHAPES)
+]
+
+
+@pytest.mark.parametrize(("qtype", "rows", "cols", "m"), INT_CASES)
 def test_avx2_int8_is_the_integer_product(qtype, rows, cols, m):
     """float32 x: the same bits as the integer model (the float64 step before each float32 rounding is
     exact for the product, so the model rounds as the kernel's FMA does); bfloat16 x: that result plus the
     bias, rounded once to bfloat16."""
     require_avx2()
-    block = k_blocks(qtype, rows, cols, seed=rows + m)
+    block = cached_blocks(qtype, rows, cols)
     x = torch.randn(m, cols, generator=torch.Generator().manual_seed(m))
     assert_integer_product(x, block, torch.randn(rows), int8_model)
 
@@ -91,7 +98,7 @@ def test_avx2_int8_error_against_the_exact_input_is_bounded(qtype, rows, cols):
     of the float32 product x W^T; relative RMS error under 1 %."""
     require_avx2()
     m = 8
-    block = k_blocks(qtype, rows, cols, seed=rows)
+    block = cached_blocks(qtype, rows, cols)
     w = block.dequantize().double().numpy()
     x = torch.randn(m, cols, generator=torch.Generator().manual_seed(1))
     packed = native.block_pack(block.data, qtype, rows, cols)
