@@ -22,6 +22,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 import pytest
 import torch
 from cpu_features import MISSING_CPU_FEATURE
+from launch_zygote import reaped_cpu_seconds
 
 os.environ.setdefault("TGI_PLUGINS", "cpu")
 # Without a GPU, Triton kernels (CUDA/ROCm/XPU backends) run on CPU tensors in Triton's interpreter; it must be
@@ -81,7 +82,9 @@ def _folder(nodeid: str) -> str:
 def _cpu_seconds() -> float:
     """User and system CPU seconds of this process and of its reaped children, so far."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    # launches forked by the worker's zygote are its children, not the worker's (helpers/launch_zygote.py)
+    forked = reaped_cpu_seconds()
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + forked
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -1,0 +1,250 @@
+"""`tgi launch` processes forked from a process that has already imported what a launch imports.
+
+A test's `tgi launch` spends ~7 of its ~10 s importing torch, transformers, FastAPI and tgi before it reads its
+flags, and the suite starts ~40 of them. A zygote (one per test worker, started at its first launch) imports
+all of that once, then forks a child for each launch, and the child runs the command line exactly as
+`python -m tgi.server.cli.main launch ...` would (`tgi.server.cli.main.main(argv)`, its exit code the
+process's, the interpreter's exit hooks run) with the launch's environment, working folder and log files.
+The zygote forks with one thread (checked: a fork beside other threads could inherit a held lock).
+
+What the fork cannot give is used only where a launch needs it, else the launch is a new interpreter:
+- the environment must be the zygote's own (libraries read some variables when imported: `HF_HOME`,
+  `HF_ENDPOINT`, `TGI_JAX_PLATFORM`, ...);
+- one process only: ranks and pipeline stages start processes of their own, which re-import `__main__`.
+
+The child is the zygote's, not the test's: `ZygoteProcess` answers as `subprocess.Popen` does (pid, poll,
+wait, send_signal, terminate, kill, returncode), asking the zygote for the exit status, and the child's CPU
+time is added to `reaped_cpu_seconds()` when it is reaped, for the suite's CPU figures. `TGI_TEST_ZYGOTE=0`
+turns it off.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+#: flags that make a launch start more processes of its own (each re-imports `__main__`): a new interpreter
+MULTI_PROCESS_FLAGS = ("--num-shard", "--pipeline-parallel-size", "--nnodes", "--data-parallel-size")
+#: what the zygote imports before it forks: every module a default `tgi launch` imports before it serves
+PRELOAD = (
+    "torch",
+    "transformers",
+    "fastapi",
+    "uvicorn",
+    "httpx",
+    "tgi.server.cli.main",
+    "tgi.server.cli.launch",
+    "tgi.server.app",
+    "tgi.core.engine",
+    "tgi.core.async_engine",
+    "tgi.core.loading.gguf_loader",
+    "tgi.core.tokenization",
+    "tgi.backends.cpu.plugin",
+    "tgi.backends.cpu.backend",
+)
+
+_lock = threading.Lock()
+_zygote: dict = {}  # {"proc": Popen, "env": dict} once started
+_reaped_cpu = [0.0]
+
+
+def reaped_cpu_seconds() -> float:
+    """User and system CPU seconds of the zygote's children reaped so far (the suite counts them as its own)."""
+    return _reaped_cpu[0]
+
+
+def enabled() -> bool:
+    return os.environ.get("TGI_TEST_ZYGOTE", "1") != "0"
+
+
+def can_fork(argv: list[str], env: dict[str, str]) -> bool:
+    """Whether the launch `argv` in `env` can be a fork of the zygote (see the module's docstring): the zygote
+    takes the environment of the first launch asked of it, and forks only launches in that one."""
+    if not enabled() or any(a.split("=", 1)[0] in MULTI_PROCESS_FLAGS for a in argv):
+        return False
+    zygote = _zygote.get("env")
+    return zygote is None or zygote == env
+
+
+def _request(message: dict) -> dict:
+    proc = _zygote["proc"]
+    proc.stdin.write(json.dumps(message) + "\n")
+    proc.stdin.flush()
+    line = proc.stdout.readline()
+    if not line:
+        raise RuntimeError(f"the launch zygote exited with {proc.wait()} (its log: {_zygote['log']})")
+    answer = json.loads(line)
+    if "error" in answer:
+        raise RuntimeError(f"the launch zygote: {answer['error']}")
+    return answer
+
+
+def _start(env: dict[str, str], log: str) -> None:
+    err = open(log, "w")  # noqa: SIM115 - the zygote's own log, open for its lifetime
+    proc = subprocess.Popen(
+        [sys.executable, __file__],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=err,
+        env=env,
+        text=True,
+    )
+    _zygote.update(proc=proc, env=env, log=log)
+    _request({"op": "ready"})  # it has imported PRELOAD
+    atexit.register(_stop)
+
+
+def _stop() -> None:
+    proc = _zygote.get("proc")
+    if proc is not None and proc.poll() is None:
+        proc.stdin.close()  # its loop ends at end of input
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def fork_launch(argv: list[str], env: dict[str, str], stdout: str, stderr: str) -> ZygoteProcess:
+    """`python -m tgi.server.cli.main *argv` in `env`, its output in the files `stdout` and `stderr`, as a
+    fork of this worker's zygote (started now if it is not yet, in `env`)."""
+    with _lock:
+        if "proc" not in _zygote:
+            _start(env, stderr + ".zygote.log")
+        message = {"argv": argv, "env": env, "cwd": os.getcwd(), "stdout": stdout, "stderr": stderr}
+        answer = _request({"op": "launch", **message})
+    return ZygoteProcess(answer["pid"], argv)
+
+
+class ZygoteProcess:
+    """A forked launch, answering as `subprocess.Popen` does."""
+
+    def __init__(self, pid: int, args: list[str]) -> None:
+        self.pid = pid
+        self.args = args
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            with _lock:
+                answer = _request({"op": "poll", "pid": self.pid})
+            if answer["returncode"] is not None:
+                self.returncode = answer["returncode"]
+                _reaped_cpu[0] += answer["cpu_seconds"]
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            time.sleep(0.05)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        import signal
+
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        import signal
+
+        self.send_signal(signal.SIGKILL)
+
+
+# -- the zygote ---------------------------------------------------------------------------------------------
+
+
+def _child(message: dict, channel: list[int]) -> None:
+    """In the forked child: become `python -m tgi.server.cli.main *argv` and exit with its code."""
+    import atexit as child_atexit
+    import signal
+    import traceback
+
+    for fd in channel:
+        os.close(fd)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(os.open(message["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 1)
+    os.dup2(os.open(message["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 2)
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - as a launch's stdout to a file
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
+        signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+    os.chdir(message["cwd"])
+    os.environ.clear()
+    os.environ.update(message["env"])
+    import tgi.server.cli.main as cli
+
+    sys.argv = [cli.__file__, *message["argv"]]
+    sys.modules["__main__"] = cli  # as `python -m` makes it
+    code = 1
+    try:
+        code = cli.main(message["argv"])
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if e.code is not None and not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        try:
+            child_atexit._run_exitfuncs()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+
+
+def _serve() -> None:
+    """The zygote's loop: JSON requests on stdin, one JSON answer a line on stdout, until end of input."""
+    import importlib
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+    protocol_out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # nothing but answers on the protocol's pipe
+    children: dict[int, tuple[int, float] | None] = {}
+    for line in sys.stdin:
+        message = json.loads(line)
+        op = message["op"]
+        try:
+            if op == "ready":
+                answer: dict = {"ready": True}
+            elif op == "launch":
+                threads = len(os.listdir("/proc/self/task"))
+                if threads != 1:
+                    raise RuntimeError(f"{threads} threads: a fork now could inherit a held lock")
+                pid = os.fork()
+                if pid == 0:
+                    _child(message, [0, protocol_out.fileno()])
+                children[pid] = None
+                answer = {"pid": pid}
+            elif op == "poll":
+                pid = message["pid"]
+                if children.get(pid) is None:
+                    done, status, usage = os.wait4(pid, os.WNOHANG)
+                    if done:
+                        children[pid] = (os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime)
+                state = children[pid]
+                answer = {"returncode": None}
+                if state is not None:
+                    answer = {"returncode": state[0], "cpu_seconds": state[1]}
+            else:
+                answer = {"error": f"unknown request {op!r}"}
+        except Exception as e:  # the answer says it; the zygote goes on
+            answer = {"error": f"{type(e).__name__}: {e}"}
+        protocol_out.write(json.dumps(answer) + "\n")
+
+
+if __name__ == "__main__":
+    _serve()
