@@ -5,6 +5,7 @@ lengths, GQA, windows and soft-caps. (The engine on each KV dtype: the conforman
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -77,6 +78,12 @@ LENGTHS = [1, 17, 40, 5, 100]
 SHAPES = [(kv, 64) for kv in KV_DTYPES] + [("int8", 32), ("int8", 80), ("int8", 128)]
 
 
+@functools.cache
+def shared_batch(layer, kv):
+    """`make_batch(layer, kv, LENGTHS)`, built once for every path that reads it (none writes to it)."""
+    return make_batch(layer, kv, LENGTHS)
+
+
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize(("kv", "head_dim"), SHAPES)
 def test_native_decode_on_each_path_matches_dense(impl, kv, head_dim):
@@ -86,7 +93,7 @@ def test_native_decode_on_each_path_matches_dense(impl, kv, head_dim):
         pytest.skip("the AMX path takes head sizes that are a multiple of 32")
     for (h, hkv), window, softcap in (((8, 2), None, None), ((6, 6), 7, 5.0)):
         layer = AttentionLayerSpec(h, hkv, head_dim, head_dim**-0.5, window, softcap)
-        q, cache, meta, ref = make_batch(layer, kv, LENGTHS)
+        q, cache, meta, ref = shared_batch(layer, kv)
         attn = CpuNativeAttention()
         attn.quant_decode_impl = impl
         out = attn.decode(q, cache, 0, meta, layer)
