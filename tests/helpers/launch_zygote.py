@@ -7,10 +7,10 @@ all of that once, then forks a child for each launch, and the child runs the com
 process's, the interpreter's exit hooks run) with the launch's environment, working folder and log files.
 The zygote forks with one thread (checked: a fork beside other threads could inherit a held lock).
 
-What the fork cannot give is used only where a launch needs it, else the launch is a new interpreter:
-- the environment must be the zygote's own (libraries read some variables when imported: `HF_HOME`,
-  `HF_ENDPOINT`, `TGI_JAX_PLATFORM`, ...);
-- one process only: ranks and pipeline stages start processes of their own, which re-import `__main__`.
+A launch in another environment than the zygote's is a new interpreter (libraries read some variables when
+imported: `HF_HOME`, `HF_ENDPOINT`, `TGI_JAX_PLATFORM`, ...). A launch of several processes (shards,
+pipeline stages) forks too: its ranks start from multiprocessing's fork server, a new interpreter, which
+imports `__main__` by name, and the child's `__main__` is `tgi.server.cli.main`, as under `python -m`.
 
 The child is the zygote's, not the test's: `ZygoteProcess` answers as `subprocess.Popen` does (pid, poll,
 wait, send_signal, terminate, kill, returncode), asking the zygote for the exit status, and the child's CPU
@@ -28,8 +28,6 @@ import sys
 import threading
 import time
 
-#: flags that make a launch start more processes of its own (each re-imports `__main__`): a new interpreter
-MULTI_PROCESS_FLAGS = ("--num-shard", "--pipeline-parallel-size", "--nnodes", "--data-parallel-size")
 #: what the zygote imports before it forks: every module a default `tgi launch` imports before it serves
 PRELOAD = (
     "torch",
@@ -65,7 +63,7 @@ def enabled() -> bool:
 def can_fork(argv: list[str], env: dict[str, str]) -> bool:
     """Whether the launch `argv` in `env` can be a fork of the zygote (see the module's docstring): the zygote
     takes the environment of the first launch asked of it, and forks only launches in that one."""
-    if not enabled() or any(a.split("=", 1)[0] in MULTI_PROCESS_FLAGS for a in argv):
+    if not enabled():
         return False
     zygote = _zygote.get("env")
     return zygote is None or zygote == env
