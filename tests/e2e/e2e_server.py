@@ -75,6 +75,17 @@ class Server:
         return self.stdout.read_text() + "\n--- stderr ---\n" + self.stderr.read_text()[-5000:]
 
 
+def launch_env() -> dict[str, str]:
+    """This process's environment without the variables that would set a launch's flags."""
+    return {k: v for k, v in os.environ.items() if k not in ("PORT", "HOSTNAME", "API_KEY", "MODEL_ID")}
+
+
+def run_command(tmp: Path, *argv: str, env: dict[str, str] | None = None, timeout: float = 300):
+    """`tgi *argv` to its end (`env`: default `launch_env()`), as `subprocess.run(capture_output=True,
+    text=True)` gives it: a fork of the launch zygote where it can be (tests/helpers/launch_zygote.py)."""
+    return launch_zygote.run(list(argv), launch_env() if env is None else env, timeout, str(tmp))
+
+
 def launch(tmp: Path, *extra: str, env: dict[str, str] | None = None) -> Server:
     """`tgi launch` with the e2e limits and `extra` flags; `env`: variables added to this process's."""
     port = free_port()
@@ -91,7 +102,7 @@ def launch(tmp: Path, *extra: str, env: dict[str, str] | None = None) -> Server:
         *LAUNCH_ARGS,
         *extra,
     ]
-    environ = {k: v for k, v in os.environ.items() if k not in ("PORT", "HOSTNAME", "API_KEY", "MODEL_ID")}
+    environ = launch_env()
     if not env and launch_zygote.can_fork(cmd[3:], environ):  # the same command, without its imports' ~7 s
         proc = launch_zygote.fork_launch(cmd[3:], environ, str(out), str(err))
     else:

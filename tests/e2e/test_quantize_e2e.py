@@ -81,13 +81,9 @@ def test_served_with_quantize(exported, tmp_path, launch_server, stop_server, qu
 
 def test_unservable_quantize_fails_at_start_with_the_reason(exported, tmp_path, launch_server, stop_server):
     """gptq needs a GPTQ checkpoint: the launch exits with the reason, naming what would load."""
-    import subprocess
-    import sys
+    from e2e_server import run_command
 
-    proc = subprocess.run(
-        [sys.executable, "-m", "tgi.server.cli.main", "launch", "--model-id", str(exported), "--quantize", "gptq", "--port", "0"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    proc = run_command(tmp_path, "launch", "--model-id", str(exported), "--quantize", "gptq", "--port", "0")
     assert proc.returncode != 0
     assert "needs a checkpoint quantized with gptq" in proc.stderr and "eetq" in proc.stderr, proc.stderr[
         -2000:

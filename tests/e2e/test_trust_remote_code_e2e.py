@@ -5,13 +5,12 @@ greedy tokens (`trust_remote_code=True`)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 
 import httpx
 import pytest
 import torch
+from e2e_server import launch_env, run_command
 
 from tgi.core.testing.remote_code import ARCHITECTURE, save_remote_code_checkpoint
 
@@ -33,9 +32,9 @@ def _launch_cmd(folder) -> list[str]:
     ]  # fmt: skip
 
 
-def test_without_the_flag_the_start_stops_naming_it(checkpoint):
-    env = {k: v for k, v in os.environ.items() if k not in ("TRUST_REMOTE_CODE", "MODEL_ID")}
-    done = subprocess.run(_launch_cmd(checkpoint), capture_output=True, text=True, timeout=300, env=env)
+def test_without_the_flag_the_start_stops_naming_it(checkpoint, tmp_path):
+    env = {k: v for k, v in launch_env().items() if k != "TRUST_REMOTE_CODE"}
+    done = run_command(tmp_path, *_launch_cmd(checkpoint)[3:], env=env)
     assert done.returncode == 2, done.stderr
     assert "--trust-remote-code (TRUST_REMOTE_CODE=true)" in done.stderr, done.stderr
 

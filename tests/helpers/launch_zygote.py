@@ -118,6 +118,25 @@ def fork_launch(argv: list[str], env: dict[str, str], stdout: str, stderr: str) 
     return ZygoteProcess(answer["pid"], argv)
 
 
+def run(argv: list[str], env: dict[str, str], timeout: float, folder: str) -> subprocess.CompletedProcess:
+    """`python -m tgi.server.cli.main *argv` in `env` to its end, as `subprocess.run(..., capture_output=True,
+    text=True, timeout=timeout)` gives it (its output kept in `folder`): a fork of the zygote where
+    `can_fork`, else a new interpreter."""
+    cmd = [sys.executable, "-m", "tgi.server.cli.main", *argv]
+    if not can_fork(argv, env):
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    out, err = os.path.join(folder, "command.out"), os.path.join(folder, "command.err")
+    proc = fork_launch(argv, env, out, err)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+    with open(out) as o, open(err) as e:
+        return subprocess.CompletedProcess(cmd, proc.returncode, o.read(), e.read())
+
+
 class ZygoteProcess:
     """A forked launch, answering as `subprocess.Popen` does."""
 
