@@ -191,7 +191,10 @@ def _child(message: dict, channel: list[int]) -> None:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(os.open(message["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 1)
-    os.dup2(os.open(message["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 2)
+    if message["stderr"] == message["stdout"]:  # one log, as Popen(stdout=f, stderr=STDOUT) writes it
+        os.dup2(1, 2)
+    else:
+        os.dup2(os.open(message["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 2)
     sys.stdin = open(0, closefd=False)  # noqa: SIM115
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - as a launch's stdout to a file
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
