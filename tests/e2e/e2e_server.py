@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import launch_zygote
+from launch_zygote import launch_env
 
 STARTUP_TIMEOUT_S = 300
 # Small limits so that the KV pool is quickly sized and the 429 burst is cheap.
@@ -75,11 +74,6 @@ class Server:
         return self.stdout.read_text() + "\n--- stderr ---\n" + self.stderr.read_text()[-5000:]
 
 
-def launch_env() -> dict[str, str]:
-    """This process's environment without the variables that would set a launch's flags."""
-    return {k: v for k, v in os.environ.items() if k not in ("PORT", "HOSTNAME", "API_KEY", "MODEL_ID")}
-
-
 def run_command(tmp: Path, *argv: str, env: dict[str, str] | None = None, timeout: float = 300):
     """`tgi *argv` to its end (`env`: default `launch_env()`), as `subprocess.run(capture_output=True,
     text=True)` gives it: a fork of the launch zygote where it can be (tests/helpers/launch_zygote.py)."""
@@ -90,24 +84,9 @@ def launch(tmp: Path, *extra: str, env: dict[str, str] | None = None) -> Server:
     """`tgi launch` with the e2e limits and `extra` flags; `env`: variables added to this process's."""
     port = free_port()
     out, err = tmp / f"server-{port}.out", tmp / f"server-{port}.err"
-    cmd = [
-        sys.executable,
-        "-m",
-        "tgi.server.cli.main",
-        "launch",
-        "--hostname",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        *LAUNCH_ARGS,
-        *extra,
-    ]
-    environ = launch_env()
-    if not env and launch_zygote.can_fork(cmd[3:], environ):  # the same command, without its imports' ~7 s
-        proc = launch_zygote.fork_launch(cmd[3:], environ, str(out), str(err))
-    else:
-        with out.open("w") as o, err.open("w") as e:
-            proc = subprocess.Popen(cmd, stdout=o, stderr=e, env={**environ, **(env or {})})
+    argv = ["launch", "--hostname", "127.0.0.1", "--port", str(port), *LAUNCH_ARGS, *extra]
+    # a fork of the launch zygote where the environment is its own, else a new interpreter
+    proc = launch_zygote.start(argv, {**launch_env(), **(env or {})}, str(out), str(err))
     server = Server(f"http://127.0.0.1:{port}", proc, out, err)
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while time.monotonic() < deadline:

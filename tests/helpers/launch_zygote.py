@@ -23,6 +23,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -60,13 +61,15 @@ def enabled() -> bool:
     return os.environ.get("TGI_TEST_ZYGOTE", "1") != "0"
 
 
-def can_fork(argv: list[str], env: dict[str, str]) -> bool:
-    """Whether the launch `argv` in `env` can be a fork of the zygote (see the module's docstring): the zygote
-    takes the environment of the first launch asked of it, and forks only launches in that one."""
-    if not enabled():
-        return False
-    zygote = _zygote.get("env")
-    return zygote is None or zygote == env
+def launch_env() -> dict[str, str]:
+    """This process's environment without the variables that would set a launch's flags: the zygote's."""
+    return {k: v for k, v in os.environ.items() if k not in ("PORT", "HOSTNAME", "API_KEY", "MODEL_ID")}
+
+
+def can_fork(env: dict[str, str]) -> bool:
+    """Whether a command in `env` can be a fork of the zygote (see the module's docstring): it forks only
+    commands in its own environment, `launch_env()` when it started."""
+    return enabled() and env == _zygote.get("env", launch_env())
 
 
 def _request(message: dict) -> dict:
@@ -107,9 +110,17 @@ def _stop() -> None:
             proc.kill()
 
 
-def fork_launch(argv: list[str], env: dict[str, str], stdout: str, stderr: str) -> ZygoteProcess:
-    """`python -m tgi.server.cli.main *argv` in `env`, its output in the files `stdout` and `stderr`, as a
-    fork of this worker's zygote (started now if it is not yet, in `env`)."""
+def start(argv: list[str], env: dict[str, str], stdout: str, stderr: str) -> subprocess.Popen | ZygoteProcess:
+    """`python -m tgi.server.cli.main *argv` in `env`, its output in the files `stdout` and `stderr` (the same
+    path: one log of both, as `Popen(stderr=STDOUT)` writes it): a fork of this worker's zygote where
+    `can_fork` (the zygote started now if it is not yet, in `env`), else a new interpreter."""
+    if not can_fork(env):
+        cmd = [sys.executable, "-m", "tgi.server.cli.main", *argv]
+        with open(stdout, "w") as out:
+            if stderr == stdout:
+                return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+            with open(stderr, "w") as err:
+                return subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
     with _lock:
         if "proc" not in _zygote:
             _start(env, stderr + ".zygote.log")
@@ -119,14 +130,10 @@ def fork_launch(argv: list[str], env: dict[str, str], stdout: str, stderr: str) 
 
 
 def run(argv: list[str], env: dict[str, str], timeout: float, folder: str) -> subprocess.CompletedProcess:
-    """`python -m tgi.server.cli.main *argv` in `env` to its end, as `subprocess.run(..., capture_output=True,
-    text=True, timeout=timeout)` gives it (its output kept in `folder`): a fork of the zygote where
-    `can_fork`, else a new interpreter."""
-    cmd = [sys.executable, "-m", "tgi.server.cli.main", *argv]
-    if not can_fork(argv, env):
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    """`python -m tgi.server.cli.main *argv` in `env` to its end (`start`), as `subprocess.run(...,
+    capture_output=True, text=True, timeout=timeout)` gives it (its output kept in `folder`)."""
     out, err = os.path.join(folder, "command.out"), os.path.join(folder, "command.err")
-    proc = fork_launch(argv, env, out, err)
+    proc = start(argv, env, out, err)
     try:
         proc.wait(timeout)
     except subprocess.TimeoutExpired:
@@ -134,7 +141,7 @@ def run(argv: list[str], env: dict[str, str], timeout: float, folder: str) -> su
         proc.wait()
         raise
     with open(out) as o, open(err) as e:
-        return subprocess.CompletedProcess(cmd, proc.returncode, o.read(), e.read())
+        return subprocess.CompletedProcess(proc.args, proc.returncode, o.read(), e.read())
 
 
 class ZygoteProcess:
@@ -167,13 +174,9 @@ class ZygoteProcess:
             os.kill(self.pid, sig)
 
     def terminate(self) -> None:
-        import signal
-
         self.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
-        import signal
-
         self.send_signal(signal.SIGKILL)
 
 
@@ -183,7 +186,6 @@ class ZygoteProcess:
 def _child(message: dict, channel: list[int]) -> None:
     """In the forked child: become `python -m tgi.server.cli.main *argv` and exit with its code."""
     import atexit as child_atexit
-    import signal
     import traceback
 
     for fd in channel:

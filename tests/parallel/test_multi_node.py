@@ -13,7 +13,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,8 +99,8 @@ def start(tmp_path):
         port = free_port()
         extra = (*extra, *(["--dist-secret-file", str(secret)] if secret is not None else []))
         log = tmp_path / f"node{node_rank}-{port}.log"
-        cmd = [
-            sys.executable, "-m", "tgi.server.cli.main", "launch", "--hostname", "127.0.0.1", "--port", str(port),
+        argv = [
+            "launch", "--hostname", "127.0.0.1", "--port", str(port),
             "--model-id", str(model), "--backend", "cpu", "--dtype", "float32", *LIMITS,
             "--nnodes", "2", "--node-rank", str(node_rank), "--master-addr", "127.0.0.1",
             "--master-port", str(master_port), "--num-shard", "2", *(["--headless"] if node_rank else []), *extra,
@@ -111,11 +110,8 @@ def start(tmp_path):
             for k, v in os.environ.items()
             if not k.startswith(("LWS_", "MASTER_", "NUM_SHARD", "TGI_DIST"))
         }
-        if launch_zygote.can_fork(cmd[3:], env):  # the same command, without its imports' ~7 s
-            proc = launch_zygote.fork_launch(cmd[3:], env, str(log), str(log))
-        else:
-            with log.open("w") as f:
-                proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+        # one log of both streams; a fork of the launch zygote where it can be
+        proc = launch_zygote.start(argv, env, str(log), str(log))
         nodes.append(Node(proc, log, port))
         return nodes[-1]
 
