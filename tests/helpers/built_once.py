@@ -9,7 +9,6 @@ always seen by the next run.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,18 +24,6 @@ def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
     """`run_folder/shared/name`, made by `build(folder)` into a fresh folder the first time any worker asks
     (under a file lock, then moved into place whole), and the same folder for every later call of the run."""
-    from filelock import FileLock
+    from tgi.core.testing.folder_once import build_folder_once
 
-    target = run_folder(tmp_path_factory) / "shared" / name
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target) + ".lock"):
-        if not target.is_dir():
-            tmp = target.with_name(f"{name}.tmp-{os.getpid()}")
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir()
-            try:
-                build(tmp)
-                os.replace(tmp, target)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    return build_folder_once(run_folder(tmp_path_factory) / "shared" / name, build)

@@ -41,27 +41,23 @@ def _cache_enabled() -> bool:
     return os.environ.get("TGI_TOKENIZER_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def _gguf_cache_path(gguf_path: str) -> Path:
+def gguf_cache_entry(gguf_path: str | Path, kind: str, version: str) -> Path:
+    """Where something transformers derives from the GGUF file `gguf_path` is cached: `cache_dir()/kind/`,
+    named by the file's path, size and mtime, transformers' version and the entry's format `version`."""
     import transformers
 
     st = os.stat(gguf_path)
     key = "|".join(
-        (
-            os.path.abspath(gguf_path),
-            str(st.st_size),
-            str(st.st_mtime_ns),
-            transformers.__version__,
-            _CACHE_FORMAT,
-        )
+        (os.path.abspath(gguf_path), str(st.st_size), str(st.st_mtime_ns), transformers.__version__, version)
     )
     digest = hashlib.sha256(key.encode()).hexdigest()[:24]
-    return cache_dir() / "tokenizers" / f"{Path(gguf_path).stem}-{digest}"
+    return cache_dir() / kind / f"{Path(gguf_path).stem}-{digest}"
 
 
 def _load_gguf_tokenizer(gguf_path: str, use_cache: bool) -> PreTrainedTokenizerFast:
     from transformers import AutoTokenizer
 
-    cached = _gguf_cache_path(gguf_path) if use_cache else None
+    cached = gguf_cache_entry(gguf_path, "tokenizers", _CACHE_FORMAT) if use_cache else None
     if cached is not None and (cached / "tokenizer.json").is_file():
         try:
             return AutoTokenizer.from_pretrained(str(cached))

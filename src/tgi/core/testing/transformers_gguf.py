@@ -6,15 +6,12 @@ default model on a 2-core machine: gguf's reader parses the 49k-token vocabulary
 rebuilds its tensor-name map for every tensor. What it builds is saved once as a safetensors checkpoint in
 float32 (`save_pretrained` under `$TGI_CACHE_DIR/transformers-gguf/`, default `~/.cache/tgi/`, keyed as the
 tokenizer cache is: the file's path, size and mtime and transformers' version), converted under a file lock
-so that two test workers convert it once, and moved into place whole; later loads read the checkpoint in
-about a second and give the same tensors (tests/unit/core/testing/test_transformers_gguf.py).
+so that two test workers convert it once, and moved into place whole (`tgi.core.testing.folder_once`); later
+loads read the checkpoint in about a second and give the same tensors (tests/unit/core/testing/test_transformers_gguf.py).
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +20,9 @@ _CACHE_FORMAT = "1"  # bump when what is cached changes
 
 def cached_checkpoint(gguf_path: str | Path) -> Path:
     """The folder transformers' float32 model of `gguf_path` is (or will be) saved in."""
-    import transformers
+    from tgi.core.tokenization import gguf_cache_entry
 
-    from tgi.core.tokenization import cache_dir
-
-    path = os.path.abspath(gguf_path)
-    st = os.stat(path)
-    key = "|".join((path, str(st.st_size), str(st.st_mtime_ns), transformers.__version__, _CACHE_FORMAT))
-    digest = hashlib.sha256(key.encode()).hexdigest()[:24]
-    return cache_dir() / "transformers-gguf" / f"{Path(path).stem}-{digest}"
+    return gguf_cache_entry(gguf_path, "transformers-gguf", _CACHE_FORMAT)
 
 
 def _save(model, folder: Path) -> None:
@@ -42,7 +33,6 @@ def _save(model, folder: Path) -> None:
 
     from safetensors.torch import save_model
 
-    folder.mkdir(parents=True)
     config = copy.deepcopy(model.config)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
@@ -55,25 +45,20 @@ def load_transformers_gguf(gguf_path: str | Path, dtype: Any = None, use_cache: 
     """transformers' model of the GGUF file at `gguf_path` (dequantized), in `dtype` (default float32), in eval
     mode: read from the cached checkpoint when there is one, else converted by transformers and cached."""
     import torch
-    from filelock import FileLock
     from transformers import AutoModelForCausalLM
+
+    from tgi.core.testing.folder_once import build_folder_once
 
     dtype = dtype or torch.float32
     path = Path(gguf_path)
     if not use_cache:
         return AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype).eval()
-    folder = cached_checkpoint(path)
-    if not (folder / "config.json").is_file():
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(folder) + ".lock"):
-            if not (folder / "config.json").is_file():  # another process may have converted it meanwhile
-                model = AutoModelForCausalLM.from_pretrained(
-                    path.parent, gguf_file=path.name, dtype=torch.float32
-                )
-                tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
-                try:
-                    _save(model, tmp)
-                    os.replace(tmp, folder)
-                finally:
-                    shutil.rmtree(tmp, ignore_errors=True)
+
+    def convert(folder: Path) -> None:
+        _save(
+            AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32),
+            folder,
+        )
+
+    folder = build_folder_once(cached_checkpoint(path), convert)
     return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).eval()
