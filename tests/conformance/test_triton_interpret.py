@@ -15,6 +15,7 @@ interpreted ones.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import sys
@@ -188,22 +189,52 @@ def test_chunked_prefill_matches_cpu(case, dtype):
     assert err <= TOL[dtype]
 
 
+#: the engine settings whose warm-up already ran in this process (see `SplitKCudaBackend`)
+_WARMED_UP: set[str] = set()
+#: settings that change no kernel launch of a warm-up: engines that differ only in them warm up alike
+_SAME_WARM_UP = (
+    "max_total_tokens", "max_input_tokens", "max_batch_total_tokens", "prefix_caching", "async_scheduling"
+)  # fmt: skip
+
+
 class SplitKCudaBackend(InterpretedCudaBackend):
     """The interpreted CUDA backend with small split sizes, so that the suite's contexts exercise split-K
-    decode."""
+    decode. Its runners warm up once per engine setting in the process: a warm-up compiles every kernel
+    variant a step may launch, which the interpreter does not do (nothing is compiled), so a second engine
+    of the same settings would launch the same variants again for nothing (a 32-token prefill and three
+    decodes, seconds each in the interpreter). The first engine of each setting (dtype, KV dtype,
+    `--deterministic`, adapters, pooling, step and cache sizes) runs its warm-up whole;
+    tests/conformance/test_triton_kernel_variants.py checks what a warm-up launches."""
 
     def __init__(self) -> None:
         super().__init__()
         self._attention = TritonAttention(min_tokens_per_split=16, max_splits=4)
 
+    def create_rank_runner(self, source, config, collective):
+        runner = super().create_rank_runner(source, config, collective)
+        warmup = runner.warmup
+
+        def once_per_setting(max_batch_tokens: int, max_num_seqs: int) -> None:
+            config = runner.config
+            setting = [(f.name, getattr(config, f.name)) for f in dataclasses.fields(config)]
+            prefill = min(max_batch_tokens, runner.kv_cache.num_blocks * config.block_size)  # its length
+            key = repr(([s for s in setting if s[0] not in _SAME_WARM_UP], prefill, max_num_seqs))
+            if key not in _WARMED_UP:
+                warmup(max_batch_tokens, max_num_seqs)
+                _WARMED_UP.add(key)
+
+        runner.warmup = once_per_setting
+        return runner
+
 
 class TestTritonInterpretedConformance(TorchBackendConformance):
     dtypes = ("float32", "bfloat16")  # float16 is covered kernel by kernel above (interpreter time)
     max_new_tokens = 5  # a step takes a second in the interpreter: 5 decodes, each check's paths still run
-    # the deterministic check's target beside 3 others (its prefill chunked elsewhere, decoded in a batch of
-    # 5) instead of 7: each prompt token is a decode-kernel row there; tests/conformance/
-    # test_triton_deterministic_engine.py runs the same in bfloat16
-    deterministic_crowd = 3
+    # (with 4, the preemption check's three requests fit the 64-token cache in turn: nothing is preempted)
+    # the deterministic check's target beside 2 others (7 and 19 tokens: its 45-token prefill cut after 6
+    # tokens instead of 32, decoded in a batch of 4) instead of 7: each prompt token is a decode-kernel row
+    # there; tests/conformance/test_triton_deterministic_engine.py runs the same in bfloat16
+    deterministic_crowd = 2
 
     def make_backend(self):
         return SplitKCudaBackend()
