@@ -2,7 +2,7 @@
 64, 2 layers) on `CudaBackend` with CPU tensors, every kernel run by triton's interpreter
 (`TRITON_INTERPRET=1`, set by tests/conftest.py): one greedy and one seeded sampled request give the same
 token ids alone, beside 3 other requests of mixed lengths (their prefills chunked by a 16-token step budget,
-so the target's 20-token prompt is cut elsewhere), and after preemptions (a KV cache of 48 tokens), in
+so the target's 12-token prompt is cut elsewhere), and after preemptions (a KV cache of 48 tokens), in
 bfloat16; the conformance suite's test of the mode (tests/conformance/test_triton_interpret.py) checks the
 same and the prefix cache in float32. Before the Triton backends had batch-invariant kernels the engine
 refused the flag. Skipped where a GPU is visible: no GPU has run this mode yet."""
@@ -38,8 +38,10 @@ SEEDED = SamplingParams(
     top_k=20,
     top_p=0.9,
 )
-TARGET = list(PROMPTS[0][:20])
-OTHERS = [list(PROMPTS[1]), list(PROMPTS[2]), [9, 8, 7]]  # 7, 19 and 3 tokens
+# each prompt token is a row of the decode kernel per layer in this mode (seconds a step interpreted): a
+# 12-token target, whole alone (one step of 16 tokens) and cut after 11 tokens beside 7, 11 and 3 others
+TARGET = list(PROMPTS[0][:12])
+OTHERS = [list(PROMPTS[1]), list(PROMPTS[2][:11]), [9, 8, 7]]  # 7, 11 and 3 tokens
 
 
 @pytest.fixture(scope="module")
