@@ -10,8 +10,8 @@ Loading the model costs tens of seconds, so it is loaded once per session, lazil
   is only ever read at positions the same engine wrote first, so stale blocks from an earlier engine never
   matter. Engines made here must not step concurrently (pytest runs tests one after another);
 - `hf_model`: `transformers`' reference, `AutoModelForCausalLM.from_pretrained(folder, gguf_file=...)` in
-  float32 (its checkpoint cached per machine: `tgi.core.testing.transformers_gguf`), and `hf_greedy(ids, n)`:
-  its greedy `generate`, memoised.
+  float32 (its checkpoint cached per machine: `tgi.core.testing.transformers_gguf`), and
+  `hf_greedy_mismatches`: tokens that are not its greedy `generate`'s, checked teacher forced.
 """
 
 from __future__ import annotations
@@ -95,27 +95,40 @@ def hf_model():
 
 
 @pytest.fixture(scope="session")
-def hf_greedy(hf_model) -> Callable[[list[int], int], list[int]]:
-    """`hf_greedy(ids, n)`: the token ids of `transformers`' greedy `generate` (at most `n`, ending with EOS
-    when the model emits it), memoised for the session: a shorter answer for the same prompt is the first `n`
-    tokens of a longer one already generated."""
-    memo: dict[tuple[tuple[int, ...], int], list[int]] = {}
+def hf_greedy_mismatches(hf_model) -> Callable[[dict[str, tuple[list[int], list[int]]], int], dict]:
+    """`hf_greedy_mismatches({name: (prompt ids, tokens)}, n)`: the names whose tokens are not what
+    `transformers`' greedy `generate(max_new_tokens=n)` gives (ending at EOS when the model emits it), with
+    (tokens, transformers' greedy tokens teacher forced on them). Checked teacher forced: one forward pass
+    over every prompt + tokens together (right-padded: a causal model's logits at a position never see the
+    ones after it), whose argmax after each prefix must be the next token, and the tokens end at their
+    first EOS or at n; that is the condition for greedy decoding to give exactly those tokens, at one forward pass instead
+    of one per token (each reads all 540 MB of the model's float32 weights). Memoised for the session."""
+    memo: dict[tuple[int, ...], list[int]] = {}
+    eos = hf_model.generation_config.eos_token_id
+    eos = {eos} if isinstance(eos, int) else set(eos or ())
 
-    def greedy(ids: list[int], n: int) -> list[int]:
-        key = (tuple(ids), n)
-        longer = [m for (p, m) in memo if p == key[0] and m > n]
-        if key not in memo and longer:
-            return memo[(key[0], min(longer))][:n]
-        if key not in memo:
-            x = torch.tensor([ids])
-            with torch.inference_mode():
-                out = hf_model.generate(
-                    x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=n
-                )
-            memo[key] = out[0, len(ids) :].tolist()
-        return memo[key]
+    def forced(sequences: list[tuple[int, ...]]) -> None:
+        todo = [s for s in dict.fromkeys(sequences) if s not in memo]
+        if not todo:
+            return
+        width = max(len(s) for s in todo)
+        x = torch.tensor([list(s) + [0] * (width - len(s)) for s in todo])
+        with torch.inference_mode():
+            argmax = hf_model(x).logits.argmax(-1).tolist()
+        for s, row in zip(todo, argmax, strict=True):
+            memo[s] = row[: len(s)]
 
-    return greedy
+    def mismatches(runs: dict[str, tuple[list[int], list[int]]], n: int) -> dict:
+        forced([tuple(ids + tokens) for ids, tokens in runs.values()])
+        wrong = {}
+        for name, (ids, tokens) in runs.items():
+            want = memo[tuple(ids + tokens)][len(ids) - 1 :]  # the greedy token after each prefix
+            ends = len(tokens) == n or (tokens and tokens[-1] in eos)
+            if not tokens or want[: len(tokens)] != tokens or not ends or eos & set(tokens[:-1]):
+                wrong[name] = (tokens, want)
+        return wrong
+
+    return mismatches
 
 
 @pytest.fixture(scope="session")
