@@ -91,10 +91,22 @@ def _run(engine: LLMEngine, continuations: list[list[int]] | None):
 
 def _forced(engine: LLMEngine, continuations: list[list[int]]) -> list[list[float]]:
     """The next-token logprobs over each prompt + its continuation (teacher forced)."""
+    return _forced_with_argmax(engine, continuations)[0]
+
+
+def _forced_with_argmax(engine: LLMEngine, continuations: list[list[int]]):
+    """The next-token logprobs over each prompt + its continuation (teacher forced), and the greedy token at
+    each of the continuation's positions (the top token of the distribution its token was drawn from)."""
     tokenizer = engine.tokenizer
     ids = [tokenizer.encode(p) + c for p, c in zip(PROMPTS, continuations, strict=True)]
-    results = engine.generate(ids, SamplingParams(max_new_tokens=1, prompt_logprobs=True))
-    return [[t.logprob for t in r.final.prompt_tokens[1:]] for r in results]
+    params = SamplingParams(max_new_tokens=1, prompt_logprobs=True, prompt_top_n_tokens=1)
+    results = engine.generate(ids, params)
+    logprobs = [[t.logprob for t in r.final.prompt_tokens[1:]] for r in results]
+    argmax = [
+        [t.top_tokens[0].id for t in r.final.prompt_tokens[len(i) - len(c) :]]
+        for r, i, c in zip(results, ids, continuations, strict=True)
+    ]
+    return logprobs, argmax
 
 
 @pytest.fixture(scope="module")
@@ -116,14 +128,13 @@ def _agreement(greedy: list[list[int]], ref: list[list[int]]) -> int:
     return sum(_steps_before_difference(g, r) for g, r in zip(greedy, ref, strict=True))
 
 
-def _forced_agreement(engine: LLMEngine, ref: list[list[int]]) -> int:
-    """Steps whose greedy token, after the reference's own tokens before it (teacher forced), is the
-    reference's: a near-tie that bfloat16 rounding flips costs its own step, not every step after it."""
-    tokenizer = engine.tokenizer
-    prefixes = [tokenizer.encode(p) + r[:k] for p, r in zip(PROMPTS, ref, strict=True) for k in range(len(r))]
-    results = engine.generate(prefixes, SamplingParams(max_new_tokens=1, ignore_eos=True))
-    wanted = [r[k] for r in ref for k in range(len(r))]
-    return sum(result.token_ids[0] == token for result, token in zip(results, wanted, strict=True))
+def _forced_agreement(argmax: list[list[int]], ref: list[list[int]]) -> int:
+    """Steps whose greedy token, after the reference's own tokens before it (teacher forced: `argmax` of
+    `_forced_with_argmax` over the reference's tokens), is the reference's: a near-tie that bfloat16 rounding
+    flips costs its own step, not every step after it."""
+    return sum(
+        a == r for row_a, row_r in zip(argmax, ref, strict=True) for a, r in zip(row_a, row_r, strict=True)
+    )
 
 
 def _max_diff(a: list[list[float]], b: list[list[float]]) -> float:
@@ -176,9 +187,10 @@ def test_q4_k_m_file_in_bfloat16_is_as_close_to_the_reference_as_dense_bfloat16(
     for blocks in (False, True):
         engine = _engine(monkeypatch, q4_k_m, "bfloat16", blocks=blocks)
         assert bool(_block_kernels(engine)) == blocks
-        greedy, forced = _run(engine, ref_greedy)
+        greedy, _ = _run(engine, None)
+        forced, argmax = _forced_with_argmax(engine, ref_greedy)
         found[blocks] = (
-            _max_diff(forced, ref_forced), _forced_agreement(engine, ref_greedy), _agreement(greedy, ref_greedy)
+            _max_diff(forced, ref_forced), _forced_agreement(argmax, ref_greedy), _agreement(greedy, ref_greedy)
         )  # fmt: skip
         del engine
     (dense_diff, dense_agree, dense_run), (diff, agree, run) = found[False], found[True]
