@@ -156,7 +156,7 @@ LAYERS = {  # heads, kv heads, head dim, window, soft-cap
     "softcap-d24": (6, 2, 24, None, 4.0),
 }
 BLOCK = 4
-LENGTHS = {"a": 40, "b": 23, "c": 9, "long": 150}
+LENGTHS = {"a": 24, "b": 15, "c": 9, "long": 150}  # a query row is a decode program per kv head
 
 
 def _setup(case: str, dtype: str):
@@ -201,18 +201,18 @@ def test_attention_is_the_same_however_the_query_is_batched(case, dtype):
     attention = TritonAttention(min_tokens_per_split=4, max_splits=4, batch_invariant=True)
     assert attention.num_decode_splits(1, 2, 4096, None) == 1
     run = lambda chunks: _run(attention, cache, layer, tables, queries, chunks)  # noqa: E731
-    [alone] = run([("a", 0, 40, True)])
-    chunked = torch.cat(run([("a", 0, 13, True)]) + run([("a", 13, 27, True)]))
+    [alone] = run([("a", 0, 24, True)])
+    chunked = torch.cat(run([("a", 0, 13, True)]) + run([("a", 13, 11, True)]))
     assert torch.equal(chunked, alone), "prefilled in two chunks"
-    [cached] = run([("a", 32, 8, True)])
-    assert torch.equal(cached, alone[32:]), "continued after cached blocks"
-    beside = run([("b", 0, 23, True), ("c", 2, 7, True), ("a", 0, 40, True)])
+    [cached] = run([("a", 16, 8, True)])
+    assert torch.equal(cached, alone[16:]), "continued after cached blocks"
+    beside = run([("b", 0, 15, True), ("c", 2, 7, True), ("a", 0, 24, True)])
     assert torch.equal(beside[2], alone), "beside other prefills"
-    for pos in (0, 17, 39):
+    for pos in (0, 11, 23):
         [decoded] = run([("a", pos, 1, False)])
         assert torch.equal(decoded, alone[pos : pos + 1]), f"position {pos} decoded alone"
-    mixed = run([("b", 0, 23, True), ("c", 8, 1, False), ("a", 39, 1, False)])
-    assert torch.equal(mixed[2], alone[39:]), "decoded in a step with a prefill and another decode"
+    mixed = run([("b", 0, 15, True), ("c", 8, 1, False), ("a", 23, 1, False)])
+    assert torch.equal(mixed[2], alone[23:]), "decoded in a step with a prefill and another decode"
     assert torch.equal(mixed[1], run([("c", 0, 9, True)])[0][8:]), "decoded = the last prefilled position"
 
 
@@ -226,16 +226,16 @@ def test_decode_splits_follow_the_batch_unless_batch_invariant(batch_invariant):
     )
     run = lambda chunks: _run(attention, cache, layer, tables, queries, chunks)  # noqa: E731
     [alone] = run([("long", 149, 1, False)])
-    beside = run([("a", 39, 1, False), ("b", 22, 1, False), ("c", 8, 1, False), ("long", 149, 1, False)])
+    beside = run([("a", 23, 1, False), ("b", 14, 1, False), ("c", 8, 1, False), ("long", 149, 1, False)])
     assert torch.equal(beside[3], alone) == batch_invariant
 
 
 def test_split_decode_is_refused_in_batch_invariant_mode():
     layer, cache, tables, queries = _setup("gqa", "float32")
-    meta = build_attention_metadata([SeqChunk(39, 1, tables["a"], False)], BLOCK)
+    meta = build_attention_metadata([SeqChunk(23, 1, tables["a"], False)], BLOCK)
     meta.extra["triton/num_decode_splits"] = 2
     with pytest.raises(ValueError, match="one split"):
-        TritonAttention(batch_invariant=True).decode(queries["a"][39:], cache, 0, meta, layer)
+        TritonAttention(batch_invariant=True).decode(queries["a"][23:], cache, 0, meta, layer)
 
 
 # -- the backend's switch -----------------------------------------------------------------------------------
