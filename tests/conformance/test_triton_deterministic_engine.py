@@ -39,7 +39,8 @@ SEEDED = SamplingParams(
     top_p=0.9,
 )
 # each prompt token is a row of the decode kernel per layer in this mode (seconds a step interpreted): a
-# 12-token target, whole alone (one step of 16 tokens) and cut after 11 tokens beside 7, 11 and 3 others
+# 12-token target, prefilled whole alone (one step of 16 tokens) and cut by the step budget beside 7, 11
+# and 3 others
 TARGET = list(PROMPTS[0][:12])
 OTHERS = [list(PROMPTS[1]), list(PROMPTS[2][:11]), [9, 8, 7]]  # 7, 11 and 3 tokens
 
