@@ -7,7 +7,7 @@ kernel launch is keyed as a GPU's JIT would key its compile (`triton_variants`, 
 sm_90): the variants launched while serving requests of many lengths, alone and batched, with and without
 a LoRA adapter, must all have been launched while the engine started (weights, warm-up). Two tiny models
 between them launch every kernel the backend attaches: a Llama quantized to FP8 at load with a LoRA
-adapter (attention with decode splits every 2 keys, so that short contexts take 1 to 16 splits; KV write;
+adapter (attention with decode splits every 4 keys, so that short contexts take 1 to 16 splits; KV write;
 RMSNorm, rotary and SiLU-mul; the 8-bit GEMM; LoRA) and a Mixtral (the fused MoE)."""
 
 from __future__ import annotations
@@ -34,11 +34,10 @@ from tgi.core.testing.model import VOCAB_SIZE, backend_registry, write_tiny_llam
 
 
 class ManySplitsBackend(InterpretedCudaBackend):
-    """Decode splits every 2 keys (at most 16): contexts of 2 to 32 keys take every split count (the longest
-    context of a step's decodes sets it: 3 keys 1 split, 4-7 2, 8-15 4, 16-31 8, 32 and more 16)."""
+    """Decode splits every 4 keys (at most 16): contexts of 4 to 64 keys take every split count."""
 
     def create_attention(self, name):
-        return TritonAttention(min_tokens_per_split=2)
+        return TritonAttention(min_tokens_per_split=4)
 
 
 def prompt(n: int) -> list[int]:
@@ -68,10 +67,8 @@ def test_llama_with_fp8_and_lora_serves_only_variants_compiled_at_warm_up(tmp_pa
     )  # fmt: skip
 
     def serve(engine):
-        # alone: contexts of 3 to 9 keys, 1, 2 and 4 splits
-        engine.generate([prompt(2)], SamplingParams(max_new_tokens=8, ignore_eos=True))
-        # the 20-token prompt's decodes beside the 35-token one's second chunk (8 splits), then both (16)
-        batch = [prompt(n) for n in (20, 35)]
+        engine.generate([prompt(5)], SamplingParams(max_new_tokens=6, ignore_eos=True))  # alone: 1, 2 splits
+        batch = [prompt(n) for n in (17, 40, 70)]  # decodes beside chunked prefills: 4, 8, 16 splits
         engine.generate(batch, SamplingParams(max_new_tokens=4, ignore_eos=True, adapter_id="a"))
 
     at_start, serving = started_and_serving(config, ManySplitsBackend, serve)
