@@ -43,10 +43,26 @@ class Device:
         return start.elapsed_time(end) / 1e3
 
 
-def dry_backend():
+def dry_backend(one_split: bool = False):
     """The dry run's backend: `tgi.backends.cuda.interpreted.InterpretedCudaBackend`, `CudaBackend` on CPU
     tensors with its kernels run by Triton's interpreter (`TRITON_INTERPRET=1` must be set before triton is
-    imported; it refuses to start otherwise)."""
+    imported; it refuses to start otherwise).
+
+    `one_split`: its decode attention never splits a context (`max_splits=1`), for the dry run's engine: its
+    contexts (a few dozen tokens) are far below a split's minimum (256 keys), so they decode in one split
+    anyway, and the engine's warm-up runs that one decode variant instead of five passes through every layer
+    (1 to 16 splits; the interpreter compiles nothing). The split variants are the Triton conformance
+    tests' and kernel_smoke.py's."""
     from tgi.backends.cuda.interpreted import InterpretedCudaBackend
 
-    return InterpretedCudaBackend()
+    if not one_split:
+        return InterpretedCudaBackend()
+
+    class OneSplitInterpretedBackend(InterpretedCudaBackend):
+        def create_attention(self, name: str):
+            attention = super().create_attention(name)
+            if hasattr(attention, "max_splits"):  # TritonAttention
+                attention.max_splits = 1
+            return attention
+
+    return OneSplitInterpretedBackend()

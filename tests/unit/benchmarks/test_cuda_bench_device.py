@@ -17,3 +17,6 @@ def test_the_dry_run_backend_is_the_interpreted_cuda_backend():
     backend = dry_backend()
     assert type(backend) is InterpretedCudaBackend
     assert Device(dry_run=True).name.startswith("host CPU")
+    # the dry run's engine: the same backend, its decode never split (the dry contexts are far below a split)
+    one_split = dry_backend(one_split=True)
+    assert isinstance(one_split, InterpretedCudaBackend) and one_split.attention().max_splits == 1
