@@ -8,13 +8,13 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
-from e2e_server import launch, stop
+from e2e_server import launch, run_command, stop
 from fake_hub import FakeHub, point_huggingface_hub
+from launch_zygote import launch_env
 
 from tgi.core.loading import default_model_path
 from tgi.server.cli.main import main
@@ -50,9 +50,10 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
     return {**{k: v for k, v in os.environ.items() if k not in drop}, **extra}
 
 
-def _tgi(env: dict[str, str], *argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "tgi.server.cli.main", *argv]
-    return subprocess.run(cmd, env=_env(env), capture_output=True, text=True, timeout=timeout)
+def _tgi(tmp: Path, env: dict[str, str], *argv: str) -> subprocess.CompletedProcess:
+    """`tgi *argv` to its end in the environment `launch` gives a server of `env` (so both fork from one
+    zygote of that environment: helpers/launch_zygote.py)."""
+    return run_command(tmp, *argv, env={**launch_env(), **_env(env)}, timeout=120)
 
 
 def _generate(url: str) -> str:
@@ -103,8 +104,8 @@ def test_a_tag_downloads_its_one_file_and_launch_serves_it_then_offline_from_the
     assert len(hub.requests) == asked  # the hub was asked nothing
 
 
-def test_an_unknown_tag_is_refused_listing_the_tags(hub_env):
-    done = _tgi(hub_env, "launch", "--model-id", f"{REPO}:Q5_K_M", "--port", "0")
+def test_an_unknown_tag_is_refused_listing_the_tags(hub_env, tmp_path):
+    done = _tgi(tmp_path, hub_env, "launch", "--model-id", f"{REPO}:Q5_K_M", "--port", "0")
     assert done.returncode == 2, done.stderr
     assert (
         f"'{REPO}:Q5_K_M': {REPO} has no GGUF file of quantization 'Q5_K_M'; its tags: Q4_1, Q4_K_M"
@@ -115,13 +116,13 @@ def test_an_unknown_tag_is_refused_listing_the_tags(hub_env):
 def test_a_download_cut_short_is_never_served_and_the_next_start_completes_it(hub, hub_env, tmp_path):
     hub.cut[Q4_K_M] = Path(hub.repos[REPO][Q4_K_M]).stat().st_size // 2
     try:
-        cut = _tgi(hub_env, "models", "pull", f"{REPO}:Q4_K_M")
+        cut = _tgi(tmp_path, hub_env, "models", "pull", f"{REPO}:Q4_K_M")
     finally:
         del hub.cut[Q4_K_M]
     assert cut.returncode == 1 and "RemoteProtocolError" in cut.stderr, cut.stderr
     assert Q4_K_M not in _snapshot_files(hub_env)  # no link to a partial blob
     refused = _tgi(
-        {**hub_env, "HF_HUB_OFFLINE": "1"}, "launch", "--model-id", f"{REPO}:Q4_K_M", "--port", "0"
+        tmp_path, {**hub_env, "HF_HUB_OFFLINE": "1"}, "launch", "--model-id", f"{REPO}:Q4_K_M", "--port", "0"
     )
     assert refused.returncode == 2 and "its tags: Q4_1" in refused.stderr  # the cache has no Q4_K_M
 

@@ -7,8 +7,10 @@ all of that once, then forks a child for each launch, and the child runs the com
 process's, the interpreter's exit hooks run) with the launch's environment, working folder and log files.
 The zygote forks with one thread (checked: a fork beside other threads could inherit a held lock).
 
-A launch in another environment than the zygote's is a new interpreter (libraries read some variables when
-imported: `HF_HOME`, `HF_ENDPOINT`, `TGI_JAX_PLATFORM`, ...). A launch of several processes (shards,
+Libraries read some variables when imported (`HF_HOME`, `HF_ENDPOINT`, `HF_HUB_OFFLINE`, `TGI_JAX_PLATFORM`,
+...), so a zygote forks only launches in the environment it was started in: the worker keeps one zygote for
+its own environment (`launch_env()`) and up to `OTHER_ENVIRONMENTS` for others (a module's fake hub and its
+offline twin), the one used least recently stopped for a new one. A launch of several processes (shards,
 pipeline stages) forks too: its ranks start from multiprocessing's fork server, a new interpreter, which
 imports `__main__` by name, and the child's `__main__` is `tgi.server.cli.main`, as under `python -m`.
 
@@ -47,13 +49,15 @@ PRELOAD = (
     "tgi.backends.cpu.backend",
 )
 
+#: how many zygotes of environments other than the worker's own one worker keeps (each holds ~0.5 GB)
+OTHER_ENVIRONMENTS = 2
+
 _lock = threading.Lock()
-_zygote: dict = {}  # {"proc": Popen, "env": dict} once started
 _reaped_cpu = [0.0]
 
 
 def reaped_cpu_seconds() -> float:
-    """User and system CPU seconds of the zygote's children reaped so far (the suite counts them as its own)."""
+    """User and system CPU seconds of the zygotes' children reaped so far (the suite counts them as its own)."""
     return _reaped_cpu[0]
 
 
@@ -66,55 +70,89 @@ def launch_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("PORT", "HOSTNAME", "API_KEY", "MODEL_ID")}
 
 
-def can_fork(env: dict[str, str]) -> bool:
-    """Whether a command in `env` can be a fork of the zygote (see the module's docstring): it forks only
-    commands in its own environment, `launch_env()` when it started."""
-    return enabled() and env == _zygote.get("env", launch_env())
+class _Zygote:
+    """One zygote process: it imported `PRELOAD` in `env` and forks launches in `env` only."""
+
+    def __init__(self, env: dict[str, str], log: str, header: str) -> None:
+        self.env = env
+        self.log = log
+        self.running: set[int] = set()  # the children not yet reaped
+        err = open(log, "w")  # noqa: SIM115 - the zygote's own log, open for its lifetime
+        err.write(header + "\n")
+        err.flush()
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            env=env,
+            text=True,
+        )
+        self.request({"op": "ready"})  # it has imported PRELOAD
+
+    def request(self, message: dict) -> dict:
+        self.proc.stdin.write(json.dumps(message) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the launch zygote exited with {self.proc.wait()} (its log: {self.log})")
+        answer = json.loads(line)
+        if "error" in answer:
+            raise RuntimeError(f"the launch zygote: {answer['error']}")
+        return answer
+
+    def stop(self) -> None:
+        """End the zygote (its loop ends at end of input); children it forked run on, reaped by init."""
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
 
 
-def _request(message: dict) -> dict:
-    proc = _zygote["proc"]
-    proc.stdin.write(json.dumps(message) + "\n")
-    proc.stdin.flush()
-    line = proc.stdout.readline()
-    if not line:
-        raise RuntimeError(f"the launch zygote exited with {proc.wait()} (its log: {_zygote['log']})")
-    answer = json.loads(line)
-    if "error" in answer:
-        raise RuntimeError(f"the launch zygote: {answer['error']}")
-    return answer
+_zygotes: dict[tuple, _Zygote] = {}  # by environment, the least recently used first
+
+#: variables that differ between launches of one environment and that no library reads at import (a fork still
+#: gets the launch's value): pytest names the running test in PYTEST_CURRENT_TEST, and torch's inductor sets its
+#: default cache folder in TORCHINDUCTOR_CACHE_DIR the first time a test compiles (it reads it when it compiles)
+_NOT_READ_AT_IMPORT = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR")
 
 
-def _start(env: dict[str, str], log: str) -> None:
-    err = open(log, "w")  # noqa: SIM115 - the zygote's own log, open for its lifetime
-    proc = subprocess.Popen(
-        [sys.executable, __file__],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=err,
-        env=env,
-        text=True,
-    )
-    _zygote.update(proc=proc, env=env, log=log)
-    _request({"op": "ready"})  # it has imported PRELOAD
-    atexit.register(_stop)
+def _key(env: dict[str, str]) -> tuple:
+    return tuple(sorted((k, v) for k, v in env.items() if k not in _NOT_READ_AT_IMPORT))
 
 
-def _stop() -> None:
-    proc = _zygote.get("proc")
-    if proc is not None and proc.poll() is None:
-        proc.stdin.close()  # its loop ends at end of input
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+def _stop_all() -> None:
+    for zygote in _zygotes.values():
+        zygote.stop()
+
+
+atexit.register(_stop_all)
+
+
+def _zygote_for(env: dict[str, str], log: str) -> _Zygote:
+    """The zygote of `env` (started now if there is none), kept with `OTHER_ENVIRONMENTS` others at most (the
+    least recently used of those with no child running are stopped)."""
+    key, own = _key(env), _key(launch_env())
+    zygote = _zygotes.pop(key, None)
+    if zygote is None:
+        mine, theirs = dict(own), dict(key)
+        differ = sorted(n for n in mine.keys() | theirs.keys() if mine.get(n) != theirs.get(n))
+        zygote = _Zygote(env, log, f"a zygote of the environment of the worker's own, but for: {differ}")
+    _zygotes[key] = zygote  # now the most recently used
+    others = [k for k in _zygotes if k != own]
+    idle = [k for k in others if not _zygotes[k].running]  # one with a child running keeps answering for it
+    for k in idle[: max(0, len(others) - OTHER_ENVIRONMENTS)]:
+        _zygotes.pop(k).stop()
+    return zygote
 
 
 def start(argv: list[str], env: dict[str, str], stdout: str, stderr: str) -> subprocess.Popen | ZygoteProcess:
     """`python -m tgi.server.cli.main *argv` in `env`, its output in the files `stdout` and `stderr` (the same
-    path: one log of both, as `Popen(stderr=STDOUT)` writes it): a fork of this worker's zygote where
-    `can_fork` (the zygote started now if it is not yet, in `env`), else a new interpreter."""
-    if not can_fork(env):
+    path: one log of both, as `Popen(stderr=STDOUT)` writes it): a fork of this worker's zygote of `env` (started
+    now if there is none), or a new interpreter where the zygote is off (`TGI_TEST_ZYGOTE=0`)."""
+    if not enabled():
         cmd = [sys.executable, "-m", "tgi.server.cli.main", *argv]
         with open(stdout, "w") as out:
             if stderr == stdout:
@@ -122,11 +160,11 @@ def start(argv: list[str], env: dict[str, str], stdout: str, stderr: str) -> sub
             with open(stderr, "w") as err:
                 return subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
     with _lock:
-        if "proc" not in _zygote:
-            _start(env, stderr + ".zygote.log")
+        zygote = _zygote_for(env, stderr + ".zygote.log")
         message = {"argv": argv, "env": env, "cwd": os.getcwd(), "stdout": stdout, "stderr": stderr}
-        answer = _request({"op": "launch", **message})
-    return ZygoteProcess(answer["pid"], argv)
+        answer = zygote.request({"op": "launch", **message})
+        zygote.running.add(answer["pid"])
+    return ZygoteProcess(answer["pid"], argv, zygote)
 
 
 def run(argv: list[str], env: dict[str, str], timeout: float, folder: str) -> subprocess.CompletedProcess:
@@ -147,17 +185,19 @@ def run(argv: list[str], env: dict[str, str], timeout: float, folder: str) -> su
 class ZygoteProcess:
     """A forked launch, answering as `subprocess.Popen` does."""
 
-    def __init__(self, pid: int, args: list[str]) -> None:
+    def __init__(self, pid: int, args: list[str], zygote: _Zygote) -> None:
         self.pid = pid
         self.args = args
         self.returncode: int | None = None
+        self._zygote = zygote
 
     def poll(self) -> int | None:
         if self.returncode is None:
             with _lock:
-                answer = _request({"op": "poll", "pid": self.pid})
+                answer = self._zygote.request({"op": "poll", "pid": self.pid})
             if answer["returncode"] is not None:
                 self.returncode = answer["returncode"]
+                self._zygote.running.discard(self.pid)
                 _reaped_cpu[0] += answer["cpu_seconds"]
         return self.returncode
 
