@@ -77,6 +77,7 @@ class _Zygote:
         self.env = env
         self.log = log
         self.running: set[int] = set()  # the children not yet reaped
+        self.children_cpu = 0.0  # of those reaped
         err = open(log, "w")  # noqa: SIM115 - the zygote's own log, open for its lifetime
         err.write(header + "\n")
         err.flush()
@@ -102,21 +103,32 @@ class _Zygote:
         return answer
 
     def stop(self) -> None:
-        """End the zygote (its loop ends at end of input); children it forked run on, reaped by init."""
+        """End the zygote (its loop ends at end of input); children it forked run on, reaped by init. Its CPU
+        time, once reaped, is this process's children's, and includes the children it reaped: those were
+        counted as each was reaped (`reaped_cpu_seconds`), and are taken off here."""
         if self.proc.poll() is None:
             self.proc.stdin.close()
             try:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+                self.proc.wait()
+            _reaped_cpu[0] -= self.children_cpu
 
 
 _zygotes: dict[tuple, _Zygote] = {}  # by environment, the least recently used first
 
-#: variables that differ between launches of one environment and that no library reads at import (a fork still
-#: gets the launch's value): pytest names the running test in PYTEST_CURRENT_TEST, and torch's inductor sets its
-#: default cache folder in TORCHINDUCTOR_CACHE_DIR the first time a test compiles (it reads it when it compiles)
-_NOT_READ_AT_IMPORT = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR")
+#: variables that differ between launches of one environment and that nothing a launch imports reads at import
+#: (a fork still gets the launch's value): pytest names the running test in PYTEST_CURRENT_TEST; torch's
+#: inductor sets its default cache folder in TORCHINDUCTOR_CACHE_DIR the first time a test compiles (it reads
+#: it when it compiles); scikit-learn's import (a test's sentence-transformers) sets two of Intel's OpenMP
+#: settings, KMP_*, which torch's wheels (GNU OpenMP) never read
+_NOT_READ_AT_IMPORT = (
+    "PYTEST_CURRENT_TEST",
+    "TORCHINDUCTOR_CACHE_DIR",
+    "KMP_DUPLICATE_LIB_OK",
+    "KMP_INIT_AT_FORK",
+)
 
 
 def _key(env: dict[str, str]) -> tuple:
@@ -131,15 +143,24 @@ def _stop_all() -> None:
 atexit.register(_stop_all)
 
 
+def _started_for(key: tuple, own: tuple) -> str:
+    """The first line of a zygote's log: how its environment differs from the worker's and the other zygotes'."""
+
+    def differ(a: tuple, b: tuple) -> list[str]:
+        x, y = dict(a), dict(b)
+        return sorted(n for n in x.keys() | y.keys() if x.get(n) != y.get(n))
+
+    others = "; ".join(f"from another zygote's in {differ(k, key)}" for k in _zygotes)
+    return f"a zygote of an environment that differs from the worker's in {differ(own, key)}; {others}"
+
+
 def _zygote_for(env: dict[str, str], log: str) -> _Zygote:
     """The zygote of `env` (started now if there is none), kept with `OTHER_ENVIRONMENTS` others at most (the
     least recently used of those with no child running are stopped)."""
     key, own = _key(env), _key(launch_env())
     zygote = _zygotes.pop(key, None)
     if zygote is None:
-        mine, theirs = dict(own), dict(key)
-        differ = sorted(n for n in mine.keys() | theirs.keys() if mine.get(n) != theirs.get(n))
-        zygote = _Zygote(env, log, f"a zygote of the environment of the worker's own, but for: {differ}")
+        zygote = _Zygote(env, log, _started_for(key, own))
     _zygotes[key] = zygote  # now the most recently used
     others = [k for k in _zygotes if k != own]
     idle = [k for k in others if not _zygotes[k].running]  # one with a child running keeps answering for it
@@ -198,6 +219,7 @@ class ZygoteProcess:
             if answer["returncode"] is not None:
                 self.returncode = answer["returncode"]
                 self._zygote.running.discard(self.pid)
+                self._zygote.children_cpu += answer["cpu_seconds"]
                 _reaped_cpu[0] += answer["cpu_seconds"]
         return self.returncode
 
