@@ -180,6 +180,8 @@ def start(argv: list[str], env: dict[str, str], stdout: str, stderr: str) -> sub
                 return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
             with open(stderr, "w") as err:
                 return subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
+    for path in {stdout, stderr}:  # there when `start` returns, as Popen's files are: a test may read at once
+        open(path, "w").close()
     with _lock:
         zygote = _zygote_for(env, stderr + ".zygote.log")
         message = {"argv": argv, "env": env, "cwd": os.getcwd(), "stdout": stdout, "stderr": stderr}
@@ -262,8 +264,11 @@ def _child(message: dict, channel: list[int]) -> None:
     sys.stdin = open(0, closefd=False)  # noqa: SIM115
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - as a launch's stdout to a file
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
-        signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+    # the handlers a new interpreter starts with: CPython ignores SIGPIPE (a write to a closed pipe raises
+    # BrokenPipeError, which a node that loses a rank handles: under SIG_DFL it would die of the signal)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     os.chdir(message["cwd"])
     os.environ.clear()
     os.environ.update(message["env"])
