@@ -163,7 +163,8 @@ def _zygote_for(env: dict[str, str], log: str) -> _Zygote:
         zygote = _Zygote(env, log, _started_for(key, own))
     _zygotes[key] = zygote  # now the most recently used
     others = [k for k in _zygotes if k != own]
-    idle = [k for k in others if not _zygotes[k].running]  # one with a child running keeps answering for it
+    # never the one asked for, nor one with a child running (it keeps answering for it)
+    idle = [k for k in others if k != key and not _zygotes[k].running]
     for k in idle[: max(0, len(others) - OTHER_ENVIRONMENTS)]:
         _zygotes.pop(k).stop()
     return zygote
