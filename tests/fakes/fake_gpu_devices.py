@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 
 import torch
 
@@ -39,6 +40,19 @@ class FakeDeviceModule:
         self.current = index
 
 
+class _QuietCollective(SingleProcessCollective):
+    """No NCCL here: the ranks exchange nothing. A worker's first command receive waits as a real one does
+    for rank 0's broadcast, until rank 0 tells the process to leave (the worker's life thread ends it); a
+    plain `SingleProcessCollective` has no `broadcast_bytes`, and the worker died of that at once, which rank
+    0 logged as a failed rank."""
+
+    def broadcast_bytes(self, data: bytes | None, src: int = 0, limit: int | None = None) -> bytes:
+        if data is not None:
+            return data  # rank 0's send reaches no one
+        threading.Event().wait()
+        raise AssertionError("unreachable")
+
+
 class _StandInRunner:
     def shutdown(self) -> None:
         pass
@@ -64,7 +78,7 @@ class DeviceRecordingBackend(CudaBackend):
         }
         with open(os.path.join(self.record_dir, f"rank-{rank}.json"), "w") as f:
             json.dump(record, f)
-        return SingleProcessCollective()  # no NCCL here: the ranks exchange nothing
+        return _QuietCollective()
 
     def create_rank_runner(self, source, config, collective):
         return _StandInRunner()
