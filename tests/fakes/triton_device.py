@@ -47,18 +47,10 @@ def kernel_test_backend():
 
 
 def one_split_test_backend():
-    """`kernel_test_backend()` whose decode attention never splits a context (`max_splits=1`), for tests whose
-    contexts are far shorter than a split's minimum (256 keys): they decode in one split anyway, and their
-    engines' warm-up then runs that one decode variant instead of five (1 to 16 splits, each a pass through
-    every layer: most of a warm-up in the interpreter). The variants themselves are
-    tests/conformance/test_triton_kernel_variants.py's, split-K decode test_triton_interpret.py's."""
-    base = kernel_test_backend()
+    """`kernel_test_backend()` whose decode attention never splits a context
+    (`tgi.backends.triton_common.attention.one_split_backend`), for tests whose contexts are far shorter than
+    a split's minimum. The variants themselves are tests/conformance/test_triton_kernel_variants.py's,
+    split-K decode test_triton_interpret.py's."""
+    from tgi.backends.triton_common.attention import one_split_backend
 
-    class OneSplitBackend(base):
-        def create_attention(self, name: str):
-            attention = super().create_attention(name)
-            if hasattr(attention, "max_splits"):  # TritonAttention
-                attention.max_splits = 1
-            return attention
-
-    return OneSplitBackend
+    return one_split_backend(kernel_test_backend())

@@ -48,21 +48,11 @@ def dry_backend(one_split: bool = False):
     tensors with its kernels run by Triton's interpreter (`TRITON_INTERPRET=1` must be set before triton is
     imported; it refuses to start otherwise).
 
-    `one_split`: its decode attention never splits a context (`max_splits=1`), for the dry run's engine: its
-    contexts (a few dozen tokens) are far below a split's minimum (256 keys), so they decode in one split
-    anyway, and the engine's warm-up runs that one decode variant instead of five passes through every layer
-    (1 to 16 splits; the interpreter compiles nothing). The split variants are the Triton conformance
+    `one_split`: its decode attention never splits a context (`triton_common.attention.one_split_backend`):
+    the dry run's contexts (a few dozen tokens) are far below a split's minimum, so they decode in one split
+    anyway, and the engine's warm-up runs that one variant. The split variants are the Triton conformance
     tests' and kernel_smoke.py's."""
     from tgi.backends.cuda.interpreted import InterpretedCudaBackend
+    from tgi.backends.triton_common.attention import one_split_backend
 
-    if not one_split:
-        return InterpretedCudaBackend()
-
-    class OneSplitInterpretedBackend(InterpretedCudaBackend):
-        def create_attention(self, name: str):
-            attention = super().create_attention(name)
-            if hasattr(attention, "max_splits"):  # TritonAttention
-                attention.max_splits = 1
-            return attention
-
-    return OneSplitInterpretedBackend()
+    return (one_split_backend(InterpretedCudaBackend) if one_split else InterpretedCudaBackend)()

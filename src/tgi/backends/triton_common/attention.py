@@ -175,3 +175,21 @@ def create_attention(name: str | None = None, **kwargs) -> AttentionBackend:
         f"attention '{name}' is recognised and '{package}' imports, but this version of tgi does not "
         f"implement it yet (it was never run on a GPU); use --attention triton"
     )
+
+
+def one_split_backend(base: type) -> type:
+    """A subclass of the backend class `base` whose Triton attention never splits a decode context
+    (`max_splits=1`). For engines whose contexts are far below a split's minimum (256 keys) and so decode in
+    one split anyway: their warm-up then runs that one decode variant instead of one per split count (1 to
+    16, each a pass through every layer; most of a warm-up in Triton's interpreter). The split variants
+    stay the kernel tests' to check."""
+
+    class OneSplitBackend(base):
+        def create_attention(self, name: str):
+            attention = super().create_attention(name)
+            if isinstance(attention, TritonAttention):
+                attention.max_splits = 1
+            return attention
+
+    OneSplitBackend.__name__ = OneSplitBackend.__qualname__ = f"OneSplit{base.__name__}"
+    return OneSplitBackend
