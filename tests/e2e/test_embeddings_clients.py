@@ -1,8 +1,8 @@
 """Embeddings through real `tgi launch` servers, one per model (random-weight models saved with
 sentence-transformers in the test: a BERT with mean pooling + Normalize, a Qwen3-shaped decoder with last-token
 pooling + Normalize), in float32: OpenAI's official client (`client.embeddings.create`, float and base64)
-and TEI's `/embed` over HTTP equal sentence-transformers' own `encode`, and so do 32 concurrent requests and
-Ollama's official client (`embed`, `embeddings`)."""
+and TEI's `/embed` over HTTP equal sentence-transformers' own `encode` (and TEI's `/similarity` the cosines of
+its vectors), and so do 32 concurrent requests and Ollama's official client (`embed`, `embeddings`)."""
 
 from __future__ import annotations
 
@@ -54,11 +54,16 @@ def test_openai_client_float_and_base64(embedder):
     assert_close(np.frombuffer(base64.b64decode(raw), dtype="<f4"), want[0])
 
 
-def test_tei_embed_over_http(embedder):
+def test_tei_embed_and_similarity_over_http(embedder):
     server, want = embedder
     r = httpx.post(server.url + "/embed", json={"inputs": TEXTS}, timeout=60)
     assert r.status_code == 200, r.text
     assert_close(r.json(), want)
+    sentences = {"inputs": {"source_sentence": TEXTS[0], "sentences": TEXTS[1:]}}
+    similarity = httpx.post(server.url + "/similarity", json=sentences, timeout=60)
+    assert similarity.status_code == 200, similarity.text
+    unit = want / np.linalg.norm(want, axis=1, keepdims=True)  # sentence-transformers' cos_sim
+    assert np.abs(np.array(similarity.json()) - unit[1:] @ unit[0]).max() < 1e-4
     info = httpx.get(server.url + "/info").json()
     assert info["pooling"]["normalize"] and info["model_pipeline_tag"] == "feature-extraction"
     r = httpx.post(server.url + "/generate", json={"inputs": "w1", "parameters": {"max_new_tokens": 2}})

@@ -36,6 +36,7 @@ from tgi.server.tei.routes import router as tei_router
 from tgi.server.tei.scores import RerankBody
 from tgi.server.tei.scores import rerank as tei_rerank
 from tgi.server.tei.scores import router as tei_scores_router
+from tgi.server.tei.similarity import router as tei_similarity_router
 from tgi.server.tgi.chat_tokenize import router as chat_tokenize_router
 from tgi.server.tgi.flush_cache import router as flush_cache_router
 from tgi.server.tgi.routes import router as tgi_router
@@ -113,6 +114,7 @@ def create_app(engine: ServingEngine, settings: ServerSettings | None = None) ->
     app.include_router(embeddings_router)
     app.include_router(tei_router)
     app.include_router(tei_scores_router)
+    app.include_router(tei_similarity_router)
     app.include_router(vllm_router)
     app.add_api_route("/rerank", rerank, methods=["POST"], tags=["Text Embeddings Inference", "vLLM scoring"])
     app.include_router(anthropic_router)

@@ -42,6 +42,15 @@ class EmbedRequest:
     truncate: str | None = None
     prompt: str = ""  # sentence-transformers' prompt put before every text input (`prompt_name`)
     kind: str = "embed"  # what the model must be (`PoolingSpec.kind`): an embedder, or a classifier
+    # each input's name in its refusals (a route whose inputs are several fields: `/similarity`'s); None:
+    # `field[i]` (`field` for one input)
+    input_names: Sequence[str] | None = None
+
+    def input_name(self, i: int) -> str:
+        """How a refusal names input `i`."""
+        if self.input_names is not None:
+            return self.input_names[i]
+        return f"{self.field}[{i}]" if len(self.inputs) > 1 else self.field
 
 
 @dataclass(frozen=True)
@@ -70,7 +79,7 @@ def inputs_of(given: str | list, field: str) -> list[str | list[int]]:
 
 #: what each kind of pooling model serves, for the refusals of the routes of the other kinds
 SERVES = {
-    "embed": "embeddings (POST /v1/embeddings, /embed, /api/embed)",
+    "embed": "embeddings (POST /v1/embeddings, /embed, /similarity, /api/embed)",
     "classify": "scores (POST /rerank, /predict, /v1/rerank, /score, /classify)",
 }
 
@@ -140,7 +149,7 @@ async def token_ids(service: InferenceService, req: EmbedRequest) -> list[list[i
     vocab = service.engine.model_info.vocab_size
     ids = []
     for i, x in enumerate(req.inputs):
-        where = f"{req.field}[{i}]" if len(req.inputs) > 1 else req.field
+        where = req.input_name(i)
         if isinstance(x, str):
             tokens = await service.encode(req.prompt + x)
         else:
