@@ -84,6 +84,15 @@ def reference_embeddings(folder: Path | str, texts: list[str], prompt_name: str 
     return model.encode(texts, prompt_name=prompt_name, convert_to_numpy=True)
 
 
+def reference_token_embeddings(folder: Path | str, texts: list[str]) -> list:
+    """sentence-transformers' own token embeddings of `texts` (`output_value="token_embeddings"`: each text's
+    final hidden states, float32 numpy [L_i, H], its padding dropped)."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(folder), device="cpu")
+    return [t.numpy() for t in model.encode(texts, output_value="token_embeddings")]
+
+
 def save_classifier(
     folder: Path | str, num_labels: int = 1, seed: int = 0, cross_encoder: bool = True
 ) -> Path:

@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers.embedding_models import WORDS, reference_embeddings, save_embedder
+from helpers.embedding_models import (
+    WORDS,
+    reference_embeddings,
+    reference_token_embeddings,
+    save_embedder,
+)
 
 from tgi.core.config import EngineConfig
 from tgi.core.engine import LLMEngine
@@ -50,6 +55,40 @@ def test_engine_equals_sentence_transformers(tmp_path, kind, mode):
     spec = engine.model_info.pooling
     assert (spec.mode, spec.normalize, spec.source) == (mode, True, "modules.json")
     assert_close(pooled(engine, TEXTS), reference_embeddings(folder, TEXTS))
+
+
+@pytest.mark.parametrize(("kind", "mode"), [("bert", "mean"), ("qwen3", "lasttoken")])
+def test_token_embeddings_equal_sentence_transformers(tmp_path, kind, mode):
+    """Token embeddings (TEI's `/embed_all`) asked beside pooled vectors, all queued at once: each text's
+    tokens' final hidden states equal sentence-transformers' `output_value="token_embeddings"`, and the
+    pooled requests of the same steps keep their vectors."""
+    folder = save_embedder(tmp_path / "st", kind, mode)
+    engine = LLMEngine.from_config(
+        EngineConfig(model_id=str(folder), dtype="float32", max_batch_total_tokens=2048)
+    )
+    params = SamplingParams(max_new_tokens=1)
+    asks = [(t, tokens) for t in TEXTS for tokens in (True, False)]
+    ids = [
+        engine.add_validated_request(
+            engine.validate(engine.tokenizer.encode(t), params, pooling=True, token_embeddings=tokens)
+        )
+        for t, tokens in asks
+    ]
+    events, steps = {}, 0
+    while engine.has_unfinished():
+        steps += 1
+        events.update({e.request_id: e for e in engine.step()})
+    assert steps < len(TEXTS)  # batched: several prompts shared a step
+    want = reference_token_embeddings(folder, TEXTS)
+    for i in range(len(TEXTS)):
+        tokens, vector = events[ids[2 * i]], events[ids[2 * i + 1]]
+        got = np.array(tokens.token_embeddings, dtype=np.float32)
+        assert got.shape == want[i].shape and tokens.embedding is None
+        assert np.abs(got - want[i]).max() < 1e-3
+        assert vector.token_embeddings is None and len(vector.embedding) == got.shape[1]
+    pooled_vectors = np.array([events[ids[2 * i + 1]].embedding for i in range(len(TEXTS))])
+    normalized = pooled_vectors / np.linalg.norm(pooled_vectors, axis=1, keepdims=True)
+    assert_close(normalized, reference_embeddings(folder, TEXTS))
 
 
 def test_generation_is_refused_on_a_pooling_model(tmp_path):

@@ -157,12 +157,14 @@ class AsyncEngine:
         images: Sequence[ImageInput] = (),
         prediction: Sequence[int] = (),
         pooling: bool = False,
+        token_embeddings: bool = False,
     ) -> EngineRequest:
         """`LLMEngine.validate`: the request's one validation, its grammar compiled (`ValidationError`,
         `CompilerBusyError`), its `images` refused by name unless the runner takes them, its `prediction`
-        unless the runner verifies guesses; `pooling` a pooling request (embeddings). Thread-safe; with a grammar it may take seconds, so the server
+        unless the runner verifies guesses; `pooling` a pooling request (embeddings), `token_embeddings` one of
+        every token's hidden state. Thread-safe; with a grammar it may take seconds, so the server
         calls it off the event loop."""
-        return self.engine.validate(prompt_token_ids, params, images, prediction, pooling)
+        return self.engine.validate(prompt_token_ids, params, images, prediction, pooling, token_embeddings)
 
     def stream(
         self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None

@@ -145,6 +145,7 @@ class LLMEngine:
         images: Iterable[ImageInput] = (),
         prediction: Iterable[int] = (),
         pooling: bool = False,
+        token_embeddings: bool = False,
     ) -> EngineRequest:
         """The request's one validation: what the engine queues (`add_validated_request`), with `params`'
         defaults resolved and its grammar compiled (`compile_grammar`), or `ValidationError` (TGI's 422)
@@ -155,10 +156,12 @@ class LLMEngine:
         name unless the runner runs a vision tower (`RunnerCapabilities.image_inputs`). `prediction`: token ids
         of the output the request expects (OpenAI's Predicted Outputs: guesses, never a change of the output),
         refused by name where the runner cannot verify guesses. `pooling`: pool the prompt (embeddings) instead
-        of generating; each kind only on a model that serves it (`ModelInfo.pooling`)."""
+        of generating; each kind only on a model that serves it (`ModelInfo.pooling`); with
+        `token_embeddings`, every token's final hidden state instead of the pooled vector (an embedder's, on a
+        runner whose capabilities say `token_embeddings`)."""
         images, prediction = tuple(images), tuple(prediction)
         capabilities, backend = self.runner.capabilities(), self._backend_name()
-        check_pooling(pooling, self.model_info, params)
+        check_pooling(pooling, self.model_info, params, token_embeddings, capabilities, backend)
         check_images(images, capabilities, self._backend_name(), self.model_info.architecture)
         check_runner_features(params, capabilities, self._backend_name())
         params = validate_request(prompt_token_ids, params, self.limits)
@@ -168,8 +171,9 @@ class LLMEngine:
         check_prediction(prediction, capabilities, self.scheduler.constraints, self.limits, backend)
         grammar = None if params.grammar is None else self.compile_grammar(params.grammar)
         return EngineRequest(
-            tuple(prompt_token_ids), params, grammar, images, prediction=prediction, pooling=pooling
-        )
+            tuple(prompt_token_ids), params, grammar, images, prediction=prediction, pooling=pooling,
+            token_embeddings=token_embeddings,
+        )  # fmt: skip
 
     def _backend_name(self) -> str:
         return getattr(getattr(self.backend, "spec", None), "name", type(self.backend).__name__)
@@ -207,15 +211,7 @@ class LLMEngine:
                 f"the model {self.model_info.architecture} on the {self._backend_name()} backend does not "
                 "take image inputs"
             )
-        seq = Sequence(
-            request_id,
-            list(request.prompt_token_ids),
-            params,
-            seed,
-            cache_key=cache_key,
-            images=request.images,
-            pooling=request.pooling,
-        )
+        seq = Sequence.of_request(request_id, request, seed, cache_key)
         if request.grammar is not None:
             self.guided.start(request_id, request.grammar)
         if request.prediction:
@@ -332,7 +328,8 @@ class LLMEngine:
         pipeline, sequences that stop finished and released. `new_tokens`: the scheduler's `update` (or
         `settle`) of `output`."""
         self.encoder_seconds += output.encoder_seconds
-        events = [self._pooled(rid, vector) for rid, vector in output.pooled.items() if rid in self._outputs]
+        pooled = {**output.pooled, **output.token_embeddings}  # a vector, or a token-embeddings request's
+        events = [self._pooled(rid, result) for rid, result in pooled.items() if rid in self._outputs]
         for request_id in output.prompt_logprobs:
             if request_id in self._outputs:
                 self._outputs[request_id].add_prompt_logprobs(output)
@@ -359,9 +356,9 @@ class LLMEngine:
                     self.proposer.observe_runner_guesses(seq.request_id, seq.num_tokens, guesses)
         return events
 
-    def _pooled(self, request_id: str, vector: list[float]) -> TokenEvent:
+    def _pooled(self, request_id: str, result: list) -> TokenEvent:
         """A pooling request's one event; the request ends with it (no KV kept past its step)."""
-        event = self._outputs[request_id].on_pooled(vector)
+        event = self._outputs[request_id].on_pooled(result)
         self.scheduler.finish(request_id, event.finish_reason)
         self._release(request_id)
         return event

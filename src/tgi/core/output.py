@@ -82,9 +82,11 @@ class RequestOutput:
             inference_time=now - first,
         )
 
-    def on_pooled(self, vector: list[float]) -> TokenEvent:
-        """A pooling request's one event: its pooled vector, no token (`index` and `token_id` -1)."""
+    def on_pooled(self, result: list[float] | list[list[float]]) -> TokenEvent:
+        """A pooling request's one event, no token (`index` and `token_id` -1): its pooled vector, or for a
+        token-embeddings request (`Sequence.token_embeddings`) its prompt's tokens' hidden states."""
         seq, now = self.seq, time.monotonic()
+        tokens = seq.token_embeddings
         first = self.first_scheduled or now
         return TokenEvent(
             request_id=seq.request_id,
@@ -99,7 +101,8 @@ class RequestOutput:
             num_prompt_tokens=seq.num_prompt_tokens,
             queue_time=first - self.arrival,
             inference_time=now - first,
-            embedding=tuple(vector),
+            embedding=None if tokens else tuple(result),
+            token_embeddings=tuple(tuple(t) for t in result) if tokens else None,
         )
 
     def _top_tokens(self, tops: tuple[list[int], list[float]]) -> tuple[TopToken, ...]:

@@ -74,6 +74,9 @@ class TokenEvent:
     # a pooling request's one event (final; `index` -1 and `token_id` -1: no token was generated): the pooled
     # vector of its prompt (`tgi.core.interfaces.pooling.PoolingSpec`, before normalization)
     embedding: tuple[float, ...] | None = None
+    # a token-embeddings request's one event, in place of `embedding`: the final hidden state of each token of
+    # its prompt, in order (`StepOutput.token_embeddings`)
+    token_embeddings: tuple[tuple[float, ...], ...] | None = None
 
 
 @dataclass
@@ -146,6 +149,8 @@ class EngineRequest:
     # a pooling request (embeddings, `LLMEngine.validate(..., pooling=True)`): its prompt is pooled, nothing
     # is generated; its one event carries `TokenEvent.embedding`
     pooling: bool = False
+    # with `pooling`: the prompt's tokens' final hidden states, unpooled (`TokenEvent.token_embeddings`)
+    token_embeddings: bool = False
 
     def __post_init__(self) -> None:
         if self.cache_salt == "" or self.tenant == "":

@@ -11,7 +11,7 @@ import time
 from enum import Enum
 
 from tgi.core.interfaces.batch import ScheduledSequence
-from tgi.core.request import FinishReason, ImageInput
+from tgi.core.request import EngineRequest, FinishReason, ImageInput
 from tgi.core.sampling_params import SamplingParams
 
 #: the most decode steps a sequence whose guesses keep failing goes without guesses between two tries
@@ -43,6 +43,7 @@ class Sequence:
         cache_key: bytes = b"",
         images: tuple[ImageInput, ...] = (),
         pooling: bool = False,
+        token_embeddings: bool = False,
     ) -> None:
         if not prompt_token_ids:
             raise ValueError(f"request {request_id!r}: the prompt must have at least one token")
@@ -72,6 +73,7 @@ class Sequence:
         # a pooling request (embeddings): its prompt is fed, pooled by the runner and the request ends; it never
         # samples (`ScheduledSequence.pool` in place of `sample`)
         self.pooling = pooling
+        self.token_embeddings = token_embeddings  # with `pooling`: every token's hidden state, unpooled
         self.block_hashes: list[bytes] = []  # chained hashes of the full blocks of token_ids, grown lazily
         self.num_registered_blocks = 0  # leading block_table blocks already offered to the prefix cache
         self.num_cached_prompt_tokens = 0  # prompt tokens read from the cache when first scheduled
@@ -151,6 +153,7 @@ class Sequence:
             is_prefill=is_prefill,
             sample=ends and not self.pooling,
             pool=ends and self.pooling,
+            token_embeddings=self.token_embeddings,
             num_draft_tokens=len(drafts),
             sampling=self.params,
             seed=self.seed,
@@ -160,6 +163,21 @@ class Sequence:
                 self.want_prompt_logprobs and start == self.prompt_logprobs_upto < self.num_prompt_tokens
             ),
             images=self.images if is_prefill else (),
+        )
+
+    @classmethod
+    def of_request(cls, request_id: str, request: EngineRequest, seed: int, cache_key: bytes) -> Sequence:
+        """The sequence of a validated request (`LLMEngine.validate`): its prompt, parameters, images and
+        pooling, with its resolved `seed` and prefix-cache `cache_key`."""
+        return cls(
+            request_id,
+            list(request.prompt_token_ids),
+            request.params,
+            seed,
+            cache_key=cache_key,
+            images=request.images,
+            pooling=request.pooling,
+            token_embeddings=request.token_embeddings,
         )
 
     def __repr__(self) -> str:

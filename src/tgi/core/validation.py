@@ -245,9 +245,17 @@ def check_prediction(
         )
 
 
-def check_pooling(pooling: bool, info: ModelInfo, params: SamplingParams) -> None:
+def check_pooling(
+    pooling: bool,
+    info: ModelInfo,
+    params: SamplingParams,
+    token_embeddings: bool = False,
+    capabilities: RunnerCapabilities | None = None,
+    backend: str = "",
+) -> None:
     """`ValidationError` for a request of the kind the model does not serve: a generation on a pooling model
-    (embeddings only), a pooling request on a generative one; a pooling request generates nothing
+    (embeddings only), a pooling request on a generative one, token embeddings (every token's hidden state)
+    but of an embedder on a runner whose `capabilities` return them; a pooling request generates nothing
     (`max_new_tokens` 1: its prefill is its one step)."""
     if pooling and info.pooling is None:
         raise ValidationError(
@@ -265,3 +273,23 @@ def check_pooling(pooling: bool, info: ModelInfo, params: SamplingParams) -> Non
         )
     if pooling and params.max_new_tokens != 1:
         raise ValueError("a pooling request is validated with SamplingParams(max_new_tokens=1)")
+    if token_embeddings:
+        check_token_embeddings(pooling, info, capabilities, backend)
+
+
+def check_token_embeddings(
+    pooling: bool, info: ModelInfo, capabilities: RunnerCapabilities | None, backend: str
+) -> None:
+    """`ValidationError` for a token-embeddings request that cannot be served: of a classifier, or on a
+    runner that does not return them (`RunnerCapabilities.token_embeddings`)."""
+    if not pooling:
+        raise ValueError("token embeddings are asked of a pooling request")
+    if info.pooling.kind != "embed":
+        raise ValidationError(
+            f"the model {info.architecture} is a classifier: it serves scores, not token embeddings"
+        )
+    if capabilities is None or not capabilities.token_embeddings:
+        raise ValidationError(
+            f"the {backend or 'this'} backend's runner does not return token embeddings "
+            "(RunnerCapabilities.token_embeddings)"
+        )

@@ -40,7 +40,9 @@ from tgi.core.interfaces.types import (
 # 4: pooling models: `PoolingSpec`, `ScheduledSequence.pool`, `StepOutput.pooled`, `RunnerCapabilities.pooling`
 # 5: classifiers: `PoolingSpec.kind` ("embed" | "classify"), `labels`, `activation`; a classifier's pooled
 #    output is its head's logits
-INTERFACE_VERSION = 5
+# 6: token embeddings (TEI's /embed_all): `ScheduledSequence.token_embeddings`, `StepOutput.token_embeddings`,
+#    `RunnerCapabilities.token_embeddings`
+INTERFACE_VERSION = 6
 
 __all__ = [
     "DTYPES",

@@ -55,6 +55,10 @@ class ScheduledSequence:
     # pooled hidden state of the whole prompt in `StepOutput.pooled` and samples nothing (`sample` is False);
     # such a prompt is fed in one chunk (a pooling runner declares `RunnerConstraints.chunked_prefill=False`)
     pool: bool = False
+    # with `pool`: no pooling, the final hidden state of every token of the prompt, in order, in
+    # `StepOutput.token_embeddings` (TEI's `/embed_all`; only from a runner whose capabilities say
+    # `token_embeddings`); never on a classifier
+    token_embeddings: bool = False
 
     @property
     def num_tokens(self) -> int:
@@ -154,5 +158,9 @@ class StepOutput:
     # device's work included; 0.0 for a step that encoded no image or a runner without a vision tower
     encoder_seconds: float = 0.0
     # request_id -> the pooled vector (`tgi.core.interfaces.pooling.PoolingSpec`, before normalization, float32
-    # values) of each sequence with `pool=True`
+    # values) of each sequence with `pool=True` and not `token_embeddings`
     pooled: dict[str, list[float]] = field(default_factory=dict)
+    # request_id -> the final hidden state of each token of the prompt ([L][H] float32 values, in prompt order,
+    # as the pooling reads them: after the model's last norm) of each sequence with `pool` and
+    # `token_embeddings`
+    token_embeddings: dict[str, list[list[float]]] = field(default_factory=dict)

@@ -225,3 +225,6 @@ class RunnerCapabilities:
     # runs a pooling model (`EngineConfig.pooling`): returns `StepOutput.pooled` for sequences with
     # `ScheduledSequence.pool`; False: the engine refuses to start a pooling model on it, naming the backend
     pooling: bool = False
+    # with `pooling`: returns `StepOutput.token_embeddings` (every token's final hidden state, unpooled) for
+    # sequences with `ScheduledSequence.token_embeddings`; False: validation refuses such a request by name
+    token_embeddings: bool = False

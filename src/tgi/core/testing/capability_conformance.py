@@ -275,3 +275,46 @@ class CapabilityChecks(ConformanceEngines):
                 assert max(abs(a - b) for a, b in zip(got, want, strict=True)) < 1e-3
             else:  # rounded activations: finite values
                 assert all(abs(x) < float("inf") for x in got)
+
+    def test_token_embeddings_match_transformers_or_are_refused(
+        self, engine_backend, tiny_llama, batches_checked
+    ):
+        from tgi.core.config import ConfigError
+        from tgi.core.request import ValidationError
+        from tgi.core.sampling_params import SamplingParams
+        from tgi.core.testing.model import transformers_hidden_states
+
+        try:
+            engine = self.make_engine(engine_backend, tiny_llama, batches_checked, runner="pooling")
+        except ConfigError as exc:  # `test_pooling_matches_transformers_or_is_refused` checks the refusal
+            assert "cannot pool" in str(exc), exc
+            return
+        params = SamplingParams(max_new_tokens=1)
+        prompts = [list(p) for p in PROMPTS if len(p) <= engine.config.max_batch_prefill_tokens]
+        if not engine.runner.capabilities().token_embeddings:  # refused by name, before it is queued
+            with pytest.raises(ValidationError, match="token embeddings"):
+                engine.validate(prompts[0], params, pooling=True, token_embeddings=True)
+            return
+        # token embeddings beside pooled vectors in the same steps: each request gets what it asked
+        asks = [i % 2 == 0 for i in range(len(prompts))]
+        ids = [
+            engine.add_validated_request(engine.validate(p, params, pooling=True, token_embeddings=tokens))
+            for p, tokens in zip(prompts, asks, strict=True)
+        ]
+        events = {}
+        while engine.has_unfinished():
+            for event in engine.step():
+                assert event.finish_reason is not None and event.token_id == -1, event
+                events[event.request_id] = event
+        assert set(events) == set(ids)
+        for rid, prompt, tokens in zip(ids, prompts, asks, strict=True):
+            event = events[rid]
+            if not tokens:
+                assert event.token_embeddings is None and event.embedding is not None
+                continue
+            assert event.embedding is None and len(event.token_embeddings) == len(prompt)
+            assert {len(t) for t in event.token_embeddings} == {engine.model_info.pooling.dimension}
+            if engine.config.dtype == "float32":
+                want = transformers_hidden_states(tiny_llama, prompt)
+                pairs = zip(event.token_embeddings, want, strict=True)
+                assert max(abs(a - b) for t, w in pairs for a, b in zip(t, w, strict=True)) < 1e-3

@@ -120,9 +120,15 @@ def transformers_prompt_logprob_rows(model_path: str | Path, prompt: Sequence[in
 def transformers_last_hidden_state(model_path: str | Path, prompt: Sequence[int]) -> list[float]:
     """The reference for last-token pooling: `transformers`' float32 final hidden state (after the last norm)
     of the prompt's last token, by the checkpoint's base model (its causal LM without the head)."""
+    return transformers_hidden_states(model_path, prompt)[-1]
+
+
+def transformers_hidden_states(model_path: str | Path, prompt: Sequence[int]) -> list[list[float]]:
+    """The reference for token embeddings: `transformers`' float32 final hidden state (after the last norm) of
+    each token of the prompt, by the checkpoint's base model (its causal LM without the head)."""
     import torch
     from transformers import AutoModel
 
     model = AutoModel.from_pretrained(model_path, dtype=torch.float32).eval()
     with torch.no_grad():
-        return model(torch.tensor([list(prompt)])).last_hidden_state[0, -1].tolist()
+        return model(torch.tensor([list(prompt)])).last_hidden_state[0].tolist()

@@ -46,6 +46,10 @@ On a small random-weight Llama (`model.write_tiny_llama`), loaded through `LLMEn
   prefill-only step that ends its request with the pooled vector (`StepOutput.pooled`), equal to
   `transformers`' final hidden state of its last token (float32 engines); one that does not is refused at
   start with a `ConfigError` that says it cannot pool;
+* `test_token_embeddings_match_transformers_or_are_refused`: a pooling runner whose `capabilities()` say
+  `token_embeddings` returns, for a request that asks for them (`StepOutput.token_embeddings`), the final
+  hidden state of every token of its prompt, equal to `transformers`' (float32 engines), beside pooled
+  requests of the same steps that get their vectors; one that does not says so at validation, by name;
 * `test_runner_constraints_are_honoured`: every batch the engine hands the runner, in all the tests above,
   fits what the runner's `constraints()` declare (batch size, tokens per step, mixed batches, chunked
   prefill, prefill buckets, block size).

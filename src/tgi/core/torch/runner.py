@@ -34,7 +34,7 @@ from tgi.core.torch.dense_free_loading import (
 )
 from tgi.core.torch.host_transfer import HostCopy, start_to_host, to_device
 from tgi.core.torch.pending_tokens import LastSampled
-from tgi.core.torch.pooling import pooled_vectors
+from tgi.core.torch.pooling import pooled_vectors, token_states
 from tgi.core.torch.prompt_logprobs import add_prompt_logprobs, prompt_positions
 
 if TYPE_CHECKING:
@@ -210,6 +210,7 @@ class TorchModelRunner(ModelRunner):
             batch_invariant=getattr(self.backend, "batch_invariant", False),
             image_inputs=self.images is not None,  # the model has a vision tower
             pooling=self.collective.world_size == 1,  # `StepOutput.pooled`; not yet over shards or stages
+            token_embeddings=self.collective.world_size == 1,  # `StepOutput.token_embeddings`, likewise
             # the backend's device runs queued work while the host goes on; one process (no rank to tell); a
             # subclass with its own `execute` (static shapes) would be bypassed by `execute_async`
             async_steps=self.backend.overlaps_steps
@@ -262,8 +263,7 @@ class TorchModelRunner(ModelRunner):
         request owns yet (the cache is empty before serving)."""
         from tgi.core.sampling_params import SamplingParams
 
-        bs = self.config.block_size
-        blocks = self.kv_cache.num_blocks
+        bs, blocks = self.config.block_size, self.kv_cache.num_blocks
         n = min(max_batch_tokens, blocks * bs, self.backend.warmup_prefill_tokens or max_batch_tokens)
         params, pool = SamplingParams(), self.config.pooling is not None
         blocks_n = list(range(-(-n // bs)))
@@ -284,8 +284,7 @@ class TorchModelRunner(ModelRunner):
 
     @torch.inference_mode()
     def execute_async(self, batch: ScheduledBatch) -> StepHandle:
-        seqs = batch.sequences
-        device = self.device
+        seqs, device = batch.sequences, self.device
         input_ids = to_device([t for s in seqs for t in s.token_ids], torch.int64, device)
         self.last_sampled.fill(seqs, input_ids)  # decodes fed the token the step before left on the device
         self.backend.begin_step(input_ids.numel())
@@ -337,6 +336,7 @@ class TorchModelRunner(ModelRunner):
         output = StepOutput(request_ids=[], token_ids=[], logprobs=[])
         if self.config.pooling is not None:
             output.pooled = pooled_vectors(hidden, seqs, starts, ends, self.config.pooling, self.model)
+            output.token_embeddings = token_states(hidden, seqs, starts, ends)
         if sampled:
             # one row per sampled position: the last, or the last num_draft_tokens + 1 of a verify chunk
             rows, positions = [], []
