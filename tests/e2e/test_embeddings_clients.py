@@ -13,7 +13,7 @@ import httpx
 import numpy as np
 import openai
 import pytest
-from helpers.embedding_models import WORDS, reference_embeddings, save_embedder
+from helpers.embedding_models import WORDS, reference_embeddings, reference_token_embeddings, save_embedder
 
 TEXTS = ["w1 w2 w3", "w5", " ".join(WORDS[4:30]), "w7 w8 w9 w10 w11"]
 MODELS = {"bert": "mean", "qwen3": "lasttoken"}
@@ -21,7 +21,7 @@ MODELS = {"bert": "mean", "qwen3": "lasttoken"}
 
 @pytest.fixture(scope="module", params=sorted(MODELS))
 def embedder(request, tmp_path_factory, launch_server, stop_server):
-    """(server, reference vectors of TEXTS) for one model."""
+    """(server, reference vectors of TEXTS, the model's folder) for one model."""
     root = tmp_path_factory.mktemp(f"embed-{request.param}")
     folder = save_embedder(root / "st", request.param, MODELS[request.param])
     server = launch_server(
@@ -29,7 +29,7 @@ def embedder(request, tmp_path_factory, launch_server, stop_server):
         "--max-concurrent-requests", "64", "--max-client-batch-size", "8", "--max-total-tokens", "128",
         "--max-batch-total-tokens", "4096",
     )  # fmt: skip
-    yield server, reference_embeddings(folder, TEXTS)
+    yield server, reference_embeddings(folder, TEXTS), folder
     assert stop_server(server) == 0, server.logs()
 
 
@@ -42,7 +42,7 @@ def assert_close(got, want) -> None:
 
 
 def test_openai_client_float_and_base64(embedder):
-    server, want = embedder
+    server, want, _ = embedder
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
     floats = client.embeddings.create(model="m", input=TEXTS, encoding_format="float")
     assert [d.index for d in floats.data] == list(range(len(TEXTS)))
@@ -55,7 +55,7 @@ def test_openai_client_float_and_base64(embedder):
 
 
 def test_tei_embed_and_similarity_over_http(embedder):
-    server, want = embedder
+    server, want, _ = embedder
     r = httpx.post(server.url + "/embed", json={"inputs": TEXTS}, timeout=60)
     assert r.status_code == 200, r.text
     assert_close(r.json(), want)
@@ -70,8 +70,22 @@ def test_tei_embed_and_similarity_over_http(embedder):
     assert r.status_code == 422 and "/v1/embeddings" in r.json()["error"]
 
 
+def test_tei_embed_all_over_http(embedder):
+    """`/embed_all`: each text's tokens' hidden states, as sentence-transformers' token embeddings; `/embed_sparse`
+    refused by name (no sparse head)."""
+    server, _, folder = embedder
+    r = httpx.post(server.url + "/embed_all", json={"inputs": TEXTS}, timeout=60)
+    assert r.status_code == 200, r.text
+    want = reference_token_embeddings(folder, TEXTS)
+    for got, ref in zip(r.json(), want, strict=True):
+        got = np.asarray(got, dtype=np.float32)
+        assert got.shape == ref.shape and np.abs(got - ref).max() < 1e-3
+    r = httpx.post(server.url + "/embed_sparse", json={"inputs": TEXTS[0]}, timeout=60)
+    assert r.status_code == 422 and "sparse" in r.json()["error"], r.text
+
+
 def test_32_concurrent_requests_all_equal_the_reference(embedder, get_metrics):
-    server, want = embedder
+    server, want, _ = embedder
     before = get_metrics(server.url)
     with httpx.Client(timeout=120) as http, ThreadPoolExecutor(32) as pool:
         answers = list(
@@ -92,7 +106,7 @@ def test_ollama_client_embed_and_the_older_embeddings(embedder):
     """Ollama's official client: `embed` (texts, its durations and token count) and the older `embeddings`."""
     import ollama
 
-    server, want = embedder
+    server, want, _ = embedder
     client = ollama.Client(host=server.url)
     model = client.list().models[0].model  # the one served, as Ollama names it
     got = client.embed(model=model, input=TEXTS)

@@ -199,10 +199,12 @@ class FakeEngine:
         images: tuple[ImageInput, ...] = (),
         prediction: tuple[int, ...] = (),
         pooling: bool = False,
+        token_embeddings: bool = False,
     ) -> EngineRequest:
         if self.refuse:
             raise ValidationError(self.refuse)
-        check_pooling(pooling, self.model_info, params)
+        runs = RunnerCapabilities(pooling=True, token_embeddings=True)
+        check_pooling(pooling, self.model_info, params, token_embeddings, runs, "fake")
         images = tuple(images)
         check_images(images, RunnerCapabilities(image_inputs=self.image_inputs), "fake", "Fake")
         config, info = self.config, self.model_info
@@ -216,8 +218,9 @@ class FakeEngine:
         features = RunnerCapabilities(draft_verification=self.verifies_drafts)
         check_prediction(prediction, features, RunnerConstraints(), limits, "fake")
         return EngineRequest(
-            tuple(prompt_token_ids), params, images=images, prediction=tuple(prediction), pooling=pooling
-        )
+            tuple(prompt_token_ids), params, images=images, prediction=tuple(prediction), pooling=pooling,
+            token_embeddings=token_embeddings,
+        )  # fmt: skip
 
     def stream_validated(
         self, request: EngineRequest, request_id: str | None = None
@@ -229,7 +232,7 @@ class FakeEngine:
         k = len(self.requests) - 1
         cached = self.cached_tokens[k] if k < len(self.cached_tokens) else 0
         if request.pooling:
-            return self._pooled(request_id or "r", prompt, k == self.fail_stream)
+            return self._pooled(request_id or "r", prompt, k == self.fail_stream, request.token_embeddings)
         return self._run(request_id or "r", prompt, params, k == self.fail_stream, cached)
 
     async def _run(
@@ -300,17 +303,22 @@ class FakeEngine:
             if not finished:
                 self.cancelled.append(rid)
 
-    async def _pooled(self, rid: str, prompt: list[int], fails: bool) -> AsyncIterator[TokenEvent]:
-        """A pooling request's one event: `fake_vector(prompt)`, as a pooling model's engine answers."""
+    async def _pooled(
+        self, rid: str, prompt: list[int], fails: bool, tokens: bool = False
+    ) -> AsyncIterator[TokenEvent]:
+        """A pooling request's one event: `fake_vector(prompt)`, as a pooling model's engine answers (with
+        `tokens`, each token's `fake_vector([token])`)."""
         self.running += 1
         try:
             await asyncio.sleep(self.first_delay)
             if fails:
                 raise self.fail_with or EngineError("the engine failed while running this request")
-            vector = tuple(fake_vector(prompt, self.model_info.pooling.dimension))
+            dimension = self.model_info.pooling.dimension
+            vector = None if tokens else tuple(fake_vector(prompt, dimension))
+            states = tuple(tuple(fake_vector([t], dimension)) for t in prompt) if tokens else None
             yield TokenEvent(
                 rid, -1, -1, "", "", None, False, finish_reason=FinishReason.LENGTH, generated_text="",
-                num_prompt_tokens=len(prompt), embedding=vector,
+                num_prompt_tokens=len(prompt), embedding=vector, token_embeddings=states,
             )  # fmt: skip
         finally:
             self.running -= 1

@@ -45,6 +45,9 @@ class EmbedRequest:
     # each input's name in its refusals (a route whose inputs are several fields: `/similarity`'s); None:
     # `field[i]` (`field` for one input)
     input_names: Sequence[str] | None = None
+    # every token's final hidden state, unpooled and as they are (TEI's `/embed_all`; `normalize` and
+    # `dimensions` do not apply), in `Embedding.tokens`
+    token_embeddings: bool = False
 
     def input_name(self, i: int) -> str:
         """How a refusal names input `i`."""
@@ -55,8 +58,12 @@ class EmbedRequest:
 
 @dataclass(frozen=True)
 class Embedding:
+    """One input's answer: its pooled vector (empty for a token-embeddings request), or its tokens' hidden
+    states."""
+
     vector: list[float]
     num_prompt_tokens: int
+    tokens: list[list[float]] | None = None  # a token-embeddings request's: one vector per prompt token
 
 
 def inputs_of(given: str | list, field: str) -> list[str | list[int]]:
@@ -79,7 +86,7 @@ def inputs_of(given: str | list, field: str) -> list[str | list[int]]:
 
 #: what each kind of pooling model serves, for the refusals of the routes of the other kinds
 SERVES = {
-    "embed": "embeddings (POST /v1/embeddings, /embed, /similarity, /api/embed)",
+    "embed": "embeddings (POST /v1/embeddings, /embed, /embed_all, /similarity, /api/embed)",
     "classify": "scores (POST /rerank, /predict, /v1/rerank, /score, /classify)",
 }
 
@@ -183,18 +190,23 @@ async def embed(
         requests = []
         for ids in prompts:
             try:
-                request = service.engine.validate(ids, POOLING_PARAMS, pooling=True)
+                request = service.engine.validate(
+                    ids, POOLING_PARAMS, pooling=True, token_embeddings=req.token_embeddings
+                )
             except ValidationError as exc:
                 raise validation_error(str(exc), exc.param or req.field) from None
             requests.append(replace(request, tenant=tenant_of(http)))
         merged = sse.merge([events(r, POOLING_PARAMS) for r in requests])
         vectors: list[list[float] | None] = [None] * len(requests)
+        tokens: list[list[list[float]] | None] = [None] * len(requests)
 
         async def collect() -> None:
             try:
                 async for i, event in merged:
                     if event.embedding is not None:
                         vectors[i] = finished(event.embedding, width, req.normalize)
+                    if event.token_embeddings is not None:
+                        tokens[i] = [list(t) for t in event.token_embeddings]
             finally:
                 await merged.aclose()
 
@@ -203,4 +215,4 @@ async def embed(
         tracker.finish(exc)
         raise
     tracker.finish()
-    return [Embedding(v or [], len(ids)) for v, ids in zip(vectors, prompts, strict=True)]
+    return [Embedding(v or [], len(ids), t) for v, t, ids in zip(vectors, tokens, prompts, strict=True)]

@@ -63,11 +63,13 @@ class ServingEngine(Protocol):
         images: Sequence[ImageInput] = (),
         prediction: Sequence[int] = (),
         pooling: bool = False,
+        token_embeddings: bool = False,
     ) -> EngineRequest:
         """The request's one validation (`tgi.core.validation`: defaults resolved, limits and features
         checked, `images` refused by name unless the runner takes them, a `prediction` (OpenAI's Predicted
         Outputs, token ids) unless it verifies guesses; `pooling`: a pooling request, whose one event carries
-        `TokenEvent.embedding`; each kind refused on a model of the other) and its grammar compiled: `ValidationError` (a 422; `UnusableGrammarError` for the
+        `TokenEvent.embedding`, or `TokenEvent.token_embeddings` with `token_embeddings`; each kind refused on a
+        model of the other) and its grammar compiled: `ValidationError` (a 422; `UnusableGrammarError` for the
         grammar) or `tgi.core.guided.CompilerBusyError` (a 503). Thread-safe; with a grammar it may take
         seconds: the server calls it off the event loop."""
         ...

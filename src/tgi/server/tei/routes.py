@@ -1,14 +1,25 @@
-"""TEI's (Text Embeddings Inference's) `POST /embed`: its request and response, over the service's one
-embeddings path (`InferenceService.embed`); its `/rerank` and `/predict` are in `tgi.server.tei.scores`. Errors in TGI's shape (`{"error", "error_type"}`), as TEI's."""
+"""TEI's (Text Embeddings Inference's) `POST /embed` and `POST /embed_all` (every token's hidden state), and
+`POST /embed_sparse` (refused: no sparse head is served): their requests and responses, over the service's one
+embeddings path (`InferenceService.embed`); its `/rerank` and `/predict` are in `tgi.server.tei.scores`, its
+`/similarity` in `tgi.server.tei.similarity`. Errors in TGI's shape (`{"error", "error_type"}`), as TEI's."""
 
 from __future__ import annotations
+
+from typing import Any, ClassVar
 
 from fastapi import APIRouter, Request
 
 from tgi.server.http.errors import validation_error
 from tgi.server.service.inference import InferenceService
-from tgi.server.service.pooling import EmbedRequest, inputs_of, pooling_spec, prompt_text
-from tgi.server.validation.fields import RequestModel, check_fields
+from tgi.server.service.pooling import (
+    SERVES,
+    Embedding,
+    EmbedRequest,
+    inputs_of,
+    pooling_spec,
+    prompt_text,
+)
+from tgi.server.validation.fields import NEUTRAL, RequestModel, check_fields
 
 router = APIRouter(tags=["Text Embeddings Inference"])
 
@@ -31,29 +42,69 @@ def truncation(truncate: bool | None, direction: str | None) -> str | None:
     return TRUNCATION_DIRECTIONS[direction] if truncate else None
 
 
-class EmbedBody(RequestModel):
-    """TEI's embed request: `inputs` a text, a list of texts, token ids or lists of them; `normalize`
-    (default true); `truncate` an input past `--max-input-tokens` instead of refusing it, from
-    `truncation_direction` ("Right", the default, or "Left"); `prompt_name` one of the model's
-    sentence-transformers prompts put before each text; `dimensions` (Matryoshka models only)."""
+class InputsBody(RequestModel):
+    """What TEI's embeddings requests share: `inputs` a text, a list of texts, token ids or lists of them;
+    `truncate` an input past `--max-input-tokens` instead of refusing it, from `truncation_direction`
+    ("Right", the default, or "Left"); `prompt_name` one of the model's sentence-transformers prompts put
+    before each text (by default the model's own)."""
 
     inputs: str | list[str] | list[int] | list[list[int]]
-    normalize: bool = True
     truncate: bool | None = None
     truncation_direction: str | None = None
     prompt_name: str | None = None
+
+
+class EmbedBody(InputsBody):
+    """TEI's embed request: `InputsBody`'s, `normalize` (default true) and `dimensions` (Matryoshka models
+    only)."""
+
+    normalize: bool = True
     dimensions: int | None = None
+
+
+class EmbedAllBody(InputsBody):
+    """TEI's embed_all (and embed_sparse) request: `InputsBody`'s; no `normalize` nor `dimensions` (the
+    hidden states come as they are)."""
+
+    KNOWN: ClassVar = {"normalize": NEUTRAL, "dimensions": NEUTRAL}  # `/embed`'s, not TEI's here
+
+
+async def embedded(req: InputsBody, request: Request, **how: Any) -> list[Embedding]:
+    """Each of `req`'s inputs through the service's one embeddings path, asked `how` (`EmbedRequest`'s
+    `normalize`, `dimensions`, `token_embeddings`), after the checks every TEI embeddings route makes."""
+    service: InferenceService = request.app.state.service
+    check_fields(req)
+    truncate = truncation(req.truncate, req.truncation_direction)
+    prompt = prompt_text(pooling_spec(service), req.prompt_name)
+    inputs = inputs_of(req.inputs, "inputs")
+    tracker = service.admit(len(inputs), "this request", "inputs")
+    asked = EmbedRequest(inputs, "inputs", truncate=truncate, prompt=prompt, **how)
+    return await service.embed(request, tracker, asked)
 
 
 @router.post("/embed")
 async def embed(req: EmbedBody, request: Request) -> list[list[float]]:
     """TEI's embed: one vector per input, in order."""
+    answers = await embedded(req, request, normalize=req.normalize, dimensions=req.dimensions)
+    return [e.vector for e in answers]
+
+
+@router.post("/embed_all")
+async def embed_all(req: EmbedAllBody, request: Request) -> list[list[list[float]]]:
+    """TEI's embed_all: for each input, in order, the final hidden state of each of its tokens (its prompt's
+    and special tokens' included), unpooled and not normalized."""
+    answers = await embedded(req, request, normalize=False, token_embeddings=True)
+    return [e.tokens or [] for e in answers]
+
+
+@router.post("/embed_sparse")
+async def embed_sparse(req: EmbedAllBody, request: Request) -> list:
+    """TEI's embed_sparse: served by a model with a sparse (SPLADE) head only; none is served yet, so a 422
+    saying what the model serves (a generative model's or a classifier's refusal first, as on `/embed`)."""
     service: InferenceService = request.app.state.service
     check_fields(req)
-    truncate = truncation(req.truncate, req.truncation_direction)
-    spec = pooling_spec(service)
-    prompt = prompt_text(spec, req.prompt_name)
-    inputs = inputs_of(req.inputs, "inputs")
-    tracker = service.admit(len(inputs), "this request", "inputs")
-    asked = EmbedRequest(inputs, "inputs", req.normalize, req.dimensions, truncate=truncate, prompt=prompt)
-    return [v.vector for v in await service.embed(request, tracker, asked)]
+    pooling_spec(service)
+    raise validation_error(
+        f"POST /embed_sparse is served for a model with a sparse (SPLADE) head; the model "
+        f"{service.model_name} serves {SERVES['embed']}: it has no sparse head"
+    )
