@@ -1,6 +1,6 @@
 """Tiny random-weight embedders saved with sentence-transformers itself (its `modules.json`, `Pooling` and
 `Normalize` configs), and its own reading of them as the reference: a BERT with mean pooling and a
-Qwen3-shaped decoder with last-token pooling."""
+Qwen3-shaped decoder with last-token pooling, a cross-encoder, and a SPLADE sparse encoder."""
 
 from __future__ import annotations
 
@@ -123,3 +123,43 @@ def save_classifier(
 
         CrossEncoder(str(hf), device="cpu").save(str(folder))
     return folder
+
+
+def save_splade(
+    folder: Path | str, seed: int = 0, prompts: dict[str, str] | None = None, older: bool = False
+) -> Path:
+    """A random BERT `BertForMaskedLM` saved by sentence-transformers' `SparseEncoder` as a SPLADE model
+    (a fill-mask `Transformer`, or where `older` the `MLMTransformer` module earlier versions saved, then
+    `SpladePooling` of max pooling and relu) to `folder`."""
+    import torch
+    from sentence_transformers import SparseEncoder
+    from sentence_transformers.models import Transformer
+    from sentence_transformers.sparse_encoder.modules import MLMTransformer, SpladePooling
+    from transformers import BertConfig, BertForMaskedLM
+
+    folder = Path(folder)
+    hf = folder.parent / f"{folder.name}_hf"
+    torch.manual_seed(seed)
+    config = BertConfig(
+        vocab_size=len(WORDS), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, max_position_embeddings=128,
+    )  # fmt: skip
+    model = BertForMaskedLM(config)
+    with torch.no_grad():  # large enough weights that the layers matter, and some logits are negative
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0, 0.2)
+    model.save_pretrained(hf)
+    _tokenizer(template=True).save_pretrained(hf)
+    encoder = MLMTransformer(str(hf)) if older else Transformer(str(hf), transformer_task="fill-mask")
+    modules = [encoder, SpladePooling(pooling_strategy="max")]
+    SparseEncoder(modules=modules, prompts=prompts or {}).save(str(folder))
+    return folder
+
+
+def reference_sparse_embeddings(folder: Path | str, texts: list[str]):
+    """sentence-transformers' `SparseEncoder.encode` of `texts`, dense (float32 numpy [N, vocab])."""
+    from sentence_transformers import SparseEncoder
+
+    model = SparseEncoder(str(folder), device="cpu")
+    return model.encode(texts, convert_to_tensor=True).to_dense().numpy()

@@ -42,7 +42,8 @@ from tgi.core.interfaces.types import (
 #    output is its head's logits
 # 6: token embeddings (TEI's /embed_all): `ScheduledSequence.token_embeddings`, `StepOutput.token_embeddings`,
 #    `RunnerCapabilities.token_embeddings`
-INTERFACE_VERSION = 6
+# 7: sparse embedders (SPLADE): `PoolingSpec.kind` "sparse", pooled from the model's `token_logits`
+INTERFACE_VERSION = 7
 
 __all__ = [
     "DTYPES",

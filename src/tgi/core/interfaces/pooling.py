@@ -9,6 +9,11 @@ forces it. Its requests are prefill-only sequences: the runner returns one poole
 A classifier (`kind` "classify": a `*ForSequenceClassification` checkpoint, cross-encoders among them) is a
 pooling model too: its pooled output is its classification head's logits, one per label, read from the
 pooled hidden state of the whole prompt (a text, or two texts as one pair) by the model's own head.
+
+A sparse embedder (`kind` "sparse": SPLADE, a `*ForMaskedLM` checkpoint saved by sentence-transformers'
+`SparseEncoder` with a `SpladePooling` module) pools its masked-LM head's logits: each token's
+`log(1 + relu(logits))` over the vocabulary, max-pooled over the prompt's tokens, one value per vocabulary
+entry (`dimension` is the vocabulary's size), of which most are zero.
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ from dataclasses import dataclass, field
 
 #: how the hidden states of a prompt's tokens become one vector (sentence-transformers' pooling modes)
 POOLING_MODES = ("cls", "mean", "lasttoken", "max")
-#: what a pooling model's output is: a vector to embed with, or a classifier's logits (one per label)
-POOLING_KINDS = ("embed", "classify")
+#: what a pooling model's output is: a vector to embed with, a classifier's logits (one per label), or a
+#: sparse embedder's vocabulary weights
+POOLING_KINDS = ("embed", "classify", "sparse")
 #: what makes a classifier's logits into its scores (sentence-transformers' `CrossEncoder` activations)
 ACTIVATIONS = ("sigmoid", "identity")
 
@@ -50,7 +56,9 @@ class PoolingSpec:
         "modules.json"  # where the spec came from ("modules.json", "--runner pooling", "config.json")
     )
     # "embed": the pooled hidden state is the output; "classify": the model's classification head (its
-    # `classify([N, hidden]) -> [N, labels]`) makes it into logits, `dimension` of them, one per label
+    # `classify([N, hidden]) -> [N, labels]`) makes it into logits, `dimension` of them, one per label;
+    # "sparse": the model's masked-LM head (its `token_logits([L, hidden]) -> [L, vocab]`), each token's
+    # `log(1 + relu(logits))`, pooled by `mode` ("max"): `dimension` values, one per vocabulary entry
     kind: str = "embed"
     # a classifier's labels in logit order (its config's `id2label`); empty for an embedder
     labels: tuple[str, ...] = ()
@@ -67,6 +75,8 @@ class PoolingSpec:
             len(self.labels) != self.dimension or self.activation not in ACTIVATIONS
         ):
             raise ValueError("a classifier's spec has one label per logit and an activation of ACTIVATIONS")
+        if self.kind == "sparse" and (self.mode != "max" or self.normalize):
+            raise ValueError("a sparse embedder's spec max-pools its token weights, not normalized")
 
     def allows_dimensions(self, n: int) -> bool:
         """Whether a request may ask for the first `n` values of a vector (Matryoshka)."""

@@ -12,11 +12,16 @@ pooling that leaves the prompt out (`include_prompt: false`), several modes at o
 A `*ForSequenceClassification` folder (a classifier, or a cross-encoder as sentence-transformers'
 `CrossEncoder` saves it: `modules.json` with its one `Transformer` module, `config_sentence_transformers.json`
 with its `activation_fn`) is a classifier: its output is the head's logits over `id2label`'s labels.
+
+A `*ForMaskedLM` folder is served only as sentence-transformers' `SparseEncoder` saves a SPLADE model:
+`modules.json` with its `Transformer` (fill-mask; `MLMTransformer` in older versions) and a `SpladePooling` module (max pooling of `log(1 + relu(x))`;
+another pooling or activation is refused by name): a sparse embedder, one weight per vocabulary entry.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +46,8 @@ _MODE_FLAGS = {
 _MODULES = ("Transformer", "Pooling", "Normalize")
 #: classifiers (`PoolingSpec.kind` "classify"): the head reads the first token's hidden state
 CLASSIFIER_ARCHITECTURES = ("BertForSequenceClassification",)
+#: sparse embedders (`PoolingSpec.kind` "sparse", SPLADE): the masked-LM head's logits are pooled
+SPARSE_ARCHITECTURES = ("BertForMaskedLM",)
 # sentence-transformers' `activation_fn` classes -> `PoolingSpec.activation`
 _ACTIVATIONS = {
     "torch.nn.modules.activation.Sigmoid": "sigmoid",
@@ -88,6 +95,10 @@ def read_pooling(folder: str | Path | None, runner: str, hf_config: Any) -> Pool
         if runner == "generate":
             raise ConfigError(f"--runner generate: {archs[0]} is a classifier; it has no language-model head")
         return classifier_spec(root, hf_config)
+    if any(a in SPARSE_ARCHITECTURES for a in archs):
+        if runner == "generate":
+            raise ConfigError(f"--runner generate: {archs[0]} is a masked LM; it does not generate")
+        return sparse_spec(root, hf_config)
     if runner == "generate":
         if pooling_only:
             raise ConfigError(f"--runner generate: {archs[0]} has no language-model head; it only pools")
@@ -172,3 +183,33 @@ def classifier_spec(root: Path | None, hf_config: Any) -> PoolingSpec:
         mode="cls", normalize=False, dimension=n, kind="classify", labels=labels, activation=activation,
         source="config.json",
     )  # fmt: skip
+
+
+def sparse_spec(root: Path | None, hf_config: Any) -> PoolingSpec:
+    """A SPLADE model's spec (its `SparseEncoder` modules: `MLMTransformer`, `SpladePooling` of max pooling
+    and relu), one weight per vocabulary entry, with its prompts; `ConfigError` naming what is not served."""
+    modules = root / "modules.json" if root is not None else None
+    if modules is None or not modules.exists():
+        raise ConfigError(
+            f"{hf_config.architectures[0]} is served only as a SPLADE model saved by sentence-transformers' "
+            "SparseEncoder (modules.json with MLMTransformer and SpladePooling); its folder has no modules.json"
+        )
+    listed = _json(modules)
+    kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in listed]
+    if kinds not in (["MLMTransformer", "SpladePooling"], ["Transformer", "SpladePooling"]):
+        raise ConfigError(
+            f"{modules}: a sparse embedder's modules must be MLMTransformer, SpladePooling: {kinds}"
+        )
+    config_path = root / listed[1].get("path", "") / "config.json"
+    config = _json(config_path)
+    for key, served in (("pooling_strategy", "max"), ("activation_function", "relu")):
+        if config.get(key, served) != served:
+            raise ConfigError(f"{config_path}: {key} {config.get(key)!r} is not served (served: {served})")
+    st_path = root / "config_sentence_transformers.json"
+    st = _json(st_path) if st_path.exists() else {}
+    for key in ("max_active_dims", "truncate_dim"):  # keeping only the largest weights, or the first ones
+        if st.get(key) is not None:
+            raise ConfigError(f"{st_path}: {key} is not served for a sparse embedder")
+    spec = _spec(root, hf_config, "max", normalize=False, source="modules.json")
+    dimension = int(hf_config.vocab_size)
+    return replace(spec, kind="sparse", dimension=dimension, matryoshka=False, matryoshka_dimensions=())

@@ -41,7 +41,7 @@ class BertEncoder(nn.Module):
 
         if linear is not None:
             raise UnsupportedModelError("BertModel: tensor parallelism is not served for encoders")
-        config = _sdpa(config)
+        config = sdpa_config(config)
         self.config = config
         self.bert = BertModel(config, add_pooling_layer=False).to(device=device, dtype=dtype)
         for p in self.parameters():
@@ -102,7 +102,7 @@ class BertClassifier(BertEncoder):
 
         if linear is not None:
             raise UnsupportedModelError(f"{self.architecture}: tensor parallelism is not served for encoders")
-        self.config = config = _sdpa(config)
+        self.config = config = sdpa_config(config)
         self.bert = BertModel(config, add_pooling_layer=True).to(device=device, dtype=dtype)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels).to(device=device, dtype=dtype)
         for p in self.parameters():
@@ -111,19 +111,7 @@ class BertClassifier(BertEncoder):
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """The checkpoint's tensors by their names in `BertForSequenceClassification`; raises on unknown or
         missing names."""
-        params = dict(self.state_dict())
-        loaded: set[str] = set()
-        for name, tensor in weights:
-            if name not in params:
-                raise ValueError(f"{self.architecture}: unexpected weight '{name}' in the checkpoint")
-            with torch.no_grad():
-                params[name].copy_(tensor.to(params[name].dtype))
-            loaded.add(name)
-        missing = sorted(n for n in params if n not in loaded and not n.endswith("position_ids"))
-        if missing:
-            raise ValueError(
-                f"{self.architecture}: weights missing from the checkpoint: {', '.join(missing)}"
-            )
+        check_complete(self, copy_by_name(self, weights))
 
     def token_types(self, rows: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """rows, mask [B, L] -> token type ids [B, L]: 1 after the first occurrence of each row's last token
@@ -140,7 +128,29 @@ class BertClassifier(BertEncoder):
         return self.classifier(self.bert.pooler.activation(self.bert.pooler.dense(first)))
 
 
-def _sdpa(config: Any) -> Any:
+def copy_by_name(model: nn.Module, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+    """Each checkpoint tensor copied into `model`'s parameter or buffer of the same name (in its dtype); the
+    names copied. Raises on a name `model` does not have."""
+    params = dict(model.state_dict())
+    loaded: set[str] = set()
+    for name, tensor in weights:
+        if name not in params:
+            raise ValueError(f"{model.architecture}: unexpected weight '{name}' in the checkpoint")
+        with torch.no_grad():
+            params[name].copy_(tensor.to(params[name].dtype))
+        loaded.add(name)
+    return loaded
+
+
+def check_complete(model: nn.Module, loaded: set[str]) -> None:
+    """Raises naming `model`'s parameters and buffers the checkpoint did not hold (`loaded`: those it did;
+    position ids are the model's own)."""
+    missing = sorted(n for n in model.state_dict() if n not in loaded and not n.endswith("position_ids"))
+    if missing:
+        raise ValueError(f"{model.architecture}: weights missing from the checkpoint: {', '.join(missing)}")
+
+
+def sdpa_config(config: Any) -> Any:
     """`config` with torch's scaled-dot-product attention, as transformers runs BERT by default."""
     import copy
 

@@ -37,6 +37,7 @@ _ARCHITECTURES: dict[str, tuple[str, str]] = {
     # pooling only (`tgi.core.loading.pooling_config`): an encoder, and decoders saved without their head
     "BertModel": ("tgi.core.models.bert", "BertEncoder"),
     "BertForSequenceClassification": ("tgi.core.models.bert", "BertClassifier"),
+    "BertForMaskedLM": ("tgi.core.models.bert_sparse", "BertSparseEncoder"),  # SPLADE only
     "LlamaModel": ("tgi.core.models.embedders", "LlamaEmbedder"),
     "Qwen2Model": ("tgi.core.models.embedders", "Qwen2Embedder"),
     "Qwen3Model": ("tgi.core.models.embedders", "Qwen3Embedder"),

@@ -37,11 +37,19 @@ def pooled_vectors(
 ) -> dict[str, list[float]]:
     """request id -> pooled vector, for the sequences with `pool` (each a whole prompt: `starts[i]` ..
     `ends[i]` of the step's hidden states [T, H]); one copy back for them all. A classifier's (`spec.kind`
-    "classify") are its logits: `model.classify` of the pooled states [N, H] in the model's dtype."""
+    "classify") are its logits: `model.classify` of the pooled states [N, H] in the model's dtype; a sparse
+    embedder's (`spec.kind` "sparse"), the pooling of its tokens' `log(1 + relu(model.token_logits(states)))`
+    [L, vocab]."""
     rows = _whole_prompts(seqs, tokens=False)
     if not rows:
         return {}
-    pooled = torch.stack([pool(hidden[starts[i] : ends[i]], spec.mode) for i in rows])  # [N, H] float32
+
+    def states(i: int) -> torch.Tensor:  # [L, H], or a sparse embedder's token weights [L, vocab]
+        if spec.kind != "sparse":
+            return hidden[starts[i] : ends[i]]
+        return torch.log1p(torch.relu(model.token_logits(hidden[starts[i] : ends[i]]).float()))
+
+    pooled = torch.stack([pool(states(i), spec.mode) for i in rows])  # [N, H] float32
     if spec.kind == "classify":
         pooled = model.classify(pooled.to(hidden.dtype)).float()  # [N, labels]
     vectors = pooled.cpu().tolist()
