@@ -7,12 +7,12 @@ its vectors), and so do 32 concurrent requests and Ollama's official client (`em
 from __future__ import annotations
 
 import base64
-from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import numpy as np
 import openai
 import pytest
+from helpers.concurrent_posts import post_concurrently
 from helpers.embedding_models import WORDS, reference_embeddings, reference_token_embeddings, save_embedder
 
 TEXTS = ["w1 w2 w3", "w5", " ".join(WORDS[4:30]), "w7 w8 w9 w10 w11"]
@@ -87,13 +87,7 @@ def test_tei_embed_all_over_http(embedder):
 def test_32_concurrent_requests_all_equal_the_reference(embedder, get_metrics):
     server, want, _ = embedder
     before = get_metrics(server.url)
-    with httpx.Client(timeout=120) as http, ThreadPoolExecutor(32) as pool:
-        answers = list(
-            pool.map(
-                lambda i: http.post(server.url + "/embed", json={"inputs": TEXTS[i % len(TEXTS)]}),
-                range(32),
-            )
-        )
+    answers = post_concurrently(server.url + "/embed", [{"inputs": TEXTS[i % len(TEXTS)]} for i in range(32)])
     for i, r in enumerate(answers):
         assert r.status_code == 200, r.text
         assert_close(r.json()[0], want[i % len(TEXTS)])

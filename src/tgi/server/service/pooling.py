@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from tgi.core.interfaces.pooling import PoolingSpec
 from tgi.core.request import EngineRequest, TokenEvent, ValidationError
 from tgi.core.sampling_params import SamplingParams
-from tgi.core.validation import too_many_input_tokens
+from tgi.core.validation import SERVED_OUTPUTS, too_many_input_tokens
 from tgi.server.http import sse
 from tgi.server.http.auth import tenant_of
 from tgi.server.http.errors import validation_error
@@ -84,10 +84,11 @@ def inputs_of(given: str | list, field: str) -> list[str | list[int]]:
     return items
 
 
-#: what each kind of pooling model serves, for the refusals of the routes of the other kinds
-SERVES = {
-    "embed": "embeddings (POST /v1/embeddings, /embed, /embed_all, /similarity, /api/embed)",
-    "classify": "scores (POST /rerank, /predict, /v1/rerank, /score, /classify)",
+#: what a route that needs a pooling model of each kind asks for, in its refusals
+_WANTED = {
+    "embed": "embeddings",
+    "classify": "scores (reranking, classification)",
+    "sparse": "sparse embeddings",
 }
 
 
@@ -95,7 +96,7 @@ def pooling_spec(service: InferenceService, kind: str = "embed") -> PoolingSpec:
     """The served model's pooling spec; a 422 saying what it serves when it is not a pooling model of
     `kind` (it generates, or it is the other kind)."""
     spec = service.engine.model_info.pooling
-    wanted = "embeddings" if kind == "embed" else "scores (reranking, classification)"
+    wanted = _WANTED[kind]
     if spec is None:
         raise validation_error(
             f"the model {service.model_name} generates text (POST /generate, /v1/chat/completions, ...): it is "
@@ -104,7 +105,7 @@ def pooling_spec(service: InferenceService, kind: str = "embed") -> PoolingSpec:
         )
     if spec.kind != kind:
         raise validation_error(
-            f"the model {service.model_name} serves {SERVES[spec.kind]}: {wanted} are not served"
+            f"the model {service.model_name} serves {SERVED_OUTPUTS[spec.kind]}: {wanted} are not served"
         )
     return spec
 

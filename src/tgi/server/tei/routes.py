@@ -1,5 +1,5 @@
-"""TEI's (Text Embeddings Inference's) `POST /embed` and `POST /embed_all` (every token's hidden state), and
-`POST /embed_sparse` (refused: no sparse head is served): their requests and responses, over the service's one
+"""TEI's (Text Embeddings Inference's) `POST /embed`, `POST /embed_all` (every token's hidden state) and
+`POST /embed_sparse` (a sparse embedder's weights): their requests and responses, over the service's one
 embeddings path (`InferenceService.embed`); its `/rerank` and `/predict` are in `tgi.server.tei.scores`, its
 `/similarity` in `tgi.server.tei.similarity`. Errors in TGI's shape (`{"error", "error_type"}`), as TEI's."""
 
@@ -8,11 +8,12 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from fastapi import APIRouter, Request
+from pydantic import BaseModel
 
+from tgi.core.validation import SERVED_OUTPUTS
 from tgi.server.http.errors import validation_error
 from tgi.server.service.inference import InferenceService
 from tgi.server.service.pooling import (
-    SERVES,
     Embedding,
     EmbedRequest,
     inputs_of,
@@ -69,16 +70,17 @@ class EmbedAllBody(InputsBody):
     KNOWN: ClassVar = {"normalize": NEUTRAL, "dimensions": NEUTRAL}  # `/embed`'s, not TEI's here
 
 
-async def embedded(req: InputsBody, request: Request, **how: Any) -> list[Embedding]:
-    """Each of `req`'s inputs through the service's one embeddings path, asked `how` (`EmbedRequest`'s
-    `normalize`, `dimensions`, `token_embeddings`), after the checks every TEI embeddings route makes."""
+async def embedded(req: InputsBody, request: Request, kind: str = "embed", **how: Any) -> list[Embedding]:
+    """Each of `req`'s inputs through the service's one embeddings path, of a pooling model of `kind`, asked
+    `how` (`EmbedRequest`'s `normalize`, `dimensions`, `token_embeddings`), after the checks every TEI
+    embeddings route makes."""
     service: InferenceService = request.app.state.service
     check_fields(req)
     truncate = truncation(req.truncate, req.truncation_direction)
-    prompt = prompt_text(pooling_spec(service), req.prompt_name)
+    prompt = prompt_text(pooling_spec(service, kind), req.prompt_name)
     inputs = inputs_of(req.inputs, "inputs")
     tracker = service.admit(len(inputs), "this request", "inputs")
-    asked = EmbedRequest(inputs, "inputs", truncate=truncate, prompt=prompt, **how)
+    asked = EmbedRequest(inputs, "inputs", truncate=truncate, prompt=prompt, kind=kind, **how)
     return await service.embed(request, tracker, asked)
 
 
@@ -97,14 +99,25 @@ async def embed_all(req: EmbedAllBody, request: Request) -> list[list[list[float
     return [e.tokens or [] for e in answers]
 
 
+class SparseValue(BaseModel):
+    """One non-zero weight of a sparse embedding: its vocabulary index and its value."""
+
+    index: int
+    value: float
+
+
 @router.post("/embed_sparse")
-async def embed_sparse(req: EmbedAllBody, request: Request) -> list:
-    """TEI's embed_sparse: served by a model with a sparse (SPLADE) head only; none is served yet, so a 422
-    saying what the model serves (a generative model's or a classifier's refusal first, as on `/embed`)."""
+async def embed_sparse(req: EmbedAllBody, request: Request) -> list[list[SparseValue]]:
+    """TEI's embed_sparse, served by a sparse embedder (SPLADE) only: for each input, in order, its non-zero
+    vocabulary weights as `{index, value}` (by index). An embedder without a sparse head answers a 422 saying
+    what it serves, as the other pooling routes answer a model of another kind."""
     service: InferenceService = request.app.state.service
-    check_fields(req)
-    pooling_spec(service)
-    raise validation_error(
-        f"POST /embed_sparse is served for a model with a sparse (SPLADE) head; the model "
-        f"{service.model_name} serves {SERVES['embed']}: it has no sparse head"
-    )
+    spec = service.engine.model_info.pooling
+    if spec is not None and spec.kind == "embed":
+        check_fields(req)
+        raise validation_error(
+            f"POST /embed_sparse is served for a sparse embedder (SPLADE); the model {service.model_name} "
+            f"serves {SERVED_OUTPUTS['embed']}: it has no sparse head"
+        )
+    answers = await embedded(req, request, kind="sparse", normalize=False)
+    return [[SparseValue(index=i, value=v) for i, v in enumerate(e.vector) if v != 0.0] for e in answers]

@@ -245,7 +245,12 @@ async def info(request: Request) -> dict:
     }
 
 
-_PIPELINE_TAGS = {None: "text-generation", "embed": "feature-extraction", "classify": "text-classification"}
+_PIPELINE_TAGS = {
+    None: "text-generation",
+    "embed": "feature-extraction",
+    "classify": "text-classification",
+    "sparse": "feature-extraction",
+}
 
 
 def _pooling(spec: PoolingSpec | None) -> dict[str, Any] | None:

@@ -1,7 +1,8 @@
 """TEI's `POST /embed_all` and `POST /embed_sparse` against the fake engine: each input's tokens' vectors
 (the fake's `fake_vector([token])`, asked of the engine as a token-embeddings request), `prompt_name` and
-`truncate`, and the refusals in TGI's (TEI's) error shape: bad input naming the field, a model that does
-not embed, and `/embed_sparse` on a model without a sparse head."""
+`truncate`; a sparse embedder's non-zero weights as `{index, value}`; and the refusals in TGI's (TEI's)
+error shape: bad input naming the field, a model that does not embed, `/embed_sparse` on a model without a
+sparse head, the other embeddings routes on a sparse embedder."""
 
 from __future__ import annotations
 
@@ -76,6 +77,22 @@ def test_a_model_that_does_not_embed_says_what_it_serves(path):
             r = c.post(path, json={"inputs": "a"})
             message, kind = error_of(r, path)
             assert r.status_code == 422 and said in message and kind == "validation"
+
+
+def test_a_sparse_embedder_answers_its_non_zero_weights():
+    engine = pooling_engine(PoolingSpec(mode="max", normalize=False, dimension=5, kind="sparse"))
+    with _client(engine) as c:
+        r = c.post("/embed_sparse", json={"inputs": ["ab", "c"]})
+        assert r.status_code == 200, r.text
+        for got, text in zip(r.json(), ["ab", "c"], strict=True):
+            weights = fake_vector([ord(ch) for ch in text], 5)
+            assert got == [{"index": i, "value": v} for i, v in enumerate(weights) if v != 0]
+            assert all(type(e["index"]) is int for e in got)
+        assert not engine.queued[-1].token_embeddings
+        for path in ("/embed", "/embed_all", "/v1/embeddings"):
+            r = c.post(path, json={"inputs": "a", "input": "a"})
+            message, _ = error_of(r, path)
+            assert r.status_code == 422 and "serves sparse embeddings (POST /embed_sparse)" in message
 
 
 def test_embed_sparse_needs_a_sparse_head():
