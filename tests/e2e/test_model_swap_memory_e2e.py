@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from process_memory import rss_mib
 
 from tgi.core.testing.tiny_models import save_random_model
 
@@ -45,14 +46,6 @@ def server(launch_server, stop_server, tmp_path_factory, models):
     )  # fmt: skip
     yield s
     stop_server(s)
-
-
-def rss_mib(pid: int) -> float:
-    """The resident set of process `pid` (VmRSS), in MiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError(f"no VmRSS for process {pid}")
 
 
 def swap(server, model: Path) -> dict:

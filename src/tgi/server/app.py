@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from pydantic import ValidationError as PydanticValidationError
 
+from tgi.core.config import EngineConfig
 from tgi.server import __version__
 from tgi.server.anthropic.errors import ANTHROPIC_ERRORS
 from tgi.server.anthropic.routes import router as anthropic_router
@@ -27,6 +28,7 @@ from tgi.server.openai.routes import router as openai_router
 from tgi.server.responses.routes import router as responses_router
 from tgi.server.responses.store import ResponsesStore
 from tgi.server.sagemaker.routes import router as sagemaker_router
+from tgi.server.served_models.selection import ModelSelection
 from tgi.server.service.inference import InferenceService
 from tgi.server.service.protocol import ServingEngine
 from tgi.server.service.settings import ServerSettings
@@ -64,9 +66,17 @@ async def rerank(request: Request) -> object:
     return await route(parsed, request)
 
 
-def create_app(engine: ServingEngine, settings: ServerSettings | None = None) -> FastAPI:
+def create_app(
+    engine: ServingEngine, settings: ServerSettings | None = None, models: list[EngineConfig] | None = None
+) -> FastAPI:
+    """The application serving `engine`; with `models` (the configs of several `--model-id`s, the first
+    `engine`'s), each by its name, loaded on demand (`tgi.server.served_models`)."""
     settings = settings or ServerSettings()
     service = InferenceService(engine, settings)
+    if models and len(models) > 1:
+        from tgi.server.served_models.loading import model_pool
+
+        service.pool = model_pool(service, engine, models)
     if settings.otlp_endpoint:
         from tgi.server.observability.tracing import Tracing
 
@@ -78,6 +88,9 @@ def create_app(engine: ServingEngine, settings: ServerSettings | None = None) ->
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if settings.start_engine:
             await service.current_engine.start()
+        if service.pool is not None:
+            service.pool.on_death = service.current_engine.on_death
+            service.pool.start_reaper()
         if callable(settings.on_ready):
             settings.on_ready()
         try:
@@ -86,7 +99,10 @@ def create_app(engine: ServingEngine, settings: ServerSettings | None = None) ->
             if settings.start_engine:
                 # uvicorn has already waited up to its graceful timeout for in-flight responses and
                 # cancelled the rest; whatever the engine still holds is cancelled here.
-                await service.current_engine.shutdown(cancel_inflight=True)  # swapped in, or the first
+                if service.pool is not None:
+                    await service.pool.shutdown(cancel_inflight=True)
+                else:
+                    await service.current_engine.shutdown(cancel_inflight=True)  # swapped in, or the first
                 log.info("engine stopped")
             if service.tracing is not None:
                 await asyncio.to_thread(service.tracing.shutdown)  # the last spans, off the event loop
@@ -126,6 +142,8 @@ def create_app(engine: ServingEngine, settings: ServerSettings | None = None) ->
     app.include_router(flush_cache_router)
     app.include_router(admin_router)
     app.include_router(lora_router)
+    if service.pool is not None:  # inside the body's limit and the key check: neither loads a model
+        app.add_middleware(ModelSelection, pool=service.pool)
     app.add_middleware(PayloadLimit, limit=settings.payload_limit)
     if service.tracing is not None:  # inside the key check: a refused request is not traced
         app.add_middleware(service.tracing.middleware_class, tracing=service.tracing)

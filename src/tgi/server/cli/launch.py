@@ -15,6 +15,7 @@ import time
 
 from tgi.core.config import ConfigError, EngineConfig
 from tgi.server.flags import add_flags, engine_fields, server_fields
+from tgi.server.flags.derived import model_ids
 from tgi.server.flags.launcher_actions import (
     apply_hub_cache,
     environment_report,
@@ -163,6 +164,14 @@ def run_launch(args: argparse.Namespace) -> int:
     host, port = sock.getsockname()[:2]
     where = f"http://{host}:{port}"
     ready = f"tgi serving {engine.model_id} on {where} (backend {engine.backend_name})"
+    ids = model_ids(args)
+    models = None
+    if len(ids) > 1:
+        from tgi.server.served_models.loading import model_configs
+
+        models = model_configs(config, ids)
+    if models:
+        ready = f"{ready}; also {', '.join(ids[1:])}, each loaded at its first request"
 
     def on_ready() -> None:
         log.info(ready) if args.json_output else print(ready, flush=True)
@@ -172,7 +181,7 @@ def run_launch(args: argparse.Namespace) -> int:
     # start-up model (the list hands it over without a local left behind)
     handed_over = [engine]
     del engine
-    return serve(handed_over.pop(), settings, sock)
+    return serve(handed_over.pop(), settings, sock, models)
 
 
 def freeze_loaded_objects() -> None:
@@ -185,7 +194,9 @@ def freeze_loaded_objects() -> None:
     gc.freeze()
 
 
-def serve(engine, settings: ServerSettings, sock: socket.socket) -> int:
+def serve(
+    engine, settings: ServerSettings, sock: socket.socket, models: list[EngineConfig] | None = None
+) -> int:
     """Run uvicorn on an already bound socket until SIGTERM/SIGINT; returns 0 after a graceful stop, 1 when
     the engine died. The app's service holds the engine from then on (this frame drops it), so that a model
     swapped out is freed."""
@@ -193,7 +204,7 @@ def serve(engine, settings: ServerSettings, sock: socket.socket) -> int:
 
     from tgi.server.app import create_app
 
-    app = create_app(engine, settings)
+    app = create_app(engine, settings, models)
     config = uvicorn.Config(
         app,
         log_config=None,
@@ -215,7 +226,11 @@ def serve(engine, settings: ServerSettings, sock: socket.socket) -> int:
     # `run` rather than `asyncio.run(server.serve())`: uvicorn's own event loop, uvloop when it is installed
     # (as `uvicorn.run` picks it): about a quarter less CPU per streamed chunk than asyncio's default loop.
     server.run(sockets=[sock])
-    current = app.state.service.current_engine  # the first engine, or the one swapped in
+    service = app.state.service
+    current = service.current_engine  # the first engine, or the one swapped in
+    for other in service.pool.engines() if service.pool is not None else ():
+        if other is not current:  # the other models loaded
+            _release(other)
     _release(current)
     error = current.error
     if error is not None:  # stopped because the engine died (e.g. a shard rank), not by request

@@ -35,6 +35,17 @@ class _Gather(argparse.Action):
         setattr(namespace, self.dest, (*current, *values))
 
 
+class _Repeat(argparse.Action):
+    """`--x a --x b`: (a, b), each value whole; given on the command line, the variable's value is not
+    added."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        current = getattr(namespace, self.dest, None)
+        if current is None or current is self.default:
+            current = ()
+        setattr(namespace, self.dest, (*current, values))
+
+
 def _one_of(parse, choices: tuple[str, ...]):
     """`parse`, then the value must be one of `choices` (argparse checks choices on the command line only,
     not on a value read from the environment)."""
@@ -91,4 +102,8 @@ def _argparse_options(flag: Flag) -> dict:
     options.update(type=parse, choices=flag.choices, metavar=flag.metavar)
     if flag.kind == "list":
         options["action"] = _Gather
+    if flag.kind == "repeat":  # a tuple whether given once, several times or by its variable
+        options["action"] = _Repeat
+        if raw is not None:
+            options["default"] = (raw if parse is None else parse(raw),)
     return options

@@ -21,6 +21,38 @@ def check_flags(args: argparse.Namespace, flags: tuple[Flag, ...] = FLAGS) -> No
     check_sharding(args)
     check_watermark(args)
     check_operator_flags(args)
+    check_several_models(args)
+
+
+def check_several_models(args: argparse.Namespace) -> None:
+    """`--model-id` given more than once (`tgi.server.served_models`): distinct names, and none of the flags
+    that hold one model's resources for the server's life; the pool's own flags only with several."""
+    from tgi.server.flags.derived import model_ids
+
+    if not hasattr(args, "model_id"):
+        return
+    ids = model_ids(args)
+    if len(ids) < 2:
+        if getattr(args, "max_loaded_models", 0):
+            raise ConfigError("--max-loaded-models needs several --model-id (the models it chooses between)")
+        if getattr(args, "keep_alive", 300.0) != 300.0:
+            raise ConfigError("--keep-alive needs several --model-id: a server of one model keeps it loaded")
+        return
+    twice = next((m for m in ids if ids.count(m) > 1), None)
+    if twice is not None:
+        raise ConfigError(f"--model-id {twice} is given twice: each model is served by its own name")
+    events = getattr(args, "kv_events_config", None)
+    for given, flag in (
+        (getattr(args, "enable_model_swap", False), "--enable-model-swap"),
+        (events is not None and events.publishes, "--kv-events-config"),
+        (getattr(args, "nnodes", 1) > 1, "--nnodes"),
+        (getattr(args, "tokenizer_config_path", None), "--tokenizer-config-path"),
+    ):
+        if given:
+            raise ConfigError(
+                f"{flag} cannot go with several --model-id: it holds one model's resources (a swap, the event "
+                "sockets, a group of hosts, a chat template) for the server's life"
+            )
 
 
 def _check_refused(flag: Flag, value) -> None:

@@ -17,6 +17,19 @@ def rope_scaling(args: argparse.Namespace) -> tuple[str, float] | None:
     return (args.rope_scaling or "linear", args.rope_factor if args.rope_factor is not None else 1.0)
 
 
+def model_ids(args: argparse.Namespace) -> tuple[str, ...]:
+    """Every `--model-id` given, in order (`MODEL_ID` alone when none is; empty for the default model)."""
+    value = args.model_id
+    if value is None:
+        return ()
+    return value if isinstance(value, tuple) else (value,)
+
+
+def first_model_id(args: argparse.Namespace) -> str | None:
+    """The model the engine settings name: the first `--model-id` (the default of a server of several)."""
+    return next(iter(model_ids(args)), None)
+
+
 def watermark(args: argparse.Namespace) -> Watermark:
     return Watermark(args.watermark_gamma, args.watermark_delta)
 

@@ -21,10 +21,13 @@ ROPE = (
 MODEL_FLAGS = (
     Flag(
         ("--model-id",),
-        "hub id, local folder or .gguf file; default: the default model",
+        "hub id (`owner/repo-GGUF:Q4_K_M` for one GGUF file), local folder or .gguf file; default: the "
+        "default model. Given more than once, the server serves each by that name (the request's `model`; "
+        "the first is the default), loading on demand ([several models](../features/models-by-name.md))",
         MODEL,
-        Engine("model_id"),
+        Engine("model_id", derived.first_model_id),
         env=("MODEL_ID",),
+        kind="repeat",
         tgi=AS_TGI,
         example="some/model",
     ),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 
 
 def env(*names: str, default=None):
@@ -65,3 +66,31 @@ def kv_events_config(value: str):
         return KVEventsConfig.from_json(value)
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("--kv-events-config: ")) from None
+
+
+# Go's time.ParseDuration units (Ollama's durations), in seconds
+_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION = re.compile(r"^[-+]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:ns|us|µs|ms|s|m|h))+$")
+_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+
+
+def duration_seconds(value: str) -> float:
+    """A number of seconds, or a Go duration as Ollama writes them (`5m`, `-1h30m`, `90s`), in seconds;
+    `ValueError` otherwise."""
+    text = value.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    if not _DURATION.match(text):
+        raise ValueError(f"not a number of seconds or a duration such as 5m: {value!r}")
+    sign = -1.0 if text.startswith("-") else 1.0
+    return sign * sum(float(n) * _UNITS[u] for n, u in _PART.findall(text))
+
+
+def keep_alive(value: str) -> float:
+    """`--keep-alive`: `duration_seconds`, as an argparse type."""
+    try:
+        return duration_seconds(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -14,8 +14,9 @@ from typing import Literal
 #: - "switch": `--x` alone means true (its variable takes true/false, 1/0, yes/no, on/off)
 #: - "optional-switch": `--x`, `--x true` or `--x false`
 #: - "list": `--x a,b --x c` gathers (a, b, c); its variable is one comma-separated list
+#: - "repeat": `--x a --x b` gathers (a, b), each value whole; its variable is one value
 #: - "version": `-V`/`--version` prints the version and exits
-Kind = Literal["value", "switch", "optional-switch", "list", "version"]
+Kind = Literal["value", "switch", "optional-switch", "list", "repeat", "version"]
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,14 @@ from tgi.server.flags.operator_flags import OPERATOR_FLAGS
 from tgi.server.flags.refused_flags import REFUSED_FLAGS
 from tgi.server.flags.responses_flags import RESPONSES_FLAGS
 from tgi.server.flags.serving_flags import SERVING_FLAGS
+from tgi.server.flags.several_models_flags import SEVERAL_MODELS_FLAGS
 from tgi.server.flags.sharding_flags import SHARDING_FLAGS
 from tgi.server.flags.spec import Flag
 from tgi.server.flags.template_flags import TEMPLATE_FLAGS
 
 FLAGS: tuple[Flag, ...] = (
     *MODEL_FLAGS,
+    *SEVERAL_MODELS_FLAGS,
     *SHARDING_FLAGS,
     *SERVING_FLAGS,
     *TEMPLATE_FLAGS,

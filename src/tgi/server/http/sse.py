@@ -91,7 +91,7 @@ class EventStreamResponse(StreamingResponse):
 
 
 class Tracker(Protocol):
-    """What `with_error_tail` needs of a request's tracker (`tgi.server.service.inference.RequestTracker`)."""
+    """What `with_error_tail` needs of a request's tracker (`tgi.server.service.request_tracker.RequestTracker`)."""
 
     def finish(self, exc: BaseException | None = None) -> None: ...
 

@@ -86,7 +86,23 @@ def openai_adapter(service: InferenceService, model: str | None) -> str | None:
 
 
 def model_list(service: InferenceService) -> list[dict]:
-    """`/v1/models`' entries: the base model, then each adapter (with the base model as its `parent`)."""
+    """`/v1/models`' entries: the base model, then each adapter (with the base model as its `parent`); on a
+    server of several models, each model (a loaded one's adapters after it)."""
+    if service.pool is None:
+        return _model_entries(service)
+    from tgi.server.served_models.selection import reading
+
+    entries = []
+    for entry in service.pool.models.values():
+        if entry.engine is None:
+            entries.append({"id": entry.name, "object": "model", "created": 0, "owned_by": "tgi"})
+            continue
+        with reading(entry):
+            entries.extend(_model_entries(service))
+    return entries
+
+
+def _model_entries(service: InferenceService) -> list[dict]:
     base = service.model_name
     entries = [{"id": base, "object": "model", "created": 0, "owned_by": "tgi"}]
     for adapter in served_adapters(service):

@@ -49,7 +49,7 @@ def _checked(service: InferenceService, req: EmbedFields) -> str:
     check_fields(req)
     if served_model(service, req.model) is not None:
         raise unsupported("model", "names a LoRA adapter: adapters are not served for embeddings")
-    check_keep_alive(req.keep_alive)
+    check_keep_alive(service, req.keep_alive)
     if req.options:
         raise unsupported(
             "options", f"are not served for embeddings (given: {', '.join(sorted(req.options))})"

@@ -13,12 +13,12 @@ checked as every API's images are; a model that takes none refuses them by that 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from tgi.core.guided import Grammar
 from tgi.server.chat.template import template_options
 from tgi.server.chat.tools import ToolPlan, new_call_id, plan_tools, render_inputs
+from tgi.server.flags.parsers import duration_seconds
 from tgi.server.http.errors import ApiError, unsupported, validation_error
 from tgi.server.images.sources import image_part
 from tgi.server.lora.adapters import served_adapters
@@ -27,11 +27,6 @@ from tgi.server.validation.grammars import json_schema_grammar
 
 #: the tag `/api/tags` lists the served model with (Ollama's default tag)
 TAG = "latest"
-
-# Go's time.ParseDuration units, in seconds
-_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_DURATION = re.compile(r"^[-+]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:ns|us|µs|ms|s|m|h))+$")
-_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 
 
 def tagged(name: str) -> str:
@@ -63,29 +58,26 @@ def keep_alive_seconds(value: int | float | str | None) -> float | None:
     `-1h30m`); None when absent. A malformed one is a 400 naming it."""
     if value is None or isinstance(value, int | float):
         return None if value is None else float(value)
-    text = value.strip()
     try:
-        return float(text)
+        return duration_seconds(value)
     except ValueError:
-        pass
-    if not _DURATION.match(text):
         raise validation_error(
             f"`keep_alive` must be a number of seconds or a duration such as `-1m`, got {value!r}",
             "keep_alive",
-        )
-    sign = -1.0 if text.startswith("-") else 1.0
-    return sign * sum(float(n) * _UNITS[u] for n, u in _PART.findall(text))
+        ) from None
 
 
-def check_keep_alive(value: int | float | str | None) -> None:
-    """The model stays loaded here, whatever a request says: a negative `keep_alive` (Ollama's "keep it
-    loaded") or none; one that would unload it after some idle time, or at once (0), is refused by name."""
+def check_keep_alive(service: Any, value: int | float | str | None) -> None:
+    """On a server of one model, the model stays loaded whatever a request says: a negative `keep_alive`
+    (Ollama's "keep it loaded") or none; one that would unload it after some idle time, or at once (0), is
+    refused by name. On a server of several (`tgi.server.served_models`), it is the model's keep-alive from
+    this request's end on (read there); here it is only checked."""
     seconds = keep_alive_seconds(value)
-    if seconds is not None and seconds >= 0:
+    if service.pool is None and seconds is not None and seconds >= 0:
         raise unsupported(
             "keep_alive",
             "is not served: the model stays loaded here, started and stopped with the server "
-            "(give a negative duration, or none)",
+            "(give a negative duration, or none; a server of several models unloads them)",
         )
 
 

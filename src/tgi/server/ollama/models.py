@@ -164,6 +164,64 @@ async def listed(service: Any) -> list[dict]:
     return out
 
 
+async def every_listed(service: Any) -> list[dict]:
+    """`listed` of each model a server of several serves (an unloaded one with what its name says: its
+    size, digest and details are read once it is loaded), or of the one model."""
+    if service.pool is None:
+        return await listed(service)
+    from tgi.server.served_models.selection import reading
+
+    out = []
+    for entry in service.pool.models.values():
+        if entry.engine is None:
+            out.append(_unloaded(entry.name))
+            continue
+        with reading(entry):
+            out.extend(await listed(service))
+    return out
+
+
+def _unloaded(name: str) -> dict:
+    tag = name.rsplit(":", 1)[1] if ":" in name.rsplit("/", 1)[-1] else ""
+    listed_name = tagged(name)
+    gguf = name.lower().endswith(".gguf") or "gguf" in name.lower()
+    return {
+        "name": listed_name,
+        "model": listed_name,
+        "modified_at": datetime.fromtimestamp(0, UTC).isoformat().replace("+00:00", "Z"),
+        "size": 0,
+        "digest": "",
+        "details": {
+            "parent_model": "",
+            "format": "gguf" if gguf else "",
+            "family": "",
+            "families": [],
+            "parameter_size": "",
+            "quantization_level": tag.upper(),
+        },
+    }
+
+
+async def every_running(service: Any) -> list[dict]:
+    """`/api/ps`' entries: the models loaded (each with when its keep-alive unloads it), or the one model."""
+    if service.pool is None:
+        return [running(service, e) for e in await listed(service)]
+    from tgi.server.served_models.selection import reading
+
+    out = []
+    for entry in service.pool.loaded():
+        expires = service.pool.expires_at(entry)
+        with reading(entry):
+            for item in await listed(service):
+                shown = running(service, item)
+                if expires is not None:
+                    shown["expires_at"] = (
+                        datetime.fromtimestamp(expires, UTC).isoformat().replace("+00:00", "Z")
+                    )
+                out.append(shown)
+    return out
+
+
 def capabilities(service: Any) -> list[str]:
     settings = service.settings
     parsers = resolve(

@@ -54,7 +54,7 @@ def _checked(service: InferenceService, req: GenerationFields) -> str | None:
     """The request's HTTP-shape checks; the LoRA adapter its `model` names (None: the base model)."""
     check_fields(req)
     adapter = inputs.served_model(service, req.model)
-    inputs.check_keep_alive(req.keep_alive)
+    inputs.check_keep_alive(service, req.keep_alive)
     return adapter
 
 
@@ -161,8 +161,8 @@ async def chat(req: ChatRequest, request: Request) -> Response:
 
 @router.get("/api/tags")
 async def tags(request: Request) -> dict:
-    """The models served: the one model (and its LoRA adapters)."""
-    return {"models": await models.listed(_service(request))}
+    """The models served (and their LoRA adapters)."""
+    return {"models": await models.every_listed(_service(request))}
 
 
 async def _entry(service: InferenceService, model: str) -> dict:
@@ -182,9 +182,8 @@ async def show(req: ShowRequest, request: Request) -> dict:
 
 @router.get("/api/ps")
 async def ps(request: Request) -> dict:
-    """The models loaded: the one model, always."""
-    service = _service(request)
-    return {"models": [models.running(service, e) for e in await models.listed(service)]}
+    """The models loaded: the one model, always; on a server of several, those loaded now."""
+    return {"models": await models.every_running(_service(request))}
 
 
 @router.get("/api/version")

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from tgi.server.http.errors import ApiError
     from tgi.server.service.beam_search import BeamSearch
-    from tgi.server.service.inference import RequestTracker
+    from tgi.server.service.request_tracker import RequestTracker
 
 
 def visible_text(event: TokenEvent) -> str:

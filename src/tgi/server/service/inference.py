@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import uuid
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextvars import ContextVar, copy_context
+from contextvars import copy_context
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -36,65 +35,24 @@ from tgi.server.images.processor import ImagePreprocessor
 from tgi.server.images.sources import ImageRef
 from tgi.server.images.token_spans import aligned_spans
 from tgi.server.observability.metrics import ServerMetrics
+from tgi.server.served_models.pool import ModelPool
+from tgi.server.served_models.selection import selected
 from tgi.server.service.beam_search import searched
 from tgi.server.service.engine_errors import api_error, validated
 from tgi.server.service.generation import Generation, I, SequenceInput
 from tgi.server.service.pooling import Embedding, EmbedRequest, embed
 from tgi.server.service.protocol import ServingEngine
+from tgi.server.service.request_tracker import PINNED_ENGINE, RequestTracker
 from tgi.server.service.settings import ServerSettings
 
 T = TypeVar("T")
 
 
-# The engine a request was admitted on: it tokenizes and generates there even when the served model is
-# swapped meanwhile (`InferenceService.switch_engine`). Set by `admit()` in the request's own task.
-# Weakly: a context outlives its request where the event loop keeps a cancelled timer of it until its time
-# comes, and must not keep a swapped-out model alive meanwhile; the request's `RequestTracker` holds it.
-_PINNED: ContextVar[weakref.ref[ServingEngine] | None] = ContextVar("tgi_pinned_engine", default=None)
-
-
-class RequestTracker:
-    """One admitted HTTP request: holds its concurrency slots (one per engine sequence) until `finish()`
-    and counts the outcome once."""
-
-    def __init__(self, service: InferenceService, slots: int, metered: bool) -> None:
-        self._service = service
-        self._slots = slots
-        self._metered = metered
-        self._done = False
-        self.started = time.perf_counter()
-        self.engine = service.current_engine  # pinned: the request runs there to its end
-        service.users[id(self.engine)] = service.users.get(id(self.engine), 0) + 1
-        _PINNED.set(weakref.ref(self.engine))
-
-    def finish(self, exc: BaseException | None = None) -> None:
-        if self._done:
-            return
-        self._done = True
-        self._service.in_flight -= self._slots
-        self._service.users[id(self.engine)] -= 1
-        if not self._metered:
-            return
-        metrics = self._service.metrics
-        if exc is None:
-            metrics.request_succeeded(time.perf_counter() - self.started)
-        elif isinstance(exc, ApiError):
-            metrics.request_failed(exc.error_type)
-        elif isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
-            metrics.request_failed("cancelled")
-        else:
-            metrics.request_failed("generation")
-
-    def __enter__(self) -> RequestTracker:
-        return self
-
-    def __exit__(self, _type: Any, exc: BaseException | None, _tb: Any) -> None:
-        self.finish(exc)
-
-
 class InferenceService:
     def __init__(self, engine: ServingEngine, settings: ServerSettings) -> None:
         self.current_engine = engine  # where newly admitted requests go (`switch_engine` changes it)
+        # several models (`--model-id` more than once): `tgi.server.served_models`; None: one
+        self.pool: ModelPool | None = None
         self.users: dict[int, int] = {}  # id(engine) -> admitted requests not finished
         self.settings = settings
         self.in_flight = 0
@@ -122,8 +80,11 @@ class InferenceService:
     @property
     def engine(self) -> ServingEngine:
         """The engine of the current request (pinned at admission), else the one serving now."""
-        pinned = _PINNED.get()
-        return (pinned() if pinned is not None else None) or self.current_engine
+        pinned = PINNED_ENGINE.get()
+        engine = pinned() if pinned is not None else None
+        if engine is None and (chosen := selected()) is not None:
+            engine = chosen.engine  # a server of several models: the one the request names
+        return engine or self.current_engine
 
     def switch_engine(self, engine: ServingEngine) -> ServingEngine:
         """Send requests admitted from now on to `engine`; those admitted before stay on the previous one,
@@ -133,6 +94,9 @@ class InferenceService:
 
     @property
     def model_name(self) -> str:
+        chosen = selected()
+        if chosen is not None:
+            return chosen.entry.name
         return self.settings.model_id or self.engine.model_id
 
     def admit(

@@ -22,7 +22,8 @@ from tgi.server.http.errors import validation_error
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-    from tgi.server.service.inference import InferenceService, RequestTracker
+    from tgi.server.service.inference import InferenceService
+    from tgi.server.service.request_tracker import RequestTracker
 
 #: what a pooling request asks of the engine: its prompt's one step, no token
 POOLING_PARAMS = SamplingParams(max_new_tokens=1)

@@ -59,6 +59,10 @@ class ServerSettings:
     # operator routes (/admin/*, the run-time LoRA routes) accept only this key (--admin-api-key); None: they
     # are refused; it opens no inference route (`tgi.server.http.auth`)
     admin_api_key: str | None = None
+    # several `--model-id`s (`tgi.server.served_models.pool`): at most this many loaded (0: as memory holds),
+    # and how long an idle one stays loaded (negative: until its place is needed)
+    max_loaded_models: int = 0
+    keep_alive_s: float = 300.0
     enable_model_swap: bool = False  # POST /admin/model is served (--enable-model-swap)
     swappable_models: tuple[str, ...] = ()  # the model ids a swap may load (--swappable-models); (): none
     swap_trust_remote_code: bool = False  # a swapped-in model's own code may run (--swap-trust-remote-code)

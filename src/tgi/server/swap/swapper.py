@@ -173,7 +173,7 @@ class ModelSwapper:
         deadline = time.monotonic() + _LATE_FINISH_S
         while gone() is not None and time.monotonic() < deadline:
             await asyncio.sleep(0.05)  # handlers of failed requests hold it until their error is sent
-        _collect(gone, holders)
+        collect_released(gone, holders)
         if gone() is None:
             log.info("the previous model is stopped and freed")
         else:
@@ -196,8 +196,8 @@ def drain_deadline_message(timeout_s: float) -> str:
     )
 
 
-def _collect(gone: weakref.ref, holders: int) -> None:
-    """Collect the swapped-out engine (`gone`). A server freezes its start-up objects (`gc.freeze`,
+def collect_released(gone: weakref.ref, holders: int) -> None:
+    """Collect a released engine (`gone`: swapped out, or unloaded from a `ModelPool`). A server freezes its start-up objects (`gc.freeze`,
     `tgi.server.cli.launch.freeze_loaded_objects`), out of the collector's reach: should a reference cycle
     of the old model be among them (none should: `tgi.core.lora.served_adapters`), one full collection with
     them included frees it. Then, as at start, the objects alive now (the new model's) are frozen."""

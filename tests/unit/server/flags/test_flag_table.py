@@ -94,7 +94,9 @@ def test_every_flag_is_read_from_each_of_its_variables(monkeypatch, flag):
 
 
 FREE_TEXT = [
-    f for f in FLAGS if f.kind in ("value", "list") and f.choices is None and f.parse in (None, comma_list)
+    f
+    for f in FLAGS
+    if f.kind in ("value", "list", "repeat") and f.choices is None and f.parse in (None, comma_list)
 ]
 
 

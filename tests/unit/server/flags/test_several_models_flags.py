@@ -1,0 +1,96 @@
+"""`--model-id` given more than once: every value kept in order (the first the engine's, the default), the
+variables of the pool's flags read as Ollama's, and what cannot go with several models refused by name
+before anything loads."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from tgi.core.config import ConfigError
+from tgi.server.cli.launch import add_launch_arguments, engine_config, server_settings
+from tgi.server.flags.derived import model_ids
+
+VARIABLES = ("MODEL_ID", "MAX_LOADED_MODELS", "OLLAMA_MAX_LOADED_MODELS", "KEEP_ALIVE", "OLLAMA_KEEP_ALIVE")
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    for name in VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_launch_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_every_model_id_is_kept_in_order_and_the_first_is_the_engines():
+    args = parse(
+        ["--model-id", "owner/a-GGUF:Q4_K_M", "--model-id", "/models/b,c", "--max-loaded-models", "1"]
+    )
+    assert model_ids(args) == ("owner/a-GGUF:Q4_K_M", "/models/b,c")  # a value is whole: no comma split
+    assert engine_config(args).model_id == "owner/a-GGUF:Q4_K_M"
+    settings = server_settings(args)
+    assert (settings.max_loaded_models, settings.keep_alive_s) == (1, 300.0)
+
+
+def test_ollamas_variables_set_the_pools_flags(monkeypatch):
+    monkeypatch.setenv("OLLAMA_MAX_LOADED_MODELS", "2")
+    monkeypatch.setenv("OLLAMA_KEEP_ALIVE", "1h30m")
+    settings = server_settings(parse(["--model-id", "a/b", "--model-id", "c/d"]))
+    assert (settings.max_loaded_models, settings.keep_alive_s) == (2, 5400.0)
+
+
+@pytest.mark.parametrize(
+    "argv, refused",
+    [
+        (["--model-id", "a/b", "--model-id", "a/b"], "--model-id a/b is given twice"),
+        (
+            [
+                "--model-id",
+                "a/b",
+                "--model-id",
+                "c/d",
+                "--enable-model-swap",
+                "--admin-api-key",
+                "k",
+                "--swappable-models",
+                "e/f",
+            ],
+            "--enable-model-swap cannot go",
+        ),
+        (
+            [
+                "--model-id",
+                "a/b",
+                "--model-id",
+                "c/d",
+                "--nnodes",
+                "2",
+                "--master-addr",
+                "10.0.0.1",
+                "--num-shard",
+                "2",
+            ],
+            "--nnodes cannot go",
+        ),
+        (["--model-id", "a/b", "--max-loaded-models", "1"], "--max-loaded-models needs several --model-id"),
+        (["--model-id", "a/b", "--keep-alive", "1m"], "--keep-alive needs several --model-id"),
+        (
+            ["--model-id", "a/b", "--model-id", "c/d", "--max-loaded-models", "-1"],
+            "--max-loaded-models must be",
+        ),
+    ],
+)
+def test_what_cannot_go_with_several_models_is_refused_by_name(argv, refused):
+    with pytest.raises(ConfigError, match=refused):
+        server_settings(parse(argv))
+
+
+def test_a_malformed_keep_alive_is_refused_naming_the_flag(capsys):
+    with pytest.raises(SystemExit):
+        parse(["--keep-alive", "soon"])
+    assert "--keep-alive" in capsys.readouterr().err
