@@ -1,4 +1,5 @@
-"""Two `--model-id`s on one real `tgi launch` with `--max-loaded-models 1`: both listed (OpenAI's
+"""Two models on one real `tgi launch` with `--max-loaded-models 1` (a `--model-id`, and a `--models-dir`
+holding the other, served by its folder's name): both listed (OpenAI's
 `/v1/models`, Ollama's `/api/tags`), each answering by its name through the official `openai` and `ollama`
 clients, TGI's route on the first, an unknown name a 404 listing what is served, the second model loaded at
 its first request and the first unloaded (`/api/ps`; the process back within 10 % of one model's RSS), and
@@ -7,6 +8,7 @@ each model's greedy text the same after being unloaded and loaded again (float32
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import httpx
 import openai
@@ -23,20 +25,24 @@ UNLOADED = "unloaded "
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory) -> tuple[str, str]:
+def folder(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("several-models")
-    made = [
+    for seed, name in enumerate(("a", "more/b")):
         save_random_model(folder / name, **SHAPE, max_position_embeddings=1024, init_std=0.5, seed=seed)
-        for seed, name in enumerate(("a", "b"))
-    ]
-    return str(made[0]), str(made[1])
+    return folder
 
 
 @pytest.fixture(scope="module")
-def server(launch_server, stop_server, tmp_path_factory, models):
-    a, b = models
+def models(folder) -> tuple[str, str]:
+    """The names the server serves them by: the `--model-id` as given, the folder's model by its name."""
+    return str(folder / "a"), "b"
+
+
+@pytest.fixture(scope="module")
+def server(launch_server, stop_server, tmp_path_factory, folder, models):
+    a, _ = models
     s = launch_server(
-        tmp_path_factory.mktemp("several-models-server"), "--model-id", a, "--model-id", b,
+        tmp_path_factory.mktemp("several-models-server"), "--model-id", a, "--models-dir", str(folder / "more"),
         "--max-loaded-models", "1", "--dtype", "float32", "--max-batch-total-tokens", "4096",
     )  # fmt: skip
     yield s

@@ -67,9 +67,11 @@ async def rerank(request: Request) -> object:
 
 
 def create_app(
-    engine: ServingEngine, settings: ServerSettings | None = None, models: list[EngineConfig] | None = None
+    engine: ServingEngine,
+    settings: ServerSettings | None = None,
+    models: list[tuple[str, EngineConfig]] | None = None,
 ) -> FastAPI:
-    """The application serving `engine`; with `models` (the configs of several `--model-id`s, the first
+    """The application serving `engine`; with `models` (the names and configs of several models, the first
     `engine`'s), each by its name, loaded on demand (`tgi.server.served_models`)."""
     settings = settings or ServerSettings()
     service = InferenceService(engine, settings)

@@ -15,7 +15,7 @@ import time
 
 from tgi.core.config import ConfigError, EngineConfig
 from tgi.server.flags import add_flags, engine_fields, server_fields
-from tgi.server.flags.derived import model_ids
+from tgi.server.flags.derived import served_models
 from tgi.server.flags.launcher_actions import (
     apply_hub_cache,
     environment_report,
@@ -164,14 +164,15 @@ def run_launch(args: argparse.Namespace) -> int:
     host, port = sock.getsockname()[:2]
     where = f"http://{host}:{port}"
     ready = f"tgi serving {engine.model_id} on {where} (backend {engine.backend_name})"
-    ids = model_ids(args)
+    served = served_models(args)
     models = None
-    if len(ids) > 1:
+    if len(served) > 1:
         from tgi.server.served_models.loading import model_configs
 
-        models = model_configs(config, ids)
-    if models:
-        ready = f"{ready}; also {', '.join(ids[1:])}, each loaded at its first request"
+        models = model_configs(config, served)
+        others = ", ".join(name for name, _ in served[1:])
+        ready = f"tgi serving {served[0][0]} on {where} (backend {engine.backend_name}); also {others}, each "
+        ready += "loaded at its first request"
 
     def on_ready() -> None:
         log.info(ready) if args.json_output else print(ready, flush=True)
@@ -195,7 +196,10 @@ def freeze_loaded_objects() -> None:
 
 
 def serve(
-    engine, settings: ServerSettings, sock: socket.socket, models: list[EngineConfig] | None = None
+    engine,
+    settings: ServerSettings,
+    sock: socket.socket,
+    models: list[tuple[str, EngineConfig]] | None = None,
 ) -> int:
     """Run uvicorn on an already bound socket until SIGTERM/SIGINT; returns 0 after a graceful stop, 1 when
     the engine died. The app's service holds the engine from then on (this frame drops it), so that a model

@@ -25,13 +25,22 @@ def check_flags(args: argparse.Namespace, flags: tuple[Flag, ...] = FLAGS) -> No
 
 
 def check_several_models(args: argparse.Namespace) -> None:
-    """`--model-id` given more than once (`tgi.server.served_models`): distinct names, and none of the flags
+    """`--model-id` given more than once, or `--models-dir` (`tgi.server.served_models`): distinct names, and none of the flags
     that hold one model's resources for the server's life; the pool's own flags only with several."""
-    from tgi.server.flags.derived import model_ids
+    from tgi.server.flags.derived import served_models
 
     if not hasattr(args, "model_id"):
         return
-    ids = model_ids(args)
+    models = served_models(args)  # (a --models-dir that is no folder is refused there)
+    folder = getattr(args, "models_dir", None)
+    if folder is not None:
+        from tgi.server.served_models.folder import models_in
+
+        if not models_in(folder):
+            raise ConfigError(
+                f"--models-dir {folder}: no model in it (a .gguf file, or a folder with a config.json)"
+            )
+    ids = [name for name, _ in models]
     if len(ids) < 2:
         if getattr(args, "max_loaded_models", 0):
             raise ConfigError("--max-loaded-models needs several --model-id (the models it chooses between)")
@@ -40,7 +49,9 @@ def check_several_models(args: argparse.Namespace) -> None:
         return
     twice = next((m for m in ids if ids.count(m) > 1), None)
     if twice is not None:
-        raise ConfigError(f"--model-id {twice} is given twice: each model is served by its own name")
+        raise ConfigError(
+            f"two models are named {twice} (--model-id, --models-dir): each is served by its name"
+        )
     events = getattr(args, "kv_events_config", None)
     for given, flag in (
         (getattr(args, "enable_model_swap", False), "--enable-model-swap"),

@@ -17,16 +17,31 @@ def rope_scaling(args: argparse.Namespace) -> tuple[str, float] | None:
     return (args.rope_scaling or "linear", args.rope_factor if args.rope_factor is not None else 1.0)
 
 
-def model_ids(args: argparse.Namespace) -> tuple[str, ...]:
-    """Every `--model-id` given, in order (`MODEL_ID` alone when none is; empty for the default model)."""
+def served_models(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
+    """(name, model id) of every model the server serves, the default first: each `--model-id` (`MODEL_ID`
+    alone when none is), named by its value, then each model of `--models-dir`, named by its file or folder
+    (`tgi.server.served_models.folder`); empty for the default model."""
     value = args.model_id
-    if value is None:
-        return ()
-    return value if isinstance(value, tuple) else (value,)
+    given = () if value is None else value if isinstance(value, tuple) else (value,)
+    out = [(model_id, model_id) for model_id in given]
+    folder = getattr(args, "models_dir", None)
+    if folder is not None:
+        from tgi.server.served_models.folder import models_in
+
+        try:
+            out += models_in(folder)
+        except NotADirectoryError as exc:
+            raise ConfigError(str(exc)) from None
+    return tuple(out)
+
+
+def model_ids(args: argparse.Namespace) -> tuple[str, ...]:
+    """The model id of every model served (`served_models`), in order."""
+    return tuple(model_id for _, model_id in served_models(args))
 
 
 def first_model_id(args: argparse.Namespace) -> str | None:
-    """The model the engine settings name: the first `--model-id` (the default of a server of several)."""
+    """The model the engine settings name: the default of a server of several (`served_models`)."""
     return next(iter(model_ids(args)), None)
 
 

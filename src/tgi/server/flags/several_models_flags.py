@@ -5,9 +5,18 @@ from __future__ import annotations
 
 from tgi.server.flags.model_flags import MODEL
 from tgi.server.flags.parsers import keep_alive
-from tgi.server.flags.spec import Flag, Server
+from tgi.server.flags.spec import LAUNCHER, Flag, Server
 
 SEVERAL_MODELS_FLAGS = (
+    Flag(
+        ("--models-dir",),
+        "serve every model of this folder beside the `--model-id`s: each `.gguf` file by its name without "
+        "`.gguf`, each sub-folder with a `config.json` by the folder's name (read once, at start)",
+        MODEL,
+        LAUNCHER,
+        env=("MODELS_DIR",),
+        example=".",
+    ),
     Flag(
         ("--max-loaded-models",),
         "with several `--model-id`s: at most this many loaded at once, the least recently used idle one "

@@ -12,14 +12,15 @@ from tgi.server.http.errors import ApiError
 from tgi.server.served_models.pool import ModelPool
 
 
-def model_configs(first: EngineConfig, model_ids: tuple[str, ...]) -> list[EngineConfig]:
-    """Each model's engine settings: the launch's (`first`, as the flags gave them, before a load derived
-    its limits), with the model's own id."""
-    return [dataclasses.replace(first, model_id=model_id) for model_id in model_ids]
+def model_configs(first: EngineConfig, models: tuple[tuple[str, str], ...]) -> list[tuple[str, EngineConfig]]:
+    """Each model's name and engine settings: the launch's (`first`, as the flags gave them, before a load
+    derived its limits), with the model's own id (`models`: (name, model id) pairs)."""
+    return [(name, dataclasses.replace(first, model_id=model_id)) for name, model_id in models]
 
 
-def model_pool(service: Any, first_engine: Any, configs: list[EngineConfig]) -> ModelPool:
-    """The pool of `service`'s models; `first_engine` (loaded at launch) serves `configs[0]`."""
+def model_pool(service: Any, first_engine: Any, models: list[tuple[str, EngineConfig]]) -> ModelPool:
+    """The pool of `service`'s models ((name, config) pairs); `first_engine` (loaded at launch) serves the
+    first."""
     settings = service.settings
     backend = first_engine.engine.backend
 
@@ -55,7 +56,7 @@ def model_pool(service: Any, first_engine: Any, configs: list[EngineConfig]) -> 
         service.switch_engine(engine)
 
     return ModelPool(
-        configs,
+        models,
         first_engine,
         max_loaded=settings.max_loaded_models,
         keep_alive_s=settings.keep_alive_s,

@@ -62,7 +62,7 @@ class ModelPool:
 
     def __init__(
         self,
-        configs: list[EngineConfig],
+        models: list[tuple[str, EngineConfig]],
         first_engine: Any,
         *,
         max_loaded: int,
@@ -72,11 +72,8 @@ class ModelPool:
         fits: Callable[[EngineConfig], str | None],
         on_switch: Callable[[Any], None],
     ) -> None:
-        names = [c.model_id or "" for c in configs]
-        self.models = {
-            n: PooledModel(n, c, keep_alive_s=keep_alive_s) for n, c in zip(names, configs, strict=True)
-        }
-        self.default = names[0]
+        self.models = {n: PooledModel(n, c, keep_alive_s=keep_alive_s) for n, c in models}
+        self.default = models[0][0]
         self.models[self.default].engine = first_engine
         self._serving = first_engine  # what the routes that name no model read (`on_switch`)
         self.max_loaded = max_loaded

@@ -10,9 +10,16 @@ import pytest
 
 from tgi.core.config import ConfigError
 from tgi.server.cli.launch import add_launch_arguments, engine_config, server_settings
-from tgi.server.flags.derived import model_ids
+from tgi.server.flags.derived import model_ids, served_models
 
-VARIABLES = ("MODEL_ID", "MAX_LOADED_MODELS", "OLLAMA_MAX_LOADED_MODELS", "KEEP_ALIVE", "OLLAMA_KEEP_ALIVE")
+VARIABLES = (
+    "MODEL_ID",
+    "MODELS_DIR",
+    "MAX_LOADED_MODELS",
+    "OLLAMA_MAX_LOADED_MODELS",
+    "KEEP_ALIVE",
+    "OLLAMA_KEEP_ALIVE",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -47,7 +54,7 @@ def test_ollamas_variables_set_the_pools_flags(monkeypatch):
 @pytest.mark.parametrize(
     "argv, refused",
     [
-        (["--model-id", "a/b", "--model-id", "a/b"], "--model-id a/b is given twice"),
+        (["--model-id", "a/b", "--model-id", "a/b"], "two models are named a/b"),
         (
             [
                 "--model-id",
@@ -94,3 +101,27 @@ def test_a_malformed_keep_alive_is_refused_naming_the_flag(capsys):
     with pytest.raises(SystemExit):
         parse(["--keep-alive", "soon"])
     assert "--keep-alive" in capsys.readouterr().err
+
+
+def test_a_models_dir_adds_its_models_after_the_model_ids(tmp_path):
+    (tmp_path / "b.gguf").write_bytes(b"")
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "config.json").write_text("{}")
+    args = parse(["--model-id", "a/b", "--models-dir", str(tmp_path), "--max-loaded-models", "1"])
+    assert served_models(args) == (
+        ("a/b", "a/b"),
+        ("b", str(tmp_path / "b.gguf")),
+        ("c", str(tmp_path / "c")),
+    )
+    assert engine_config(args).model_id == "a/b"
+    alone = parse(["--models-dir", str(tmp_path)])  # the folder's first model is the default
+    assert engine_config(alone).model_id == str(tmp_path / "b.gguf")
+
+
+@pytest.mark.parametrize("made, refused", [(False, "not a folder"), (True, "no model in it")])
+def test_a_models_dir_without_models_is_refused_naming_it(tmp_path, made, refused):
+    folder = tmp_path / "models"
+    if made:
+        folder.mkdir()
+    with pytest.raises(ConfigError, match=f"--models-dir {folder}: {refused}"):
+        server_settings(parse(["--models-dir", str(folder)]))

@@ -36,7 +36,7 @@ def make_pool(names, max_loaded=0, keep_alive_s=None, fits=lambda config: None):
     switched = []
     first = StandInEngine(names[0])
     pool = ModelPool(
-        [EngineConfig(model_id=n) for n in names],
+        [(n, EngineConfig(model_id=n)) for n in names],
         first,
         max_loaded=max_loaded,
         keep_alive_s=keep_alive_s,
