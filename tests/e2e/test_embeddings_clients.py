@@ -66,6 +66,7 @@ def test_tei_embed_and_similarity_over_http(embedder):
     assert np.abs(np.array(similarity.json()) - unit[1:] @ unit[0]).max() < 1e-4
     info = httpx.get(server.url + "/info").json()
     assert info["pooling"]["normalize"] and info["model_pipeline_tag"] == "feature-extraction"
+    assert {"/embed", "/embed_all", "/similarity"} <= set(info["pooling"]["routes"])
     r = httpx.post(server.url + "/generate", json={"inputs": "w1", "parameters": {"max_new_tokens": 2}})
     assert r.status_code == 422 and "/v1/embeddings" in r.json()["error"]
 

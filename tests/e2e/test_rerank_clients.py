@@ -132,6 +132,7 @@ def test_routes_the_cross_encoder_cannot_serve_say_what_it_serves(reranker):
         assert r.status_code == 422 and "/rerank" in r.text, (path, r.text)
     info = httpx.get(url + "/info").json()
     assert info["model_pipeline_tag"] == "text-classification" and info["pooling"]["labels"] == ["label_0"]
+    assert {"/rerank", "/v1/rerank", "/predict"} <= set(info["pooling"]["routes"])
 
 
 def test_predict_and_classify_equal_transformers(labeller):

@@ -59,3 +59,4 @@ def test_the_dense_routes_are_refused_naming_embed_sparse(splade):
         assert r.status_code == 422 and "/embed_sparse" in r.json()["error"], r.text
     info = httpx.get(server.url + "/info").json()
     assert info["pooling"]["kind"] == "sparse" and info["model_pipeline_tag"] == "feature-extraction"
+    assert info["pooling"]["routes"] == ["/embed_sparse"]

@@ -245,12 +245,8 @@ def check_prediction(
         )
 
 
-#: what a pooling model of each kind (`PoolingSpec.kind`) serves, for refusing what it does not
-SERVED_OUTPUTS = {
-    "embed": "embeddings (POST /v1/embeddings, /embed, /embed_all, /similarity, /api/embed)",
-    "classify": "scores (POST /rerank, /predict, /v1/rerank, /score, /classify)",
-    "sparse": "sparse embeddings (POST /embed_sparse)",
-}
+#: what a pooling model of each kind (`PoolingSpec.kind`) makes, for refusing what it does not
+POOLING_OUTPUTS = {"embed": "embeddings", "classify": "scores", "sparse": "sparse embeddings"}
 
 
 def check_pooling(
@@ -271,7 +267,7 @@ def check_pooling(
             "for models launched with --runner pooling or a sentence-transformers folder)"
         )
     if not pooling and info.pooling is not None:
-        serves = SERVED_OUTPUTS[info.pooling.kind]
+        serves = POOLING_OUTPUTS[info.pooling.kind]
         raise ValidationError(
             f"the model {info.architecture} is a pooling model: it serves {serves}, not text generation"
         )
@@ -290,7 +286,7 @@ def check_token_embeddings(
         raise ValueError("token embeddings are asked of a pooling request")
     if info.pooling.kind != "embed":
         raise ValidationError(
-            f"the model {info.architecture} serves {SERVED_OUTPUTS[info.pooling.kind]}, not token embeddings"
+            f"the model {info.architecture} serves {POOLING_OUTPUTS[info.pooling.kind]}, not token embeddings"
         )
     if capabilities is None or not capabilities.token_embeddings:
         raise ValidationError(

@@ -25,7 +25,7 @@ from tgi.core.request import (
 )
 from tgi.core.sampling_params import SamplingParams
 from tgi.core.tokenization import count_tokens
-from tgi.core.validation import SERVED_OUTPUTS, too_many_input_tokens
+from tgi.core.validation import too_many_input_tokens
 from tgi.server.http import sse
 from tgi.server.http.errors import ApiError, overloaded, validation_error
 from tgi.server.images.decode import decode_image
@@ -41,6 +41,7 @@ from tgi.server.service.beam_search import searched
 from tgi.server.service.engine_errors import api_error, validated
 from tgi.server.service.generation import Generation, I, SequenceInput
 from tgi.server.service.pooling import Embedding, EmbedRequest, embed
+from tgi.server.service.pooling_routes import serves
 from tgi.server.service.protocol import ServingEngine
 from tgi.server.service.request_tracker import PINNED_ENGINE, RequestTracker
 from tgi.server.service.settings import ServerSettings
@@ -263,7 +264,7 @@ class InferenceService:
         try:
             if self.engine.model_info.pooling is not None:
                 getattr(inputs, "close", lambda: None)()  # the route's coroutine, never to run
-                served = SERVED_OUTPUTS[self.engine.model_info.pooling.kind]
+                served = serves(self.engine.model_info.pooling)
                 raise validation_error(
                     f"the model {self.model_name} is a pooling model: it serves {served}, not text generation"
                 )

@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING
 from tgi.core.interfaces.pooling import PoolingSpec
 from tgi.core.request import EngineRequest, TokenEvent, ValidationError
 from tgi.core.sampling_params import SamplingParams
-from tgi.core.validation import SERVED_OUTPUTS, too_many_input_tokens
+from tgi.core.validation import POOLING_OUTPUTS, too_many_input_tokens
 from tgi.server.http import sse
 from tgi.server.http.auth import tenant_of
 from tgi.server.http.errors import validation_error
+from tgi.server.service.pooling_routes import serves
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -85,19 +86,11 @@ def inputs_of(given: str | list, field: str) -> list[str | list[int]]:
     return items
 
 
-#: what a route that needs a pooling model of each kind asks for, in its refusals
-_WANTED = {
-    "embed": "embeddings",
-    "classify": "scores (reranking, classification)",
-    "sparse": "sparse embeddings",
-}
-
-
 def pooling_spec(service: InferenceService, kind: str = "embed") -> PoolingSpec:
     """The served model's pooling spec; a 422 saying what it serves when it is not a pooling model of
     `kind` (it generates, or it is the other kind)."""
     spec = service.engine.model_info.pooling
-    wanted = _WANTED[kind]
+    wanted = "scores (reranking, classification)" if kind == "classify" else POOLING_OUTPUTS[kind]
     if spec is None:
         raise validation_error(
             f"the model {service.model_name} generates text (POST /generate, /v1/chat/completions, ...): it is "
@@ -106,7 +99,7 @@ def pooling_spec(service: InferenceService, kind: str = "embed") -> PoolingSpec:
         )
     if spec.kind != kind:
         raise validation_error(
-            f"the model {service.model_name} serves {SERVED_OUTPUTS[spec.kind]}: {wanted} are not served"
+            f"the model {service.model_name} serves {serves(spec)}: {wanted} are not served"
         )
     return spec
 

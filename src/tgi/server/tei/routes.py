@@ -10,7 +10,6 @@ from typing import Any, ClassVar
 from fastapi import APIRouter, Request
 from pydantic import BaseModel
 
-from tgi.core.validation import SERVED_OUTPUTS
 from tgi.server.http.errors import validation_error
 from tgi.server.service.inference import InferenceService
 from tgi.server.service.pooling import (
@@ -20,6 +19,7 @@ from tgi.server.service.pooling import (
     pooling_spec,
     prompt_text,
 )
+from tgi.server.service.pooling_routes import serves
 from tgi.server.validation.fields import NEUTRAL, RequestModel, check_fields
 
 router = APIRouter(tags=["Text Embeddings Inference"])
@@ -117,7 +117,7 @@ async def embed_sparse(req: EmbedAllBody, request: Request) -> list[list[SparseV
         check_fields(req)
         raise validation_error(
             f"POST /embed_sparse is served for a sparse embedder (SPLADE); the model {service.model_name} "
-            f"serves {SERVED_OUTPUTS['embed']}: it has no sparse head"
+            f"serves {serves(spec)}: it has no sparse head"
         )
     answers = await embedded(req, request, kind="sparse", normalize=False)
     return [[SparseValue(index=i, value=v) for i, v in enumerate(e.vector) if v != 0.0] for e in answers]

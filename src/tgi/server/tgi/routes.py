@@ -20,6 +20,7 @@ from tgi.server.lora.adapters import tgi_adapter
 from tgi.server.observability.metrics import CONTENT_TYPE
 from tgi.server.service.generation import SequenceInput
 from tgi.server.service.inference import InferenceService
+from tgi.server.service.pooling_routes import served_routes
 from tgi.server.tgi.parameters import check_truncate, tgi_sampling_params
 from tgi.server.tgi.schemas import (
     CompatGenerateRequest,
@@ -264,6 +265,7 @@ def _pooling(spec: PoolingSpec | None) -> dict[str, Any] | None:
         "prompts": sorted(spec.prompts),
         "kind": spec.kind,
         "labels": list(spec.labels) or None,
+        "routes": served_routes(spec),
     }
 
 

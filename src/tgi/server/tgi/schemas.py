@@ -172,10 +172,10 @@ class Info(BaseModel):
     )
     pooling: dict[str, Any] | None = Field(
         default=None,
-        description="a pooling model (embeddings, served at /v1/embeddings and /embed): its pooling mode, "
+        description="a pooling model (embeddings, scores or sparse embeddings): its pooling mode, "
         "whether its vectors are normalized, their width, the Matryoshka widths it takes (null: none; [] any up "
-        "to its width), its prompts' names, its kind (embed, or classify: a classifier, whose labels are listed); null "
-        "for a model that generates text",
+        "to its width), its prompts' names, its kind (embed; classify: a classifier, whose labels are listed; "
+        "sparse: a SPLADE model), the routes it serves (all POST); null for a model that generates text",
     )
     kernels: dict[str, str] = Field(
         default_factory=dict, description="the backend's kernels and the implementation each runs with here"
