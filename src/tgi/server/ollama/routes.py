@@ -1,4 +1,4 @@
-"""Ollama's API for the one model the server runs: `POST /api/generate` and `POST /api/chat` (NDJSON streams
+"""Ollama's API for the models the server runs (one, or several: `tgi.server.served_models`): `POST /api/generate` and `POST /api/chat` (NDJSON streams
 by default, one body with `stream: false`), `GET /api/tags`, `POST /api/show`, `GET /api/ps`,
 `GET /api/version`. The request's fields are in `tgi.server.ollama.schemas`, the prompt in
 `tgi.server.ollama.inputs`, the options in `tgi.server.ollama.options`, the bodies in
@@ -6,7 +6,7 @@ by default, one body with `stream: false`), `GET /api/tags`, `POST /api/show`, `
 
 The embeddings routes (`/api/embed`, `/api/embeddings`) are in `tgi.server.ollama.embeddings`. Not served,
 each a 501 that says why: the model store's (`/api/pull`, `/api/push`, `/api/create`, `/api/copy`,
-`/api/delete`, `/api/blobs/...`: this server runs the one model it was launched with).
+`/api/delete`, `/api/blobs/...`: this server serves the models named at its launch).
 """
 
 from __future__ import annotations
@@ -193,8 +193,9 @@ async def version() -> dict:
 
 
 _STORE = (
-    "this server runs the one model it was launched with and changes no model store over HTTP: pull, list and "
-    "delete models in the Hugging Face cache with `tgi models pull|list|rm NAME` on the host"
+    "this server serves the models named at its launch (`--model-id`, `--models-dir`) and changes no model "
+    "store over HTTP: pull, list and delete models in the Hugging Face cache with `tgi models pull|list|rm "
+    "NAME` on the host"
 )
 
 
