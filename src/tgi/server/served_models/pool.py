@@ -6,12 +6,13 @@ is loaded at start, the others at their first request: that request waits while 
 
 - At most `max_loaded` models are loaded at once (`--max-loaded-models`; 0: no limit but memory). A load
   past the limit first unloads the least recently used model that no request is using; when every loaded
-  model is in use, the load waits for one to finish its requests (requests to a model being unloaded
-  finish first: a model is only unloaded once it has none).
+  model is in use, the least recently used one takes no new request and is unloaded once its requests
+  have finished (requests to a model being unloaded finish first; those sent to it meanwhile wait, and
+  load it again after this load: a model in steady use does not hold its place against a waiting one).
 - Memory is checked before a load, as a model swap checks it (`tgi.server.swap.estimate`: the model's
-  config alone, no weight fetched): when the model does not fit beside those loaded, idle models are
-  unloaded, least recently used first, until it does; when it still does not fit, the request is refused
-  (507, with both figures).
+  config alone, no weight fetched): when the model does not fit beside those loaded, they are unloaded as
+  above, one at a time, until it does; when it does not fit with none loaded, the request is refused (507,
+  with both figures).
 - A model idle for its keep-alive is unloaded (`--keep-alive`, Ollama's semantics: a negative value keeps it
   loaded; Ollama's per-request `keep_alive` sets it for that model from that request's end on). The last
   loaded model stays: `/health`, `/metrics` and `/info` read one.
@@ -38,6 +39,8 @@ log = logging.getLogger("tgi.server")
 
 #: how often idle models are checked against their keep-alive (seconds)
 _REAP_EVERY_S = 1.0
+#: how often a load waiting for a model's last request, or a request waiting for its model's unload, looks
+_POLL_S = 0.05
 
 
 @dataclass
@@ -52,6 +55,7 @@ class PooledModel:
     leases: int = 0
     last_used: float = field(default_factory=time.monotonic)
     keep_alive_s: float | None = None
+    draining: bool = False  # chosen to be unloaded: it takes no new request until it is
 
 
 class ModelPool:
@@ -79,7 +83,6 @@ class ModelPool:
         self.max_loaded = max_loaded
         self._load, self._start, self._fits, self._on_switch = load, start, fits, on_switch
         self._loading = asyncio.Lock()  # one load (and its evictions) at a time
-        self._released = asyncio.Event()  # set when a lease ends: a waiting load may evict that model
         self._reaper: asyncio.Task | None = None
         self.on_death: Callable[[BaseException], None] | None = None
 
@@ -97,6 +100,8 @@ class ModelPool:
     async def acquire(self, entry: PooledModel) -> Any:
         """`entry`'s engine, loaded first when it is not (the caller waits), with a lease the caller ends
         with `release`: the model is not unloaded while a lease is held."""
+        while entry.draining:  # it is being unloaded: taken again once it is (loaded again for this one)
+            await asyncio.sleep(_POLL_S)
         entry.leases += 1
         try:
             if entry.engine is None:
@@ -115,7 +120,6 @@ class ModelPool:
         entry.last_used = time.monotonic()
         if keep_alive_s != "unchanged":
             entry.keep_alive_s = keep_alive_s  # type: ignore[assignment]
-        self._released.set()
 
     def loaded(self) -> list[PooledModel]:
         return [m for m in self.models.values() if m.engine is not None]
@@ -146,7 +150,7 @@ class ModelPool:
         while self.max_loaded and len(self.loaded()) >= self.max_loaded:
             unloaded.append(await self._unload_one(f"--max-loaded-models {self.max_loaded}"))
         while (why := await asyncio.to_thread(self._fits, entry.config)) is not None:
-            if not any(m.leases == 0 for m in self.loaded()):
+            if not self.loaded():  # nothing left to unload
                 raise ApiError(507, f"the model {entry.name} does not fit: {why}", "insufficient_memory")
             unloaded.append(await self._unload_one("memory"))
         started = time.perf_counter()
@@ -166,13 +170,18 @@ class ModelPool:
             _collect(gone)
 
     async def _unload_one(self, why: str) -> weakref.ref | None:
-        """Unload the least recently used idle model, waiting for one to become idle if none is."""
-        while True:
-            idle = [m for m in self.loaded() if m.leases == 0]
-            if idle:
-                return await self._unload(min(idle, key=lambda m: m.last_used), why)
-            self._released.clear()
-            await self._released.wait()
+        """Unload the least recently used idle model; when every loaded model is in use, the least recently
+        used one once its requests have finished (it takes no new one meanwhile: those wait, and load it
+        again after this load, so that a model in steady use cannot hold its place against a waiting one)."""
+        idle = [m for m in self.loaded() if m.leases == 0]
+        victim = min(idle or self.loaded(), key=lambda m: m.last_used)
+        victim.draining = True
+        try:
+            while victim.leases:
+                await asyncio.sleep(_POLL_S)
+            return await self._unload(victim, why)
+        finally:
+            victim.draining = False
 
     async def _unload(self, entry: PooledModel, why: str) -> weakref.ref | None:
         """Stop `entry`'s engine and release its model; the engine object, once nothing reads it, is

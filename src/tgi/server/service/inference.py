@@ -94,6 +94,14 @@ class InferenceService:
         return previous
 
     @property
+    def healthy(self) -> bool:
+        """No engine has died: the one serving, or on a server of several each loaded one (none loaded, while
+        one loads: healthy)."""
+        if self.pool is not None:
+            return all(engine.healthy for engine in self.pool.engines())
+        return self.engine.healthy
+
+    @property
     def model_name(self) -> str:
         chosen = selected()
         if chosen is not None:

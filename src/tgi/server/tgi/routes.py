@@ -286,7 +286,7 @@ def _quantization(q: QuantizationInfo | None) -> dict[str, Any]:
 @router.get("/health", responses={503: {"model": ErrorResponse}})
 async def health(request: Request) -> Response:
     """Everything is working fine (no auth needed); 503 once the engine has died."""
-    if not _service(request).engine.healthy:
+    if not _service(request).healthy:
         return JSONResponse({"error": "unhealthy", "error_type": "healthcheck"}, status_code=503)
     return Response(status_code=200)
 

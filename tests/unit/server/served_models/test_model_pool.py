@@ -1,7 +1,8 @@
 """`ModelPool` with stand-in engines (what it decides, not how a model loads: tests/e2e/test_several_models_e2e.py
 loads real ones): names resolved as Ollama spells them, the least recently used idle model unloaded past
-`--max-loaded-models`, a load waiting while every loaded model is in use and going on once one is released,
-a model that does not fit refused with the figures when nothing can be unloaded, idle models unloaded after
+`--max-loaded-models`, a load waiting while every loaded model is in use and going on once one is released (the requests sent to
+the model being unloaded waiting behind it), a model that does not fit refused with the figures once none is
+loaded, idle models unloaded after
 their keep-alive but never the last one, and the routes that name no model moved off an unloaded engine."""
 
 from __future__ import annotations
@@ -75,31 +76,37 @@ async def test_past_the_limit_the_least_recently_used_idle_model_is_unloaded():
     assert switched == []  # the default stayed loaded: the routes that name no model read it throughout
 
 
-async def test_a_load_waits_while_every_loaded_model_is_in_use():
+async def test_a_load_waits_while_every_loaded_model_is_in_use_and_new_requests_wait_behind_it(monkeypatch):
+    monkeypatch.setattr(pool_module, "_POLL_S", 0.0)
     pool, first, switched = make_pool(["a", "b"], max_loaded=1)
     await pool.acquire(pool.models["a"])  # a request on a, unfinished
     loading = asyncio.ensure_future(pool.acquire(pool.models["b"]))
     for _ in range(20):
         await asyncio.sleep(0)
     assert not loading.done() and not first.stopped  # a's request finishes first
+    later_on_a = asyncio.ensure_future(pool.acquire(pool.models["a"]))  # a is being unloaded: it waits
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not later_on_a.done() and pool.models["a"].leases == 1
     pool.release(pool.models["a"])
     b = await loading
     assert first.stopped and b.started and switched == [b]  # routes that name no model moved off a
-    assert pool.models["a"].engine is None
+    pool.release(pool.models["b"])
+    a_again = await later_on_a  # then a is loaded again for it, b unloaded
+    assert a_again is not first and a_again.started and b.stopped
 
 
-async def test_a_model_that_does_not_fit_beside_models_in_use_is_refused_with_the_figures():
+async def test_a_model_that_does_not_fit_with_none_loaded_is_refused_with_the_figures():
     pool, first, _ = make_pool(["a", "b"], fits=lambda config: "it needs 9.00 GiB, 1.00 GiB are free")
-    await pool.acquire(pool.models["a"])
     with pytest.raises(ApiError) as refused:
         await pool.acquire(pool.models["b"])
     assert (
         refused.value.status == 507 and "9.00 GiB" in refused.value.message and "b" in refused.value.message
     )
-    assert pool.models["b"].leases == 0 and not first.stopped
+    assert pool.models["b"].leases == 0 and first.stopped  # a was unloaded to try
 
 
-async def test_an_idle_model_that_does_not_fit_is_unloaded_first():
+async def test_a_model_that_does_not_fit_unloads_others_first():
     pool, first, _ = make_pool(["a", "b"], fits=lambda config: None if first.stopped else "it needs more")
     b = await pool.acquire(pool.models["b"])
     assert first.stopped and pool.models["a"].engine is None and b.started
