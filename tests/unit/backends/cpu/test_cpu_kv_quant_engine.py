@@ -26,6 +26,7 @@ class TestInt8CacheWithEverythingElse(CapabilityChecks, GenerationChecks):
     test_prompt_logprobs_match_transformers_or_are_refused = None
     test_prompt_top_logprobs_match_transformers_or_are_refused = None
     test_pooling_matches_transformers_or_is_refused = None  # pooled over the quantized cache
+    test_token_embeddings_match_transformers_or_are_refused = None  # read over the quantized cache too
 
     def make_engine(self, backend, model_path, checked, **limits):
         limits.setdefault("kv_cache_dtype", "int8")
