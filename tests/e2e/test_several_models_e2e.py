@@ -1,8 +1,8 @@
 """Two models on one real `tgi launch` with `--max-loaded-models 1` (a `--model-id`, and a `--models-dir`
-holding the other, served by its folder's name): both listed (OpenAI's
-`/v1/models`, Ollama's `/api/tags`), each answering by its name through the official `openai` and `ollama`
-clients, TGI's route on the first, an unknown name a 404 listing what is served, the second model loaded at
-its first request and the first unloaded (`/api/ps`; the process back within 10 % of one model's RSS), and
+holding the other, served by its folder's name): both listed (OpenAI's `/v1/models`, Ollama's `/api/tags`),
+each answering by its name through the official `openai` and `ollama` clients, TGI's route on the first, an
+unknown name a 404 listing what is served, the second model loaded at its first request and the first
+unloaded (`/api/ps`, `/metrics`' samples per model; the process back within 10 % of one model's RSS), and
 each model's greedy text the same after being unloaded and loaded again (float32, one process's kernels)."""
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def wait_unloaded(server, times: int, timeout: float = 120) -> None:
         time.sleep(0.2)
 
 
-def test_both_listed_each_answers_by_name_and_one_stays_loaded(server, models):
+def test_both_listed_each_answers_by_name_and_one_stays_loaded(server, models, get_metrics):
     import ollama
 
     a, b = models
@@ -94,9 +94,13 @@ def test_both_listed_each_answers_by_name_and_one_stays_loaded(server, models):
     assert again.response == text_b  # Ollama's spelling of b's name; b loaded again
     assert complete(server, b) == text_b
     assert abs(after_switch - one_model) <= 0.1 * one_model, (one_model, after_switch)
+    scraped = get_metrics(server.url)  # the engines' figures per model loaded: b only, now
+    assert scraped[f'tgi_kv_total_blocks{{model_name="{b}"}}'] > 0
+    assert scraped[f'tgi_prefill_tokens_total{{model_name="{b}"}}'] > 0
+    assert not [k for k in scraped if f'model_name="{a}"' in k]
 
 
-def test_an_unknown_name_is_a_404_listing_the_models(server, models):
+def test_an_unknown_name_is_a_404_listing_the_models_and_tgi_names_the_default(server, models):
     import ollama
 
     a, b = models
@@ -107,3 +111,5 @@ def test_an_unknown_name_is_a_404_listing_the_models(server, models):
     with pytest.raises(ollama.ResponseError) as ollama_refused:
         ollama.Client(host=server.url, timeout=120).generate(model="no/such-model", prompt="w5")
     assert ollama_refused.value.status_code == 404 and b in ollama_refused.value.error
+    default = client.completions.create(model="tgi", prompt="w5", max_tokens=2)  # TGI's name: the default
+    assert default.model == a

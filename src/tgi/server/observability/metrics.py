@@ -11,6 +11,10 @@ Beside them, the gauges routers read from a vLLM worker, under vLLM's names and 
 `vllm:num_requests_running`, `vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc` (the fraction of KV
 blocks held, 0 to 1; blocks kept only for the prefix cache count as free, as vLLM counts them) and its older
 name `vllm:gpu_cache_usage_perc`, which the Gateway API Inference Extension's vLLM profile reads.
+
+On a server of several models (`tgi.server.served_models`), every engine gauge and counter has one sample per
+model loaded, labelled `model_name` (TGI's names too, unlabelled on a server of one); a model not loaded has
+none. A model's counters start again from 0 when it is loaded again (Prometheus reads it as a reset).
 """
 
 from __future__ import annotations
@@ -63,61 +67,104 @@ class _Counters:
             yield metric
 
 
+#: (model name, its engine's stats) of each model loaded; None on a server of one model
+PerModelStats = Callable[[], "list[tuple[str, EngineStatsLike]] | None"]
+
+
 class _EngineGauges:
     def __init__(
         self,
         stats: Callable[[], EngineStatsLike],
         in_flight: Callable[[], int],
         model_name: Callable[[], str],
+        per_model: PerModelStats,
     ) -> None:
         self._stats = stats
         self._in_flight = in_flight
         self._model_name = model_name
+        self._per_model = per_model
 
     def collect(self) -> Iterator[Metric]:
-        s = self._stats()
-        yield from self._vllm_gauges(s)
+        models = self._per_model()
+        yield from self._vllm_gauges(models if models is not None else [(self._model_name(), self._stats())])
+        yield GaugeMetricFamily(
+            "tgi_request_in_flight",
+            "Concurrency slots taken (one per engine sequence)",
+            value=self._in_flight(),
+        )
+        if models is None:
+            yield from _families(self._engine_values(self._stats()))
+            return
+        labelled: dict[tuple[str, str, str], list[tuple[str, float]]] = defaultdict(list)
+        for model, s in models:
+            for kind, name, doc, value in self._engine_values(s):
+                labelled[(kind, name, doc)].append((model, value))
+        for (kind, name, doc), samples in labelled.items():
+            family = (GaugeMetricFamily if kind == "gauge" else CounterMetricFamily)(
+                name, doc, labels=["model_name"]
+            )
+            for model, value in samples:
+                family.add_metric([model], value)
+            yield family
+
+    @staticmethod
+    def _engine_values(s: EngineStatsLike) -> Iterator[tuple[str, str, str, float]]:
+        """(kind, name, help, value) of one engine's gauges and counters."""
         for name, doc, value in (
             ("tgi_batch_current_size", "Sequences in the current batch", s.num_running),
             ("tgi_batch_current_max_tokens", "Tokens in the current batch", s.num_batch_tokens),
             ("tgi_queue_size", "Requests waiting to be scheduled", s.num_waiting),
             ("tgi_kv_free_blocks", "Free KV-cache blocks", s.num_free_blocks),
             ("tgi_kv_total_blocks", "KV-cache blocks in the pool", s.num_total_blocks),
-            ("tgi_request_in_flight", "Concurrency slots taken (one per engine sequence)", self._in_flight()),
         ):
-            yield GaugeMetricFamily(name, doc, value=value)
-        yield CounterMetricFamily(
-            "tgi_prefill_tokens", "Prompt tokens run through the model", value=s.num_prefill_tokens
-        )
+            yield "gauge", name, doc, value
+        yield "counter", "tgi_prefill_tokens", "Prompt tokens run through the model", s.num_prefill_tokens
         for name, doc, value in (
             ("hit", "read from the prefix cache", s.num_prefix_cache_hit_tokens),
             ("miss", "not in the prefix cache, computed", s.num_prefix_cache_miss_tokens),
         ):
-            yield CounterMetricFamily(
-                f"tgi_prefix_cache_{name}_tokens", f"Tokens of admitted sequences {doc}", value=value
-            )
+            yield "counter", f"tgi_prefix_cache_{name}_tokens", f"Tokens of admitted sequences {doc}", value
         for name, doc, value in (
             ("draft", "Draft tokens proposed and verified (--speculate)", s.num_draft_tokens),
             ("accepted", "Draft tokens accepted (each skips a decode step)", s.num_accepted_draft_tokens),
         ):
-            yield CounterMetricFamily(f"tgi_speculative_{name}_tokens", doc, value=value)
+            yield "counter", f"tgi_speculative_{name}_tokens", doc, value
         for name, doc, value in (
             ("step", "Time in the model's steps (forward and sampling), s", s.step_seconds),
             ("encoder", "Time in the vision encoder, part of the steps' (images), s", s.encoder_seconds),
         ):
-            yield CounterMetricFamily(f"tgi_{name}_seconds", doc, value=value)
+            yield "counter", f"tgi_{name}_seconds", doc, value
 
-    def _vllm_gauges(self, s: EngineStatsLike) -> Iterator[Metric]:
-        usage = 1.0 - s.num_free_blocks / s.num_total_blocks if s.num_total_blocks else 0.0
-        for name, doc, value in (
-            ("vllm:num_requests_running", "Sequences in the running batch (vLLM's name)", s.num_running),
-            ("vllm:num_requests_waiting", "Requests waiting to be scheduled (vLLM's name)", s.num_waiting),
-            ("vllm:kv_cache_usage_perc", "KV-cache usage, 1 is all blocks held (vLLM's name)", usage),
-            ("vllm:gpu_cache_usage_perc", "KV-cache usage, vLLM's older name", usage),
+    @staticmethod
+    def _vllm_gauges(models: list[tuple[str, EngineStatsLike]]) -> Iterator[Metric]:
+        for name, doc, read in (
+            ("vllm:num_requests_running", "Sequences in the running batch (vLLM's name)", _running),
+            ("vllm:num_requests_waiting", "Requests waiting to be scheduled (vLLM's name)", _waiting),
+            ("vllm:kv_cache_usage_perc", "KV-cache usage, 1 is all blocks held (vLLM's name)", _usage),
+            ("vllm:gpu_cache_usage_perc", "KV-cache usage, vLLM's older name", _usage),
         ):
             gauge = GaugeMetricFamily(name, doc, labels=["model_name"])
-            gauge.add_metric([self._model_name()], value)
+            for model, s in models:
+                gauge.add_metric([model], read(s))
             yield gauge
+
+
+def _running(s: EngineStatsLike) -> float:
+    return s.num_running
+
+
+def _waiting(s: EngineStatsLike) -> float:
+    return s.num_waiting
+
+
+def _usage(s: EngineStatsLike) -> float:
+    return 1.0 - s.num_free_blocks / s.num_total_blocks if s.num_total_blocks else 0.0
+
+
+def _families(values: Iterator[tuple[str, str, str, float]]) -> Iterator[Metric]:
+    """One engine's values as unlabelled families (a server of one model)."""
+    for kind, name, doc, value in values:
+        yield (GaugeMetricFamily if kind == "gauge" else CounterMetricFamily)(name, doc, value=value)
 
 
 class ServerMetrics:
@@ -126,11 +173,12 @@ class ServerMetrics:
         stats: Callable[[], EngineStatsLike],
         in_flight: Callable[[], int],
         model_name: Callable[[], str] = lambda: "",
+        per_model: PerModelStats = lambda: None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.counters = _Counters()
         self.registry.register(self.counters)
-        self.registry.register(_EngineGauges(stats, in_flight, model_name))
+        self.registry.register(_EngineGauges(stats, in_flight, model_name, per_model))
 
         def hist(name: str, doc: str, buckets: tuple) -> Histogram:
             return Histogram(name, doc, buckets=buckets, registry=self.registry)

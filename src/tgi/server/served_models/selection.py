@@ -6,8 +6,9 @@ its JSON `model` field names (OpenAI's, Anthropic's, Ollama's, vLLM's routes; TG
 the default), loads it when it is not loaded (the request waits), and holds it until the response has been
 sent; the route then finds that model's engine as `InferenceService.engine`, as on a server of one. A
 `model` that names no served model but a LoRA adapter of the default goes to the default, whose routes
-resolve the adapter as they always do; any other name is a 404 in the route's own error shape, listing what
-is served. Ollama's `keep_alive` becomes the model's keep-alive once the response is sent.
+resolve the adapter as they always do (so does `tgi`, TGI's name for the served model); any other name is a
+404 in the route's own error shape, listing what is served. Ollama's `keep_alive` becomes the model's
+keep-alive once the response is sent.
 
 The routes that list models or read no model never load one: `ENGINE_FREE`.
 """
@@ -26,6 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tgi.server.flags.parsers import duration_seconds
 from tgi.server.http.errors import ApiError
+from tgi.server.lora.adapters import BASE_ALIAS
 from tgi.server.served_models.pool import ModelPool, PooledModel
 
 #: routes that read no model (health, metrics, the lists of models, the docs, the admin routes)
@@ -92,7 +94,7 @@ class ModelSelection:
             return
         fields = _fields(body)
         try:
-            entry = await self._entry(fields.get("model"))
+            entry = self._entry(fields.get("model"))
             engine = await self.pool.acquire(entry)
         except ApiError as exc:
             await exc.response(path)(scope, receive, send)
@@ -107,17 +109,18 @@ class ModelSelection:
             _SELECTED.reset(token)
             self.pool.release(entry, keep_alive)
 
-    async def _entry(self, model: Any) -> PooledModel:
+    def _entry(self, model: Any) -> PooledModel:
         name = model if isinstance(model, str) else None
         entry = self.pool.resolve(name)
         if entry is not None:
             return entry
         default = self.pool.models[self.pool.default]
-        engine = await self.pool.acquire(default)  # a LoRA adapter of the default model?
-        try:
-            adapters = tuple(engine.model_info.lora_adapters)
-        finally:
-            self.pool.release(default)
+        if name == BASE_ALIAS:  # TGI's name for "the served model", as on a server of one
+            return default
+        if default.engine is not None:  # a LoRA adapter of the default model? (loaded at launch or since)
+            adapters = tuple(default.engine.model_info.lora_adapters)
+        else:  # not loaded: those it loads at start, without loading it to find out
+            adapters = tuple(name for name, _ in default.config.lora_adapters)
         if name in adapters or (name or "").removesuffix(":latest") in adapters:
             return default
         served = ", ".join(f"`{n}`" for n in (*self.pool.models, *adapters))

@@ -58,7 +58,10 @@ class InferenceService:
         self.settings = settings
         self.in_flight = 0
         self.metrics = ServerMetrics(
-            lambda: self.current_engine.stats(), lambda: self.in_flight, lambda: self.model_name
+            lambda: self.current_engine.stats(),
+            lambda: self.in_flight,
+            lambda: self.model_name,
+            per_model=self._per_model_stats,
         )
         self._workers = ThreadPoolExecutor(settings.validation_workers, thread_name_prefix="tgi-validation")
         self._fetchers = ThreadPoolExecutor(FETCH_WORKERS, thread_name_prefix="tgi-image-fetch")
@@ -92,6 +95,12 @@ class InferenceService:
         which is returned (`users[id(previous)]` counts them down)."""
         previous, self.current_engine = self.current_engine, engine
         return previous
+
+    def _per_model_stats(self) -> list[tuple[str, Any]] | None:
+        """(name, stats) of each model loaded on a server of several (`/metrics`); None on a server of one."""
+        if self.pool is None:
+            return None
+        return [(entry.name, entry.engine.stats()) for entry in self.pool.loaded()]
 
     @property
     def healthy(self) -> bool:
