@@ -145,3 +145,15 @@ def test_a_decoder_embedder_saved_with_its_causal_lm_config(tmp_path):
         EngineConfig(model_id=str(folder), dtype="float32", max_batch_total_tokens=2048)
     )
     assert_close(pooled(engine, TEXTS), reference_embeddings(folder, TEXTS))
+
+
+def test_xlm_roberta_with_mean_pooling(tmp_path):
+    """An XLM-RoBERTa (bge-m3's, multilingual-e5's architecture) with mean pooling: its positions numbered
+    after the padding index in each padded row as transformers numbers them alone."""
+    folder = save_embedder(tmp_path / "st", "xlmr", "mean")
+    engine = LLMEngine.from_config(
+        EngineConfig(model_id=str(folder), dtype="float32", max_batch_total_tokens=2048)
+    )
+    assert engine.model_info.max_position_embeddings == 128  # 130 positions, the first two not a token's
+    got, want = pooled(engine, TEXTS), reference_embeddings(folder, TEXTS)
+    assert_close(got, want)

@@ -9,6 +9,9 @@ engine pools), and the padding is dropped again, so `forward` returns [T, hidden
 The engine still sizes a KV cache of one head of one layer for it, which it never writes: the blocks count
 the tokens of the requests in flight, for admission and limits, as they do for a decoder.
 
+`XLMRobertaEncoder` and `XLMRobertaClassifier` are the same code over transformers' XLM-RoBERTa classes
+(the rows padded with its padding token, from which transformers numbers its positions; no segments).
+
 `BertClassifier` is `BertForSequenceClassification` (cross-encoders among them): the same encoder with its
 pooler, and `classify` makes the first tokens' hidden states into logits. A pair of texts comes as BERT's
 template makes it, `[CLS] a [SEP] b [SEP]`: a row's last token is its separator, and the tokens after its
@@ -27,23 +30,27 @@ from tgi.core.interfaces.types import AttentionLayerSpec
 from tgi.core.models.context import AttentionContext
 from tgi.core.models.registry import UnsupportedModelError
 
+#: buffers the model makes itself, not in a checkpoint
+_OWN_BUFFERS = ("position_ids", "token_type_ids")
+
 
 class BertEncoder(nn.Module):
-    """transformers' `BertModel` without its pooler, run over a step's flat prompts."""
+    """transformers' `BertModel` without its pooler, run over a step's flat prompts. A subclass serves
+    another encoder of BERT's shape by naming its transformers class (`architecture`) and the checkpoint's
+    prefix of its encoder (`prefix`)."""
 
-    architecture = "BertModel"
+    architecture = "BertModel"  # also the transformers class built
+    prefix = "bert"  # the encoder's attribute, and its tensors' prefix in a checkpoint with a head
     implementation_note = "transformers modules, bidirectional"
     _pairs = False  # its rows may be pairs of texts (`BertClassifier`): token types from the separator
 
     def __init__(self, config: Any, *, dtype: torch.dtype, device: object, linear: object = None) -> None:
         super().__init__()
-        from transformers import BertModel
+        import transformers
 
-        if linear is not None:
-            raise UnsupportedModelError("BertModel: tensor parallelism is not served for encoders")
-        config = sdpa_config(config)
-        self.config = config
-        self.bert = BertModel(config, add_pooling_layer=False).to(device=device, dtype=dtype)
+        self.config = config = encoder_config(self.architecture, config, linear)
+        model = getattr(transformers, self.architecture)(config, add_pooling_layer=False)
+        setattr(self, self.prefix, model.to(device=device, dtype=dtype))
         for p in self.parameters():
             p.requires_grad_(False)
 
@@ -55,38 +62,67 @@ class BertEncoder(nn.Module):
         return [AttentionLayerSpec(num_heads=1, num_kv_heads=1, head_dim=head_dim, scale=head_dim**-0.5)]
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """The checkpoint's tensors by their names in `BertModel` (a `bert.` prefix and the pooler dropped);
-        raises on unknown or missing names."""
-        params = dict(self.bert.state_dict())
+        """The checkpoint's tensors by their names in the encoder (its prefix and the pooler and language
+        model heads dropped); raises on unknown or missing names."""
+        encoder = getattr(self, self.prefix)
+        params = dict(encoder.state_dict())
         loaded: set[str] = set()
         for name, tensor in weights:
-            name = name.removeprefix("bert.")
-            if name.startswith(("pooler.", "cls.")):
+            name = name.removeprefix(self.prefix + ".")
+            if name.startswith(("pooler.", "cls.", "lm_head.")):
                 continue  # the pooler / masked-LM heads: the engine pools the hidden states itself
             if name not in params:
-                raise ValueError(f"BertModel: unexpected weight '{name}' in the checkpoint")
+                raise ValueError(f"{self.architecture}: unexpected weight '{name}' in the checkpoint")
             with torch.no_grad():
                 params[name].copy_(tensor.to(params[name].dtype))
             loaded.add(name)
-        missing = sorted(n for n in params if n not in loaded and not n.endswith("position_ids"))
+        missing = sorted(n for n in params if n not in loaded and not n.endswith(_OWN_BUFFERS))
         if missing:
-            raise ValueError(f"BertModel: weights missing from the checkpoint: {', '.join(missing)}")
+            raise ValueError(
+                f"{self.architecture}: weights missing from the checkpoint: {', '.join(missing)}"
+            )
 
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, ctx: AttentionContext
     ) -> torch.Tensor:
-        """input_ids, positions [T] (each prompt from position 0) -> final hidden states [T, hidden]."""
+        """input_ids, positions [T] (each prompt from position 0) -> final hidden states [T, hidden].
+
+        The rows are padded with the model's padding token, so that an encoder that numbers its positions
+        from the input ids (RoBERTa's: after the padding index, skipping padding) gives each row the
+        positions it gives the row alone."""
         starts = torch.nonzero(positions == 0).flatten().tolist()
         bounds = list(zip(starts, [*starts[1:], input_ids.shape[0]], strict=True))
         longest = max(end - start for start, end in bounds)
-        rows = input_ids.new_zeros((len(bounds), longest))
+        rows = input_ids.new_full((len(bounds), longest), getattr(self.config, "pad_token_id", None) or 0)
         mask = torch.zeros_like(rows)
         for i, (start, end) in enumerate(bounds):
             rows[i, : end - start] = input_ids[start:end]
             mask[i, : end - start] = 1
         types = self.token_types(rows, mask) if self._pairs else None
-        hidden = self.bert(input_ids=rows, attention_mask=mask, token_type_ids=types).last_hidden_state
+        encoder = getattr(self, self.prefix)
+        hidden = encoder(input_ids=rows, attention_mask=mask, token_type_ids=types).last_hidden_state
         return hidden[mask.bool()]  # [T, H], the rows' tokens in order
+
+
+class _RobertaPositions:
+    """RoBERTa numbers a row's positions after the padding index, so `max_position_embeddings` less
+    `pad_token_id` + 1 tokens fit (512 of XLM-RoBERTa's 514): the context length the engine reads from
+    `text_config`."""
+
+    def __init__(self, config: Any, **kwargs: Any) -> None:
+        import copy
+
+        super().__init__(config, **kwargs)
+        self.text_config = copy.deepcopy(self.config)
+        self.text_config.max_position_embeddings -= (self.config.pad_token_id or 0) + 1
+
+
+class XLMRobertaEncoder(_RobertaPositions, BertEncoder):
+    """transformers' `XLMRobertaModel` (bge-m3, multilingual-e5): BERT's layers, positions numbered after
+    the padding index (from the input ids, by transformers), one token type."""
+
+    architecture = "XLMRobertaModel"
+    prefix = "roberta"
 
 
 class BertClassifier(BertEncoder):
@@ -98,19 +134,18 @@ class BertClassifier(BertEncoder):
 
     def __init__(self, config: Any, *, dtype: torch.dtype, device: object, linear: object = None) -> None:
         nn.Module.__init__(self)
-        from transformers import BertModel
+        import transformers
 
-        if linear is not None:
-            raise UnsupportedModelError(f"{self.architecture}: tensor parallelism is not served for encoders")
-        self.config = config = sdpa_config(config)
-        self.bert = BertModel(config, add_pooling_layer=True).to(device=device, dtype=dtype)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels).to(device=device, dtype=dtype)
+        self.config = config = encoder_config(self.architecture, config, linear)
+        model = getattr(transformers, self.architecture)(config).to(device=device, dtype=dtype)
+        setattr(self, self.prefix, getattr(model, self.prefix))  # the checkpoint's names: `bert.*`, ...
+        self.classifier = model.classifier
         for p in self.parameters():
             p.requires_grad_(False)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """The checkpoint's tensors by their names in `BertForSequenceClassification`; raises on unknown or
-        missing names."""
+        """The checkpoint's tensors by their names in the transformers class; raises on unknown or missing
+        names."""
         check_complete(self, copy_by_name(self, weights))
 
     def token_types(self, rows: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -126,6 +161,20 @@ class BertClassifier(BertEncoder):
         """The first tokens' hidden states [N, hidden] -> logits [N, num_labels] (the pooler's dense and
         tanh, then the classifier; dropout is off at inference)."""
         return self.classifier(self.bert.pooler.activation(self.bert.pooler.dense(first)))
+
+
+class XLMRobertaClassifier(_RobertaPositions, BertClassifier):
+    """transformers' `XLMRobertaForSequenceClassification` (bge-reranker-v2-m3, jina rerankers): no pooler;
+    its head (dense, tanh, out_proj) reads the first token. A pair is `<s> a </s></s> b </s>` as the
+    tokenizer makes it, all of token type 0 (one type): no segments are read."""
+
+    architecture = "XLMRobertaForSequenceClassification"
+    prefix = "roberta"
+    _pairs = False
+
+    def classify(self, first: torch.Tensor) -> torch.Tensor:
+        """The first tokens' hidden states [N, hidden] -> logits [N, num_labels] (dropout off)."""
+        return self.classifier(first[:, None, :])  # the head takes [N, L, hidden] and reads token 0
 
 
 def copy_by_name(model: nn.Module, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
@@ -145,7 +194,7 @@ def copy_by_name(model: nn.Module, weights: Iterable[tuple[str, torch.Tensor]]) 
 def check_complete(model: nn.Module, loaded: set[str]) -> None:
     """Raises naming `model`'s parameters and buffers the checkpoint did not hold (`loaded`: those it did;
     position ids are the model's own)."""
-    missing = sorted(n for n in model.state_dict() if n not in loaded and not n.endswith("position_ids"))
+    missing = sorted(n for n in model.state_dict() if n not in loaded and not n.endswith(_OWN_BUFFERS))
     if missing:
         raise ValueError(f"{model.architecture}: weights missing from the checkpoint: {', '.join(missing)}")
 
@@ -157,3 +206,14 @@ def sdpa_config(config: Any) -> Any:
     config = copy.deepcopy(config)
     config._attn_implementation = "sdpa"
     return config
+
+
+def encoder_config(architecture: str, config: Any, linear: object) -> Any:
+    """`config` as the encoder runs it (`sdpa_config`); `UnsupportedModelError` naming what is not served:
+    tensor parallelism, a decoder's or cross-attention's settings."""
+    if linear is not None:
+        raise UnsupportedModelError(f"{architecture}: tensor parallelism is not served for encoders")
+    for key in ("is_decoder", "add_cross_attention"):
+        if getattr(config, key, False):
+            raise UnsupportedModelError(f"{architecture}: {key}=true is not served (an encoder only)")
+    return sdpa_config(config)

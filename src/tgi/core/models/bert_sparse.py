@@ -14,8 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tgi.core.models.bert import BertEncoder, check_complete, copy_by_name, sdpa_config
-from tgi.core.models.registry import UnsupportedModelError
+from tgi.core.models.bert import BertEncoder, check_complete, copy_by_name, encoder_config
 
 
 class BertSparseEncoder(BertEncoder):
@@ -27,9 +26,7 @@ class BertSparseEncoder(BertEncoder):
         nn.Module.__init__(self)
         from transformers import BertForMaskedLM
 
-        if linear is not None:
-            raise UnsupportedModelError(f"{self.architecture}: tensor parallelism is not served for encoders")
-        self.config = config = sdpa_config(config)
+        self.config = config = encoder_config(self.architecture, config, linear)
         masked_lm = BertForMaskedLM(config).to(device=device, dtype=dtype)
         self.bert, self.cls = masked_lm.bert, masked_lm.cls  # the checkpoint's names: `bert.*`, `cls.*`
         self._tied = bool(getattr(config, "tie_word_embeddings", True))

@@ -38,6 +38,8 @@ _ARCHITECTURES: dict[str, tuple[str, str]] = {
     "BertModel": ("tgi.core.models.bert", "BertEncoder"),
     "BertForSequenceClassification": ("tgi.core.models.bert", "BertClassifier"),
     "BertForMaskedLM": ("tgi.core.models.bert_sparse", "BertSparseEncoder"),  # SPLADE only
+    "XLMRobertaModel": ("tgi.core.models.bert", "XLMRobertaEncoder"),
+    "XLMRobertaForSequenceClassification": ("tgi.core.models.bert", "XLMRobertaClassifier"),
     "LlamaModel": ("tgi.core.models.embedders", "LlamaEmbedder"),
     "Qwen2Model": ("tgi.core.models.embedders", "Qwen2Embedder"),
     "Qwen3Model": ("tgi.core.models.embedders", "Qwen3Embedder"),

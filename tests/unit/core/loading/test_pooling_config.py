@@ -69,6 +69,8 @@ def test_runner_decides(tmp_path):
     forced = read_pooling(tmp_path, "pooling", CAUSAL)
     assert (forced.mode, forced.normalize, forced.source) == ("lasttoken", True, "--runner pooling")
     assert read_pooling(tmp_path, "pooling", BERT).mode == "cls"
+    xlmr = SimpleNamespace(architectures=["XLMRobertaModel"], hidden_size=32)
+    assert read_pooling(tmp_path, "pooling", xlmr).mode == "cls"  # an encoder too
     with pytest.raises(ConfigError, match="--runner pooling"):
         read_pooling(tmp_path, "auto", DECODER)  # a base model without modules.json
     _folder(tmp_path, {"pooling_mode": "mean"})
@@ -108,6 +110,11 @@ def test_a_classifier_is_its_labels_and_activation(tmp_path):
     assert spec.activation == "identity"  # CrossEncoder's default for more than one label
     one = SimpleNamespace(architectures=CLASSIFIER.architectures, hidden_size=32, num_labels=1, id2label={})
     assert read_pooling(None, "auto", one).activation == "sigmoid"
+    reranker = SimpleNamespace(**{**vars(one), "architectures": ["XLMRobertaForSequenceClassification"]})
+    assert (read_pooling(None, "auto", reranker).kind, read_pooling(None, "auto", reranker).activation) == (
+        "classify",
+        "sigmoid",
+    )
 
 
 def test_a_classifier_refuses_what_it_cannot_serve(tmp_path):
