@@ -77,3 +77,23 @@ def test_generation_is_refused_on_a_classifier(tmp_path):
     )
     with pytest.raises(ValidationError, match="serves scores"):
         engine.validate([4, 5], SamplingParams(max_new_tokens=2))
+
+
+def test_xlm_roberta_cross_encoder_equals_sentence_transformers(tmp_path):
+    """An XLM-RoBERTa cross-encoder (bge-reranker-v2-m3's architecture): its pairs `<s> a </s></s> b </s>`
+    of one token type, positions after the padding index in each padded row, scores equal to
+    `CrossEncoder.predict`'s."""
+    from sentence_transformers import CrossEncoder
+
+    folder = save_classifier(tmp_path / "ce", num_labels=1, kind="xlmr")
+    engine = LLMEngine.from_config(EngineConfig(model_id=str(folder), dtype="float32"))
+    spec = engine.model_info.pooling
+    assert (spec.kind, spec.labels, spec.activation) == ("classify", ("label_0",), "sigmoid")
+    encodings = [engine.tokenizer(a, b)["input_ids"] for a, b in PAIRS]
+    pair = engine.tokenizer.convert_ids_to_tokens(encodings[1])
+    assert pair == ["<s>", "w5", "</s>", "</s>", "w6", "w7", "</s>"]  # one token type: none asked
+    got = 1 / (1 + np.exp(-logits(engine, encodings)[:, 0]))
+    want = CrossEncoder(str(folder), device="cpu").predict(PAIRS)
+    assert np.abs(got - want).max() < 1e-3
+    assert list(np.argsort(-got)) == list(np.argsort(-want))
+    assert np.diff(np.sort(want)).min() > 1e-3  # the order is no near-tie

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tgi.core.interfaces.pooling import PoolingSpec
+from tgi.core.loading.pooling_config import SEGMENT_CLASSIFIERS
 from tgi.core.validation import too_many_input_tokens
 from tgi.server.http.errors import validation_error
 from tgi.server.service.pooling import EmbedRequest, pooling_spec
@@ -96,6 +97,13 @@ def encoded(tokenizer, x: ScoreInput, limit: int, truncate: str | None) -> list[
     return ids
 
 
+def reads_segments(architecture: str) -> bool:
+    """Whether the served classifier (`ModelInfo.architecture`, maybe with its implementation note) reads a
+    pair's segments from its separators (BERT's), so that `checked_segments` applies; XLM-RoBERTa's does
+    not (one token type)."""
+    return architecture.split(" ", 1)[0] in SEGMENT_CLASSIFIERS
+
+
 def checked_segments(ids: list[int], x: ScoreInput) -> None:
     """BERT's template ends a text and a pair's each text with its separator, from which the model reads the
     segments (`tgi.core.models.bert`): a text that holds the separator itself is refused, naming its field."""
@@ -124,8 +132,9 @@ async def score(
             return [encoded(tokenizer, x, limit, truncate) for x in inputs]
 
         ids = await service._tokenizing(encode_all)
-        for tokens, x in zip(ids, inputs, strict=True):
-            checked_segments(tokens, x)
+        if reads_segments(service.engine.model_info.architecture):
+            for tokens, x in zip(ids, inputs, strict=True):
+                checked_segments(tokens, x)
     except BaseException as exc:
         tracker.finish(exc)
         raise

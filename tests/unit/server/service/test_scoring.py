@@ -1,17 +1,24 @@
 """A classifier's inputs as the scoring path makes them, with a BERT-style word tokenizer: a pair as BERT's
 tokenizer makes it, one too long refused naming its field or cut at its document's end or start (never the
-query), a text holding the separator refused; the activations."""
+query), a text holding the separator refused (where the model reads segments: BERT's); the activations."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
-from helpers.embedding_models import _tokenizer
+from helpers.embedding_models import _roberta_tokenizer, _tokenizer
 
 from tgi.core.interfaces.pooling import PoolingSpec
 from tgi.server.http.errors import ApiError
-from tgi.server.service.scoring import ScoreInput, activated, checked_segments, encoded, probabilities
+from tgi.server.service.scoring import (
+    ScoreInput,
+    activated,
+    checked_segments,
+    encoded,
+    probabilities,
+    reads_segments,
+)
 
 TOKENIZER = _tokenizer(template=True, token_types=True)
 DOC = " ".join(f"w{i}" for i in range(10, 30))  # 20 words
@@ -52,6 +59,15 @@ def test_a_text_holding_the_separator_is_refused():
         checked_segments(encoded(TOKENIZER, x, 64, None), x)
     assert "separator" in exc.value.message and exc.value.param == "texts"
     checked_segments(encoded(TOKENIZER, pair(), 64, None), pair())  # a plain pair passes
+
+
+def test_only_a_classifier_that_reads_segments_checks_them():
+    """XLM-RoBERTa's pair `<s> a </s></s> b </s>` holds three separators and its model reads no segments:
+    the separator check is BERT's classifier's alone."""
+    assert reads_segments("BertForSequenceClassification (transformers modules, bidirectional)")
+    assert not reads_segments("XLMRobertaForSequenceClassification (transformers modules, bidirectional)")
+    ids = encoded(_roberta_tokenizer(), pair(), 64, None)
+    assert ids.count(2) == 3 and ids[:4] == [0, 5, 6, 2]
 
 
 def test_activations():
