@@ -49,8 +49,9 @@ def _roberta_tokenizer():
 
 
 def _encoder_config(kind: str, **extra):
-    """A tiny `kind` ("bert" or "xlmr") encoder's config: hidden 64, 2 layers, the words' vocabulary."""
-    from transformers import BertConfig, XLMRobertaConfig
+    """A tiny `kind` ("bert", "xlmr" or "roberta") encoder's config: hidden 64, 2 layers, the words'
+    vocabulary."""
+    from transformers import BertConfig, RobertaConfig, XLMRobertaConfig
 
     shape = dict(
         vocab_size=len(WORDS), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -58,8 +59,8 @@ def _encoder_config(kind: str, **extra):
     )  # fmt: skip
     if kind == "bert":
         return BertConfig(max_position_embeddings=128, **shape)
-    if kind == "xlmr":  # positions after the padding index 1, as XLM-RoBERTa's 514
-        return XLMRobertaConfig(
+    if kind in ("xlmr", "roberta"):  # positions after the padding index 1, as (XLM-)RoBERTa's 514
+        return (XLMRobertaConfig if kind == "xlmr" else RobertaConfig)(
             max_position_embeddings=130, type_vocab_size=1, pad_token_id=1, bos_token_id=0,
             eos_token_id=2, **shape,
         )  # fmt: skip
@@ -74,7 +75,7 @@ def save_embedder(
     prompts: dict[str, str] | None = None,
     seed: int = 0,
 ) -> Path:
-    """A random `kind` ("bert", "xlmr" or "qwen3") model with `pooling` ("mean", "cls", "lasttoken", "max") and a
+    """A random `kind` ("bert", "xlmr", "roberta" or "qwen3") model with `pooling` ("mean", "cls", "lasttoken", "max") and a
     `Normalize` module where `normalize`, saved by sentence-transformers to `folder`."""
     import torch
     from sentence_transformers import SentenceTransformer
@@ -84,7 +85,7 @@ def save_embedder(
     folder = Path(folder)
     hf = folder.parent / f"{folder.name}_hf"
     torch.manual_seed(seed)
-    if kind in ("bert", "xlmr"):
+    if kind in ("bert", "xlmr", "roberta"):
         model = AutoModel.from_config(_encoder_config(kind))
     elif kind == "qwen3":
         config = Qwen3Config(
@@ -100,7 +101,8 @@ def save_embedder(
             if p.dim() == 2:
                 p.normal_(0, 0.2)
     model.save_pretrained(hf)
-    (_roberta_tokenizer() if kind == "xlmr" else _tokenizer(template=kind == "bert")).save_pretrained(hf)
+    roberta = kind in ("xlmr", "roberta")
+    (_roberta_tokenizer() if roberta else _tokenizer(template=kind == "bert")).save_pretrained(hf)
     modules = [st_modules.Transformer(str(hf)), st_modules.Pooling(64, pooling)]
     if normalize:
         modules.append(st_modules.Normalize())
@@ -129,10 +131,10 @@ def reference_token_embeddings(folder: Path | str, texts: list[str]) -> list:
 def save_classifier(
     folder: Path | str, num_labels: int = 1, seed: int = 0, cross_encoder: bool = True, kind: str = "bert"
 ) -> Path:
-    """A random `kind` ("bert" or "xlmr") `*ForSequenceClassification` with `num_labels` labels (named
+    """A random `kind` ("bert", "xlmr" or "roberta") `*ForSequenceClassification` with `num_labels` labels (named
     `label_<i>`), saved by sentence-transformers' `CrossEncoder` (its modules.json and activation) where
     `cross_encoder`, else by transformers alone; its tokenizer makes pairs as the architecture's does (BERT's
-    `[CLS] a [SEP] b [SEP]` with token types, XLM-RoBERTa's `<s> a </s></s> b </s>` without)."""
+    `[CLS] a [SEP] b [SEP]` with token types, (XLM-)RoBERTa's `<s> a </s></s> b </s>` without)."""
     import torch
     from transformers import AutoModelForSequenceClassification
 
@@ -149,7 +151,8 @@ def save_classifier(
             if p.dim() == 2:
                 p.normal_(0, 0.2)
     model.save_pretrained(hf)
-    tokenizer = _roberta_tokenizer() if kind == "xlmr" else _tokenizer(template=True, token_types=True)
+    roberta = kind in ("xlmr", "roberta")
+    tokenizer = _roberta_tokenizer() if roberta else _tokenizer(template=True, token_types=True)
     tokenizer.save_pretrained(hf)
     if cross_encoder:
         from sentence_transformers import CrossEncoder

@@ -79,13 +79,14 @@ def test_generation_is_refused_on_a_classifier(tmp_path):
         engine.validate([4, 5], SamplingParams(max_new_tokens=2))
 
 
-def test_xlm_roberta_cross_encoder_equals_sentence_transformers(tmp_path):
+@pytest.mark.parametrize("kind", ["xlmr", "roberta"])
+def test_xlm_roberta_cross_encoder_equals_sentence_transformers(tmp_path, kind):
     """An XLM-RoBERTa cross-encoder (bge-reranker-v2-m3's architecture): its pairs `<s> a </s></s> b </s>`
     of one token type, positions after the padding index in each padded row, scores equal to
     `CrossEncoder.predict`'s."""
     from sentence_transformers import CrossEncoder
 
-    folder = save_classifier(tmp_path / "ce", num_labels=1, kind="xlmr")
+    folder = save_classifier(tmp_path / "ce", num_labels=1, kind=kind)  # RoBERTa: stsb-roberta's
     engine = LLMEngine.from_config(EngineConfig(model_id=str(folder), dtype="float32"))
     spec = engine.model_info.pooling
     assert (spec.kind, spec.labels, spec.activation) == ("classify", ("label_0",), "sigmoid")

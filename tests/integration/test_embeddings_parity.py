@@ -147,10 +147,12 @@ def test_a_decoder_embedder_saved_with_its_causal_lm_config(tmp_path):
     assert_close(pooled(engine, TEXTS), reference_embeddings(folder, TEXTS))
 
 
-def test_xlm_roberta_with_mean_pooling(tmp_path):
-    """An XLM-RoBERTa (bge-m3's, multilingual-e5's architecture) with mean pooling: its positions numbered
-    after the padding index in each padded row as transformers numbers them alone."""
-    folder = save_embedder(tmp_path / "st", "xlmr", "mean")
+@pytest.mark.parametrize("kind", ["xlmr", "roberta"])
+def test_xlm_roberta_with_mean_pooling(tmp_path, kind):
+    """An XLM-RoBERTa (bge-m3's, multilingual-e5's architecture), and a RoBERTa (all-roberta-large-v1's), with
+    mean pooling: positions numbered after the padding index in each padded row as transformers numbers
+    them alone."""
+    folder = save_embedder(tmp_path / "st", kind, "mean")
     engine = LLMEngine.from_config(
         EngineConfig(model_id=str(folder), dtype="float32", max_batch_total_tokens=2048)
     )

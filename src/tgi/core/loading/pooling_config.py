@@ -31,7 +31,7 @@ from tgi.core.interfaces.pooling import POOLING_MODES, PoolingSpec
 #: `--runner`'s values: what `tgi launch` serves a model as
 RUNNERS = ("auto", "generate", "pooling")
 #: architectures that attend both ways (encoders): they only pool
-ENCODER_ARCHITECTURES = ("BertModel", "XLMRobertaModel")
+ENCODER_ARCHITECTURES = ("BertModel", "XLMRobertaModel", "RobertaModel")
 #: base models without a language-model head (what sentence-transformers saves of a decoder): they only pool
 BASE_DECODER_ARCHITECTURES = ("LlamaModel", "Qwen2Model", "Qwen3Model")
 # sentence-transformers' older Pooling config: one flag per mode
@@ -45,7 +45,11 @@ _MODE_FLAGS = {
 }
 _MODULES = ("Transformer", "Pooling", "Normalize")
 #: classifiers (`PoolingSpec.kind` "classify"): the head reads the first token's hidden state
-CLASSIFIER_ARCHITECTURES = ("BertForSequenceClassification", "XLMRobertaForSequenceClassification")
+CLASSIFIER_ARCHITECTURES = (
+    "BertForSequenceClassification",
+    "XLMRobertaForSequenceClassification",
+    "RobertaForSequenceClassification",
+)
 #: classifiers whose model reads a pair's second segment (token type 1) from its separators (BERT's)
 SEGMENT_CLASSIFIERS = ("BertForSequenceClassification",)
 #: sparse embedders (`PoolingSpec.kind` "sparse", SPLADE): the masked-LM head's logits are pooled

@@ -125,6 +125,13 @@ class XLMRobertaEncoder(_RobertaPositions, BertEncoder):
     prefix = "roberta"
 
 
+class RobertaEncoder(XLMRobertaEncoder):
+    """transformers' `RobertaModel` (all-roberta-large-v1, all-distilroberta-v1): XLM-RoBERTa's code, which
+    transformers' XLM-RoBERTa classes share with it."""
+
+    architecture = "RobertaModel"
+
+
 class BertClassifier(BertEncoder):
     """transformers' `BertForSequenceClassification`: the encoder (`forward`, its pooler kept) and the
     classification head (`classify`)."""
@@ -175,6 +182,12 @@ class XLMRobertaClassifier(_RobertaPositions, BertClassifier):
     def classify(self, first: torch.Tensor) -> torch.Tensor:
         """The first tokens' hidden states [N, hidden] -> logits [N, num_labels] (dropout off)."""
         return self.classifier(first[:, None, :])  # the head takes [N, L, hidden] and reads token 0
+
+
+class RobertaClassifier(XLMRobertaClassifier):
+    """transformers' `RobertaForSequenceClassification` (cross-encoder/stsb-roberta-*): XLM-RoBERTa's."""
+
+    architecture = "RobertaForSequenceClassification"
 
 
 def copy_by_name(model: nn.Module, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:

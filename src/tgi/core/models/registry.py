@@ -40,6 +40,8 @@ _ARCHITECTURES: dict[str, tuple[str, str]] = {
     "BertForMaskedLM": ("tgi.core.models.bert_sparse", "BertSparseEncoder"),  # SPLADE only
     "XLMRobertaModel": ("tgi.core.models.bert", "XLMRobertaEncoder"),
     "XLMRobertaForSequenceClassification": ("tgi.core.models.bert", "XLMRobertaClassifier"),
+    "RobertaModel": ("tgi.core.models.bert", "RobertaEncoder"),
+    "RobertaForSequenceClassification": ("tgi.core.models.bert", "RobertaClassifier"),
     "LlamaModel": ("tgi.core.models.embedders", "LlamaEmbedder"),
     "Qwen2Model": ("tgi.core.models.embedders", "Qwen2Embedder"),
     "Qwen3Model": ("tgi.core.models.embedders", "Qwen3Embedder"),
