@@ -96,6 +96,17 @@ def register_attention() -> None:
     AttentionInterface.register(ATTENTION_NAME, _paged_attention_forward)
 
 
+#: model types of encoders whose transformers causal-LM class runs them as decoders only when the config says
+#: `is_decoder` (a BERT-like checkpoint without it is an encoder, for embeddings or classification)
+_ENCODER_TYPES = frozenset(
+    {
+        "bert", "bert-generation", "big_bird", "camembert", "data2vec-text", "electra", "ernie", "megatron-bert",
+        "rembert", "roberta", "roberta-prelayernorm", "roc_bert", "roformer", "xlm-roberta", "xlm-roberta-xl",
+        "xmod",
+    }
+)  # fmt: skip
+
+
 def fallback_class(config: Any) -> type:
     """transformers' causal-LM class for `config`, or `UnsupportedModelError` with the reason the fallback
     cannot run it."""
@@ -111,6 +122,12 @@ def fallback_class(config: Any) -> type:
             f"unsupported model architecture {name}: no native implementation, and transformers has no "
             f"causal LM for {type(config).__name__}"
         ) from None
+    if config.model_type in _ENCODER_TYPES and not getattr(config, "is_decoder", False):
+        raise UnsupportedModelError(
+            f"{name} is an encoder (every token attends to every other): transformers' {cls.__name__} would run "
+            "it as a decoder, which it is not. Encoders are served for embeddings and scores by their own "
+            "architectures (BertModel, RobertaModel, XLMRobertaModel and their *ForSequenceClassification)"
+        )
     other = sorted(set(getattr(config, "layer_types", None) or []) - {"full_attention", "sliding_attention"})
     if other:
         raise UnsupportedModelError(

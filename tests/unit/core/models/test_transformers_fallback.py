@@ -84,6 +84,9 @@ def test_native_models_are_not_the_fallback():
         (transformers.T5Config(), r"encoder-decoder"),
         (transformers.BloomConfig(), r"does not route its attention through the attention interface"),
         (transformers.MambaConfig(), r"layers of type linear_attention"),
+        # an encoder without a native class is not run as the decoder transformers' LM head would make it
+        (transformers.CamembertConfig(architectures=["CamembertModel"]), r"CamembertModel is an encoder"),
+        (transformers.ElectraConfig(architectures=["ElectraModel"]), r"ElectraModel is an encoder"),
     ],
 )
 def test_what_the_fallback_cannot_run_is_refused(config, message):
