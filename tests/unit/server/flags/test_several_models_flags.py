@@ -44,11 +44,19 @@ def test_every_model_id_is_kept_in_order_and_the_first_is_the_engines():
     assert (settings.max_loaded_models, settings.keep_alive_s) == (1, 300.0)
 
 
-def test_ollamas_variables_set_the_pools_flags(monkeypatch):
-    monkeypatch.setenv("OLLAMA_MAX_LOADED_MODELS", "2")
-    monkeypatch.setenv("OLLAMA_KEEP_ALIVE", "1h30m")
+def test_the_pools_variables_take_ollamas_durations_and_ollamas_own_are_not_read(monkeypatch):
+    monkeypatch.setenv("MAX_LOADED_MODELS", "2")
+    monkeypatch.setenv("KEEP_ALIVE", "1h30m")
     settings = server_settings(parse(["--model-id", "a/b", "--model-id", "c/d"]))
     assert (settings.max_loaded_models, settings.keep_alive_s) == (2, 5400.0)
+    # a shell set up for Ollama does not stop a server of one model, nor change a server of several
+    for name in ("MAX_LOADED_MODELS", "KEEP_ALIVE"):
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("OLLAMA_MAX_LOADED_MODELS", "3")
+    monkeypatch.setenv("OLLAMA_KEEP_ALIVE", "10m")
+    assert server_settings(parse(["--model-id", "a/b"])).max_loaded_models == 0
+    settings = server_settings(parse(["--model-id", "a/b", "--model-id", "c/d"]))
+    assert (settings.max_loaded_models, settings.keep_alive_s) == (0, 300.0)
 
 
 @pytest.mark.parametrize(
