@@ -21,9 +21,7 @@ def served_models(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
     """(name, model id) of every model the server serves, the default first: each `--model-id` (`MODEL_ID`
     alone when none is), named by its value, then each model of `--models-dir`, named by its file or folder
     (`tgi.server.served_models.folder`); empty for the default model."""
-    value = args.model_id
-    given = () if value is None else value if isinstance(value, tuple) else (value,)
-    out = [(model_id, model_id) for model_id in given]
+    out = [(model_id, model_id) for model_id in args.model_id or ()]  # a tuple: the flag's kind is "repeat"
     folder = getattr(args, "models_dir", None)
     if folder is not None:
         from tgi.server.served_models.folder import models_in

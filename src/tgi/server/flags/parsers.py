@@ -88,6 +88,18 @@ def duration_seconds(value: str) -> float:
     return sign * sum(float(n) * _UNITS[u] for n, u in _PART.findall(text))
 
 
+def duration_value(value: object) -> float | None:
+    """A JSON duration (Ollama's `keep_alive`) in seconds: None when absent, a number as seconds, a string as
+    `duration_seconds` reads it; `ValueError` for anything else (a boolean included)."""
+    if value is None:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        return duration_seconds(value)
+    raise ValueError(f"not a number of seconds or a duration such as 5m: {value!r}")
+
+
 def keep_alive(value: str) -> float:
     """`--keep-alive`: `duration_seconds`, as an argparse type."""
     try:

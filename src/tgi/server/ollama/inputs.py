@@ -18,7 +18,7 @@ from typing import Any
 from tgi.core.guided import Grammar
 from tgi.server.chat.template import template_options
 from tgi.server.chat.tools import ToolPlan, new_call_id, plan_tools, render_inputs
-from tgi.server.flags.parsers import duration_seconds
+from tgi.server.flags.parsers import duration_value
 from tgi.server.http.errors import ApiError, unsupported, validation_error
 from tgi.server.images.sources import image_part
 from tgi.server.lora.adapters import served_adapters
@@ -56,10 +56,8 @@ def served_model(service: Any, model: str) -> str | None:
 def keep_alive_seconds(value: int | float | str | None) -> float | None:
     """`keep_alive` in seconds: a number is seconds, a string a number of seconds or a Go duration (`5m`,
     `-1h30m`); None when absent. A malformed one is a 400 naming it."""
-    if value is None or isinstance(value, int | float):
-        return None if value is None else float(value)
     try:
-        return duration_seconds(value)
+        return duration_value(value)
     except ValueError:
         raise validation_error(
             f"`keep_alive` must be a number of seconds or a duration such as `-1m`, got {value!r}",

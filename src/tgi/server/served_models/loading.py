@@ -49,19 +49,12 @@ def model_pool(service: Any, first_engine: Any, models: list[tuple[str, EngineCo
             return None
         return f"it needs {need / 2**30:.2f} GiB ({what}), {free / 2**30:.2f} GiB are free"
 
-    async def start(engine: Any) -> None:
-        await engine.start()
-
-    def on_switch(engine: Any) -> None:
-        service.switch_engine(engine)
-
     return ModelPool(
         models,
         first_engine,
         max_loaded=settings.max_loaded_models,
         keep_alive_s=settings.keep_alive_s,
         load=load,
-        start=start,
         fits=fits,
-        on_switch=on_switch,
+        on_switch=service.switch_engine,
     )

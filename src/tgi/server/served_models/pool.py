@@ -28,7 +28,7 @@ import asyncio
 import logging
 import time
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,7 +60,7 @@ class PooledModel:
 
 class ModelPool:
     """The models of one server (module docstring). `load(config)` builds an engine (blocking: it runs on a
-    worker thread), `start(engine)` starts it on the event loop; `fits(config)` is None when the model fits
+    worker thread; the pool starts it on the event loop); `fits(config)` is None when the model fits
     in the memory left, else the refusal's text; `on_switch(engine)` is told the engine now serving the
     routes that name no model (the default's, or another loaded one's while the default is not loaded)."""
 
@@ -72,7 +72,6 @@ class ModelPool:
         max_loaded: int,
         keep_alive_s: float | None,
         load: Callable[[EngineConfig], Any],
-        start: Callable[[Any], Awaitable[None]],
         fits: Callable[[EngineConfig], str | None],
         on_switch: Callable[[Any], None],
     ) -> None:
@@ -81,7 +80,7 @@ class ModelPool:
         self.models[self.default].engine = first_engine
         self._serving = first_engine  # what the routes that name no model read (`on_switch`)
         self.max_loaded = max_loaded
-        self._load, self._start, self._fits, self._on_switch = load, start, fits, on_switch
+        self._load, self._fits, self._on_switch = load, fits, on_switch
         self._loading = asyncio.Lock()  # one load (and its evictions) at a time
         self._reaper: asyncio.Task | None = None
         self.on_death: Callable[[BaseException], None] | None = None
@@ -114,12 +113,10 @@ class ModelPool:
         entry.last_used = time.monotonic()
         return entry.engine
 
-    def release(self, entry: PooledModel, keep_alive_s: float | str | None = "unchanged") -> None:
-        """End one lease of `entry`; `keep_alive_s` (a request's own keep-alive) replaces the model's."""
+    def release(self, entry: PooledModel) -> None:
+        """End one lease of `entry` (its idle time, and so its keep-alive, counts from now)."""
         entry.leases -= 1
         entry.last_used = time.monotonic()
-        if keep_alive_s != "unchanged":
-            entry.keep_alive_s = keep_alive_s  # type: ignore[assignment]
 
     def loaded(self) -> list[PooledModel]:
         return [m for m in self.models.values() if m.engine is not None]
@@ -161,7 +158,7 @@ class ModelPool:
                 500, f"cannot load the model {entry.name}", exc, "model_load_failed"
             ) from None
         engine.on_death = self.on_death
-        await self._start(engine)
+        await engine.start()
         entry.engine, entry.last_used = engine, time.monotonic()
         log.info("loaded %s in %.1fs", entry.name, time.perf_counter() - started)
         if entry.name == self.default or len(self.loaded()) == 1:

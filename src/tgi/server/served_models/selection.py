@@ -25,7 +25,7 @@ from typing import Any
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from tgi.server.flags.parsers import duration_seconds
+from tgi.server.flags.parsers import duration_value
 from tgi.server.http.errors import ApiError
 from tgi.server.lora.adapters import BASE_ALIAS
 from tgi.server.served_models.pool import ModelPool, PooledModel
@@ -99,15 +99,14 @@ class ModelSelection:
         except ApiError as exc:
             await exc.response(path)(scope, receive, send)
             return
-        keep_alive: Any = "unchanged"
         token = _SELECTED.set(Selection(entry, engine))
         try:
             await self.app(scope, _replayed(body, receive), send)
-            if path.startswith("/api/") and fields.get("keep_alive") is not None:
-                keep_alive = _keep_alive(fields["keep_alive"])
+            if path.startswith("/api/"):
+                _take_keep_alive(entry, fields.get("keep_alive"))
         finally:
             _SELECTED.reset(token)
-            self.pool.release(entry, keep_alive)
+            self.pool.release(entry)
 
     def _entry(self, model: Any) -> PooledModel:
         name = model if isinstance(model, str) else None
@@ -121,7 +120,7 @@ class ModelSelection:
             adapters = tuple(default.engine.model_info.lora_adapters)
         else:  # not loaded: those it loads at start, without loading it to find out
             adapters = tuple(name for name, _ in default.config.lora_adapters)
-        if name in adapters or (name or "").removesuffix(":latest") in adapters:
+        if name in adapters or name.removesuffix(":latest") in adapters:
             return default
         served = ", ".join(f"`{n}`" for n in (*self.pool.models, *adapters))
         raise ApiError(
@@ -170,12 +169,12 @@ def _fields(body: bytes) -> dict:
     return parsed if isinstance(parsed, dict) else {}
 
 
-def _keep_alive(value: Any) -> float | str | None:
-    """Ollama's `keep_alive` in seconds (a negative one: kept loaded); a malformed one was refused by the
-    route (`tgi.server.ollama.inputs.keep_alive_seconds`), and changes nothing here."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
+def _take_keep_alive(entry: PooledModel, value: Any) -> None:
+    """Ollama's `keep_alive` (seconds; negative: kept loaded) as `entry`'s keep-alive from now on; none, or a
+    malformed one (refused by the route: `tgi.server.ollama.inputs.keep_alive_seconds`), changes nothing."""
     try:
-        return duration_seconds(value) if isinstance(value, str) else "unchanged"
+        seconds = duration_value(value)
     except ValueError:
-        return "unchanged"
+        return
+    if seconds is not None:
+        entry.keep_alive_s = seconds

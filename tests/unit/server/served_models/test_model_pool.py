@@ -42,7 +42,6 @@ def make_pool(names, max_loaded=0, keep_alive_s=None, fits=lambda config: None):
         max_loaded=max_loaded,
         keep_alive_s=keep_alive_s,
         load=lambda config: StandInEngine(config.model_id),
-        start=lambda engine: engine.start(),
         fits=fits,
         on_switch=switched.append,
     )
@@ -116,7 +115,8 @@ async def test_keep_alive_unloads_idle_models_but_never_the_last(monkeypatch):
     monkeypatch.setattr(pool_module, "_REAP_EVERY_S", 0.0)
     pool, first, _ = make_pool(["a", "b"], keep_alive_s=0.0)
     b = await pool.acquire(pool.models["b"])
-    pool.release(pool.models["b"], keep_alive_s=-1.0)  # Ollama's "keep it loaded", for b
+    pool.models["b"].keep_alive_s = -1.0  # Ollama's "keep it loaded", for b (`selection` sets it)
+    pool.release(pool.models["b"])
     pool.start_reaper()
     while not first.stopped:
         await asyncio.sleep(0)
