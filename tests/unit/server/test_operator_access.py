@@ -4,16 +4,16 @@ name (`tgi.server.http.auth`, `tgi.server.flags.checks`)."""
 
 from __future__ import annotations
 
-import argparse
 import re
 
 import pytest
 from fastapi.testclient import TestClient
+from launch_args import parse_launch_args as parse
 
 from fake_engine import FakeEngine
 from tgi.core.config import ConfigError
 from tgi.server.app import create_app
-from tgi.server.cli.launch import add_launch_arguments, run_launch, server_settings
+from tgi.server.cli.launch import run_launch, server_settings
 from tgi.server.service.settings import ServerSettings
 
 INFERENCE = {"Authorization": "Bearer inference-key"}
@@ -26,12 +26,6 @@ ENV = ("API_KEY", "ADMIN_API_KEY", "ENABLE_MODEL_SWAP", "SWAPPABLE_MODELS", "SWA
 def clean_env(monkeypatch):
     for name in ENV:
         monkeypatch.delenv(name, raising=False)
-
-
-def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_launch_arguments(parser)
-    return parser.parse_args(argv)
 
 
 @pytest.mark.parametrize(

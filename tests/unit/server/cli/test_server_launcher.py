@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import gc
 import re
 import signal
@@ -10,10 +9,11 @@ import socket
 
 import pytest
 import uvicorn
+from launch_args import parse_launch_args as parse
 
 from fake_engine import FakeEngine
 from tgi.core.config import ConfigError
-from tgi.server.cli.launch import add_launch_arguments, engine_config, run_launch, serve, server_settings
+from tgi.server.cli.launch import engine_config, run_launch, serve, server_settings
 from tgi.server.flags.unserved import UNSERVED
 from tgi.server.service.settings import ServerSettings
 
@@ -30,12 +30,6 @@ ENV = [
 def clean_env(monkeypatch):
     for name in ENV:
         monkeypatch.delenv(name, raising=False)
-
-
-def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_launch_arguments(parser)
-    return parser.parse_args(argv)
 
 
 def test_defaults_are_tgis():

@@ -13,6 +13,7 @@ import sys
 from types import SimpleNamespace
 
 import pytest
+from launch_args import parse_launch_args as parse
 
 from tgi.core.config import ConfigError, EngineConfig
 from tgi.server import flags
@@ -90,12 +91,6 @@ def chat_template_file(tmp_path):
     path = tmp_path / "tokenizer_config.json"
     path.write_text(json.dumps({"chat_template": "{{ messages[0]['content'] }}!"}))
     return str(path)
-
-
-def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_launch_arguments(parser)
-    return parser.parse_args(argv)
 
 
 def _argv(flag: str, value: str | None, template: str) -> list[str]:

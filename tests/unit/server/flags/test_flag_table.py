@@ -13,9 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from launch_args import parse_launch_args as parse
 
 from tgi.core.config import ConfigError, EngineConfig
-from tgi.server.cli.launch import add_launch_arguments, engine_config, server_settings
+from tgi.server.cli.launch import engine_config, server_settings
 from tgi.server.cli.main import build_parser
 from tgi.server.flags import FLAGS
 from tgi.server.flags.markdown import (
@@ -49,12 +50,6 @@ def in_tmp(monkeypatch, tmp_path):
     (tmp_path / "tokenizer_config.json").write_text('{"chat_template": "{{ messages[0][\'content\'] }}"}')
     (tmp_path / "api-keys.txt").write_text("key-of-a team-a\n")
     monkeypatch.chdir(tmp_path)
-
-
-def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_launch_arguments(parser)
-    return parser.parse_args(argv)
 
 
 def given(flag) -> list[str]:

@@ -7,17 +7,12 @@ import argparse
 import re
 
 import pytest
+from launch_args import parse_launch_args as parse
 
 from tgi.core.config import ConfigError
 from tgi.server.cli.launch import add_launch_arguments, server_settings
 from tgi.server.flags.operator_flags import DEFAULT_SWAP_DRAIN_TIMEOUT_S
 from tgi.server.flags.serving_flags import DEFAULT_STREAM_WRITE_TIMEOUT_S
-
-
-def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_launch_arguments(parser)
-    return parser.parse_args(argv)
 
 
 def test_help_names_the_flag_and_its_variable():

@@ -4,12 +4,11 @@ before anything loads."""
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
+from launch_args import parse_launch_args as parse
 
 from tgi.core.config import ConfigError
-from tgi.server.cli.launch import add_launch_arguments, engine_config, server_settings
+from tgi.server.cli.launch import engine_config, server_settings
 from tgi.server.flags.derived import model_ids, served_models
 
 VARIABLES = (
@@ -26,12 +25,6 @@ VARIABLES = (
 def clean_env(monkeypatch):
     for name in VARIABLES:
         monkeypatch.delenv(name, raising=False)
-
-
-def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_launch_arguments(parser)
-    return parser.parse_args(argv)
 
 
 def test_every_model_id_is_kept_in_order_and_the_first_is_the_engines():

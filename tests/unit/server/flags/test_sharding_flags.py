@@ -3,12 +3,11 @@ cannot form is refused by name before anything loads."""
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
+from launch_args import parse_launch_args as parse
 
 from tgi.core.config import ConfigError
-from tgi.server.cli.launch import add_launch_arguments, engine_config
+from tgi.server.cli.launch import engine_config
 
 VARIABLES = (
     "LWS_GROUP_SIZE", "LWS_WORKER_INDEX", "LWS_LEADER_ADDRESS", "NNODES", "NODE_RANK", "HEADLESS", "MASTER_ADDR",
@@ -20,12 +19,6 @@ VARIABLES = (
 def clean_env(monkeypatch):
     for name in VARIABLES:
         monkeypatch.delenv(name, raising=False)
-
-
-def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_launch_arguments(parser)
-    return parser.parse_args(argv)
 
 
 def test_a_leader_worker_set_worker_is_read_from_its_variables(monkeypatch):
