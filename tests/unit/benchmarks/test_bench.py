@@ -102,7 +102,23 @@ def _sse(obj) -> bytes:
     return b"data: " + json.dumps(obj).encode() + b"\n\n"
 
 
-def _fake_app(seen: list) -> Starlette:
+#: how long a held stream waits for the others it is held for (a liveness bound, far above their arrival)
+HOLD_LIMIT_S = 10.0
+
+
+def _fake_app(seen: list, flow: dict) -> Starlette:
+    """`flow`: `streams` open now and the most open at once (`most`); with `hold` set, each completions
+    stream waits (up to HOLD_LIMIT_S) until that many are open before its first token, so that requests sent
+    together are seen together, whatever the machine's load."""
+
+    async def held() -> None:
+        flow["streams"] += 1
+        flow["most"] = max(flow["most"], flow["streams"])
+        waited = 0.0
+        while flow["hold"] and flow["streams"] < flow["hold"] and waited < HOLD_LIMIT_S:
+            await asyncio.sleep(0.01)
+            waited += 0.01
+
     async def completions(request):
         body = await request.json()
         seen.append(body)
@@ -111,6 +127,14 @@ def _fake_app(seen: list) -> Starlette:
         n = body["max_tokens"]
 
         async def stream():
+            try:
+                await held()
+                async for chunk in tokens():
+                    yield chunk
+            finally:
+                flow["streams"] -= 1
+
+        async def tokens():
             await asyncio.sleep(TTFT)
             for i in range(n):
                 if i:
@@ -165,8 +189,9 @@ def _fake_app(seen: list) -> Starlette:
 @pytest.fixture(scope="module")
 def fake():
     seen: list = []
-    with _ServerThread(_fake_app(seen)) as server:
-        server.seen = seen
+    flow = {"streams": 0, "most": 0, "hold": 0}
+    with _ServerThread(_fake_app(seen, flow)) as server:
+        server.seen, server.flow = seen, flow
         yield server
 
 
@@ -206,10 +231,17 @@ def test_closed_loop_measures_ttft_itl_and_throughput(fake, api):
 
 
 def test_poisson_rate_inf_sends_everything_at_once(fake):
-    report = asyncio.run(run_benchmark([Target("fake", fake.url)], _options(mode="rate", levels=[math.inf])))
+    fake.flow.update(
+        most=0, hold=4
+    )  # each stream starts once all four are open: a sender in turn never gets there
+    try:
+        options = _options(mode="rate", levels=[math.inf])
+        report = asyncio.run(run_benchmark([Target("fake", fake.url)], options))
+    finally:
+        fake.flow["hold"] = 0
     [row] = report["results"]
     assert row["num_ok"] == 4 and row["level"] is None and row["level_label"] == "rate=inf/s"
-    assert row["duration_s"] < 2 * (TTFT + (TOKENS - 1) * ITL)  # overlapped, not one after another
+    assert fake.flow["most"] == 4  # all four open at once, seen by the server itself (not a clock)
 
 
 def test_report_shape_tables_and_side_by_side_ratios(fake, tmp_path):
